@@ -1,0 +1,29 @@
+# Two commands for everything: `make lab` (open the course) and `make test` (prove it).
+# Each one sets up .venv by itself first (amp_lessons/bootstrap.py), so either works on a
+# fresh clone.
+PYTHON ?= python3
+VENV_PY := .venv/bin/python
+
+.PHONY: lab test test-notebook setup setup-dev student grade slides bench clean
+
+setup:
+	@$(PYTHON) amp_lessons/bootstrap.py
+
+setup-dev:
+	@$(PYTHON) amp_lessons/bootstrap.py dev,instructor
+
+lab: setup
+	$(VENV_PY) -m amp_lessons.lab
+
+test: setup-dev
+	$(VENV_PY) -m pytest
+
+# One notebook under nbval, e.g. `make test-notebook NB=notebooks/02_underflow.ipynb`
+test-notebook: setup-dev
+	$(VENV_PY) -m pytest $(NB)
+
+bench: setup
+	$(VENV_PY) -m amp_lessons bench --json bench.json
+
+clean:
+	rm -rf .venv student build

@@ -1,0 +1,157 @@
+"""What this machine offers mixed precision: device, dtypes, tensor cores, CPU flags.
+
+Notebook 00 prints this report and what it means for the rest of the course. Every
+field is read from the running torch and the hardware, never assumed.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+# CPU instruction-set flags (Linux /proc/cpuinfo names) that make bf16 fast on a CPU.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@dataclass(frozen=True)
+class MachineReport:
+    """One snapshot of the hardware and software the lessons will run on."""
+
+    torch_version: str
+    device_type: str  # "cuda", "mps" or "cpu": what the lessons pick by default
+    device_name: str
+    compute_capability: tuple[int, int] | None  # CUDA only
+    cuda_version: str | None
+    tensor_cores: bool  # fp16 matrix units: NVIDIA compute capability >= 7.0
+    bf16_native: bool  # bf16 runs in hardware on the default device, not emulated
+    cpu_name: str
+    cpu_capability: str  # the SIMD level torch's CPU kernels were dispatched to
+    cpu_flags: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def cpu_bf16_native(self) -> bool:
+        return any(flag in self.cpu_flags for flag in BF16_CPU_FLAGS)
+
+
+def pick_device() -> str:
+    """The device lessons use by default: ``"cuda"``, else ``"mps"``, else ``"cpu"``.
+
+    Example: on a laptop without a GPU, ``pick_device() == "cpu"``.
+    """
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU feature flags the kernel reports (empty where there is no /proc)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def read_cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cuda_bf16_native(capability: tuple[int, int]) -> bool:
+    """bf16 tensor-core math arrived with Ampere (compute capability 8.0).
+
+    Example: ``cuda_bf16_native((7, 5))`` is False (a T4: torch emulates bf16 there),
+    ``cuda_bf16_native((9, 0))`` is True (H100/H200).
+    """
+    return capability >= (8, 0)
+
+
+def describe_machine() -> MachineReport:
+    """Read the machine. Example: ``describe_machine().device_type`` -> ``"cpu"``."""
+    device_type = pick_device()
+    flags = read_cpu_flags()
+    capability = cuda_version = None
+    if device_type == "cuda":
+        capability = torch.cuda.get_device_capability()
+        device_name = torch.cuda.get_device_name()
+        cuda_version = torch.version.cuda
+        bf16_native = cuda_bf16_native(capability)
+    elif device_type == "mps":
+        device_name = "Apple GPU (MPS)"
+        # Metal has bf16 from macOS 14; torch raises on bf16 MPS tensors before that.
+        bf16_native = _mps_accepts_bf16()
+    else:
+        device_name = read_cpu_name()
+        bf16_native = any(flag in flags for flag in BF16_CPU_FLAGS)
+    return MachineReport(
+        torch_version=torch.__version__,
+        device_type=device_type,
+        device_name=device_name,
+        compute_capability=capability,
+        cuda_version=cuda_version,
+        tensor_cores=capability is not None and capability >= (7, 0),
+        bf16_native=bf16_native,
+        cpu_name=read_cpu_name(),
+        cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        cpu_flags=flags,
+    )
+
+
+def _mps_accepts_bf16() -> bool:
+    try:
+        torch.ones(1, dtype=torch.bfloat16, device="mps")
+    except (RuntimeError, TypeError):
+        return False
+    return True
+
+
+def what_this_means(report: MachineReport) -> list[str]:
+    """Plain-language consequences of the report for the rest of the course.
+
+    Example: on a CPU without AVX-512 BF16 the list says every lesson runs, bf16 is
+    emulated and slow, and lesson 06 shows recorded GPU results.
+    """
+    lines = []
+    if report.device_type == "cuda":
+        lines.append(f"GPU found: {report.device_name}, compute capability "
+                     f"{report.compute_capability[0]}.{report.compute_capability[1]}.")
+        if report.tensor_cores:
+            lines.append("It has tensor cores: fp16 matmuls should run several times "
+                         "faster than fp32; lesson 06 measures by how much.")
+        else:
+            lines.append("No tensor cores (compute capability < 7.0): AMP saves memory "
+                         "but expect little speed-up.")
+        if report.bf16_native:
+            lines.append("bf16 is native here: prefer bf16 autocast, no loss scaler "
+                         "needed.")
+        else:
+            lines.append("bf16 is not native here (needs compute capability 8.0+): use "
+                         "fp16 autocast with a GradScaler.")
+    elif report.device_type == "mps":
+        lines.append("Apple GPU (MPS) found: autocast works on 'mps'; CUDA-only cells "
+                     "show recorded results instead.")
+    else:
+        lines.append("No GPU: every lesson runs on the CPU; GPU-only cells say what "
+                     "they would show and lesson 06 shows recorded GPU results.")
+        if report.bf16_native:
+            lines.append("This CPU has bf16 instructions "
+                         f"({', '.join(sorted(report.cpu_flags & set(BF16_CPU_FLAGS)))}"
+                         "): bf16 autocast can be fast here.")
+        else:
+            lines.append("This CPU has no AVX-512 BF16 / AMX: bf16 and fp16 matmuls "
+                         "are emulated and much SLOWER than fp32, so CPU demos stay "
+                         "tiny and measure correctness, not speed.")
+    return lines

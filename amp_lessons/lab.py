@@ -1,0 +1,55 @@
+"""Start JupyterLab on the course, safely: loopback only, with a token, offline.
+
+`make lab` runs ``python -m amp_lessons.lab``; the browser test starts the server with
+the same `lab_command`, so what is tested is what students run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def lab_command(
+    port: int | None = None, token: str | None = None, open_browser: bool = True
+) -> list[str]:
+    """The `jupyter lab` command line the course uses.
+
+    Example: ``lab_command(8899, "abc", open_browser=False)`` binds 127.0.0.1:8899 and
+    requires ``?token=abc``. With ``token=None`` Jupyter makes a fresh random token
+    itself and prints the URL with it (kept off the command line, where `ps` shows it
+    to every user); an empty token is refused, since it would let any local process
+    or web page drive the kernel.
+    """
+    if token is not None and not token:
+        raise ValueError("an empty token disables authentication; pass None for a "
+                         "random one")
+    command = [
+        sys.executable, "-m", "jupyter", "lab",
+        "--ServerApp.ip=127.0.0.1",  # loopback only: unreachable from the network
+        f"--ServerApp.root_dir={NOTEBOOKS}",
+        "--LabApp.news_url=None",  # no network needed: no news feed ...
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",  # ... no
+    ]
+    if token is not None:
+        command.append(f"--IdentityProvider.token={token}")
+    if port is not None:
+        command.append(f"--ServerApp.port={port}")
+    if not open_browser:
+        command.append("--no-browser")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Jupyter refuses root without this; containers and CI often run as root.
+        command.append("--allow-root")
+    return command
+
+
+def main() -> int:
+    return subprocess.call(lab_command())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

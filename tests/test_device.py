@@ -1,0 +1,51 @@
+import torch
+
+from amp_lessons.device import (
+    cuda_bf16_native,
+    describe_machine,
+    pick_device,
+    read_cpu_flags,
+    what_this_means,
+)
+
+
+def test_report_matches_running_torch():
+    report = describe_machine()
+    assert report.torch_version == torch.__version__
+    assert report.device_type == pick_device()
+    assert report.cpu_capability == torch.backends.cpu.get_cpu_capability()
+    if not torch.cuda.is_available():
+        assert report.compute_capability is None and not report.tensor_cores
+
+
+def test_cpu_flags_are_read_from_proc_cpuinfo(tmp_path):
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor : 0\nflags\t\t: fpu avx2 avx512_bf16 amx_bf16\n")
+    assert {"avx2", "avx512_bf16", "amx_bf16"} <= read_cpu_flags(fake)
+    assert read_cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def test_bf16_is_native_from_ampere_on():
+    assert not cuda_bf16_native((7, 5))  # T4
+    assert cuda_bf16_native((8, 0))  # A100
+    assert cuda_bf16_native((9, 0))  # H100/H200
+
+
+def test_meaning_on_a_cpu_without_bf16_warns_of_slowness():
+    report = describe_machine()
+    if report.device_type != "cpu":
+        return
+    from dataclasses import replace
+
+    slow = replace(report, bf16_native=False, cpu_flags=frozenset({"avx2"}))
+    fast = replace(report, bf16_native=True, cpu_flags=frozenset({"amx_bf16"}))
+    assert "SLOWER than fp32" in " ".join(what_this_means(slow))
+    assert "SLOWER" not in " ".join(what_this_means(fast))
+
+
+def test_meaning_on_an_old_gpu_suggests_fp16():
+    from dataclasses import replace
+
+    t4 = replace(describe_machine(), device_type="cuda", device_name="Tesla T4",
+                 compute_capability=(7, 5), tensor_cores=True, bf16_native=False)
+    assert "use fp16 autocast with a GradScaler" in " ".join(what_this_means(t4))

@@ -1,0 +1,161 @@
+"""The course's frame: dependency lists agree, notebooks are stored clean, lint passes,
+the set-up script explains its failures, and JupyterLab is launched safely."""
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def requirement_lines(text: str) -> list[str]:
+    lines = [line.split("#")[0].strip() for line in text.splitlines()]
+    return [line for line in lines if line]
+
+
+def test_environment_yml_agrees_with_requirements():
+    required = requirement_lines((ROOT / "requirements.txt").read_text())
+    env = (ROOT / "environment.yml").read_text()
+    pip_section = env.split("- pip:", 1)[1]
+    listed = [m.strip() for m in re.findall(r"^\s+- (.+)$", pip_section, re.M)]
+    assert [item for item in listed if item != "-e ."] == required
+
+
+def test_pyproject_dependencies_agree_with_requirements():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    required = requirement_lines((ROOT / "requirements.txt").read_text())
+    assert pyproject["project"]["dependencies"] == required
+
+
+def test_torch_range_admits_the_ci_build_and_cuda_builds():
+    torch_line = next(r for r in requirement_lines((ROOT / "requirements.txt")
+                      .read_text()) if r.startswith("torch"))
+    from packaging.specifiers import SpecifierSet
+
+    spec = SpecifierSet(torch_line.removeprefix("torch"))
+    assert "2.13.0" in spec and "2.5.0" in spec and "2.4.1" not in spec
+
+
+def test_at_least_the_welcome_notebook_exists():
+    assert (ROOT / "notebooks" / "00_welcome.ipynb") in NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_valid_and_stored_clean(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    dirty = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+             and (cell.outputs or cell.execution_count is not None)]
+    assert not dirty, f"{path.name}: cells {dirty} keep outputs; run nbstripout"
+
+
+def test_clean_check_rejects_a_notebook_with_outputs(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])
+    result = nbformat.v4.new_output("execute_result", {"text/plain": "2"})
+    nb.cells[0].outputs = [result]
+    nb.cells[0].execution_count = 1
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(nb, tmp_path / "dirty.ipynb")
+    with pytest.raises(AssertionError, match="keep outputs"):
+        test_notebook_is_valid_and_stored_clean(tmp_path / "dirty.ipynb")
+
+
+def test_pre_commit_strips_notebook_outputs():
+    config = (ROOT / ".pre-commit-config.yaml").read_text()
+    assert "nbstripout" in config
+
+
+def test_ruff_passes():
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", str(ROOT)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_package_never_uses_the_deprecated_cuda_amp_spelling():
+    offenders = [p.name for p in (ROOT / "amp_lessons").glob("*.py")
+                 if "torch.cuda.amp" in p.read_text()]
+    assert not offenders
+
+
+def load_bootstrap():
+    spec = importlib.util.spec_from_file_location(
+        "bootstrap", ROOT / "amp_lessons" / "bootstrap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_setup_refuses_an_old_python_with_a_sentence(monkeypatch, capsys):
+    bootstrap = load_bootstrap()
+    monkeypatch.setattr(bootstrap, "MIN_PYTHON", (99, 0))
+    with pytest.raises(SystemExit):
+        bootstrap.check_python()
+    message = capsys.readouterr().err
+    assert "needs Python 99.0 or newer" in message and "Traceback" not in message
+
+
+def test_setup_explains_a_missing_torch_wheel(monkeypatch, capsys):
+    bootstrap = load_bootstrap()
+
+    def pip_without_wheels(*args, **kwargs):
+        return subprocess.CompletedProcess(args, 1, stdout=(
+            "ERROR: Could not find a version that satisfies the requirement torch\n"
+            "ERROR: No matching distribution found for torch>=2.5,<3\n"))
+
+    monkeypatch.setattr(bootstrap.subprocess, "run", pip_without_wheels)
+    with pytest.raises(SystemExit):
+        bootstrap.pip_install([])
+    assert "no ready-made torch wheel" in capsys.readouterr().err
+
+
+def test_old_python_reaches_the_version_check():
+    # bootstrap.py must parse on Python 3.5+: no f-strings, walrus or match
+    source = (ROOT / "amp_lessons" / "bootstrap.py").read_text()
+    assert not re.search(r"""\bf["']""", source) and ":=" not in source
+
+
+def test_lab_command_is_loopback_with_a_token_and_offline():
+    from amp_lessons.lab import lab_command
+
+    command = lab_command(port=8899, token="abc123", open_browser=False)
+    assert "--ServerApp.ip=127.0.0.1" in command
+    assert "--IdentityProvider.token=abc123" in command
+    assert "--LabApp.news_url=None" in command
+    assert any("NeverCheckForUpdate" in part for part in command)
+    joined = " ".join(command)
+    assert "0.0.0.0" not in joined and "disable_check_xsrf" not in joined
+    with pytest.raises(ValueError, match="empty token"):
+        lab_command(token="")
+
+
+def test_nothing_advertises_an_unsafe_launch():
+    paths = [ROOT / "README.md", ROOT / "Makefile", ROOT / ".ci" / "run",
+             *ROOT.glob("amp_lessons/*.py")]
+    texts = {p: p.read_text() for p in paths}
+    for path, text in texts.items():
+        assert "0.0.0.0" not in text, path
+        assert not re.search(r"token=['\"]{2}|token=\s*$", text, re.M), path
+        assert "disable_check_xsrf" not in text, path
+    assert "--allow-root" not in texts[ROOT / "README.md"]
+
+
+def test_readme_names_the_two_commands():
+    readme = (ROOT / "README.md").read_text()
+    assert "make lab" in readme and "make test" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci
+
+
+def test_notebook_sequence_is_numbered_in_order():
+    numbers = [int(p.name[:2]) for p in NOTEBOOKS]
+    assert numbers == sorted(set(numbers))
+    assert json.loads(NOTEBOOKS[0].read_text())["cells"][0]["cell_type"] == "markdown"
