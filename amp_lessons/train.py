@@ -1,0 +1,785 @@
+"""The real AMP training loop: one code path for fp32, tf32, fp16 and bf16.
+
+Notebook 05 walks through it. The loop is nanoGPT's, written with the current API:
+
+    ctx = torch.amp.autocast(device_type, dtype=dtype, enabled=precision.autocast)
+    scaler = torch.amp.GradScaler(device_type, enabled=precision.needs_scaler)
+    scale -> backward -> unscale_ -> clip -> step -> update -> zero_grad(set_to_none)
+
+For fp32 and bf16 the scaler is simply disabled (every call is a no-op), so there is
+one path, not four. Two built-in synthetic tasks, nothing downloaded:
+
+* ``"spirals"``: 3 interleaved 2-D spirals classified by a small MLP; learns in a few
+  seconds on a CPU in every precision.
+* ``"gpt"``: a small GPT (causal self-attention through
+  ``F.scaled_dot_product_attention``) on arithmetic token sequences
+  ``x[t+1] = (x[t] + stride) % vocab``: the stride is per sequence, so the model must
+  look back, which is what attention is for. Used by ``bench``.
+
+Not covered here: distributed training, fused optimizers that take the scale
+themselves, learning-rate schedules.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ---------------------------------------------------------------------------
+# Precisions and devices
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How one precision setting runs: what autocast casts to, TF32, the scaler."""
+
+    name: str
+    dtype: torch.dtype  # autocast's target dtype (float32: autocast stays off)
+    autocast: bool
+    tf32: bool  # let fp32 matmuls use TF32 tensor cores (CUDA Ampere+ only)
+    needs_scaler: bool  # fp16's 5 exponent bits make small gradients flush to zero
+    summary: str
+
+
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision("fp32", torch.float32, False, False, False,
+                  "float32 everywhere, TF32 off: the reference"),
+        Precision("tf32", torch.float32, False, True, False,
+                  "float32 tensors, matmuls on TF32 tensor cores (10-bit mantissa)"),
+        Precision("fp16", torch.float16, True, False, True,
+                  "autocast to float16 + loss scaling, fp32 master weights"),
+        Precision("bf16", torch.bfloat16, True, False, False,
+                  "autocast to bfloat16, fp32 master weights, no scaler needed"),
+    )
+}
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+SCALERS = ("auto", "torch", "ours", "none")
+TASKS = ("spirals", "gpt")
+
+
+class SlowOnThisDeviceWarning(UserWarning):
+    """A precision that works here but runs much slower than fp32 (fp16 on a CPU)."""
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """Turn ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"mps"`` into a device.
+
+    Raises a ValueError for a name torch does not know and a RuntimeError when the
+    device is not present, each saying what to use instead.
+
+    Example: ``resolve_device("cpu") == torch.device("cpu")``; on a machine without
+    an NVIDIA GPU ``resolve_device("cuda")`` raises "CUDA was asked for, but ...".
+    """
+    valid = "auto, cpu, cuda, cuda:N (a GPU index), mps"
+    if not isinstance(name, str):
+        raise ValueError(f"device must be a string ({valid}), got {name!r}")
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use one of: {valid}") from None
+    if device.type not in DEVICE_TYPES:
+        raise ValueError(f"unknown device {name!r}; use one of: {valid}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = (f"this torch ({torch.__version__}) was built without CUDA"
+                     if torch.version.cuda is None
+                     else "no NVIDIA GPU is visible to this torch")
+            raise RuntimeError(
+                f"CUDA was asked for, but torch.cuda.is_available() is False: {build}. "
+                "Fix: use --device cpu (or auto), or run on a machine with an NVIDIA "
+                "GPU and a CUDA build of torch.")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise RuntimeError(f"{name!r} asked for, but only {count} CUDA device(s) "
+                               f"exist: use cuda:0 .. cuda:{count - 1}")
+    if device.type == "mps" and not _mps_available():
+        raise RuntimeError("MPS (Apple GPU) was asked for, but it is not available "
+                           "here. Fix: use --device cpu (or auto).")
+    return device
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps and mps.is_available())
+
+
+def resolve_precision(name: str, device: torch.device | str = "cpu",
+                      warn: bool = True) -> Precision:
+    """Look up a precision and check the device can run it.
+
+    Warns (SlowOnThisDeviceWarning) for fp16 on a CPU, where it works but is slow;
+    ``warn=False`` leaves that to the caller (see ``slow_note``).
+
+    Example: ``resolve_precision("bf16").dtype is torch.bfloat16``;
+    ``resolve_precision("fp8")`` raises "unknown precision 'fp8'; use one of: ...".
+    """
+    if name not in PRECISIONS:
+        raise ValueError(f"unknown precision {name!r}; use one of: "
+                         f"{', '.join(PRECISIONS)}")
+    precision = PRECISIONS[name]
+    device = torch.device(device)
+    if name == "bf16" and device.type == "cuda":
+        capability = torch.cuda.get_device_capability(device)
+        if capability < (8, 0):
+            gpu = torch.cuda.get_device_name(device)
+            raise RuntimeError(
+                f"bf16 needs a GPU with native bfloat16 (compute capability 8.0+, "
+                f"Ampere or newer); {gpu} is {capability[0]}.{capability[1]}, where "
+                "torch would emulate it slowly. Fix: use --precision fp16 (with its "
+                "loss scaler).")
+    note = slow_note(precision, device)
+    if warn and note:
+        warnings.warn(note, SlowOnThisDeviceWarning, stacklevel=2)
+    return precision
+
+
+def slow_note(precision: Precision, device: torch.device | str) -> str | None:
+    """A note when a precision works on a device but is slow there, else None.
+
+    Example: ``slow_note(PRECISIONS["fp16"], "cpu")`` -> "fp16 on a CPU works but ...".
+    """
+    if precision.name == "fp16" and torch.device(device).type == "cpu":
+        return ("fp16 on a CPU works but is slow: most CPUs have no fp16 matrix "
+                "units (on an AVX2 CPU an fp16 matmul is ~150x slower than fp32). "
+                "It is here to learn the mechanics; measure speed on a GPU.")
+    return None
+
+
+@contextmanager
+def tf32_mode(enabled: bool) -> Iterator[None]:
+    """Allow (or forbid) TF32 for fp32 matmuls and convolutions, then restore.
+
+    Only NVIDIA GPUs from Ampere on have TF32; elsewhere the flag changes nothing.
+
+    Example::
+
+        with tf32_mode(False):   # an honest fp32 baseline, even where TF32 is default
+            y = a @ b
+    """
+    matmul = torch.backends.cuda.matmul
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    # torch >= 2.9 has per-backend `fp32_precision`; mixing it with the legacy
+    # `allow_tf32` flags makes torch raise, so use the new API wherever it exists.
+    if conv is not None and hasattr(conv, "fp32_precision"):
+        old = (matmul.fp32_precision, conv.fp32_precision)
+        value = "tf32" if enabled else "ieee"
+        matmul.fp32_precision = conv.fp32_precision = value
+        try:
+            yield
+        finally:
+            matmul.fp32_precision, conv.fp32_precision = old
+    else:  # pragma: no cover - torch < 2.9
+        old = (matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+        try:
+            yield
+        finally:
+            matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def autocast_context(precision: Precision, device: torch.device | str):
+    """The autocast context for a precision: on for fp16/bf16, a no-op otherwise.
+
+    Example::
+
+        ctx = autocast_context(PRECISIONS["bf16"], "cpu")
+        with ctx:
+            assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype is torch.bfloat16
+    """
+    device_type = torch.device(device).type
+    return torch.amp.autocast(device_type, dtype=precision.dtype,
+                              enabled=precision.autocast)
+
+
+def make_scaler(precision: Precision, device: torch.device | str,
+                scaler: str = "auto", init_scale: float = 2.0**16,
+                growth_interval: int = 2000):
+    """The loss scaler for a precision: enabled only for fp16.
+
+    ``scaler``: ``"auto"`` (torch's GradScaler for fp16, disabled otherwise),
+    ``"torch"`` (torch.amp.GradScaler), ``"ours"`` (amp_lessons.scaler.LossScaler,
+    written in lesson 03) or ``"none"`` (disabled: fp16 without scaling, to watch
+    gradients underflow). Asking for a scaler with any precision but fp16 is an error.
+
+    Example: ``make_scaler(PRECISIONS["fp16"], "cpu").get_scale() == 65536.0``;
+    ``make_scaler(PRECISIONS["bf16"], "cpu").is_enabled() is False``.
+    """
+    _check_scaler_choice(precision, scaler)
+    device_type = torch.device(device).type
+    enabled = precision.needs_scaler and scaler != "none"
+    if enabled and scaler == "ours":
+        from amp_lessons.scaler import LossScaler  # written alongside, lesson 03
+
+        return LossScaler(device_type, init_scale=init_scale,
+                          growth_interval=growth_interval)
+    return torch.amp.GradScaler(device_type, init_scale=init_scale,
+                                growth_interval=growth_interval, enabled=enabled)
+
+
+def _check_scaler_choice(precision: Precision, scaler: str) -> None:
+    if scaler not in SCALERS:
+        raise ValueError(f"unknown scaler {scaler!r}; use one of: {', '.join(SCALERS)}")
+    if scaler in ("torch", "ours") and not precision.needs_scaler:
+        why = ("bf16 has fp32's 8 exponent bits, so gradients do not underflow the "
+               "way they do in fp16" if precision.name == "bf16"
+               else f"{precision.name} gradients are float32")
+        raise ValueError(
+            f"a loss scaler is not needed with {precision.name}: {why}. Scaling "
+            "would only cost time. Fix: use --scaler auto (or none), or "
+            "--precision fp16 if you want to study loss scaling.")
+
+
+def check_model(model: nn.Module, precision: Precision, scaler_enabled: bool) -> None:
+    """Refuse a model whose weights cannot train in this precision, before any step.
+
+    Example: ``check_model(nn.Linear(2, 2).half(), PRECISIONS["fp16"], True)`` raises
+    (torch's GradScaler would fail later with "Attempting to unscale FP16 gradients").
+    """
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    low = sorted(str(d).removeprefix("torch.") for d in dtypes - {torch.float32})
+    if not low:
+        return
+    if scaler_enabled:
+        raise ValueError(
+            f"the model's parameters are {', '.join(low)} (model.half()?), but loss "
+            "scaling needs float32 weights: torch's GradScaler stops with "
+            "'Attempting to unscale FP16 gradients', and fp16 weights lose small "
+            "updates anyway. Fix: keep the model in float32 (drop .half()) and let "
+            "autocast cast each op to fp16; the fp32 weights are the master copy.")
+    if not precision.autocast:
+        raise ValueError(
+            f"the model's parameters are {', '.join(low)}, but precision "
+            f"{precision.name} computes in float32. Fix: model.float(), or pick "
+            "--precision fp16/bf16 and keep the weights in float32.")
+
+
+# ---------------------------------------------------------------------------
+# Models and synthetic data
+# ---------------------------------------------------------------------------
+
+
+class MLP(nn.Module):
+    """A plain ReLU MLP: ``sizes=(2, 64, 64, 3)`` is 2 inputs -> 3 class scores."""
+
+    def __init__(self, sizes: Sequence[int]):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+            layers.append(nn.Linear(n_in, n_out))
+            if i < len(sizes) - 2:
+                layers.append(nn.ReLU())
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        if n_embd % n_head:
+            raise ValueError(f"n_embd={n_embd} must be a multiple of n_head={n_head}")
+        self.n_head = n_head
+        self.qkv = nn.Linear(n_embd, 3 * n_embd, bias=False)
+        self.proj = nn.Linear(n_embd, n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for t in (q, k, v))
+        # flash / memory-efficient kernels on CUDA: no T x T matrix is kept
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head)
+        self.ln2 = nn.LayerNorm(n_embd)
+        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd, bias=False), nn.GELU(),
+                                 nn.Linear(4 * n_embd, n_embd, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """A small GPT: token + position embeddings, pre-LN blocks, a linear head.
+
+    Example: ``GPT(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=64)``
+    maps token ids of shape (B, T) to logits of shape (B, T, 64).
+    """
+
+    def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int,
+                 n_embd: int):
+        super().__init__()
+        self.block_size = block_size
+        self.tok_emb = nn.Embedding(vocab_size, n_embd)
+        self.pos_emb = nn.Embedding(block_size, n_embd)
+        self.blocks = nn.Sequential(*(Block(n_embd, n_head) for _ in range(n_layer)))
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.head = nn.Linear(n_embd, vocab_size, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        pos = torch.arange(T, device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)
+        return self.head(self.ln_f(self.blocks(x)))
+
+
+def make_spirals(n: int, num_classes: int = 3, noise: float = 0.15,
+                 generator: torch.Generator | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` points on ``num_classes`` interleaved spiral arms: x (n, 2), y (n,).
+
+    Example: ``x, y = make_spirals(300)`` -> ``x.shape == (300, 2)``, labels 0, 1, 2.
+    """
+    y = torch.arange(n) % num_classes
+    r = torch.rand(n, generator=generator)
+    theta = 4.5 * r + 2 * math.pi * y / num_classes  # 4.5 rad (258 deg) per arm
+    x = torch.stack([r * torch.cos(theta), r * torch.sin(theta)], dim=1)
+    x = x + noise * r[:, None] * torch.randn(n, 2, generator=generator)
+    return x * 2.0, y  # inputs of order 1
+
+
+def make_tokens(batch_size: int, block_size: int, vocab_size: int,
+                generator: torch.Generator | None = None, max_stride: int = 8
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Arithmetic sequences mod ``vocab_size``; y is x shifted by one token.
+
+    Each row has its own start and stride (1..max_stride), so after two tokens the
+    rest is predictable, but only by looking back: a bigram cannot do it.
+
+    Example: a row ``[5, 8, 11, 14, ...]`` has targets ``[8, 11, 14, 17, ...]``.
+    """
+    start = torch.randint(vocab_size, (batch_size, 1), generator=generator)
+    stride = torch.randint(1, max_stride + 1, (batch_size, 1), generator=generator)
+    seq = (start + stride * torch.arange(block_size + 1)) % vocab_size
+    return seq[:, :-1], seq[:, 1:]
+
+
+# ---------------------------------------------------------------------------
+# Configuration and results
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig:
+    """Everything one run depends on. ``TrainConfig()`` trains the spirals in bf16.
+
+    Example: ``train(TrainConfig(precision="fp16", num_steps=100, device="cpu"))``.
+    """
+
+    task: str = "spirals"  # "spirals" (MLP classifier) or "gpt" (small transformer)
+    device: str = "auto"
+    precision: str = "bf16"
+    scaler: str = "auto"  # auto | torch | ours | none
+    num_steps: int = 200  # optimizer steps
+    batch_size: int = 128  # per micro-batch
+    accum_steps: int = 1  # micro-batches per optimizer step
+    lr: float | None = None  # None: 1e-2 for spirals, 3e-3 for gpt
+    weight_decay: float = 0.0
+    clip: float | None = 1.0  # max gradient norm (after unscale_); None: no clipping
+    init_scale: float = 2.0**16
+    growth_interval: int = 2000
+    seed: int = 0
+    hidden: int = 64  # spirals: MLP width
+    num_classes: int = 3
+    n_layer: int = 2  # gpt sizes
+    n_head: int = 2
+    n_embd: int = 64
+    block_size: int = 32
+    vocab_size: int = 64
+    log_every: int = 0  # print a line every N steps (0: silent)
+    checkpoint_path: str | None = None
+    checkpoint_every: int = 0  # 0: save only at the end (when a path is given)
+    resume: bool = False  # continue from checkpoint_path
+
+
+# Changing these between a checkpoint and its resume changes what the saved state
+# means (shapes, scaler state, data stream), so a resume refuses to mix them.
+RESUME_MUST_MATCH = ("task", "precision", "scaler", "seed", "hidden", "num_classes",
+                     "n_layer", "n_head", "n_embd", "block_size", "vocab_size",
+                     "batch_size", "accum_steps")
+
+
+@dataclass
+class StepRecord:
+    """One optimizer step, as the notebooks plot it."""
+
+    step: int  # 1-based count of optimizer steps, skipped ones included
+    loss: float  # mean loss of the step's micro-batches (unscaled)
+    scale: float  # loss scale used for this step (1.0 without a scaler)
+    skipped: bool  # inf/NaN gradients: the scaler skipped optimizer.step()
+    grad_norm: float  # total gradient norm after unscale_, before clipping
+    time_ms: float  # wall time of the step, results on the host included
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` returns: per-step records, final evaluation, the objects."""
+
+    config: TrainConfig
+    records: list[StepRecord]
+    eval_loss: float
+    eval_accuracy: float
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: Any
+    device: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def losses(self) -> list[float]:
+        return [r.loss for r in self.records]
+
+    @property
+    def scales(self) -> list[float]:
+        return [r.scale for r in self.records]
+
+    @property
+    def num_skipped(self) -> int:
+        return sum(r.skipped for r in self.records)
+
+
+def validate_config(config: TrainConfig) -> None:
+    """Check every field before anything is built, so a bad run changes nothing.
+
+    Example: ``validate_config(TrainConfig(accum_steps=0))`` raises "accum_steps must
+    be a positive integer".
+    """
+    if config.task not in TASKS:
+        raise ValueError(f"unknown task {config.task!r}; use one of: "
+                         f"{', '.join(TASKS)}")
+    for name in ("num_steps", "batch_size", "accum_steps", "growth_interval",
+                 "hidden", "num_classes", "n_layer", "n_head", "n_embd",
+                 "block_size", "vocab_size"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    for name in ("log_every", "checkpoint_every"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    if config.lr is not None and not config.lr > 0:
+        raise ValueError(f"lr must be > 0, got {config.lr!r}")
+    if config.clip is not None and not config.clip > 0:
+        raise ValueError(f"clip must be > 0 (or None for no clipping), got "
+                         f"{config.clip!r}")
+    if not (config.init_scale > 0 and math.isfinite(config.init_scale)):
+        raise ValueError(f"init_scale must be a finite number > 0, got "
+                         f"{config.init_scale!r}")
+    if config.resume and not config.checkpoint_path:
+        raise ValueError("resume=True needs checkpoint_path (--checkpoint PATH)")
+    if config.checkpoint_every and not config.checkpoint_path:
+        raise ValueError("checkpoint_every needs checkpoint_path (--checkpoint PATH)")
+
+
+# ---------------------------------------------------------------------------
+# Tasks: data, model and loss for each built-in problem
+# ---------------------------------------------------------------------------
+
+
+class Task:
+    """A synthetic problem: a model factory, a batch stream and a loss.
+
+    The batch stream draws from its own generator (``self.generator``), whose state a
+    checkpoint saves, so a resumed run sees the same batches as an unbroken one.
+    """
+
+    def __init__(self, config: TrainConfig, device: torch.device):
+        self.config = config
+        self.device = device
+        self.generator = torch.Generator().manual_seed(config.seed + 1)
+        fixed = torch.Generator().manual_seed(config.seed + 2)
+        if config.task == "spirals":
+            x, y = make_spirals(4096, config.num_classes, generator=fixed)
+            self.train_x, self.train_y = x[:3072].to(device), y[:3072].to(device)
+            self.eval_x, self.eval_y = x[3072:].to(device), y[3072:].to(device)
+        else:
+            x, y = make_tokens(64, config.block_size, config.vocab_size, fixed)
+            self.eval_x, self.eval_y = x.to(device), y.to(device)
+
+    @property
+    def default_lr(self) -> float:
+        return 1e-2 if self.config.task == "spirals" else 3e-3
+
+    def make_model(self) -> nn.Module:
+        c = self.config
+        if c.task == "spirals":
+            return MLP((2, c.hidden, c.hidden, c.num_classes))
+        return GPT(c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd)
+
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        c = self.config
+        if c.task == "spirals":
+            idx = torch.randint(len(self.train_x), (c.batch_size,),
+                                generator=self.generator).to(self.device)
+            return self.train_x[idx], self.train_y[idx]
+        x, y = make_tokens(c.batch_size, c.block_size, c.vocab_size, self.generator)
+        return x.to(self.device), y.to(self.device)
+
+    @staticmethod
+    def loss_fn(output: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(output.reshape(-1, output.shape[-1]), y.reshape(-1))
+
+
+# ---------------------------------------------------------------------------
+# The step, evaluation, checkpoints
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class StepStats:
+    loss: torch.Tensor  # 0-d, detached
+    grad_norm: torch.Tensor
+    scale: float
+    skipped: bool
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, ctx,
+               micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+               clip: float | None = None) -> StepStats:
+    """One optimizer step over ``len(micro_batches)`` accumulated micro-batches.
+
+    The order is the one that works for every precision: scale -> backward (per
+    micro-batch) -> unscale_ -> clip -> step -> update -> zero_grad(set_to_none).
+    A step is "skipped" when the scale went down in ``update()``: the scaler found
+    inf/NaN gradients and did not call ``optimizer.step()``.
+
+    Example::
+
+        stats = train_step(model, optimizer, scaler, ctx, [(x, y)], F.cross_entropy)
+        stats.loss.item(), stats.skipped
+    """
+    scale = scaler.get_scale()
+    total = torch.zeros((), device=micro_batches[0][0].device)
+    for x, y in micro_batches:
+        with ctx:
+            # divide so the accumulated gradient is that of the mean loss
+            loss = loss_fn(model(x), y) / len(micro_batches)
+        scaler.scale(loss).backward()
+        total += loss.detach().float()
+    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        model.parameters(), clip if clip is not None else math.inf)
+    scaler.step(optimizer)  # skips optimizer.step() if any gradient is inf/NaN
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    skipped = scaler.is_enabled() and scaler.get_scale() < scale
+    return StepStats(total, grad_norm.detach(), scale, skipped)
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx,
+             loss_fn: Callable = Task.loss_fn) -> tuple[float, float]:
+    """Loss and accuracy under autocast, without a scaler and without autograd.
+
+    Example: ``evaluate(model, x, y, ctx)`` -> ``(0.08, 0.98)``.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode(), ctx:
+            output = model(x)
+            loss = loss_fn(output, y)
+            accuracy = (output.argmax(-1) == y).float().mean()
+    finally:
+        model.train(was_training)
+    return loss.item(), accuracy.item()
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
+    """``torch.save`` to a temporary file, then rename: a crash leaves no half file.
+
+    Example: ``save_checkpoint("run.pt", {"model": model.state_dict()})``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic on POSIX and Windows
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a checkpoint written by ``train`` (tensors and plain data only).
+
+    Example: ``load_checkpoint("run.pt")["step"]`` -> ``100``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}: run once without --resume "
+                                "(with --checkpoint) to create it")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # pickle errors come in many types
+        raise ValueError(f"{path} is not a readable checkpoint ({e}); delete it or "
+                         "point --checkpoint elsewhere") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} was not written by amp_lessons.train "
+                         f"(expected format {CHECKPOINT_FORMAT!r})")
+    return state
+
+
+CHECKPOINT_FORMAT = "amp_lessons.train/1"
+
+
+def _check_resume_compatible(saved: dict, config: TrainConfig, path) -> None:
+    now = asdict(config)
+    diff = [f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}"
+            for k in RESUME_MUST_MATCH if saved.get(k) != now[k]]
+    if diff:
+        raise ValueError(f"cannot resume from {path}: the run's settings differ ("
+                         + "; ".join(diff) + "). Fix: resume with the same settings, "
+                         "or start a new run with another --checkpoint path.")
+
+
+# ---------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------
+
+
+def train(config: TrainConfig, model: nn.Module | None = None,
+          log: Callable[[str], None] = print) -> TrainResult:
+    """Train on a built-in synthetic task and return the per-step records.
+
+    Everything is checked before the model, the optimizer or a checkpoint is touched.
+    With ``checkpoint_path`` the state (model, optimizer, scaler, step, RNGs, records)
+    is saved atomically; ``resume=True`` continues from it and reproduces the
+    uninterrupted run bit for bit on a CPU.
+
+    ``model``: your own module for the task (default: the built-in one); it must take
+    the task's inputs (spirals: (B, 2) floats; gpt: (B, T) token ids).
+
+    Example::
+
+        result = train(TrainConfig(device="cpu", precision="bf16", num_steps=200))
+        result.losses[0], result.losses[-1], result.num_skipped  # 1.1, 0.1, 0
+    """
+    validate_config(config)
+    device = resolve_device(config.device)
+    precision = resolve_precision(config.precision, device, warn=False)
+    _check_scaler_choice(precision, config.scaler)
+    scaler_enabled = precision.needs_scaler and config.scaler != "none"
+    if model is not None:
+        check_model(model, precision, scaler_enabled)
+    saved = None
+    if config.resume:
+        saved = load_checkpoint(config.checkpoint_path)
+        _check_resume_compatible(saved["config"], config, config.checkpoint_path)
+
+    # -- nothing was touched above; from here on we build and train --
+    notes = [n for n in [slow_note(precision, device)] if n]
+    for note in notes:
+        warnings.warn(note, SlowOnThisDeviceWarning, stacklevel=2)
+    torch.manual_seed(config.seed)
+    task = Task(config, device)
+    if model is None:
+        model = task.make_model()
+    model.to(device)
+    lr = config.lr if config.lr is not None else task.default_lr
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr,
+                                  weight_decay=config.weight_decay)
+    scaler = make_scaler(precision, device, config.scaler, config.init_scale,
+                         config.growth_interval)
+    ctx = autocast_context(precision, device)
+    records: list[StepRecord] = []
+    if saved is not None:
+        _restore(saved, model, optimizer, scaler, task, device)
+        records = [StepRecord(**r) for r in saved["records"]]
+
+    def checkpoint() -> None:
+        save_checkpoint(config.checkpoint_path,
+                        _snapshot(config, model, optimizer, scaler, task, records))
+
+    with tf32_mode(precision.tf32):
+        model.train()
+        for step in range(len(records) + 1, config.num_steps + 1):
+            t0 = time.perf_counter()
+            batches = [task.batch() for _ in range(config.accum_steps)]
+            stats = train_step(model, optimizer, scaler, ctx, batches, task.loss_fn,
+                               config.clip)
+            loss, grad_norm = stats.loss.item(), stats.grad_norm.item()  # syncs GPU
+            records.append(StepRecord(step, loss, stats.scale, stats.skipped,
+                                      grad_norm, 1e3 * (time.perf_counter() - t0)))
+            if config.log_every and (step % config.log_every == 0 or step == 1
+                                     or step == config.num_steps):
+                log(format_record(records[-1], sum(r.skipped for r in records)))
+            if (config.checkpoint_path and config.checkpoint_every
+                    and step % config.checkpoint_every == 0):
+                checkpoint()
+        if config.checkpoint_path:
+            checkpoint()
+        eval_loss, eval_accuracy = evaluate(model, task.eval_x, task.eval_y, ctx,
+                                            task.loss_fn)
+    return TrainResult(config, records, eval_loss, eval_accuracy, model, optimizer,
+                       scaler, str(device), notes)
+
+
+def format_record(record: StepRecord, skipped_so_far: int) -> str:
+    """One log line. Example: ``step   10 | loss 0.8123 | scale 65536 | skipped 0 |
+    grad_norm 1.234 | 2.1 ms``."""
+    return (f"step {record.step:4d} | loss {record.loss:.4f} | scale "
+            f"{record.scale:g} | skipped {skipped_so_far} | grad_norm "
+            f"{record.grad_norm:.3g} | {record.time_ms:.1f} ms")
+
+
+def _snapshot(config, model, optimizer, scaler, task, records) -> dict:
+    cuda_rng = (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
+                else None)
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "step": len(records),
+        "config": asdict(config),
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
+        "data_rng": task.generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": cuda_rng,
+        "records": [asdict(r) for r in records],
+    }
+
+
+def _restore(saved, model, optimizer, scaler, task, device) -> None:
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])  # moves state to the params' device
+    if scaler.is_enabled():
+        scaler.load_state_dict(saved["scaler"])
+    task.generator.set_state(saved["data_rng"])
+    torch.set_rng_state(saved["torch_rng"])
+    if saved["cuda_rng"] is not None and device.type == "cuda":
+        torch.cuda.set_rng_state_all(saved["cuda_rng"])
+
