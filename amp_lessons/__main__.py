@@ -1,0 +1,246 @@
+"""Command line: ``python -m amp_lessons train|bench`` (installed as ``amp-lessons``).
+
+Examples::
+
+    python -m amp_lessons train --device cpu --precision bf16
+    python -m amp_lessons train --precision fp16 --scaler ours --checkpoint run.pt
+    python -m amp_lessons bench --device cpu --json out.json
+    python -m amp_lessons bench --device cuda --record  # notebooks/results/bench_*
+
+Mistakes (an unknown precision, CUDA asked without CUDA, a scaler with bf16, ...) end
+with one line on stderr saying what to do instead, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+
+from amp_lessons.train import PRECISIONS, SCALERS, TASKS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``amp-lessons`` argument parser with its ``train`` and ``bench`` commands."""
+    parser = argparse.ArgumentParser(
+        prog="python -m amp_lessons",
+        description="AMP from the bits up: run the course's training loop or its "
+                    "speed/memory benchmark.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="command")
+    _add_train(commands.add_parser(
+        "train", help="train a synthetic task with the AMP loop, printing loss, "
+                      "scale and skipped steps",
+        description="The real AMP loop (amp_lessons.train) on a built-in synthetic "
+                    "task: nothing is downloaded."))
+    _add_bench(commands.add_parser(
+        "bench", help="time fp32/tf32/fp16/bf16 training steps and measure memory "
+                      "(--json for a results file)",
+        description="Step time, peak memory, saved activations, TFLOP/s and MFU for "
+                    "fp32 (TF32 off), tf32, fp16 and bf16, side by side."))
+    return parser
+
+
+def _add_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", choices=TASKS, default="spirals",
+                   help="spirals: 3-class MLP (seconds on a CPU); gpt: small "
+                        "transformer (default: %(default)s)")
+    p.add_argument("--device", default="auto",
+                   help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
+    p.add_argument("--precision", default="bf16",
+                   help=f"{', '.join(PRECISIONS)} (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=200, help="optimizer steps "
+                   "(default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=128,
+                   help="examples (or sequences) per micro-batch (default: "
+                        "%(default)s)")
+    p.add_argument("--accum", type=int, default=1,
+                   help="micro-batches per optimizer step (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="AdamW learning rate (default: 1e-2 spirals, 3e-3 gpt)")
+    p.add_argument("--clip", type=float, default=1.0,
+                   help="max gradient norm, applied after unscale_; 0 turns clipping "
+                        "off (default: %(default)s)")
+    p.add_argument("--scaler", choices=SCALERS, default="auto",
+                   help="auto: torch.amp.GradScaler for fp16 only; ours: "
+                        "amp_lessons.scaler.LossScaler; none: fp16 unscaled "
+                        "(default: %(default)s)")
+    p.add_argument("--init-scale", type=float, default=2.0**16,
+                   help="initial loss scale (default: %(default)g)")
+    p.add_argument("--growth-interval", type=int, default=2000,
+                   help="clean steps before the scale doubles (default: %(default)s)")
+    p.add_argument("--checkpoint", metavar="PATH", default=None,
+                   help="save model, optimizer, scaler, step and RNG states here "
+                        "(atomically) at the end")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="also save every N steps")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint (bit-exact on a CPU)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=10, metavar="N",
+                   help="print every N steps (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: 1 for the tiny spirals "
+                        "model on a CPU, where thread hand-offs cost more than the "
+                        "math; torch's own default otherwise)")
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    from amp_lessons.bench import CONFIGS
+
+    p.add_argument("--device", default="auto",
+                   help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
+    p.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS),
+                   help="which models (default: both)")
+    p.add_argument("--precisions", nargs="+", default=list(PRECISIONS),
+                   help="which precisions (default: all four)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps first (default: 2 on cpu, 5 on cuda)")
+    p.add_argument("--iters", type=int, default=None,
+                   help="timed steps; the median is reported (default: 5 on cpu, "
+                        "20 on cuda)")
+    sizes = p.add_argument_group(
+        "sizes", "override the device's defaults (cpu: tiny; cuda: the recipe's "
+                 "4096-wide MLP at batch 512 and a 12 x 768 GPT at T=1024)")
+    for flag, config, key in SIZE_FLAGS:
+        sizes.add_argument(flag, type=int, default=None, metavar="N",
+                           help=f"{config} {key}")
+    p.add_argument("--json", metavar="PATH", default=None,
+                   help="write the results and their provenance as JSON")
+    p.add_argument("--record", action="store_true",
+                   help="also write notebooks/results/bench_<device>.json, the "
+                        "file lesson 06 shows")
+
+
+SIZE_FLAGS = (
+    ("--mlp-width", "mlp", "width"), ("--mlp-layers", "mlp", "layers"),
+    ("--mlp-batch", "mlp", "batch"),
+    ("--gpt-layers", "transformer", "n_layer"), ("--gpt-heads", "transformer",
+                                                  "n_head"),
+    ("--gpt-embd", "transformer", "n_embd"), ("--gpt-block", "transformer",
+                                              "block_size"),
+    ("--gpt-batch", "transformer", "batch"), ("--gpt-vocab", "transformer",
+                                              "vocab_size"),
+)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from amp_lessons.train import (
+        TrainConfig,
+        make_scaler,
+        resolve_device,
+        resolve_precision,
+        train,
+        validate_config,
+    )
+
+    threads = args.threads
+    if threads is None and args.task == "spirals" and args.device == "cpu":
+        threads = 1
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    config = TrainConfig(
+        task=args.task, device=args.device, precision=args.precision,
+        scaler=args.scaler, num_steps=args.steps, batch_size=args.batch_size,
+        accum_steps=args.accum, lr=args.lr, clip=args.clip or None,
+        init_scale=args.init_scale, growth_interval=args.growth_interval,
+        seed=args.seed, log_every=args.log_every, checkpoint_path=args.checkpoint,
+        checkpoint_every=args.checkpoint_every, resume=args.resume)
+    # the checks train() starts with, run first so a mistake prints no header
+    validate_config(config)
+    device = resolve_device(config.device)
+    p = resolve_precision(config.precision, device, warn=False)
+    make_scaler(p, device, config.scaler)
+    print(f"train {config.task} on {device} | {p.name}: {p.summary} | "
+          f"{config.num_steps} steps of {config.batch_size} x {config.accum_steps} "
+          "micro-batch(es)", flush=True)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = train(config, log=lambda line: print(line, flush=True))
+    for w in caught:
+        print(f"note: {w.message}", file=sys.stderr)
+    losses = result.losses
+    first, last = _mean(losses[:10]), _mean(losses[-10:])
+    print(f"done in {time.perf_counter() - t0:.1f} s on {result.device}: loss "
+          f"{first:.3f} -> {last:.3f} (mean of first/last 10 steps), eval loss "
+          f"{result.eval_loss:.3f}, accuracy {100 * result.eval_accuracy:.1f}%, "
+          f"skipped {result.num_skipped} of {len(result.records)} steps, final "
+          f"scale {result.scaler.get_scale():g}")
+    if config.checkpoint_path:
+        print(f"checkpoint: {config.checkpoint_path} (step {len(result.records)})")
+    return 0
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from amp_lessons import bench
+
+    overrides: dict[str, dict[str, int]] = {}
+    for flag, config, key in SIZE_FLAGS:
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if value is not None:
+            overrides.setdefault(config, {})[key] = value
+    command = shlex.join(["python", "-m", "amp_lessons", *argv])
+    report = bench.bench_report(
+        args.device, args.configs, args.precisions, overrides, args.warmup,
+        args.iters, command=command,
+        progress=lambda s: print(f"  measuring {s}", file=sys.stderr, flush=True))
+    print(f"bench on {report['device']} ({report['device_name']}), torch "
+          f"{report['torch']}, {report['warmup']} warm-up + {report['iters']} timed "
+          "steps, median")
+    for config, sizes in report["sizes"].items():
+        print(f"  {config}: " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
+    print(bench.format_table(report["results"]))
+    for skip in report["skipped"]:
+        print(f"skipped {skip['precision']}: {skip['reason']}")
+    for note in report["notes"]:
+        print(f"note: {note}")
+    paths = [args.json] if args.json else []
+    if args.record:
+        paths.append(bench.RESULTS_DIR / bench.results_filename(report["device_name"]))
+    for path in paths:
+        print(f"wrote {bench.save_results(report, path)}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (0 ok, 2 a usage mistake).
+
+    Example: ``main(["train", "--device", "cpu", "--steps", "50"])`` -> ``0``.
+    """
+    import torch
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2): argparse printed it
+        return int(e.code or 0)
+    try:
+        if args.command == "train":
+            return run_train(args)
+        return run_bench(args, argv)
+    except torch.OutOfMemoryError as e:
+        print(f"error: out of GPU memory ({str(e).splitlines()[0]}). Fix: lower the "
+              "batch size (--batch-size, --mlp-batch, --gpt-batch).", file=sys.stderr)
+        return 2
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,608 @@
+"""Measure what AMP buys: step time, peak memory and saved activations per precision.
+
+Notebook 06 runs a small bench live and reads recorded GPU results
+(``notebooks/results/bench_<gpu>.json``, written by
+``python -m amp_lessons bench --device cuda --json ...``).
+
+Each row trains the same model with the same loop as ``amp_lessons.train``
+(``train_step``), in fp32 (TF32 off), tf32, fp16 (+ GradScaler) and bf16:
+
+* time: ``warmup`` steps first (allocator, cuBLAS heuristics, autocast caches), then
+  ``iters`` steps, each closed by ``torch.cuda.synchronize()`` on a GPU (kernels run
+  asynchronously: without it we would time the launches), reported as the median;
+* peak memory: ``torch.cuda.max_memory_allocated`` over the timed steps (after
+  ``reset_peak_memory_stats``); CUDA only, since torch does not track CPU allocations;
+* ``activation_bytes``: the exact bytes autograd keeps for backward
+  (``amp_lessons.memory``), on every device;
+* TFLOP/s from the matmul FLOPs counted analytically (``train_flops``) and MFU against
+  the GPU's datasheet peak where it is known (``PEAK_TFLOPS``).
+
+Two configurations: ``"mlp"``, the PyTorch AMP recipe's model (3 x Linear 4096, batch
+512, SGD, MSE): weight-heavy, where AMP has been reported to use MORE memory; and
+``"transformer"``, a GPT where activations dominate.
+
+Not covered here: multi-GPU, torch.compile, fp8.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from amp_lessons.train import (
+    GPT,
+    MLP,
+    PRECISIONS,
+    Task,
+    autocast_context,
+    make_scaler,
+    make_tokens,
+    resolve_device,
+    resolve_precision,
+    tf32_mode,
+    train_step,
+)
+
+CONFIGS = ("mlp", "transformer")
+SCHEMA = "amp_lessons.bench/1"
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "notebooks" / "results"
+
+# Small enough that the whole CPU bench takes seconds: on an AVX2 CPU a bf16/fp16
+# matmul is ~150x slower than fp32 (emulated), so these sizes measure mechanics only.
+CPU_SIZES = {
+    "mlp": {"width": 256, "layers": 3, "batch": 64},
+    "transformer": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64,
+                    "batch": 4, "vocab_size": 128},
+}
+# The recipe's MLP as published; a GPT-2-small body (12 x 768, T=1024, vocab 8192 of
+# synthetic tokens). The transformer's batch grows with GPU memory (see default_sizes).
+GPU_SIZES = {
+    "mlp": {"width": 4096, "layers": 3, "batch": 512},
+    "transformer": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024,
+                    "batch": 8, "vocab_size": 8192},
+}
+DEFAULT_STEPS = {"cpu": (2, 5), "cuda": (5, 20), "mps": (3, 10)}  # (warmup, iters)
+
+# Dense (no sparsity) peak TFLOP/s from NVIDIA datasheets, by precision. First pattern
+# matching torch.cuda.get_device_name() wins. A GPU without TF32 (before Ampere) runs
+# the tf32 setting as fp32, so its fp32 peak is used there.
+PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    (r"H100.*PCIe", {"fp32": 51, "tf32": 378, "fp16": 756, "bf16": 756}),
+    (r"H100.*NVL", {"fp32": 60, "tf32": 418, "fp16": 835, "bf16": 835}),
+    (r"H100|H200", {"fp32": 67, "tf32": 495, "fp16": 989, "bf16": 989}),  # SXM
+    (r"A100", {"fp32": 19.5, "tf32": 156, "fp16": 312, "bf16": 312}),
+    (r"RTX 4090", {"fp32": 82.6, "tf32": 82.6, "fp16": 165.2, "bf16": 165.2}),
+    (r"\bL4\b", {"fp32": 30.3, "tf32": 60, "fp16": 121, "bf16": 121}),
+    (r"V100", {"fp32": 15.7, "tf32": 15.7, "fp16": 125}),  # SXM2
+    (r"\bT4\b", {"fp32": 8.1, "tf32": 8.1, "fp16": 65}),
+)
+
+FLOPS_NOTE = (
+    "FLOPs = matmul FLOPs of one training step, counted from the shapes: 2*m*n*k per "
+    "matmul forward, twice that backward (input and weight gradients; the first MLP "
+    "layer needs no input gradient), plus attention's QK^T and AV over the full T x T "
+    "square (causal kernels skip about half of it, so this follows nanoGPT/PaLM's "
+    "convention). Elementwise ops, norms and the optimizer are not counted."
+)
+
+
+# ---------------------------------------------------------------------------
+# Sizes, FLOPs, peaks
+# ---------------------------------------------------------------------------
+
+
+def default_sizes(device: torch.device | str) -> dict[str, dict[str, int]]:
+    """The sizes a bench uses on a device unless told otherwise.
+
+    Example: ``default_sizes("cpu")["mlp"] == {"width": 256, "layers": 3,
+    "batch": 64}``; on a GPU the MLP is the recipe's 4096-wide one.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {k: dict(v) for k, v in CPU_SIZES.items()}
+    sizes = {k: dict(v) for k, v in GPU_SIZES.items()}
+    gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+    # a larger batch lets activations dominate the fixed fp32 weights/grads/Adam state
+    sizes["transformer"]["batch"] = 32 if gib >= 70 else 16 if gib >= 35 else 8
+    return sizes
+
+
+def merge_sizes(device: torch.device | str,
+                overrides: dict[str, dict[str, int]] | None = None
+                ) -> dict[str, dict[str, int]]:
+    """Default sizes with some values replaced; unknown names are refused.
+
+    Example: ``merge_sizes("cpu", {"mlp": {"width": 512}})["mlp"]["width"] == 512``.
+    """
+    sizes = default_sizes(device)
+    for config, values in (overrides or {}).items():
+        if config not in sizes:
+            raise ValueError(f"unknown bench config {config!r}; use one of: "
+                             f"{', '.join(CONFIGS)}")
+        for key, value in values.items():
+            if key not in sizes[config]:
+                raise ValueError(f"unknown size {key!r} for {config}; sizes are: "
+                                 f"{', '.join(sizes[config])}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{config} {key} must be a positive integer, got "
+                                 f"{value!r}")
+            sizes[config][key] = value
+    t = sizes["transformer"]
+    if t["n_embd"] % t["n_head"]:
+        raise ValueError(f"transformer n_embd={t['n_embd']} must be a multiple of "
+                         f"n_head={t['n_head']}")
+    return sizes
+
+
+def train_flops(config: str, sizes: dict[str, int]) -> int:
+    """Matmul FLOPs of one training step (forward + backward), from the shapes.
+
+    Example: the recipe's MLP, 3 x Linear(4096, 4096) at batch 512, does
+    ``2*512*4096**2`` FLOPs per matmul: 3 forward, 3 weight-gradient and 2
+    input-gradient matmuls (the first layer's input needs no gradient), so
+    ``train_flops("mlp", GPU_SIZES["mlp"]) == 8 * 2 * 512 * 4096**2`` (137 GFLOP).
+    """
+    if config == "mlp":
+        per_matmul = 2 * sizes["batch"] * sizes["width"] ** 2
+        return per_matmul * (3 * sizes["layers"] - 1)
+    if config == "transformer":
+        L, C, T = sizes["n_layer"], sizes["n_embd"], sizes["block_size"]
+        tokens = sizes["batch"] * T
+        # per block: qkv 3C^2 + proj C^2 + MLP 8C^2 weights; then the C x vocab head
+        weights = 12 * L * C * C + C * sizes["vocab_size"]
+        attention = 4 * T * C * L  # QK^T and AV: 2 matmuls of 2*T*C per token
+        return 3 * tokens * (2 * weights + attention)
+    raise ValueError(f"unknown bench config {config!r}; use one of: "
+                     f"{', '.join(CONFIGS)}")
+
+
+def peak_tflops(device_name: str) -> dict[str, float] | None:
+    """Datasheet dense peak TFLOP/s per precision for a GPU name, or None if unknown.
+
+    Example: ``peak_tflops("NVIDIA H200")["bf16"] == 989``;
+    ``peak_tflops("NVIDIA A100-SXM4-80GB")["tf32"] == 156``.
+    """
+    for pattern, peaks in PEAK_TFLOPS:
+        if re.search(pattern, device_name):
+            return dict(peaks)
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Timing and one measurement
+# ---------------------------------------------------------------------------
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels: GPU work is asynchronous, host timers are not."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def time_steps(step: Callable[[], object], device: torch.device | str,
+               warmup: int = 2, iters: int = 5) -> list[float]:
+    """Milliseconds of each of ``iters`` calls of ``step``, after ``warmup`` calls.
+
+    Example: ``statistics.median(time_steps(lambda: a @ a, "cpu"))`` -> ``0.8``.
+    """
+    device = torch.device(device)
+    for _ in range(warmup):
+        step()
+    synchronize(device)
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(1e3 * (time.perf_counter() - t0))
+    return times
+
+
+def build(config: str, sizes: dict[str, int], device: torch.device, seed: int = 0):
+    """Model, one fixed batch, loss function and optimizer for a bench config.
+
+    The batch is fixed so that data generation is not timed.
+    Example: ``model, x, y, loss_fn, optimizer = build("mlp", CPU_SIZES["mlp"], cpu)``.
+    """
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    if config == "mlp":
+        width, batch = sizes["width"], sizes["batch"]
+        model = MLP((width,) * (sizes["layers"] + 1)).to(device)
+        x = torch.randn(batch, width, generator=g).to(device)
+        y = torch.randn(batch, width, generator=g).to(device)
+        # the recipe's choices: MSE against noise, plain SGD (no optimizer state)
+        return model, x, y, F.mse_loss, torch.optim.SGD(model.parameters(), lr=1e-3)
+    if config == "transformer":
+        s = sizes
+        model = GPT(s["vocab_size"], s["block_size"], s["n_layer"], s["n_head"],
+                    s["n_embd"]).to(device)
+        x, y = make_tokens(s["batch"], s["block_size"], s["vocab_size"], g)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        return model, x.to(device), y.to(device), Task.loss_fn, optimizer
+    raise ValueError(f"unknown bench config {config!r}; use one of: "
+                     f"{', '.join(CONFIGS)}")
+
+
+def bench_one(config: str, precision: str, device: torch.device | str = "cpu",
+              sizes: dict[str, int] | None = None, warmup: int = 2, iters: int = 5,
+              seed: int = 0) -> dict:
+    """Time and measure training steps of one config in one precision.
+
+    Example::
+
+        row = bench_one("mlp", "bf16", "cpu", {"width": 64, "layers": 3, "batch": 8})
+        row["step_ms"], row["activation_bytes"], row["peak_mem_bytes"]  # 1.2, ..., None
+    """
+    device = resolve_device(str(device))
+    p = resolve_precision(precision, device, warn=False)
+    sizes = sizes if sizes is not None else merge_sizes(device)[config]
+    if warmup < 0 or iters < 1:
+        raise ValueError(f"need warmup >= 0 and iters >= 1, got {warmup}, {iters}")
+    _release(device)
+    try:
+        times, peak, resident, act, param_bytes = _measure(config, p, device, sizes,
+                                                           warmup, iters, seed)
+    finally:
+        _release(device)  # the model is gone: give its memory back before the next
+    step_ms = statistics.median(times)
+    flops = train_flops(config, sizes)
+    tflops = flops / (step_ms * 1e-3) / 1e12
+    peaks = peak_tflops(_device_name(device)) if device.type == "cuda" else None
+    peak_value = peaks.get(precision) if peaks else None
+    return {
+        "config": config,
+        "precision": precision,
+        "step_ms": step_ms,
+        "times_ms": times,
+        "peak_mem_bytes": peak,
+        "resident_bytes": resident,
+        "activation_bytes": act,
+        "param_bytes": param_bytes,
+        "flops_per_step": flops,
+        "tflops": tflops,
+        "mfu": tflops / peak_value if peak_value else None,
+        "note": _row_note(p, device),
+    }
+
+
+def _measure(config, p, device, sizes, warmup, iters, seed):
+    from amp_lessons.memory import activation_bytes  # the exact saved-tensor count
+
+    model, x, y, loss_fn, optimizer = build(config, sizes, device, seed)
+    scaler, ctx = make_scaler(p, device), autocast_context(p, device)
+
+    def step():
+        return train_step(model, optimizer, scaler, ctx, [(x, y)], loss_fn, clip=1.0)
+
+    resident = peak = None  # CUDA only: torch does not track CPU allocations
+    with tf32_mode(p.tf32):
+        for _ in range(warmup):
+            step()
+        synchronize(device)
+        if device.type == "cuda":
+            # after warm-up: optimizer state exists, so the peak is a steady step's
+            torch.cuda.reset_peak_memory_stats(device)
+            resident = torch.cuda.memory_allocated(device)
+        times = time_steps(step, device, warmup=0, iters=iters)
+        if device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(device)
+        act = activation_bytes(model, x, p.dtype if p.autocast else None)
+    param_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
+    return times, peak, resident, act, param_bytes
+
+
+def _release(device: torch.device) -> None:
+    # CUDA only: the next row's peak must not include this row's cached blocks. (A
+    # full gc.collect() costs ~0.3 s once torch is imported: too slow for CPU rows.)
+    if device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def _row_note(p, device: torch.device) -> str:
+    if p.name == "tf32" and device.type != "cuda":
+        return f"TF32 is an NVIDIA GPU mode: on {device.type} this is fp32 again"
+    if p.name == "tf32" and torch.cuda.get_device_capability(device) < (8, 0):
+        return "no TF32 before compute capability 8.0: fp32 again"
+    if p.autocast and device.type == "cpu":
+        return (f"{p.name} on a CPU: emulated (slow) unless the CPU has AVX-512 BF16"
+                "/AMX; says nothing about GPU speed")
+    return ""
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "mps":
+        return "Apple GPU (MPS)"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# ---------------------------------------------------------------------------
+# The whole bench
+# ---------------------------------------------------------------------------
+
+
+def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
+              precisions: Sequence[str] = tuple(PRECISIONS),
+              sizes: dict[str, dict[str, int]] | None = None,
+              warmup: int | None = None, iters: int | None = None,
+              skipped: list[dict] | None = None,
+              progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Bench every config in every precision on one device; rows with ratios vs fp32.
+
+    Precisions the device cannot run (bf16 before Ampere) are left out and listed in
+    ``skipped`` when a list is passed. ``sizes`` overrides the defaults per config.
+
+    Example (a notebook, seconds on a CPU)::
+
+        rows = run_bench("cpu", configs=["mlp"], sizes={"mlp": {"width": 128}})
+        {r["precision"]: r["speedup_vs_fp32"] for r in rows}  # {"fp32": 1.0, ...}
+    """
+    dev = resolve_device(device)
+    for name in precisions:
+        if name not in PRECISIONS:
+            raise ValueError(f"unknown precision {name!r}; use one of: "
+                             f"{', '.join(PRECISIONS)}")
+    for config in configs:
+        if config not in CONFIGS:
+            raise ValueError(f"unknown bench config {config!r}; use one of: "
+                             f"{', '.join(CONFIGS)}")
+    all_sizes = merge_sizes(dev, sizes)
+    default_warmup, default_iters = DEFAULT_STEPS[dev.type]
+    warmup = default_warmup if warmup is None else warmup
+    iters = default_iters if iters is None else iters
+    usable = []
+    for name in precisions:
+        try:
+            resolve_precision(name, dev, warn=False)
+            usable.append(name)
+        except RuntimeError as e:  # e.g. bf16 on a pre-Ampere GPU
+            if skipped is not None:
+                skipped.append({"precision": name, "reason": str(e)})
+    rows = []
+    for config in configs:
+        for name in usable:
+            if progress:
+                progress(f"{config} {name} ...")
+            rows.append(bench_one(config, name, dev, all_sizes[config], warmup,
+                                  iters))
+    return add_ratios(rows)
+
+
+def add_ratios(rows: list[dict]) -> list[dict]:
+    """Add speedup, peak-memory and activation ratios against each config's fp32 row.
+
+    Example: fp32 at 10 ms and bf16 at 4 ms give bf16 ``speedup_vs_fp32 == 2.5``.
+    """
+    base = {r["config"]: r for r in rows if r["precision"] == "fp32"}
+    for row in rows:
+        ref = base.get(row["config"])
+        row["speedup_vs_fp32"] = ref["step_ms"] / row["step_ms"] if ref else None
+        row["peak_mem_ratio_vs_fp32"] = _ratio(row["peak_mem_bytes"],
+                                               ref and ref["peak_mem_bytes"])
+        row["activation_ratio_vs_fp32"] = _ratio(row["activation_bytes"],
+                                                 ref and ref["activation_bytes"])
+    return rows
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def bench_report(device: str = "auto", configs: Sequence[str] = CONFIGS,
+                 precisions: Sequence[str] = tuple(PRECISIONS),
+                 sizes: dict[str, dict[str, int]] | None = None,
+                 warmup: int | None = None, iters: int | None = None,
+                 command: str | None = None,
+                 progress: Callable[[str], None] | None = None) -> dict:
+    """``run_bench`` plus the provenance a results file needs.
+
+    Example: ``bench_report("cpu")["results"][0]["config"] == "mlp"``.
+    """
+    dev = resolve_device(device)
+    all_sizes = merge_sizes(dev, sizes)
+    default_warmup, default_iters = DEFAULT_STEPS[dev.type]
+    warmup = default_warmup if warmup is None else warmup
+    iters = default_iters if iters is None else iters
+    skipped: list[dict] = []
+    results = run_bench(str(dev), configs, precisions, sizes, warmup, iters, skipped,
+                        progress)
+    name = _device_name(dev)
+    notes = [FLOPS_NOTE]
+    if dev.type != "cuda":
+        notes.append(f"peak_mem_bytes is None on {dev.type}: torch tracks allocations "
+                     "on CUDA only. activation_bytes is exact on every device.")
+    return {
+        "schema": SCHEMA,
+        "device": dev.type,
+        "device_name": name,
+        "gpu": name if dev.type == "cuda" else None,
+        "compute_capability": (".".join(map(str, torch.cuda.get_device_capability(dev)))
+                               if dev.type == "cuda" else None),
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command or f"amp_lessons.bench.bench_report(device={device!r})",
+        "sizes": {c: all_sizes[c] for c in configs},
+        "warmup": warmup,
+        "iters": iters,
+        "peak_tflops": peak_tflops(name) if dev.type == "cuda" else None,
+        "notes": notes,
+        "skipped": skipped,
+        "results": results,
+    }
+
+
+# ---------------------------------------------------------------------------
+# Showing, saving and reading results
+# ---------------------------------------------------------------------------
+
+
+def _mib(n) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f}"
+
+
+def _tflops(t: float) -> str:
+    return f"{t:.1f}" if t >= 1 else f"{t:.2g}"  # CPUs: small but not zero
+
+
+def _x(r) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def format_table(results: Iterable[dict]) -> str:
+    """A fixed-width table of bench rows, ratios against fp32 of the same config.
+
+    Row notes become numbered footnotes. Example first lines::
+
+        config       prec    step ms  speedup  peak MiB peak/fp32  act MiB act/fp32 ...
+        mlp          fp32       1.92    1.00x         -         -      0.2    1.00x ...
+    """
+    header = (f"{'config':<12} {'prec':<5} {'step ms':>9} {'speedup':>8} "
+              f"{'peak MiB':>9} {'peak/fp32':>9} {'act MiB':>8} {'act/fp32':>8} "
+              f"{'TFLOP/s':>8} {'MFU':>6}")
+    lines = [header, "-" * len(header)]
+    notes: list[str] = []
+    for r in results:
+        mfu = "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"
+        mark = ""
+        if r.get("note"):
+            if r["note"] not in notes:
+                notes.append(r["note"])
+            mark = f" [{notes.index(r['note']) + 1}]"
+        lines.append(
+            f"{r['config']:<12} {r['precision']:<5} {r['step_ms']:>9.2f} "
+            f"{_x(r.get('speedup_vs_fp32')):>8} {_mib(r['peak_mem_bytes']):>9} "
+            f"{_x(r.get('peak_mem_ratio_vs_fp32')):>9} "
+            f"{_mib(r['activation_bytes']):>8} "
+            f"{_x(r.get('activation_ratio_vs_fp32')):>8} "
+            f"{_tflops(r['tflops']):>8} {mfu:>6}{mark}")
+    lines += [f"[{i}] {note}" for i, note in enumerate(notes, 1)]
+    return "\n".join(lines)
+
+
+def results_filename(device_name: str) -> str:
+    """The file lesson 06 looks for: ``"NVIDIA H200"`` -> ``"bench_h200.json"``."""
+    slug = re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_")
+    slug = slug.removeprefix("nvidia_")
+    return f"bench_{slug or 'unknown'}.json"
+
+
+def save_results(report: dict, path: str | os.PathLike) -> Path:
+    """Validate and write a report as JSON (atomically: temporary file + rename).
+
+    Example: ``save_results(bench_report("cpu"), "out.json")``.
+    """
+    validate_report(report, "the report")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(report, f, indent=1, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+REQUIRED_TOP = {"device": str, "torch": str, "date": str, "command": str,
+                "results": list}
+REQUIRED_ROW = {"config": str, "precision": str, "step_ms": float,
+                "peak_mem_bytes": (int, None), "activation_bytes": int,
+                "tflops": float, "mfu": (float, None),
+                "speedup_vs_fp32": (float, None)}
+
+
+def load_results(path: str | os.PathLike) -> dict:
+    """Read a results file and check its schema; raise ValueError naming what is off.
+
+    Example::
+
+        report = load_results("notebooks/results/bench_h200.json")
+        report["gpu"], report["results"][0]["step_ms"]
+    """
+    path = Path(path)
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read bench results {path}: {e}") from None
+    validate_report(report, str(path))
+    return report
+
+
+def validate_report(report, where: str = "report") -> None:
+    """Check a report's keys and types. Example: ``validate_report({})`` raises."""
+    if not isinstance(report, dict):
+        raise ValueError(f"{where}: expected a JSON object, got "
+                         f"{type(report).__name__}")
+    for key, kind in REQUIRED_TOP.items():
+        if key not in report:
+            raise ValueError(f"{where}: missing top-level key {key!r}; a bench results "
+                             "file comes from `python -m amp_lessons bench --json`")
+        if not isinstance(report[key], kind):
+            raise ValueError(f"{where}: {key!r} should be a {kind.__name__}")
+    if not report["results"]:
+        raise ValueError(f"{where}: 'results' is empty")
+    for i, row in enumerate(report["results"]):
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: results[{i}] is not an object")
+        for key, kind in REQUIRED_ROW.items():
+            if key not in row:
+                raise ValueError(f"{where}: results[{i}] lacks {key!r}")
+            if not _is(row[key], kind):
+                raise ValueError(f"{where}: results[{i}][{key!r}] = {row[key]!r} is "
+                                 "not of the expected type")
+        if row["precision"] not in PRECISIONS:
+            raise ValueError(f"{where}: results[{i}] has unknown precision "
+                             f"{row['precision']!r}")
+        if not (row["step_ms"] > 0 and math.isfinite(row["step_ms"])):
+            raise ValueError(f"{where}: results[{i}] step_ms must be > 0")
+
+
+def _is(value, kind) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    for k in kinds:
+        if k is None and value is None:
+            return True
+        if k is float and isinstance(value, int | float) and not isinstance(value,
+                                                                          bool):
+            return True
+        if k is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if k is str and isinstance(value, str):
+            return True
+    return False
+
+
+def recorded_results(folder: str | os.PathLike = RESULTS_DIR) -> list[dict]:
+    """Every valid ``bench_*.json`` in a folder (lesson 06 shows them without a GPU).
+
+    Example: ``[r["gpu"] for r in recorded_results()]`` -> ``["NVIDIA H200"]``.
+    """
+    return [load_results(p) for p in sorted(Path(folder).glob("bench_*.json"))]

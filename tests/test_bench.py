@@ -1,0 +1,260 @@
+"""The benchmark: FLOP counts against torch's counter, timing, the results schema."""
+
+import json
+import time
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from amp_lessons import bench
+from amp_lessons.train import PRECISIONS
+
+TINY = {"mlp": {"width": 32, "layers": 3, "batch": 8},
+        "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16,
+                        "batch": 2, "vocab_size": 32}}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def counted_flops(config, sizes):
+    """FLOPs of one training step as torch's FlopCounterMode sees them, and the part
+    it counted in scaled_dot_product_attention (none on a CPU: no formula there)."""
+    model, x, y, loss_fn, _ = bench.build(config, sizes, torch.device("cpu"))
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(model(x), y).backward()
+    sdpa = sum(n for op, n in counter.get_flop_counts()["Global"].items()
+               if "attention" in str(op))
+    return counter.get_total_flops(), sdpa
+
+
+def test_mlp_flops_equal_torchs_flop_counter():
+    sizes = {"width": 48, "layers": 4, "batch": 5}
+    assert bench.train_flops("mlp", sizes) == counted_flops("mlp", sizes)[0]
+    assert bench.train_flops("mlp", bench.GPU_SIZES["mlp"]) == 8 * 2 * 512 * 4096**2
+
+
+def test_transformer_flops_equal_torchs_flop_counter_plus_attention():
+    sizes = {"n_layer": 2, "n_head": 2, "n_embd": 24, "block_size": 12, "batch": 3,
+             "vocab_size": 40}
+    total, sdpa = counted_flops("transformer", sizes)
+    tokens, T, C, L = 3 * 12, 12, 24, 2
+    attention = 3 * tokens * 4 * T * C * L  # QK^T and AV, forward and backward
+    assert total - sdpa == bench.train_flops("transformer", sizes) - attention
+    assert total - sdpa > 0
+
+
+@pytest.mark.parametrize("name, precision, expected", [
+    ("NVIDIA H200", "bf16", 989), ("NVIDIA H100 80GB HBM3", "tf32", 495),
+    ("NVIDIA H100 PCIe", "fp16", 756), ("NVIDIA A100-SXM4-40GB", "tf32", 156),
+    ("NVIDIA A100 80GB PCIe", "fp32", 19.5), ("NVIDIA L4", "bf16", 121),
+    ("Tesla T4", "fp16", 65), ("Tesla V100-SXM2-16GB", "tf32", 15.7),
+])
+def test_peak_tflops_by_gpu_name(name, precision, expected):
+    assert bench.peak_tflops(name)[precision] == expected
+
+
+@pytest.mark.parametrize("name", ["NVIDIA L40S", "NVIDIA GeForce RTX 3060", "cpu"])
+def test_unknown_gpus_have_no_peak_so_no_mfu(name):
+    assert bench.peak_tflops(name) is None
+
+
+def test_time_steps_warms_up_untimed_then_times_each_step():
+    calls = []
+
+    def step():
+        calls.append(1)
+        time.sleep(0.01)
+
+    times = bench.time_steps(step, "cpu", warmup=2, iters=3)
+    assert len(calls) == 5 and len(times) == 3
+    assert all(9.0 <= t < 1000 for t in times)
+
+
+def test_sizes_merge_and_refuse_unknown_names():
+    sizes = bench.merge_sizes("cpu", {"mlp": {"width": 512}})
+    assert sizes["mlp"] == {**bench.CPU_SIZES["mlp"], "width": 512}
+    assert bench.CPU_SIZES["mlp"]["width"] != 512  # the defaults were not changed
+    with pytest.raises(ValueError, match="unknown bench config 'cnn'"):
+        bench.merge_sizes("cpu", {"cnn": {}})
+    with pytest.raises(ValueError, match="unknown size 'depth' for mlp; sizes are"):
+        bench.merge_sizes("cpu", {"mlp": {"depth": 3}})
+    with pytest.raises(ValueError, match="batch must be a positive integer"):
+        bench.merge_sizes("cpu", {"mlp": {"batch": 0}})
+    with pytest.raises(ValueError, match="multiple of n_head"):
+        bench.merge_sizes("cpu", {"transformer": {"n_embd": 30, "n_head": 4}})
+    with pytest.raises(ValueError, match="unknown precision 'fp64'"):
+        bench.run_bench("cpu", precisions=["fp64"])
+
+
+@pytest.fixture(scope="module")
+def tiny_report():
+    torch.set_num_threads(1)
+    return bench.bench_report("cpu", sizes=TINY, warmup=1, iters=2,
+                              command="pytest tiny bench")
+
+
+def test_tiny_bench_has_every_config_and_precision(tiny_report):
+    rows = tiny_report["results"]
+    assert [(r["config"], r["precision"]) for r in rows] == [
+        (c, p) for c in bench.CONFIGS for p in PRECISIONS]
+    for r in rows:
+        assert r["step_ms"] > 0 and len(r["times_ms"]) == 2
+        assert r["peak_mem_bytes"] is None and r["mfu"] is None  # CPU: not tracked
+        assert r["activation_bytes"] > 0 and r["tflops"] > 0
+        assert r["flops_per_step"] == bench.train_flops(r["config"], TINY[r["config"]])
+    fp32 = [r for r in rows if r["precision"] == "fp32"]
+    assert all(r["speedup_vs_fp32"] == 1.0 for r in fp32)
+    assert "fp32 again" in rows[1]["note"]  # tf32 on a CPU says what it is
+
+
+def test_amp_keeps_more_bytes_for_the_mlp_and_fewer_for_the_transformer(tiny_report):
+    """Lesson 06's point: weight copies make AMP keep MORE for a small-batch MLP."""
+    act = {(r["config"], r["precision"]): r["activation_bytes"]
+           for r in tiny_report["results"]}
+    for low in ("fp16", "bf16"):
+        assert act["mlp", low] > act["mlp", "fp32"]
+        assert act["transformer", low] < act["transformer", "fp32"]
+    assert act["mlp", "tf32"] == act["mlp", "fp32"]
+
+
+def test_activation_bytes_are_memory_modules_count(tiny_report):
+    from amp_lessons.memory import activation_bytes
+
+    model, x, *_ = bench.build("mlp", TINY["mlp"], torch.device("cpu"))
+    row = next(r for r in tiny_report["results"]
+               if (r["config"], r["precision"]) == ("mlp", "bf16"))
+    assert row["activation_bytes"] == activation_bytes(model, x, torch.bfloat16)
+
+
+def test_results_file_round_trip_and_schema(tiny_report, tmp_path):
+    path = bench.save_results(tiny_report, tmp_path / "out.json")
+    report = bench.load_results(path)
+    assert report == json.loads(json.dumps(tiny_report))
+    for key in ("device", "torch", "date", "command", "results", "sizes", "iters"):
+        assert key in report
+    assert report["device"] == "cpu" and report["torch"] == torch.__version__
+    assert report["command"] == "pytest tiny bench"
+    assert report["sizes"] == TINY
+    assert any("peak_mem_bytes is None" in n for n in report["notes"])
+    text = bench.format_table(report["results"])
+    assert text.splitlines()[0].split()[:4] == ["config", "prec", "step", "ms"]
+    assert "[1] TF32 is an NVIDIA GPU mode" in text
+    assert list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda r: r.pop("torch"), "missing top-level key 'torch'"),
+    (lambda r: r["results"].clear(), "'results' is empty"),
+    (lambda r: r["results"][0].pop("step_ms"), r"results\[0\] lacks 'step_ms'"),
+    (lambda r: r["results"][1].update(precision="fp64"), "unknown precision 'fp64'"),
+    (lambda r: r["results"][2].update(step_ms="fast"), "not of the expected type"),
+    (lambda r: r["results"][2].update(activation_bytes=1.5), "not of the expected"),
+    (lambda r: r["results"][0].update(step_ms=0), "step_ms must be > 0"),
+])
+def test_load_results_names_what_is_wrong(tiny_report, tmp_path, damage, message):
+    report = json.loads(json.dumps(tiny_report))
+    damage(report)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(report))
+    with pytest.raises(ValueError, match=message):
+        bench.load_results(path)
+    with pytest.raises(ValueError, match=message):
+        bench.save_results(report, tmp_path / "never.json")
+    assert not (tmp_path / "never.json").exists()
+
+
+def test_load_results_refuses_a_file_that_is_not_json(tmp_path):
+    path = tmp_path / "bench_x.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read bench results"):
+        bench.load_results(path)
+    with pytest.raises(ValueError, match="cannot read bench results"):
+        bench.load_results(tmp_path / "missing.json")
+
+
+def test_recorded_results_reads_every_bench_file(tiny_report, tmp_path):
+    bench.save_results(tiny_report, tmp_path / bench.results_filename("NVIDIA H200"))
+    (tmp_path / "other.json").write_text("{}")
+    assert [r["command"] for r in bench.recorded_results(tmp_path)] == [
+        "pytest tiny bench"]
+    assert bench.results_filename("NVIDIA H200") == "bench_h200.json"
+    name = "NVIDIA A100-SXM4-80GB"
+    assert bench.results_filename(name) == "bench_a100_sxm4_80gb.json"
+
+
+def test_every_results_file_in_the_repo_is_valid():
+    for report in bench.recorded_results():
+        assert report["device"] == "cuda" and report["gpu"]
+
+
+def test_ratios_are_against_the_same_configs_fp32():
+    rows = bench.add_ratios([
+        {"config": "a", "precision": "fp32", "step_ms": 10.0, "peak_mem_bytes": 100,
+         "activation_bytes": 40},
+        {"config": "a", "precision": "bf16", "step_ms": 4.0, "peak_mem_bytes": 60,
+         "activation_bytes": 20},
+        {"config": "b", "precision": "bf16", "step_ms": 1.0, "peak_mem_bytes": None,
+         "activation_bytes": 5},
+    ])
+    assert rows[1]["speedup_vs_fp32"] == 2.5
+    assert rows[1]["peak_mem_ratio_vs_fp32"] == 0.6
+    assert rows[1]["activation_ratio_vs_fp32"] == 0.5
+    assert rows[2]["speedup_vs_fp32"] is None  # no fp32 row for config b
+
+
+# -- GPU -----------------------------------------------------------------------------
+
+GPU_MID = {"mlp": {"width": 4096, "layers": 3, "batch": 512},
+           "transformer": {"n_layer": 4, "n_head": 8, "n_embd": 512,
+                           "block_size": 512, "batch": 16, "vocab_size": 4096}}
+
+
+@pytest.fixture(scope="module")
+def cuda_rows():
+    return bench.run_bench("cuda", sizes=GPU_MID, warmup=3, iters=10)
+
+
+@pytest.mark.gpu
+def test_cuda_bench_measures_peak_memory_and_mfu(cuda_rows):
+    name = torch.cuda.get_device_name()
+    for r in cuda_rows:
+        assert isinstance(r["peak_mem_bytes"], int) and r["peak_mem_bytes"] > 0
+        assert r["peak_mem_bytes"] >= r["resident_bytes"] > 0
+        assert (r["mfu"] is not None) == (bench.peak_tflops(name) is not None)
+        if r["mfu"] is not None:
+            assert 0 < r["mfu"] < 1.2
+
+
+@pytest.mark.gpu
+def test_bf16_is_faster_and_smaller_on_a_tensor_core_gpu(cuda_rows):
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("bf16 needs compute capability 8.0+")
+    row = {(r["config"], r["precision"]): r for r in cuda_rows}
+    bf16 = row["transformer", "bf16"]
+    assert bf16["speedup_vs_fp32"] > 1.5
+    assert bf16["peak_mem_ratio_vs_fp32"] < 0.9
+    assert row["transformer", "fp16"]["speedup_vs_fp32"] > 1.5
+    assert row["mlp", "bf16"]["speedup_vs_fp32"] > 1.5
+
+
+@pytest.mark.gpu
+def test_tf32_mode_really_changes_cuda_matmuls():
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("TF32 needs compute capability 8.0+")
+    from amp_lessons.train import tf32_mode
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(1024, 1024, device="cuda", generator=g)
+    exact = (a.double() @ a.double()).float()
+    with tf32_mode(False):
+        err_fp32 = (a @ a - exact).abs().max().item()
+    with tf32_mode(True):
+        err_tf32 = (a @ a - exact).abs().max().item()
+    assert err_tf32 > 10 * err_fp32
