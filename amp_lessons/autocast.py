@@ -114,6 +114,7 @@ OPS: dict[str, Callable[[_Inputs], torch.Tensor]] = {
     "sum": lambda t: torch.sum(t(2, 3)),
     "mean": lambda t: torch.mean(t(2, 3)),
     "cumsum": lambda t: torch.cumsum(t(2, 3), dim=0),
+    "prod": lambda t: torch.prod(t(2, 3)),
     # losses
     "mse_loss": lambda t: F.mse_loss(t(2, 3), t(2, 3)),
     "l1_loss": lambda t: F.l1_loss(t(2, 3), t(2, 3)),

@@ -53,7 +53,7 @@ def test_cpu_bf16_categories_as_torch_documents(cpu_bf16):
     for op in ("matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "conv1d", "conv2d"):
         assert cpu_bf16[op].category == ac.LOW, op
         assert cpu_bf16[op].output == BF16
-    for op in ("mse_loss", "cross_entropy", "nll_loss", "binary_cross_entropy"):
+    for op in ("mse_loss", "cross_entropy", "nll_loss", "binary_cross_entropy", "prod"):
         assert cpu_bf16[op].category == ac.FP32, op
         assert cpu_bf16[op].low_inputs_output == FP32
     for op in ("relu", "add", "mul"):
