@@ -552,7 +552,7 @@ def nested_regions(
 CUSTOM_VARIANTS = ("plain", "custom_fwd", "custom_fwd(cast_inputs=float32)")
 
 
-class _Log:
+class FunctionLog:
     """Where a Function writes what it saw. Not a list on purpose: custom_fwd's
     cast_inputs rebuilds list and tuple arguments, so appends would be lost."""
 
@@ -567,7 +567,7 @@ def make_matmul_function(device_type: str, variant: str) -> type:
     ``variant``: ``"plain"`` (no decorators), ``"custom_fwd"`` (``custom_fwd`` +
     ``custom_bwd``: backward runs with forward's autocast state) or
     ``"custom_fwd(cast_inputs=float32)"`` (forward gets fp32 inputs, autocast off).
-    Call as ``Fn.apply(x, w, log)`` with ``log = _Log()``.
+    Call as ``Fn.apply(x, w, log)`` with ``log = FunctionLog()``.
     """
     if variant not in CUSTOM_VARIANTS:
         raise ValueError(f"variant must be one of {CUSTOM_VARIANTS}, got {variant!r}")
@@ -644,7 +644,7 @@ def custom_function_demo(
         torch.manual_seed(0)
         x = torch.rand(2, 3, device=device_type).to(dtype).requires_grad_()
         w = torch.rand(3, 4, device=device_type, requires_grad=True)
-        log = _Log()
+        log = FunctionLog()
         fn = make_matmul_function(device_type, variant)
         with torch.amp.autocast(device_type, dtype=dtype):
             out = fn.apply(x, w, log)

@@ -178,7 +178,7 @@ def test_custom_fwd_cast_inputs_matches_an_fp32_matmul():
     fn = ac.make_matmul_function("cpu", "custom_fwd(cast_inputs=float32)")
     x, w = torch.randn(2, 3).to(BF16), torch.randn(3, 4)
     with torch.amp.autocast("cpu", dtype=BF16):
-        out = fn.apply(x, w, ac._Log())
+        out = fn.apply(x, w, ac.FunctionLog())
     assert torch.equal(out, x.float() @ w)
 
 
