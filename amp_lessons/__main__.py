@@ -97,9 +97,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precisions", nargs="+", default=list(PRECISIONS),
                    help="which precisions (default: all four)")
     p.add_argument("--warmup", type=int, default=None,
-                   help="untimed steps first (default: 2 on cpu, 5 on cuda)")
+                   help="untimed steps first (default: 3 on cpu, 5 on cuda)")
     p.add_argument("--iters", type=int, default=None,
-                   help="timed steps; the median is reported (default: 5 on cpu, "
+                   help="timed steps; the median is reported (default: 8 on cpu, "
                         "20 on cuda)")
     sizes = p.add_argument_group(
         "sizes", "override the device's defaults (cpu: tiny; cuda: the recipe's "

@@ -63,8 +63,8 @@ RESULTS_DIR = Path(__file__).resolve().parent.parent / "notebooks" / "results"
 # Small enough that the whole CPU bench takes seconds: on an AVX2 CPU a bf16/fp16
 # matmul is ~150x slower than fp32 (emulated), so these sizes measure mechanics only.
 CPU_SIZES = {
-    "mlp": {"width": 256, "layers": 3, "batch": 64},
-    "transformer": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64,
+    "mlp": {"width": 256, "layers": 3, "batch": 32},
+    "transformer": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32,
                     "batch": 4, "vocab_size": 128},
 }
 # The recipe's MLP as published; a GPT-2-small body (12 x 768, T=1024, vocab 8192 of
@@ -74,7 +74,7 @@ GPU_SIZES = {
     "transformer": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024,
                     "batch": 8, "vocab_size": 8192},
 }
-DEFAULT_STEPS = {"cpu": (2, 5), "cuda": (5, 20), "mps": (3, 10)}  # (warmup, iters)
+DEFAULT_STEPS = {"cpu": (3, 8), "cuda": (5, 20), "mps": (3, 10)}  # (warmup, iters)
 
 # Dense (no sparsity) peak TFLOP/s from NVIDIA datasheets, by precision. First pattern
 # matching torch.cuda.get_device_name() wins. A GPU without TF32 (before Ampere) runs
@@ -317,7 +317,8 @@ def _release(device: torch.device) -> None:
 
 def _row_note(p, device: torch.device) -> str:
     if p.name == "tf32" and device.type != "cuda":
-        return f"TF32 is an NVIDIA GPU mode: on {device.type} this is fp32 again"
+        return (f"TF32 is an NVIDIA GPU mode: on {device.type} this is fp32 again, so "
+                "its time differs from fp32's only by measurement noise")
     if p.name == "tf32" and torch.cuda.get_device_capability(device) < (8, 0):
         return "no TF32 before compute capability 8.0: fp32 again"
     if p.autocast and device.type == "cpu":

@@ -704,7 +704,7 @@ def train(config: TrainConfig, model: nn.Module | None = None,
     notes = [n for n in [slow_note(precision, device)] if n]
     for note in notes:
         warnings.warn(note, SlowOnThisDeviceWarning, stacklevel=2)
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.seed)  # model init; a checkpoint restores the state
     task = Task(config, device)
     if model is None:
         model = task.make_model()
