@@ -1867,10 +1867,11 @@ _QUIZ: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
               "hardware: it depends on the device"),
         "d": ("On GPUs with tensor cores (Volta and later: V100, A100, H100)", ""),
     }),
-    "deprecated_api": ("The seed imports `from torch.cuda.amp import autocast, "
-                       "GradScaler`. What do you write today?", {
-        "a": ("The same: it is the current API", "torch.cuda.amp.autocast and "
-              "GradScaler are deprecated and warn"),
+    "deprecated_api": ("The seed imports autocast and GradScaler from the old "
+                       "CUDA-only amp submodule of torch.cuda (notebook 05 shows "
+                       "it). What do you write today?", {
+        "a": ("The same CUDA-only imports: they are the current API", "that "
+              "spelling is deprecated: it warns and only covers CUDA"),
         "b": ('torch.amp.autocast("cuda", ...) and torch.amp.GradScaler("cuda")',
               ""),
         "c": ("apex.amp", "NVIDIA apex's amp was retired in favour of torch.amp"),
