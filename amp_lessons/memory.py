@@ -15,8 +15,9 @@ Not covered here: allocator rounding and fragmentation, temporaries that live on
 inside one op or inside backward, CUDA context and cuBLAS workspaces (notebook 06
 measures those with ``torch.cuda.max_memory_allocated``), tensors a custom
 ``autograd.Function`` stores as ``ctx`` attributes instead of ``save_for_backward``,
-and Python numbers autograd wraps into 0-dim CPU tensors (``x / 4.0`` keeps an
-8-byte float64 4.0 that saved-tensor hooks are never shown).
+Python numbers autograd wraps into 0-dim CPU tensors (``x / 4.0`` keeps an 8-byte
+float64 4.0 that saved-tensor hooks are never shown), and activation checkpointing
+(``torch.utils.checkpoint`` installs saved-tensor hooks of its own).
 """
 
 from __future__ import annotations
@@ -350,15 +351,16 @@ def memory_breakdown(
     AMP keeps 17_152 bytes for backward against fp32's 1_536; at batch 2048 it is
     802_816 against 1_572_864, about half.
     """
+    optimizer_state = optimizer_state_bytes(model, optimizer)  # checks the name
     saved = saved_storages(model, inputs, dtype)
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     return MemoryBreakdown(
         dtype=_check_dtype(dtype),
         optimizer=optimizer,
         weights=sum(p.nbytes for p in params),
         buffers=sum(b.nbytes for b in model.buffers()),
         gradients=sum(p.nbytes for p in params if p.requires_grad),
-        optimizer_state=optimizer_state_bytes(model, optimizer),
+        optimizer_state=optimizer_state,
         activations=sum(s.nbytes for s in saved if s.kind == "activation"),
         weight_copies=sum(s.nbytes for s in saved if s.kind == "weight_copy"),
     )
