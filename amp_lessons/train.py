@@ -167,35 +167,50 @@ def slow_note(precision: Precision, device: torch.device | str) -> str | None:
 
 
 @contextmanager
-def tf32_mode(enabled: bool) -> Iterator[None]:
+def tf32_mode(enabled: bool, device_type: str = "cuda") -> Iterator[None]:
     """Allow (or forbid) TF32 for fp32 matmuls and convolutions, then restore.
 
-    Only NVIDIA GPUs from Ampere on have TF32; elsewhere the flag changes nothing.
+    TF32 exists on NVIDIA GPUs from Ampere on; for any other ``device_type`` nothing
+    is touched (so CPU math never changes).
 
     Example::
 
-        with tf32_mode(False):   # an honest fp32 baseline, even where TF32 is default
+        with tf32_mode(False):   # an honest fp32 baseline, even where TF32 is on
             y = a @ b
     """
-    matmul = torch.backends.cuda.matmul
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    # torch >= 2.9 has per-backend `fp32_precision`; mixing it with the legacy
-    # `allow_tf32` flags makes torch raise, so use the new API wherever it exists.
-    if conv is not None and hasattr(conv, "fp32_precision"):
-        old = (matmul.fp32_precision, conv.fp32_precision)
-        value = "tf32" if enabled else "ieee"
-        matmul.fp32_precision = conv.fp32_precision = value
-        try:
-            yield
-        finally:
-            matmul.fp32_precision, conv.fp32_precision = old
-    else:  # pragma: no cover - torch < 2.9
-        old = (matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
-        try:
-            yield
-        finally:
-            matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    if device_type != "cuda":
+        yield
+        return
+    b = torch.backends
+    # torch >= 2.9 keeps a legacy flag and a per-backend `fp32_precision` and raises
+    # when they disagree. The legacy setters update both, so inside they agree; on
+    # the way out every readable setting is put back as it was.
+    per_backend = {obj: obj.fp32_precision
+                   for obj in (b.cuda.matmul, getattr(b.cudnn, "conv", None),
+                               getattr(b.cudnn, "rnn", None),
+                               getattr(b.mkldnn, "matmul", None))
+                   if obj is not None and hasattr(obj, "fp32_precision")}
+    matmul = _read_or_none(torch.get_float32_matmul_precision)
+    cudnn = _read_or_none(lambda: b.cudnn.allow_tf32)
+    b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        if matmul in ("highest", "high"):
+            b.cuda.matmul.allow_tf32 = matmul == "high"
+        elif matmul is not None:
+            torch.set_float32_matmul_precision(matmul)
+        if cudnn is not None:
+            b.cudnn.allow_tf32 = cudnn
+        for obj, value in per_backend.items():
+            obj.fp32_precision = value
+
+
+def _read_or_none(getter: Callable[[], Any]) -> Any:
+    try:
+        return getter()
+    except RuntimeError:  # the caller mixed torch's two TF32 APIs: unreadable
+        return None
 
 
 def autocast_context(precision: Precision, device: torch.device | str):
@@ -724,7 +739,7 @@ def train(config: TrainConfig, model: nn.Module | None = None,
         save_checkpoint(config.checkpoint_path,
                         _snapshot(config, model, optimizer, scaler, task, records))
 
-    with tf32_mode(precision.tf32):
+    with tf32_mode(precision.tf32, device.type):
         model.train()
         for step in range(len(records) + 1, config.num_steps + 1):
             t0 = time.perf_counter()
@@ -783,3 +798,51 @@ def _restore(saved, model, optimizer, scaler, task, device) -> None:
     if saved["cuda_rng"] is not None and device.type == "cuda":
         torch.cuda.set_rng_state_all(saved["cuda_rng"])
 
+
+
+# ---------------------------------------------------------------------------
+# Plotting
+# ---------------------------------------------------------------------------
+
+
+def plot_losses(records_by_precision: dict[str, Sequence[StepRecord]], ax=None):
+    """Loss per optimizer step, one line per run, skipped steps marked; a Figure.
+
+    The y axis is logarithmic, so a loss falling from 1.1 to 0.1 reads as a steady
+    slope. Never calls ``plt.show()``.
+
+    Example::
+
+        runs = {p: train(TrainConfig(precision=p, device="cpu")).records
+                for p in ("fp32", "bf16", "fp16")}
+        fig = plot_losses(runs)  # 3 lines; an "x" on each skipped fp16 step
+    """
+    import matplotlib.pyplot as plt
+
+    if not records_by_precision:
+        raise ValueError("plot_losses needs at least one run: pass "
+                         "{name: result.records}, e.g. {'bf16': result.records}")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+    else:
+        fig = ax.figure
+    for name, records in records_by_precision.items():
+        if not records or not all(isinstance(r, StepRecord) for r in records):
+            raise ValueError(f"run {name!r}: expected a non-empty list of StepRecord "
+                             "(TrainResult.records)")
+        steps = [r.step for r in records]
+        (line,) = ax.plot(steps, [r.loss for r in records], label=name, lw=1.2)
+        skipped = [r for r in records if r.skipped]
+        if skipped:
+            # a skipped step's loss is still the forward pass's: finite or not
+            ax.plot([r.step for r in skipped],
+                    [r.loss if math.isfinite(r.loss) else float("nan")
+                     for r in skipped],
+                    "x", color=line.get_color(), label=f"{name}: skipped step")
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss")
+    ax.set_title("training loss by precision")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig

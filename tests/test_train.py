@@ -1,6 +1,8 @@
 """The AMP training loop: learning in every precision, skips, resume, clear errors."""
 
 import math
+import os
+import sys
 import warnings
 from itertools import pairwise
 
@@ -358,15 +360,73 @@ def test_resume_errors_leave_the_checkpoint_untouched(tmp_path):
 # -- the pieces ---------------------------------------------------------------------
 
 
-def test_tf32_mode_sets_and_restores_the_flag():
-    matmul = torch.backends.cuda.matmul
-    before = matmul.fp32_precision
-    with tr.tf32_mode(True):
-        assert matmul.fp32_precision == "tf32"
-        with tr.tf32_mode(False):
-            assert matmul.fp32_precision == "ieee"
-        assert matmul.fp32_precision == "tf32"
-    assert matmul.fp32_precision == before
+TF32_GETTERS = {
+    "matmul precision": lambda: torch.get_float32_matmul_precision(),
+    "matmul allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+    "matmul fp32_precision": lambda: torch.backends.cuda.matmul.fp32_precision,
+    "cudnn allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+    "conv fp32_precision": lambda: torch.backends.cudnn.conv.fp32_precision,
+    "rnn fp32_precision": lambda: torch.backends.cudnn.rnn.fp32_precision,
+    "mkldnn matmul": lambda: torch.backends.mkldnn.matmul.fp32_precision,
+}
+TF32_SETUPS = {  # how a user may have set TF32 before calling us (both torch APIs)
+    "untouched": lambda: None,
+    "legacy on": lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+    "legacy off": lambda: (setattr(torch.backends.cuda.matmul, "allow_tf32", False),
+                           setattr(torch.backends.cudnn, "allow_tf32", False)),
+    "precision high": lambda: torch.set_float32_matmul_precision("high"),
+    "precision medium": lambda: torch.set_float32_matmul_precision("medium"),
+    "new api tf32": lambda: setattr(torch.backends.cuda.matmul, "fp32_precision",
+                                    "tf32"),
+    "new api ieee": lambda: (
+        setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee"),
+        setattr(torch.backends.cudnn.conv, "fp32_precision", "ieee")),
+}
+
+
+def tf32_settings():
+    """Every TF32 setting torch shows; None where torch refuses to read it (it
+    raises when the legacy and the new API were mixed)."""
+    return {name: tr._read_or_none(get) for name, get in TF32_GETTERS.items()}
+
+
+def tf32_scenario(setup):
+    """Run in a forked child, so each scenario starts from torch's pristine flags."""
+    TF32_SETUPS[setup]()
+    before = tf32_settings()
+    for enabled in (True, False, True):
+        with tr.tf32_mode(enabled):
+            inside = tf32_settings()
+            # both APIs agree inside: torch checks that before cuBLAS calls
+            assert inside["matmul allow_tf32"] is enabled, inside
+            assert inside["matmul fp32_precision"] == ("tf32" if enabled else "ieee")
+            assert inside["cudnn allow_tf32"] is enabled, inside
+        after = tf32_settings()
+        assert all(after[k] == v for k, v in before.items() if v is not None), (
+            before, after)
+
+
+@pytest.mark.skipif(not hasattr(torch.backends.cudnn, "conv"), reason="torch < 2.9")
+@pytest.mark.parametrize("setup", list(TF32_SETUPS))
+def test_tf32_mode_agrees_inside_and_restores_every_setting(setup):
+    pid = os.fork()
+    if pid == 0:  # child: report by exit status only
+        try:
+            tf32_scenario(setup)
+            code = 0
+        except BaseException as e:  # any exception is a failure
+            print(f"{setup}: {e!r}", file=sys.stderr)
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, f"scenario {setup!r} failed"
+
+
+def test_tf32_mode_leaves_other_devices_alone():
+    before = tf32_settings()
+    with tr.tf32_mode(True, "cpu"):
+        assert tf32_settings() == before
+    assert tf32_settings() == before
 
 
 def test_autocast_context_casts_matmuls_only_for_fp16_and_bf16():
@@ -410,3 +470,48 @@ def test_resume_on_cuda_reproduces_the_run(tmp_path):
     # cuBLAS may pick other kernels run to run; the run must match closely
     for a, b in zip(full.losses, resumed.losses, strict=True):
         assert a == pytest.approx(b, rel=1e-3)
+
+
+# -- plotting ------------------------------------------------------------------------
+
+
+def test_plot_losses_draws_each_run_and_marks_skipped_steps():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def record(step, loss, skipped=False):
+        return tr.StepRecord(step, loss, 1.0, skipped, 1.0, 1.0)
+
+    runs = {"fp32": [record(1, 1.0), record(2, 0.5), record(3, 0.25)],
+            "fp16": [record(1, 1.1, skipped=True), record(2, 0.6), record(3, 0.3)]}
+    fig = tr.plot_losses(runs)
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"fp32", "fp16", "fp16: skipped step"}
+    assert list(lines["fp32"].get_ydata()) == [1.0, 0.5, 0.25]
+    assert list(lines["fp16"].get_xdata()) == [1, 2, 3]
+    assert list(lines["fp16: skipped step"].get_xdata()) == [1]
+    assert lines["fp16: skipped step"].get_color() == lines["fp16"].get_color()
+    assert ax.get_yscale() == "log"
+    plt.close(fig)
+    with pytest.raises(ValueError, match="at least one run"):
+        tr.plot_losses({})
+    with pytest.raises(ValueError, match="run 'bf16': expected a non-empty list"):
+        tr.plot_losses({"bf16": [0.5, 0.4]})
+
+
+def test_plot_losses_of_a_real_run():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    result = quiet_train(TrainConfig(precision="fp16", init_scale=2.0**40,
+                                     device="cpu", num_steps=12, batch_size=16))
+    fig = tr.plot_losses({"fp16": result.records})
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert list(lines["fp16"].get_ydata()) == result.losses
+    assert len(lines["fp16: skipped step"].get_xdata()) == result.num_skipped > 0
+    plt.close(fig)
