@@ -291,7 +291,7 @@ def _measure(config, p, device, sizes, warmup, iters, seed):
         return train_step(model, optimizer, scaler, ctx, [(x, y)], loss_fn, clip=1.0)
 
     resident = peak = None  # CUDA only: torch does not track CPU allocations
-    with tf32_mode(p.tf32):
+    with tf32_mode(p.tf32, device.type):
         for _ in range(warmup):
             step()
         synchronize(device)
