@@ -184,6 +184,7 @@ def _mean(xs: Sequence[float]) -> float:
 
 def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from amp_lessons import bench
+    from amp_lessons.train import resolve_device
 
     overrides: dict[str, dict[str, int]] = {}
     for flag, config, key in SIZE_FLAGS:
@@ -191,6 +192,10 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if value is not None:
             overrides.setdefault(config, {})[key] = value
     command = shlex.join(["python", "-m", "amp_lessons", *argv])
+    if args.record and resolve_device(args.device).type != "cuda":
+        raise ValueError("--record writes notebooks/results/bench_<gpu>.json, the GPU "
+                         "results lesson 06 shows on machines without one; run it "
+                         "with --device cuda, or use --json PATH for this device")
     report = bench.bench_report(
         args.device, args.configs, args.precisions, overrides, args.warmup,
         args.iters, command=command,

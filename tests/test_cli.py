@@ -124,3 +124,10 @@ def test_bench_size_mistakes(capsys):
     assert main(["bench", "--device", "cpu", "--gpt-embd", "30", "--gpt-heads",
                  "4"]) == 2
     assert "multiple of n_head" in capsys.readouterr().err
+
+
+def test_record_is_for_gpu_results_only(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["bench", "--device", "cpu", "--record"]) == 2
+    assert "use --json PATH" in capsys.readouterr().err
