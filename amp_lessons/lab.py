@@ -15,7 +15,10 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 def lab_command(
-    port: int | None = None, token: str | None = None, open_browser: bool = True
+    port: int | None = None,
+    token: str | None = None,
+    open_browser: bool = True,
+    root_dir: str | Path | None = None,
 ) -> list[str]:
     """The `jupyter lab` command line the course uses.
 
@@ -23,7 +26,8 @@ def lab_command(
     requires ``?token=abc``. With ``token=None`` Jupyter makes a fresh random token
     itself and prints the URL with it (kept off the command line, where `ps` shows it
     to every user); an empty token is refused, since it would let any local process
-    or web page drive the kernel.
+    or web page drive the kernel. ``root_dir`` (default: the course's ``notebooks/``)
+    lets the browser test serve a scratch folder with the same settings.
     """
     if token is not None and not token:
         raise ValueError("an empty token disables authentication; pass None for a "
@@ -31,7 +35,7 @@ def lab_command(
     command = [
         sys.executable, "-m", "jupyter", "lab",
         "--ServerApp.ip=127.0.0.1",  # loopback only: unreachable from the network
-        f"--ServerApp.root_dir={NOTEBOOKS}",
+        f"--ServerApp.root_dir={NOTEBOOKS if root_dir is None else root_dir}",
         "--LabApp.news_url=None",  # no network needed: no news feed ...
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",  # ... no
     ]

@@ -1,0 +1,279 @@
+"""The course in a real browser: JupyterLab started as `make lab` starts it, driven by
+Chromium through Playwright. Every notebook that displays widgets is run top to bottom,
+every slider, dropdown and button in it is moved, and its plot must redraw.
+
+Needs Debian's Chromium (`apt-get install chromium`; Playwright's own browser
+download is not used) and the `playwright` package (the `dev` extra). Without them the
+tests skip, except under CI=true, where they fail: CI must prove the widgets work.
+
+Run alone with `pytest -m browser -s` to see the latency table and where the
+screenshots went. The fixture notebook (a slider and a dropdown driving a matplotlib
+plot in an Output widget, plus a copy whose callback does nothing and one that raises)
+proves the detector can fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from browser_driver import (
+    Move,
+    assert_redrew,
+    error_outputs,
+    exercise_cell,
+    layout_problems,
+    open_and_run,
+    stderr_texts,
+    widget_cells,
+)
+from lab_server import running_lab
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+VIEWPORT = {"width": 1280, "height": 800}
+CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-quic"]
+MAX_REDRAW_MS = 3000  # generous on 2 busy cores; the goal is 300 ms (reported)
+GOAL_MS = 300
+
+# A notebook "has widgets" when a code cell imports them; the browser must then find a
+# control in it, so a widget that fails to render fails the test.
+WIDGET_IMPORT = re.compile(r"^\s*(from|import)\s+(ipywidgets|amp_lessons\.widgets)\b"
+                           r"|^\s*from\s+amp_lessons\s+import\s+.*\bwidgets\b", re.M)
+
+
+def chromium_path() -> str | None:
+    return os.environ.get("CHROMIUM") or shutil.which("chromium")
+
+
+def require_browser() -> None:
+    """Skip without Chromium or Playwright; under CI=true, fail instead."""
+    missing = []
+    if not chromium_path():
+        missing.append("Chromium (`apt-get install chromium`)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (`pip install -e .[dev]`)")
+    if not missing:
+        return
+    message = "the browser test needs " + " and ".join(missing)
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message + "; CI must install it (see .ci/run)", pytrace=False)
+    pytest.skip(message)
+
+
+def widget_notebooks() -> list[Path]:
+    found = []
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        if any(cell.cell_type == "code" and WIDGET_IMPORT.search(cell.source)
+               for cell in nb.cells):
+            found.append(path)
+    return found
+
+
+def code_cell_count(path: Path) -> int:
+    nb = nbformat.read(path, as_version=4)
+    return sum(cell.cell_type == "code" for cell in nb.cells)
+
+
+# --- fixture notebook ------------------------------------------------------------
+
+FIXTURE_CODE = '''\
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import numpy as np
+from IPython.display import display
+
+
+def panel(mode="redraw"):
+    """A slider and a dropdown driving a matplotlib plot in an Output widget."""
+    slider = widgets.FloatSlider(value=1.0, min=0.5, max=4.0, step=0.25,
+                                 description="freq (Hz)")
+    dropdown = widgets.Dropdown(options=["sin", "cos"], description="wave")
+    out = widgets.Output()
+    peak = widgets.HTML()
+
+    def draw(change=None):
+        with out:
+            if change is not None and mode == "raise":
+                raise ValueError("a bug in the plotting code")
+            t = np.linspace(0, 1, 400)
+            wave = np.sin if dropdown.value == "sin" else np.cos
+            y = wave(2 * np.pi * slider.value * t)
+            out.clear_output(wait=True)
+            fig, ax = plt.subplots(figsize=(6, 2.5))
+            ax.plot(t, y)
+            ax.set(xlabel="time (s)", ylabel="amplitude",
+                   title=f"{dropdown.value} at {slider.value} Hz")
+            display(fig)
+            plt.close(fig)
+        peak.value = f"first peak at t = {t[np.argmax(y)]:.4f} s"
+
+    draw()
+    # mode "noop": the bug the test must catch, the control moves but nothing redraws
+    callback = (lambda change: None) if mode == "noop" else draw
+    slider.observe(callback, "value")
+    dropdown.observe(callback, "value")
+    return widgets.VBox([widgets.HBox([slider, dropdown]), peak, out])
+'''
+FIXTURE_CELLS = {"redraw": 2, "noop": 3, "raise": 4}  # mode -> cell index
+
+
+def write_fixture(folder: Path) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell("# Browser-test fixture"),
+                nbformat.v4.new_code_cell(FIXTURE_CODE)]
+    nb.cells += [nbformat.v4.new_code_cell(f'panel("{m}")') for m in FIXTURE_CELLS]
+    path = folder / "widget_fixture.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+# --- fixtures --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser():
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    args = list(CHROMIUM_ARGS)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        args.append("--no-sandbox")  # Chromium's sandbox refuses to run as root
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=args)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def shots() -> Path:
+    """Screenshots stay after the run, for a person to look at."""
+    return Path(tempfile.mkdtemp(prefix="amp-browser-shots-"))
+
+
+@pytest.fixture(scope="module")
+def fixture_page(browser, shots, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fixture-root")
+    path = write_fixture(folder)
+    with running_lab(root_dir=folder) as lab:
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(lab.url(f"/lab/tree/{path.name}", with_token=True))
+        try:
+            open_and_run(page, code_cell_count(path))
+        finally:
+            page.screenshot(path=shots / "fixture_after_run.png")
+        yield page, lab
+        page.close()
+
+
+def report(capsys, lines: list[str]) -> None:
+    """Print past pytest's capture: the figures belong in the log even on success."""
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+
+
+def latency_summary(moves: list[Move]) -> str:
+    times = [m.plot_ms for m in moves if m.plot_ms is not None]
+    if not times:
+        return "no redraw timed"
+    within = sum(t <= GOAL_MS for t in times)
+    return (f"redraw latency over {len(times)} moves: median "
+            f"{statistics.median(times):.0f} ms, max {max(times):.0f} ms, "
+            f"{within}/{len(times)} within the {GOAL_MS} ms goal")
+
+
+# --- the detector on the fixture ------------------------------------------------
+
+def test_fixture_widgets_redraw(fixture_page, shots, capsys):
+    page, _ = fixture_page
+    assert not error_outputs(page)
+    cells = widget_cells(page)
+    assert cells == list(FIXTURE_CELLS.values())
+    moves = exercise_cell(page, FIXTURE_CELLS["redraw"])
+    cell_shot = shots / "fixture_cell.png"
+    page.locator(".jp-Notebook .jp-Cell").nth(FIXTURE_CELLS["redraw"]).screenshot(
+        path=cell_shot)
+    report(capsys, [str(m) for m in moves] + [latency_summary(moves),
+                                               f"screenshots: {shots}"])
+    assert [m.kind for m in moves] == ["slider", "slider", "dropdown", "dropdown"]
+    assert_redrew(moves, MAX_REDRAW_MS)
+    assert all(m.numbers_changed for m in moves)  # "first peak at t = ..." updates
+    assert not layout_problems(page, FIXTURE_CELLS["redraw"])
+
+
+def test_detector_catches_a_widget_that_stops_redrawing(fixture_page):
+    page, _ = fixture_page
+    moves = exercise_cell(page, FIXTURE_CELLS["noop"], timeout_s=2)
+    assert moves and all(m.moved for m in moves)  # the controls do move ...
+    # ... and nothing else does
+    assert not any(m.plot_changed or m.numbers_changed for m in moves)
+    with pytest.raises(AssertionError, match="plots that did not redraw"):
+        assert_redrew(moves)
+
+
+def test_detector_catches_a_callback_that_raises(fixture_page):
+    page, _ = fixture_page
+    moves = exercise_cell(page, FIXTURE_CELLS["raise"], timeout_s=2)
+    assert moves[0].errors and "a bug in the plotting code" in moves[0].errors[0]
+    with pytest.raises(AssertionError, match="moves that raised"):
+        assert_redrew(moves)
+
+
+# --- the course's widget notebooks ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def course_lab():
+    require_browser()
+    with running_lab() as lab:
+        yield lab
+
+
+@pytest.mark.parametrize("path", widget_notebooks(), ids=lambda p: p.stem)
+def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys):
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        log_start = len(course_lab.log())
+        start = time.monotonic()
+        page.goto(course_lab.url(f"/lab/tree/{path.name}", with_token=True))
+        run_s = open_and_run(page, code_cell_count(path))
+        page.screenshot(path=shots / f"{path.stem}_after_run.png")
+        assert not error_outputs(page), "\n".join(error_outputs(page))
+        cells = widget_cells(page)
+        assert cells, f"{path.name} imports widgets but none rendered a control"
+        moves, layout = [], []
+        for index in cells:
+            cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+            cell.scroll_into_view_if_needed()
+            cell.screenshot(path=shots / f"{path.stem}_cell{index}_before.png")
+            page.screenshot(path=shots / f"{path.stem}_cell{index}_viewport.png")
+            moves += exercise_cell(page, index)
+            cell.screenshot(path=shots / f"{path.stem}_cell{index}_after.png")
+            layout += [f"cell {index}: {p}" for p in layout_problems(page, index)]
+        warnings = [t[:300] for t in stderr_texts(page)]
+        kernel_log = course_lab.log()[log_start:]
+        report(capsys, [f"{path.name}: ran in {run_s:.1f} s, widgets exercised in "
+                        f"{time.monotonic() - start - run_s:.1f} s"]
+               + [str(m) for m in moves] + [latency_summary(moves)]
+               + [f"layout: {p}" for p in layout]
+               + [f"stderr shown: {w!r}" for w in warnings]
+               + [f"screenshots: {shots}"])
+        assert_redrew(moves, MAX_REDRAW_MS)
+        assert "Traceback" not in kernel_log, kernel_log[-3000:]
+        assert not layout, "widgets overflow their cell:\n" + "\n".join(layout)
+    finally:
+        page.close()

@@ -1,0 +1,252 @@
+"""`make lab` is safe to run: the live server (started by the same `lab_command`)
+refuses requests without its token, listens on loopback only, and reaches for nothing
+on the network (no news feed, no update check). No browser needed.
+
+The network check is real, not a reading of the config: every Python process of the
+server and its kernels gets an audit hook (a `sitecustomize` on PYTHONPATH) that logs
+each DNS lookup or connection to anything but this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from lab_server import http_status, running_lab
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="checks sockets the Linux way")
+
+NET_AUDIT = '''\
+"""Log every DNS lookup or connection that leaves this machine (test_launch.py)."""
+import os
+import sys
+
+_LOG = os.environ.get("AMP_NET_LOG")
+_LOCAL = {"127.0.0.1", "::1", "localhost", "0:0:0:0:0:0:0:1"}
+
+
+def _audit(event, args):
+    if event == "socket.getaddrinfo":
+        host = args[0]
+    elif event == "socket.connect":
+        address = args[1]
+        if not isinstance(address, tuple):
+            return  # a unix socket: local by construction
+        host = address[0]
+    else:
+        return
+    if isinstance(host, bytes):
+        host = host.decode(errors="replace")
+    if host is None or str(host) in _LOCAL or str(host).startswith("127."):
+        return
+    with open(_LOG, "a") as log:
+        log.write(f"{os.getpid()} {event} {host}\\n")
+
+
+if _LOG:
+    sys.addaudithook(_audit)
+    with open(_LOG + ".hooked", "a") as hooked:  # proof this process is watched
+        hooked.write(f"{os.getpid()}\\n")
+'''
+
+
+@pytest.fixture(scope="module")
+def audit_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("net-audit")
+    (folder / "sitecustomize.py").write_text(NET_AUDIT)
+    return folder
+
+
+def audit_env(audit_dir: Path) -> dict[str, str]:
+    return {"PYTHONPATH": str(audit_dir), "AMP_NET_LOG": str(audit_dir / "net.log")}
+
+
+def outbound(audit_dir: Path) -> list[str]:
+    log = audit_dir / "net.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture(scope="module")
+def lab(audit_dir):
+    with running_lab(extra_env=audit_env(audit_dir)) as lab:
+        yield lab
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=20) as response:
+        return response.status, response.read().decode()
+
+
+def post_status(url: str, headers: dict[str, str] | None = None) -> int:
+    request = urllib.request.Request(url, data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_requests_without_the_token_are_refused(lab):
+    assert http_status(lab.url("/api/status")) == 403
+    assert http_status(lab.url("/api/contents")) == 403
+    assert http_status(lab.url("/api/status"), {"Authorization": "token wrong"}) == 403
+    # the page itself sends a browser without the token to the login form
+    assert http_status(lab.url("/lab")) == 302
+    # ... and a request that changes state is refused outright (token or XSRF needed)
+    assert post_status(lab.url("/api/kernels")) == 403
+
+
+def test_requests_with_the_token_work(lab):
+    assert http_status(lab.url("/api/status"), lab.auth) == 200
+    assert http_status(lab.url("/lab", with_token=True)) == 200
+    status, body = get(lab.url("/api/contents"), lab.auth)
+    names = {item["name"] for item in json.loads(body)["content"]}
+    assert "00_welcome.ipynb" in names  # served from the course's notebooks/
+
+
+def listening_sockets(pid: int) -> list[tuple[str, int, int]]:
+    """(ip, port, pid) of every listening TCP socket of `pid` and its children."""
+    psutil = pytest.importorskip("psutil")
+    server = psutil.Process(pid)
+    found = []
+    for process in [server, *server.children(recursive=True)]:
+        try:
+            connections = process.net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        found += [(c.laddr.ip, c.laddr.port, process.pid) for c in connections
+                  if c.status == psutil.CONN_LISTEN]
+    return found
+
+
+def test_server_and_kernels_listen_on_loopback_only(lab):
+    kernel_status = post_status(lab.url("/api/kernels"), lab.auth)
+    assert kernel_status == 201  # a kernel too: its five ZMQ ports must stay local
+    deadline = time.monotonic() + 30
+    while True:  # the kernel binds its ports as it starts up
+        sockets = listening_sockets(lab.process.pid)
+        kernel_ports = [s for s in sockets if s[2] != lab.process.pid]
+        if len(kernel_ports) >= 5 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ("127.0.0.1", lab.port) in {(ip, port) for ip, port, _ in sockets}
+    assert len(kernel_ports) >= 5, sockets
+    exposed = [s for s in sockets if s[0] != "127.0.0.1"]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+
+
+def test_server_port_is_unreachable_from_this_machines_own_addresses(lab):
+    psutil = pytest.importorskip("psutil")
+    addresses = [a.address for nic in psutil.net_if_addrs().values() for a in nic
+                 if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    if not addresses:
+        pytest.skip("this machine has no network address besides loopback")
+    for address in addresses:
+        with socket.socket() as sock:
+            sock.settimeout(3)
+            assert sock.connect_ex((address, lab.port)) != 0, address
+
+
+def page_config(lab) -> dict:
+    _, html = get(lab.url("/lab", with_token=True))
+    found = re.search(r'<script id="jupyter-config-data" type="application/json">'
+                      r"(.*?)</script>", html, re.S)
+    assert found, "JupyterLab's page no longer carries its config"
+    return json.loads(found.group(1))
+
+
+def test_news_and_update_checks_are_off_and_nothing_leaves_the_machine(lab, audit_dir):
+    assert page_config(lab)["news"] == {"disabled": True}
+    _, news = get(lab.url("/lab/api/news"), lab.auth)
+    _, update = get(lab.url("/lab/api/update"), lab.auth)
+    assert json.loads(news) == {"news": []}
+    assert json.loads(update) == {"notification": None}
+    # the handlers above ran; a live news feed or update check would have looked up
+    # jupyterlab.github.io or pypi.org and shown up here
+    hooked = (audit_dir / "net.log.hooked").read_text().split()
+    assert str(lab.process.pid) in hooked  # the server really ran with the audit hook
+    assert outbound(audit_dir) == []
+
+
+def test_network_audit_sees_a_lookup_the_way_jupyterlab_makes_it(audit_dir, tmp_path):
+    # the proof the check above can fail: tornado's client (what the news and update
+    # handlers use) looking up a host is logged
+    env = {**audit_env(tmp_path), "PATH": "/usr/bin:/bin"}
+    (tmp_path / "sitecustomize.py").write_text(NET_AUDIT)
+    code = textwrap.dedent("""
+        import asyncio
+        from tornado.httpclient import AsyncHTTPClient
+
+        async def fetch():
+            try:
+                await AsyncHTTPClient().fetch("http://news.invalid/feed.xml",
+                                              request_timeout=5)
+            except Exception:
+                pass  # no such host (or no network): the lookup was still made
+
+        asyncio.run(fetch())
+    """)
+    subprocess.run([sys.executable, "-c", code], env=env, timeout=60, check=True)
+    assert any("news.invalid" in line for line in outbound(tmp_path))
+
+
+UNSAFE = {
+    "binds every interface": re.compile(
+        r"0\.0\.0\.0|--ip[= ]['\"]?\*|ip\s*=\s*['\"]\*"),
+    "empty token or password": re.compile(
+        r"(token|password)\s*=\s*(''|\"\"|\s*$|\s+-)", re.M | re.I),
+    "disables XSRF": re.compile(r"disable_check_xsrf", re.I),
+    "allows any origin": re.compile(r"allow_origin\s*=\s*['\"]?\*"),
+    "allows remote access": re.compile(r"allow_remote_access\s*=\s*True"),
+}
+
+
+def shipped_text_files() -> list[Path]:
+    """Every tracked file a student reads or runs (tests spell the patterns out)."""
+    try:
+        listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        listed = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()]
+    suffixes = {".md", ".py", ".sh", ".yml", ".yaml", ".toml", ".txt", ".ipynb",
+                ".cfg", ".json", ""}
+    files = [ROOT / name for name in listed if not name.startswith(("tests/", "."))
+             or name.startswith(".ci/")]
+    return [p for p in files if p.is_file() and p.suffix in suffixes
+            and p.stat().st_size < 2_000_000]
+
+
+def test_no_shipped_file_advertises_an_unsafe_launch():
+    # test_repo.py checks README, Makefile, .ci/run and the package; this widens it to
+    # every tracked file (notebooks included) and to more ways of opening the server
+    offenders = []
+    for path in shipped_text_files():
+        text = path.read_text(errors="replace")
+        for what, pattern in UNSAFE.items():
+            if pattern.search(text):
+                offenders.append(f"{path.relative_to(ROOT)}: {what}")
+    assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("line", [
+    "jupyter lab --ip=0.0.0.0", "jupyter lab --ip='*'", "c.ServerApp.token = ''",
+    "--IdentityProvider.token= --no-browser", "c.ServerApp.disable_check_xsrf = True",
+    "c.ServerApp.allow_origin = '*'", "c.ServerApp.allow_remote_access = True",
+])
+def test_unsafe_launch_patterns_catch_each_mistake(line):
+    assert any(p.search(line) for p in UNSAFE.values()), line
