@@ -809,7 +809,9 @@ def plot_losses(records_by_precision: dict[str, Sequence[StepRecord]], ax=None):
     """Loss per optimizer step, one line per run, skipped steps marked; a Figure.
 
     The y axis is logarithmic, so a loss falling from 1.1 to 0.1 reads as a steady
-    slope. Never calls ``plt.show()``.
+    slope. Built without pyplot (like ``amp_lessons.widgets``' plots), so nothing
+    piles up in pyplot; a notebook with ``%matplotlib inline`` shows it by leaving
+    it as a cell's last expression.
 
     Example::
 
@@ -817,13 +819,14 @@ def plot_losses(records_by_precision: dict[str, Sequence[StepRecord]], ax=None):
                 for p in ("fp32", "bf16", "fp16")}
         fig = plot_losses(runs)  # 3 lines; an "x" on each skipped fp16 step
     """
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     if not records_by_precision:
         raise ValueError("plot_losses needs at least one run: pass "
                          "{name: result.records}, e.g. {'bf16': result.records}")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(7, 3.2))
+        fig = Figure(figsize=(7, 3.2), layout="constrained")
+        ax = fig.add_subplot()
     else:
         fig = ax.figure
     for name, records in records_by_precision.items():
@@ -844,5 +847,4 @@ def plot_losses(records_by_precision: dict[str, Sequence[StepRecord]], ax=None):
     ax.set_ylabel("training loss")
     ax.set_title("training loss by precision")
     ax.legend(fontsize="small")
-    fig.tight_layout()
     return fig
