@@ -107,6 +107,10 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     for flag, config, key in SIZE_FLAGS:
         sizes.add_argument(flag, type=int, default=None, metavar="N",
                            help=f"{config} {key}")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch while measuring (default: 1 on a CPU, "
+                        "where the tiny models lose more to thread hand-offs than "
+                        "they gain)")
     p.add_argument("--json", metavar="PATH", default=None,
                    help="write the results and their provenance as JSON")
     p.add_argument("--record", action="store_true",
@@ -199,10 +203,11 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     report = bench.bench_report(
         args.device, args.configs, args.precisions, overrides, args.warmup,
         args.iters, command=command,
-        progress=lambda s: print(f"  measuring {s}", file=sys.stderr, flush=True))
+        progress=lambda s: print(f"  measuring {s}", file=sys.stderr, flush=True),
+        threads=args.threads)
     print(f"bench on {report['device']} ({report['device_name']}), torch "
           f"{report['torch']}, {report['warmup']} warm-up + {report['iters']} timed "
-          "steps, median")
+          f"steps, median; {report['cpu_threads']} CPU thread(s)")
     for config, sizes in report["sizes"].items():
         print(f"  {config}: " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
     print(bench.format_table(report["results"]))

@@ -36,7 +36,8 @@ import re
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -351,11 +352,15 @@ def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
               sizes: dict[str, dict[str, int]] | None = None,
               warmup: int | None = None, iters: int | None = None,
               skipped: list[dict] | None = None,
-              progress: Callable[[str], None] | None = None) -> list[dict]:
+              progress: Callable[[str], None] | None = None,
+              threads: int | None = None) -> list[dict]:
     """Bench every config in every precision on one device; rows with ratios vs fp32.
 
     Precisions the device cannot run (bf16 before Ampere) are left out and listed in
     ``skipped`` when a list is passed. ``sizes`` overrides the defaults per config.
+    ``threads``: CPU threads for torch while measuring; default 1 on a CPU, where the
+    tiny default models spend longer handing work between threads than computing
+    (on a busy 2-core machine 2 threads measured ~10x slower), untouched otherwise.
 
     Example (a notebook, seconds on a CPU)::
 
@@ -383,14 +388,36 @@ def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
         except RuntimeError as e:  # e.g. bf16 on a pre-Ampere GPU
             if skipped is not None:
                 skipped.append({"precision": name, "reason": str(e)})
+    if threads is None and dev.type == "cpu":
+        threads = 1
     rows = []
-    for config in configs:
-        for name in usable:
-            if progress:
-                progress(f"{config} {name} ...")
-            rows.append(bench_one(config, name, dev, all_sizes[config], warmup,
-                                  iters))
+    with cpu_threads(threads):
+        for config in configs:
+            for name in usable:
+                if progress:
+                    progress(f"{config} {name} ...")
+                rows.append(bench_one(config, name, dev, all_sizes[config], warmup,
+                                      iters))
     return add_ratios(rows)
+
+
+@contextmanager
+def cpu_threads(n: int | None) -> Iterator[None]:
+    """Run with ``torch.set_num_threads(n)``, then restore (``None``: leave as is).
+
+    Example: ``with cpu_threads(1): bench_one("mlp", "fp32", "cpu")``.
+    """
+    if n is None:
+        yield
+        return
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"threads must be a positive integer, got {n!r}")
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:
@@ -418,7 +445,8 @@ def bench_report(device: str = "auto", configs: Sequence[str] = CONFIGS,
                  sizes: dict[str, dict[str, int]] | None = None,
                  warmup: int | None = None, iters: int | None = None,
                  command: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> dict:
+                 progress: Callable[[str], None] | None = None,
+                 threads: int | None = None) -> dict:
     """``run_bench`` plus the provenance a results file needs.
 
     Example: ``bench_report("cpu")["results"][0]["config"] == "mlp"``.
@@ -429,8 +457,10 @@ def bench_report(device: str = "auto", configs: Sequence[str] = CONFIGS,
     warmup = default_warmup if warmup is None else warmup
     iters = default_iters if iters is None else iters
     skipped: list[dict] = []
+    if threads is None and dev.type == "cpu":
+        threads = 1  # see run_bench
     results = run_bench(str(dev), configs, precisions, sizes, warmup, iters, skipped,
-                        progress)
+                        progress, threads)
     name = _device_name(dev)
     notes = [FLOPS_NOTE]
     if dev.type != "cuda":
@@ -450,6 +480,7 @@ def bench_report(device: str = "auto", configs: Sequence[str] = CONFIGS,
         "sizes": {c: all_sizes[c] for c in configs},
         "warmup": warmup,
         "iters": iters,
+        "cpu_threads": threads if threads is not None else torch.get_num_threads(),
         "peak_tflops": peak_tflops(name) if dev.type == "cuda" else None,
         "notes": notes,
         "skipped": skipped,

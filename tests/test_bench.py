@@ -95,9 +95,21 @@ def test_sizes_merge_and_refuse_unknown_names():
 
 @pytest.fixture(scope="module")
 def tiny_report():
-    torch.set_num_threads(1)
     return bench.bench_report("cpu", sizes=TINY, warmup=1, iters=2,
                               command="pytest tiny bench")
+
+
+def test_cpu_threads_are_set_while_measuring_then_restored():
+    torch.set_num_threads(2)
+    seen = []
+    with bench.cpu_threads(1):
+        seen.append(torch.get_num_threads())
+    with bench.cpu_threads(None):
+        seen.append(torch.get_num_threads())
+    assert seen == [1, 2] and torch.get_num_threads() == 2
+    with pytest.raises(ValueError, match="threads must be a positive integer"):
+        with bench.cpu_threads(0):
+            pass
 
 
 def test_tiny_bench_has_every_config_and_precision(tiny_report):
@@ -142,6 +154,7 @@ def test_results_file_round_trip_and_schema(tiny_report, tmp_path):
     assert report["device"] == "cpu" and report["torch"] == torch.__version__
     assert report["command"] == "pytest tiny bench"
     assert report["sizes"] == TINY
+    assert report["cpu_threads"] == 1  # the CPU default, see run_bench
     assert any("peak_mem_bytes is None" in n for n in report["notes"])
     text = bench.format_table(report["results"])
     assert text.splitlines()[0].split()[:4] == ["config", "prec", "step", "ms"]
