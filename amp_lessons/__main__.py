@@ -142,13 +142,6 @@ def run_train(args: argparse.Namespace) -> int:
         validate_config,
     )
 
-    threads = args.threads
-    if threads is None and args.task == "spirals" and args.device == "cpu":
-        threads = 1
-    if threads is not None:
-        if threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
     config = TrainConfig(
         task=args.task, device=args.device, precision=args.precision,
         scaler=args.scaler, num_steps=args.steps, batch_size=args.batch_size,
@@ -161,6 +154,13 @@ def run_train(args: argparse.Namespace) -> int:
     device = resolve_device(config.device)
     p = resolve_precision(config.precision, device, warn=False)
     make_scaler(p, device, config.scaler)
+    threads = args.threads
+    if threads is None and config.task == "spirals" and device.type == "cpu":
+        threads = 1
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
     print(f"train {config.task} on {device} | {p.name}: {p.summary} | "
           f"{config.num_steps} steps of {config.batch_size} x {config.accum_steps} "
           "micro-batch(es)", flush=True)
