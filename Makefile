@@ -25,5 +25,16 @@ test-notebook: setup-dev
 bench: setup
 	$(VENV_PY) -m amp_lessons bench --json bench.json
 
+# Teaching (notebooks/INSTRUCTORS.md): the student edition into student/, autograding
+# of what is filed in build/course/submitted/, offline slide decks into build/slides/.
+student: setup-dev
+	$(VENV_PY) -m amp_lessons.grading student
+
+grade: setup-dev
+	$(VENV_PY) -m amp_lessons.grading autograde
+
+slides: setup-dev
+	$(VENV_PY) -m amp_lessons.grading slides
+
 clean:
 	rm -rf .venv student build

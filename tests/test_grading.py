@@ -1,0 +1,431 @@
+"""The grading pipeline with the real nbgrader, on a small fixture course and on the
+course itself: solved -> full marks, student edition -> zero on every graded cell and
+runs top to bottom, metadata lint, silent test cells, offline slides.
+
+The fixture course proves each check can fail; the real-course tests grade whatever
+notebooks in notebooks/ carry graded cells (they skip while none do).
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from amp_lessons import grading
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = grading.course_notebooks(ROOT / "notebooks")
+GRADED = [p for p in NOTEBOOKS if grading.is_graded(p)]
+
+
+# ---------------------------------------------------------------------------------
+# A tiny course written with nbformat: a plain lesson, a healthy graded lesson and a
+# flawed one with one defect of each kind the rehearsal must catch.
+
+
+def md(text, slide="-"):
+    cell = nbformat.v4.new_markdown_cell(text)
+    cell.metadata["slideshow"] = {"slide_type": slide}
+    return cell
+
+
+def code(text, slide="-"):
+    cell = nbformat.v4.new_code_cell(text)
+    cell.metadata["slideshow"] = {"slide_type": slide}
+    return cell
+
+
+def solution(text, grade_id):
+    cell = code(text)
+    cell.metadata["nbgrader"] = {"grade": False, "grade_id": grade_id, "locked": False,
+                                 "schema_version": 3, "solution": True, "task": False}
+    return cell
+
+
+def graded_test(text, grade_id, points=1):
+    cell = code(text)
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": grade_id, "locked": True,
+                                 "points": points, "schema_version": 3,
+                                 "solution": False, "task": False}
+    return cell
+
+
+def write(path, cells):
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"c{i:03d}"
+    nbformat.validate(nb)
+    nbformat.write(nb, path)
+    return path
+
+
+def sol(body):
+    return f"    ### BEGIN SOLUTION\n    {body}\n    ### END SOLUTION"
+
+
+def write_fixture_course(folder: Path) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results").mkdir(exist_ok=True)
+    (folder / "results" / "recorded.json").write_text(json.dumps({"speedup": 2.5}))
+    plain = write(folder / "00_intro.ipynb", [
+        md("# 00 · Intro", "slide"),
+        code("print('intro ran')"),
+    ])
+    good = write(folder / "01_good.ipynb", [
+        md("# 01 · Good", "slide"),
+        code("import json\nrecorded = json.load(open('results/recorded.json'))\n"
+             "print('recorded speedup', recorded['speedup'])"),
+        md("## Exercise: double", "subslide"),
+        solution("def double(x):\n" + sol("return 2 * x"), "01_good_double"),
+        graded_test("print('case | ok')\nassert double(2) == 4\n"
+                  "### BEGIN HIDDEN TESTS\nassert double(-3) == -6\n"
+                  "### END HIDDEN TESTS", "01_good_double_test", points=2),
+        md("## Exercise: half", "subslide"),
+        solution("def half(x):\n" + sol("return x / 2"), "01_good_half"),
+        graded_test("assert half(3) == 1.5", "01_good_half_test", points=1),
+        code("print('later cells do not use the exercises')"),
+    ])
+    flawed = write(folder / "02_flawed.ipynb", [
+        md("# 02 · Flawed", "slide"),
+        solution("def noisy(x):\n" + sol("return x"), "02_flawed_noisy"),
+        # a warning goes to stderr: nbgrader scores the cell zero even when it passes
+        graded_test("import warnings\nwarnings.warn('careful')\nassert noisy(1) == 1",
+                  "02_flawed_noisy_test"),
+        solution("def wrong(x):\n" + sol("return x + 1"), "02_flawed_wrong"),
+        graded_test("assert wrong(1) == 1, 'wrong(1) should be 1'",
+                  "02_flawed_wrong_test"),
+        solution("def free(x):\n" + sol("return x"), "02_flawed_free"),
+        graded_test("assert True  # passes whatever the student wrote",
+                  "02_flawed_free_test"),
+        code("print(noisy(5))  # uses the student's function: breaks when unsolved"),
+    ])
+    return {"plain": plain, "good": good, "flawed": flawed}
+
+
+@pytest.fixture(scope="module")
+def fixture_course(tmp_path_factory):
+    base = tmp_path_factory.mktemp("fixture")
+    notebooks = write_fixture_course(base / "notebooks")
+    start = time.perf_counter()
+    result = grading.rehearse(list(notebooks.values()), base / "course")
+    print(f"\nfixture rehearsal: {time.perf_counter() - start:.1f} s")
+    return notebooks, base / "course", result
+
+
+def problems_of(result, lesson):
+    return [p for p in result.problems if p.startswith(lesson) or f"{lesson}.ipynb"
+            in p]
+
+
+def score_of(result, student, lesson):
+    return next(s for s in result.scores
+                if s.student == student and s.notebook == lesson)
+
+
+def test_fixture_solved_gets_full_marks_and_blank_gets_zero(fixture_course):
+    _, _, result = fixture_course
+    assert problems_of(result, "01_good") == []
+    reference = score_of(result, grading.REFERENCE_STUDENT, "01_good")
+    blank = score_of(result, grading.BLANK_STUDENT, "01_good")
+    assert (reference.score, reference.max_score) == (3, 3)
+    assert reference.cells == {"01_good_double_test": (2, 2),
+                               "01_good_half_test": (1, 1)}
+    assert blank.max_score == 3
+    assert blank.cells == {"01_good_double_test": (0, 2), "01_good_half_test": (0, 1)}
+
+
+def test_fixture_plain_lesson_is_released_but_not_graded(fixture_course):
+    _, course, result = fixture_course
+    assert (course / "release" / "00_intro" / "00_intro.ipynb").exists()
+    assert "00_intro" not in {s.notebook for s in result.scores}
+
+
+def test_rehearsal_catches_each_defect(fixture_course):
+    _, _, result = fixture_course
+    found = "\n".join(problems_of(result, "02_flawed"))
+    # the warning in a passing test cell: stderr, and so no points on the solution
+    assert "writes to stderr on the solution" in found and "careful" in found
+    assert "'02_flawed_noisy_test': (0.0, 1.0)" in found
+    # a solution that fails its own test
+    assert "fails on the solution: AssertionError: wrong(1) should be 1" in found
+    assert "'02_flawed_wrong_test': (0.0, 1.0)" in found
+    # a test that cannot fail earns points unsolved
+    assert "unsolved cells earn points: {'02_flawed_free_test': (1.0, 1.0)}" in found
+    # a later cell that calls the student's function breaks the student edition
+    assert "fails in the student edition (NotImplementedError" in found
+    assert "print(noisy(5))" in found
+
+
+def test_student_edition_is_stubbed_and_clean(fixture_course, tmp_path):
+    notebooks, course, _ = fixture_course
+    written = grading.export_student_edition(course, tmp_path / "student")
+    assert [p.name for p in written] == ["00_intro.ipynb", "01_good.ipynb",
+                                         "02_flawed.ipynb"]
+    assert (tmp_path / "student" / "results" / "recorded.json").exists()
+    good = nbformat.read(tmp_path / "student" / "01_good.ipynb", as_version=4)
+    text = "\n".join(c.source for c in good.cells)
+    assert "raise NotImplementedError()" in text and "def double(x):" in text
+    assert "return 2 * x" not in text and "double(-3)" not in text
+    assert "assert double(2) == 4" in text  # the visible test stays
+    for name, source in notebooks.items():
+        assert grading.lint_student_edition(
+            source, tmp_path / "student" / source.name) == [], name
+
+
+def test_student_edition_lint_catches_leaks(fixture_course, tmp_path):
+    notebooks, _, _ = fixture_course
+    leaky = nbformat.read(notebooks["good"], as_version=4)  # the solved source itself
+    leaky.cells[1].outputs = [nbformat.v4.new_output("stream", text="hi\n")]
+    leaky.cells[1].execution_count = 1
+    nbformat.write(leaky, tmp_path / "01_good.ipynb")
+    found = "\n".join(grading.lint_student_edition(notebooks["good"],
+                                                   tmp_path / "01_good.ipynb"))
+    assert "marker text left" in found
+    assert "return 2 * x" in found and "assert double(-3) == -6" in found
+    assert "outputs left" in found
+
+
+def test_gradebook_table_lists_every_submission(fixture_course):
+    _, course, result = fixture_course
+    table = grading.format_scores(grading.read_scores(course))
+    assert "reference        01_good                      3 / 3" in table
+    assert "blank            01_good                      0 / 3" in table
+    assert len(table.splitlines()) == 1 + len(result.scores) == 5
+
+
+# ---------------------------------------------------------------------------------
+# Metadata lint (no nbgrader run needed)
+
+
+def test_lint_accepts_the_fixture_course(tmp_path):
+    notebooks = write_fixture_course(tmp_path)
+    assert grading.lint_course(list(notebooks.values())) == []
+
+
+def test_lint_catches_each_metadata_defect(tmp_path):
+    bad_points = graded_test("assert True", "03_points_test")
+    del bad_points.metadata["nbgrader"]["points"]
+    old_schema = graded_test("assert True", "03_schema_test")
+    old_schema.metadata["nbgrader"]["schema_version"] = 1
+    unlocked = graded_test("assert True", "03_unlocked_test")
+    unlocked.metadata["nbgrader"]["locked"] = False
+    graded_solution = solution("def f():\n" + sol("return 1"), "03_manual")
+    graded_solution.metadata["nbgrader"].update(grade=True, points=1)
+    path = write(tmp_path / "03_bad.ipynb", [
+        md("# 03", "slide"),
+        solution("def f(x):\n    return x", "03_no_markers"),
+        solution("def g(x):\n    ### BEGIN SOLUTION\n    return x", "03_unclosed"),
+        graded_test("### BEGIN HIDDEN TESTS\nassert True", "03_unclosed_hidden_test"),
+        code("x = 1  ### BEGIN SOLUTION"),
+        solution("def h():\n" + sol("return 1"), "bad id!"),
+        bad_points, old_schema, unlocked, graded_solution,
+        graded_test("assert True", "01_good_double_test"),  # taken by 01_good
+    ])
+    good = write_fixture_course(tmp_path / "fixture")["good"]
+    found = "\n".join(grading.lint_course([good, path]))
+    assert "03_bad.ipynb cell 1" in found and "nbgrader would replace the whole cell" \
+        in found
+    assert "'BEGIN SOLUTION' without 'END SOLUTION'" in found
+    assert "'BEGIN HIDDEN TESTS' without 'END HIDDEN TESTS'" in found
+    assert "markers in a cell without nbgrader metadata" in found
+    assert "grade_id 'bad id!'" in found
+    assert "graded cell needs points > 0, has None" in found
+    assert "schema_version 1, expected 3" in found
+    assert "graded test cell must be locked" in found
+    assert "needs manual grading" in found
+    assert "'01_good_double_test' in 03_bad.ipynb is already used in 01_good.ipynb" \
+        in found
+
+
+def test_lint_catches_markers_in_the_wrong_cells(tmp_path):
+    hidden_in_solution = solution("def f():\n" + sol("return 1") +
+                                  "\n### BEGIN HIDDEN TESTS\n### END HIDDEN TESTS",
+                                  "04_f")
+    solution_in_test = graded_test("### BEGIN SOLUTION\nx = 1\n### END SOLUTION",
+                                 "04_f_test")
+    path = write(tmp_path / "04.ipynb", [md("# 04", "slide"), hidden_in_solution,
+                                         solution_in_test])
+    found = "\n".join(grading.lint_notebook(path))
+    assert "cell 1" in found and "hidden-test markers outside a graded test" in found
+    assert "cell 2" in found and "solution markers outside a solution cell" in found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_course_notebook_nbgrader_metadata(path):
+    assert grading.lint_notebook(path) == []
+
+
+def test_course_grade_ids_are_unique():
+    assert grading.lint_course(NOTEBOOKS) == []
+
+
+def test_quick_check_is_graded_once_written():
+    quick = ROOT / "notebooks" / "08_quick_check.ipynb"
+    if not quick.exists():
+        pytest.skip("notebooks/08_quick_check.ipynb not written yet")
+    assert grading.is_graded(quick)
+
+
+# ---------------------------------------------------------------------------------
+# The real course, graded end to end
+
+
+@pytest.fixture(scope="module")
+def course_rehearsal(tmp_path_factory):
+    if not GRADED:
+        pytest.skip("no notebook in notebooks/ has graded cells yet")
+    course = tmp_path_factory.mktemp("course")
+    result = grading.rehearse(NOTEBOOKS, course)
+    print(f"\ncourse rehearsal: {len(GRADED)} graded notebooks, {result.seconds:.0f} s")
+    return course, result
+
+
+@pytest.mark.slow
+def test_course_solved_full_marks_blank_zero_and_runs(course_rehearsal):
+    _, result = course_rehearsal
+    assert result.problems == []
+    graded = {p.stem for p in GRADED}
+    for student in (grading.REFERENCE_STUDENT, grading.BLANK_STUDENT):
+        assert {s.notebook for s in result.scores if s.student == student} == graded
+
+
+@pytest.mark.slow
+def test_course_student_edition_has_no_solutions(course_rehearsal):
+    course, _ = course_rehearsal
+    for path in NOTEBOOKS:
+        released = course / "release" / path.stem / path.name
+        assert grading.lint_student_edition(path, released) == []
+
+
+# ---------------------------------------------------------------------------------
+# Slides: metadata on every cell, and decks that load nothing from the network
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_course_notebook_slideshow_metadata(path):
+    assert grading.lint_slides(path) == []
+
+
+def test_slide_lint_catches_missing_and_bad_types(tmp_path):
+    untyped = nbformat.v4.new_code_cell("1 + 1")
+    path = write(tmp_path / "05.ipynb", [md("# 05", "fragment"), untyped,
+                                         code("2", "slid")])
+    found = "\n".join(grading.lint_slides(path))
+    assert "cell 0" in found and "first cell must be a 'slide', not 'fragment'" in found
+    assert "cell 1" in found and "slide_type None" in found
+    assert "cell 2" in found and "slide_type 'slid'" in found
+
+
+def test_course_slides_export_offline(tmp_path):
+    decks = grading.export_slides(NOTEBOOKS, tmp_path)
+    assert [d.name for d in decks] == [f"{p.stem}.slides.html" for p in NOTEBOOKS]
+    for deck in decks:
+        text = deck.read_text()
+        assert "_assets/reveal.js/dist/reveal.js" in text
+        assert text.count("<section") >= 2  # the first cell is a slide, and more follow
+        assert grading.offline_problems(deck) == []
+
+
+def test_executed_slides_show_outputs_and_notes(tmp_path):
+    notebooks = write_fixture_course(tmp_path / "nb")
+    nb = nbformat.read(notebooks["plain"], as_version=4)
+    nb.cells.append(md("Say: this is a speaker note.", "notes"))
+    nbformat.write(nb, notebooks["plain"])
+    decks = grading.export_slides([notebooks["plain"], notebooks["good"]],
+                                  tmp_path / "slides", execute=True)
+    plain, good = (d.read_text() for d in decks)
+    assert "intro ran" in plain
+    assert '<aside class="notes">' in plain and "speaker note" in plain
+    assert "recorded speedup 2.5" in good  # ran beside its results/ folder
+    assert all(grading.offline_problems(d) == [] for d in decks)
+
+
+def test_offline_check_catches_remote_and_missing_files(tmp_path):
+    (tmp_path / "local.css").write_text("@import url(https://fonts.example/x.css);")
+    page = tmp_path / "deck.slides.html"
+    page.write_text(
+        '<html><head><script src="https://cdn.example/reveal.js"></script>'
+        '<link rel="stylesheet" href="//cdn.example/theme.css">'
+        '<link rel="stylesheet" href="local.css">'
+        '<script src="_assets/missing.js"></script>'
+        "<style>@import url('http://fonts.example/y.css');</style>"
+        '<img src="data:image/png;base64,AAAA"></head></html>')
+    found = "\n".join(grading.offline_problems(page))
+    assert "loads https://cdn.example/reveal.js from the network" in found
+    assert "loads //cdn.example/theme.css from the network" in found
+    assert "local.css (linked by deck.slides.html) imports a remote" in found
+    assert "_assets/missing.js, missing" in found
+    assert "an inline style imports from the network" in found
+    assert "data:image" not in found
+
+
+# ---------------------------------------------------------------------------------
+# Filing submissions
+
+
+def test_submit_files_by_lesson_and_refuses_strangers(tmp_path):
+    notebooks = write_fixture_course(tmp_path / "nb")
+    course = grading.build_course(list(notebooks.values()), tmp_path / "course")
+    config = (course / "nbgrader_config.py").read_text()
+    assert f"c.Execute.timeout = {grading.CELL_TIMEOUT_S}" in config
+    download = tmp_path / "dl" / "01_good (1).ipynb"
+    download.parent.mkdir()
+    download.write_bytes(notebooks["good"].read_bytes())
+    [dest] = grading.submit("alice", [download], course)
+    assert dest == course / "submitted" / "alice" / "01_good" / "01_good.ipynb"
+    with pytest.raises(ValueError, match="not a lesson of this course"):
+        grading.submit("alice", [tmp_path / "notes.ipynb"], course)
+    with pytest.raises(ValueError, match="student id"):
+        grading.submit("../bob", [notebooks["good"]], course)
+    with pytest.raises(RuntimeError, match="nothing submitted"):
+        grading.autograde(tmp_path / "empty")
+
+
+@pytest.mark.browser
+def test_slides_present_offline_in_a_browser(tmp_path):
+    """Reveal starts, moves, renders math and shows no error with the network cut."""
+    from test_browser import CHROMIUM_ARGS, chromium_path, require_browser
+
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    notebooks = write_fixture_course(tmp_path / "nb")
+    nb = nbformat.read(notebooks["good"], as_version=4)
+    nb.cells.insert(1, md("fp16's smallest subnormal is $2^{-24}$:\n\n"
+                          "$$x_{min} = 2^{-14} \\cdot 2^{-10}$$", "subslide"))
+    nbformat.write(nb, notebooks["good"])
+    [deck] = grading.export_slides([notebooks["good"]], tmp_path / "slides")
+    remote, errors = [], []
+    args = CHROMIUM_ARGS + (["--no-sandbox"] if os.geteuid() == 0 else [])
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=args)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+
+        def only_files(route):
+            if route.request.url.startswith(("file:", "data:")):
+                route.continue_()
+            else:
+                remote.append(route.request.url)
+                route.abort()
+
+        page.route("**/*", only_files)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(deck.as_uri())
+        page.wait_for_function("window.Reveal && Reveal.isReady()", timeout=30_000)
+        assert page.evaluate("Reveal.getTotalSlides()") >= 4
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function("Reveal.getIndices().v === 1")
+        rendered = ("(() => { const s = document.querySelector('.present');"
+                    " return s.querySelectorAll('.MathJax').length >= 2 &&"
+                    " !s.innerText.includes('Math Processing Error'); })()")
+        page.wait_for_function(rendered, timeout=30_000)
+        text = page.inner_text(".present")
+        page.screenshot(path=tmp_path / "math_slide.png")
+        browser.close()
+    assert "Math Processing Error" not in text
+    assert remote == [] and errors == []
