@@ -1,0 +1,1133 @@
+"""The course's pictures and its three widgets, drawn from live measurements.
+
+Plots (``plot_*``) return a ``matplotlib.figure.Figure`` built without pyplot, so they
+work headless and never pile up in pyplot's figure list; a notebook displays one by
+leaving it as the cell's last expression. Widgets (``*_explorer``) are
+``ipywidgets.VBox`` subclasses that keep their controls and outputs as attributes, so a
+notebook's ``assert`` (or a test) can move a control and read what it shows:
+
+* ``fp16_range_explorer`` (notebook 01): a value's bits, stored value and relative
+  error in each format, and where it falls on a format's number line;
+* ``gradient_histogram_explorer`` (notebook 02): real gradients against a format's
+  range, with a loss-scale slider;
+* ``speed_memory_explorer`` (notebook 06): a tiny MLP trained for a few steps per
+  precision, its step time and its memory, part by part, measured on each change.
+
+Every redraw renders the figure to PNG bytes shown by an ``ipywidgets.Image``: the
+bytes change when the picture does, which is what tests and the browser test check.
+Each widget times its own redraw (``last_redraw_ms``).
+
+Not covered here: interactive (zoomable) matplotlib backends, fp8 training.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+import re
+import statistics
+import time
+from collections.abc import Iterable, Sequence
+
+import ipywidgets as widgets
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from amp_lessons.formats import FORMATS, Format, decompose, relative_error, zones
+from amp_lessons.underflow import CastOutcome, cast_outcome, log2_histogram
+
+# One colour per zone in every picture (the same as underflow.py's histogram).
+ZONE_COLORS = {"zero": "tab:red", "subnormal": "tab:orange", "normal": "tab:green",
+               "overflow": "tab:purple"}  # fmt: skip
+BIT_COLORS = {"sign": "#c0392b", "exponent": "#1f5fa8", "mantissa": "#2e7d32"}
+EXPLORER_FORMATS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
+WIDTH_IN = 8.6  # inches at DPI: 860 px, inside a notebook cell at 1280 x 800
+DPI = 100
+
+
+# ---- shared plumbing ----------------------------------------------------------------
+
+
+def _resolve(fmt: str | Format) -> Format:
+    if isinstance(fmt, Format):
+        return fmt
+    if isinstance(fmt, str) and fmt in FORMATS:
+        return FORMATS[fmt]
+    raise ValueError(f"unknown format {fmt!r}; pass one of {', '.join(FORMATS)}")
+
+
+def _figure(height_in: float, left: float = 0.75, right: float = 0.25,
+            top: float = 0.45, bottom: float = 0.55) -> Figure:
+    """A Figure WIDTH_IN wide with fixed margins in inches.
+
+    Fixed margins rather than constrained layout: the layout pass measures every
+    text twice and would double each widget redraw (~150 ms more on 2 cores).
+    """
+    fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
+    fig.subplots_adjust(left=left / WIDTH_IN, right=1 - right / WIDTH_IN,
+                        top=1 - top / height_in, bottom=bottom / height_in)
+    return fig
+
+
+def figure_png(fig: Figure) -> bytes:
+    """Render `fig` to PNG bytes and free what it drew (a widget keeps only the bytes).
+
+    Example:
+        >>> figure_png(plot_number_line(1e-4))[:4]
+        b'\\x89PNG'
+    """
+    buf = io.BytesIO()
+    # zlib level 1: a third of the encoding time of the default 6, for ~1.5x the bytes
+    fig.savefig(buf, format="png", dpi=DPI, pil_kwargs={"compress_level": 1})
+    fig.clear()  # no pyplot manager holds it: dropping the artists frees it all
+    return buf.getvalue()
+
+
+def _log2(x: float) -> float:
+    return math.log2(x) if x > 0 else -math.inf
+
+
+def _power_label(x: float) -> str:
+    """'2^-24' for a power of two, else a short decimal."""
+    if x > 0 and math.isfinite(x) and math.frexp(x)[0] == 0.5:
+        return f"2^{math.frexp(x)[1] - 1}"
+    return f"{x:.4g}"
+
+
+def _zone_of(value: float, fmt: Format) -> str:
+    """The zone of `fmt`'s number line that `value` falls in, decided by the real cast.
+
+    ``zones()`` gives the edges; the stored kind settles the ties at them. A value
+    that e4m3fn saturates to +-448 is in "overflow" although 448 is a normal number.
+    """
+    d = decompose(value, fmt)
+    if d.kind in ("inf", "nan"):
+        return "overflow" if not math.isnan(value) else "nan"
+    v32 = abs(decompose(value, "fp32").value)
+    if fmt.overflow == "saturate" and v32 > zones(fmt)[-1].lo:
+        return "overflow"
+    return d.kind
+
+
+def _zone_note(value: float, fmt: Format) -> str:
+    zone = _zone_of(value, fmt)
+    if zone == "zero":
+        return "zero" if value == 0 else "flushed to 0"
+    if zone == "overflow":
+        return {"inf": "overflow: inf", "nan": "overflow: nan",
+                "saturate": f"overflow: saturated to {fmt.max:g}"}[fmt.overflow]
+    return zone
+
+
+class _Panel(widgets.VBox):
+    """A VBox whose picture is an Image of PNG bytes, redrawn by ``redraw()``."""
+
+    def __init__(self, children: Sequence[widgets.Widget]) -> None:
+        self.image = widgets.Image(format="png", layout=widgets.Layout(
+            max_width="100%", height="auto"))
+        self.message = widgets.HTML()
+        self.last_redraw_ms = self.last_redraw_cpu_ms = math.nan
+        super().__init__([*children, self.message, self.image],
+                         layout=widgets.Layout(max_width="900px"))
+
+    def redraw(self) -> None:
+        """Recompute what the widget shows and time it.
+
+        ``last_redraw_ms`` is the wall time a student waits; ``last_redraw_cpu_ms``
+        the CPU time of this process, which other programs on a busy machine do not
+        inflate (torch's threads add theirs up: up to 2x the wall time on 2 cores).
+        """
+        t0, c0 = time.perf_counter(), time.process_time()
+        self._draw()
+        self.last_redraw_ms = 1e3 * (time.perf_counter() - t0)
+        self.last_redraw_cpu_ms = 1e3 * (time.process_time() - c0)
+
+    def _draw(self) -> None:
+        raise NotImplementedError
+
+    def _show(self, fig: Figure) -> None:
+        self.image.value = figure_png(fig)
+
+    def _say(self, text: str, error: bool = False) -> None:
+        color = "#b00020" if error else "#555"
+        body = html.escape(text, quote=False)
+        self.message.value = (f'<span style="color:{color}">{body}</span>' if text
+                              else "")
+
+
+# ---- number lines -------------------------------------------------------------------
+
+
+def _zone_spans(fmt: Format, lo: float, hi: float) -> list[tuple[str, float, float]]:
+    """(zone name, left, right) in log2 units, clipped to [lo, hi]."""
+    spans = []
+    for zone in zones(fmt):
+        a = max(_log2(zone.lo), lo)
+        b = min(_log2(zone.hi) if math.isfinite(zone.hi) else math.inf, hi)
+        if a < b:
+            spans.append((zone.name, a, b))
+    return spans
+
+
+def _overflow_word(fmt: Format) -> str:
+    return {"inf": "-> inf", "nan": "-> nan", "saturate": f"-> {fmt.max:g}"}[
+        fmt.overflow]
+
+
+def _line_limits(f: Format, value: float) -> tuple[float, float]:
+    """The x range of a number line: the format's range with room for the zero and
+    overflow zones (both endless on a log axis) to be about a tenth of it each."""
+    lo, hi = _log2(f.min_subnormal), _log2(f.max)
+    pad = max(3.0, 0.14 * (hi - lo))
+    lo, hi = lo - pad, hi + pad
+    if math.isfinite(value) and value != 0:
+        where = _log2(abs(value))
+        lo, hi = min(lo, where - pad / 2), max(hi, where + pad / 2)
+    return lo, hi
+
+
+def plot_number_line(value: float, fmt: str | Format = "fp16") -> Figure:
+    """A format's number line on a log2 scale, its four zones to scale, `value` marked.
+
+    The zones are ``formats.zones``: magnitudes that flush to 0, that are stored as
+    subnormals (fewer significant bits), as normals, and that overflow. The marker's
+    label gives the value, what the format stores and the zone. The negative half
+    mirrors the positive one, so only |value| is placed; 0 sits at the left edge,
+    inf and nan at the right.
+
+    Example:
+        >>> fig = plot_number_line(1e-4, "fp16")  # 1e-4 = 2^-13.3: normal, just
+        >>> fig.axes[0].get_xlabel()
+        'log2 |x|   (the negative half is its mirror image)'
+    """
+    f = _resolve(fmt)
+    value = float(value)
+    d = decompose(value, f)
+    lo, hi = _line_limits(f, value)
+    fig = _figure(3.0, left=0.25, right=0.25, top=0.85, bottom=0.5)
+    ax = fig.add_subplot()
+    axes_px = fig.get_figwidth() * DPI * (fig.subplotpars.right - fig.subplotpars.left)
+    for name, a, b in _zone_spans(f, lo, hi):
+        ax.axvspan(a, b, color=ZONE_COLORS[name], alpha=0.22, lw=0)
+        label = {"zero": "flush to 0", "subnormal": "subnormal",
+                 "normal": "normal", "overflow": f"overflow {_overflow_word(f)}"}[name]
+        width_px = (b - a) / (hi - lo) * axes_px
+        style = {"ha": "center", "fontsize": 9, "color": ZONE_COLORS[name],
+                 "fontweight": "bold", "transform": ax.get_xaxis_transform()}
+        if width_px > 7.5 * len(label):
+            ax.text((a + b) / 2, 0.9, label, va="center", **style)
+        else:  # a narrow zone (fp8's subnormals, bf16's): written upright
+            ax.text((a + b) / 2, 0.97, label, va="top", rotation=90, **style)
+    # edge labels on the side away from their neighbour, so they never overlap
+    edges = [(f.min_subnormal, "right",
+              (_power_label(f.min_subnormal), "min subnormal")),
+             (f.min_normal, "left", (_power_label(f.min_normal), "min normal")),
+             (f.max, "right", (f"{f.max:g}", "max"))]
+    for x, side, lines in edges:
+        ax.axvline(_log2(x), color="0.3", lw=0.8, ls=":")
+        text = "\n".join(f" {t}" if side == "left" else f"{t} " for t in lines)
+        ax.text(_log2(x), 0.03, text, fontsize=8, va="bottom", ha=side, color="0.2",
+                transform=ax.get_xaxis_transform())
+    if math.isnan(value):
+        mark, text = hi, "nan"
+    elif value == 0:
+        mark, text = lo, "x = 0"
+    elif math.isinf(value):
+        mark, text = hi, f"x = {value:g}"
+    else:
+        mark, text = _log2(abs(value)), f"x = {value:.4g}"
+    zone = _zone_note(value, f)
+    # stops above the edge labels at the bottom, so they stay readable
+    ax.vlines(mark, 0.3, 1, color="black", lw=2.2, transform=ax.get_xaxis_transform())
+    ax.plot([mark], [0.34], marker="v", color="black", ms=9,
+            transform=ax.get_xaxis_transform())
+    left_half = mark < (lo + hi) / 2
+    ax.text(mark + (1 if left_half else -1) * 0.006 * (hi - lo), 0.4,
+            f"{text}\nstored {d.value:.6g}\n{zone}", fontsize=9,
+            ha="left" if left_half else "right", va="bottom",
+            transform=ax.get_xaxis_transform(),
+            bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "0.5",
+                  "alpha": 0.92})
+    ax.set_xlim(lo, hi)
+    ax.set_yticks([])
+    ax.set_xlabel("log2 |x|   (the negative half is its mirror image)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=14))
+    top = ax.secondary_xaxis("top", functions=(lambda t: t * math.log10(2),
+                                               lambda t: t / math.log10(2)))
+    top.set_xlabel("log10 |x|", fontsize=8, labelpad=2)
+    top.tick_params(labelsize=8)
+    top.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=12))
+    ax.set_title(f"{f.name} ({f.exponent_bits} exponent, {f.mantissa_bits} mantissa "
+                 f"bits): {text} is {zone}", fontsize=11)
+    return fig
+
+
+def plot_format_ranges(
+    names: Sequence[str] = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"),
+) -> Figure:
+    """Each format's subnormal and normal ranges as bars on one log2 axis.
+
+    bf16 spans fp32's range with fewer mantissa bits; fp16 covers only 2^-24 to
+    65504, which is why its gradients need a loss scale.
+
+    Example:
+        >>> fig = plot_format_ranges()
+        >>> [t.get_text() for t in fig.axes[0].get_yticklabels()][1]
+        'fp16\\n1+5+10 bits, eps 2^-10'
+    """
+    formats = [_resolve(n) for n in names]
+    if not formats:
+        raise ValueError("names is empty: pass format names such as ('fp16', 'bf16')")
+    fig = _figure(1.0 + 0.55 * len(formats), left=1.65, right=0.2, top=0.35,
+                  bottom=0.5)
+    ax = fig.add_subplot()
+    for i, f in enumerate(formats):
+        sub_lo, normal_lo, top = (_log2(f.min_subnormal), _log2(f.min_normal),
+                                  _log2(f.max))
+        ax.barh(i, normal_lo - sub_lo, left=sub_lo, color=ZONE_COLORS["subnormal"],
+                alpha=0.75, height=0.6, label="subnormal" if i == 0 else None)
+        ax.barh(i, top - normal_lo, left=normal_lo, color=ZONE_COLORS["normal"],
+                alpha=0.75, height=0.6, label="normal" if i == 0 else None)
+        ax.text(sub_lo - 1.5, i, _power_label(f.min_subnormal), ha="right",
+                va="center", fontsize=8)
+        ax.text(top + 1.5, i, f"{f.max:g}", ha="left", va="center", fontsize=8)
+    ax.axvline(0, color="0.3", lw=0.8, ls=":")
+    ax.set_yticks(range(len(formats)), [
+        f"{f.name}\n1+{f.exponent_bits}+{f.mantissa_bits} bits, eps "
+        f"{_power_label(f.eps)}" for f in formats])
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=8)
+    lo = min(_log2(f.min_subnormal) for f in formats)
+    hi = max(_log2(f.max) for f in formats)
+    lo, hi = lo - 0.12 * (hi - lo), hi + 0.16 * (hi - lo)  # room for the labels
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("log2 |x|   (dotted line: 1.0)")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("Positive range of each format: subnormals, then normals up to max",
+                 fontsize=11)
+    return fig
+
+
+# ---- gradient histograms ------------------------------------------------------------
+
+
+def _nonzero_float(grads: torch.Tensor) -> torch.Tensor:
+    # cast_outcome has already checked grads; the same float32 product it casts
+    g = grads.detach().flatten().float().cpu()
+    return g[g != 0]
+
+
+def plot_gradient_histogram(
+    grads: torch.Tensor,
+    scale: float = 1.0,
+    fmt: str | Format = "fp16",
+    *,
+    xlim: tuple[float, float] | None = None,
+) -> Figure:
+    """Log2 histogram of |grads * scale| (nonzero values) over `fmt`'s zones.
+
+    One bar per binade: bar k counts the values with 2^k <= |g * scale| < 2^(k+1).
+    The legend gives, per zone, the fraction of the nonzero gradients that the real
+    cast (``underflow.cast_outcome``) sends there. `xlim` fixes the axis in log2
+    units (the explorer keeps it still while the scale moves the bars).
+
+    Example:
+        >>> grads = collect_gradients(backward_demo())
+        >>> fig = plot_gradient_histogram(grads, 2.0**16)  # legend: flush to 0: 0.0%
+    """
+    outcome = cast_outcome(grads, scale, fmt)  # checks grads, scale and fmt
+    f = _resolve(fmt)
+    scaled = _nonzero_float(grads) * float(scale)
+    hist = log2_histogram(scaled)
+    counts, edges = hist.counts.numpy(), hist.edges.numpy()
+    if xlim is None:
+        lo = _log2(f.min_subnormal) - 4
+        hi = _log2(f.max) + 4
+        if counts.size:
+            lo, hi = min(lo, edges[0] - 1), max(hi, edges[-1] + 1)
+    else:
+        lo, hi = xlim
+    fig = _figure(3.5, left=0.75, right=0.2, top=0.35, bottom=0.95)
+    ax = fig.add_subplot()
+    fractions = {"zero": outcome.zero, "subnormal": outcome.subnormal,
+                 "normal": outcome.normal, "overflow": outcome.overflow}
+    words = {"zero": "flush to 0", "subnormal": "subnormal", "normal": "normal",
+             "overflow": f"overflow {_overflow_word(f)}"}
+    for name, a, b in _zone_spans(f, lo, hi):
+        ax.axvspan(a, b, color=ZONE_COLORS[name], alpha=0.2, lw=0,
+                   label=f"{words[name]}: {fractions[name]:.1%}")
+    if counts.size:
+        ax.stairs(counts, edges, fill=True, color="0.3", alpha=0.85)
+    off = int(((scaled.abs().log2() < lo) | (scaled.abs().log2() >= hi)).sum())
+    if off:
+        ax.text(0.99, 0.97, f"{off} values off this axis", ha="right", va="top",
+                transform=ax.transAxes, fontsize=8)
+    ax.set_xlim(lo, hi)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=20))
+    ax.set_xlabel("log2 |gradient x scale|   (one bar per power of two)")
+    ax.set_ylabel("gradients per binade")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=9,
+              title=f"share of the nonzero gradients in each {f.name} zone",
+              title_fontsize=8, frameon=False)
+    ax.set_title(f"{outcome.nonzero:,} nonzero gradients x scale {_power_label(scale)}"
+                 f" cast to {f.name}: {outcome.zero:.1%} flush to 0, "
+                 f"{outcome.overflow:.1%} overflow", fontsize=11)
+    return fig
+
+
+# ---- loss-scale trajectories --------------------------------------------------------
+
+
+def _skipped_mask(skipped, n: int) -> list[bool]:
+    if skipped is None:
+        return [False] * n
+    if isinstance(skipped, torch.Tensor):
+        skipped = skipped.tolist()
+    items = list(skipped)
+    if items and all(isinstance(s, bool) for s in items):
+        if len(items) != n:
+            raise ValueError(f"skipped has {len(items)} flags for {n} scales: pass "
+                             "one bool per step, or the step numbers (1-based)")
+        return items
+    mask = [False] * n
+    for s in items:
+        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= n:
+            raise ValueError(f"skipped step {s!r} is not a step number in 1..{n} "
+                             "(or pass one bool per step)")
+        mask[s - 1] = True
+    return mask
+
+
+def plot_scale_trajectory(
+    scales,
+    skipped=None,
+    *,
+    reference: Sequence[float] | None = None,
+    label: str = "loss scale",
+    reference_label: str = "torch.amp.GradScaler",
+    title: str | None = None,
+) -> Figure:
+    """The loss scale used at each step on a log2 axis, skipped steps marked.
+
+    `scales`: the scale of each step (step 1 first), or a ``train.TrainResult``,
+    whose ``scales`` and skipped flags are used. `skipped`: one bool per step, or
+    the 1-based numbers of the skipped steps. `reference`: a second trajectory drawn
+    dashed on top, e.g. torch's GradScaler run on the same gradients.
+
+    Example:
+        >>> fig = plot_scale_trajectory([2.0**16] * 3 + [2.0**15] * 2,
+        ...                             skipped=[False, False, True, False, False])
+    """
+    if hasattr(scales, "records"):  # a TrainResult
+        if skipped is None:
+            skipped = [r.skipped for r in scales.records]
+        scales = scales.scales
+    values = [float(s) for s in (scales.tolist() if isinstance(scales, torch.Tensor)
+                                 else scales)]
+    if not values:
+        raise ValueError("scales is empty: pass the scale of each step")
+    if not all(s > 0 and math.isfinite(s) for s in values):
+        raise ValueError("every scale must be positive and finite")
+    mask = _skipped_mask(skipped, len(values))
+    steps = list(range(1, len(values) + 1))
+    fig = _figure(3.0)
+    ax = fig.add_subplot()
+    ax.step(steps, values, where="post", color="tab:blue", lw=2, label=label)
+    if reference is not None:
+        ref = [float(s) for s in reference]
+        ax.step(range(1, len(ref) + 1), ref, where="post", color="black", lw=1,
+                ls="--", label=reference_label)
+    bad = [(s, v) for s, v, m in zip(steps, values, mask, strict=True) if m]
+    if bad:
+        ax.plot(*zip(*bad, strict=True), "x", color="tab:red", ms=8, mew=2,
+                label=f"skipped step (inf/nan gradients): {len(bad)}")
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _power_label(y)))
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss scale (log2 axis)")
+    ax.set_xlim(0.5, len(values) + 0.5)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(title or f"Loss scale over {len(values)} steps: "
+                 f"{_power_label(values[0])} -> {_power_label(values[-1])}, "
+                 f"{len(bad)} skipped", fontsize=11)
+    return fig
+
+
+# ---- speed and memory ---------------------------------------------------------------
+
+MEMORY_PARTS = {  # MemoryBreakdown field -> legend label, colour
+    "weights": ("weights (fp32)", "#4c72b0"),
+    "gradients": ("gradients (fp32)", "#55a868"),
+    "optimizer_state": ("optimizer state (fp32)", "#8172b2"),
+    "buffers": ("buffers", "#937860"),
+    "activations": ("activations kept for backward", "#dd8452"),
+    "weight_copies": ("autocast weight copies", "#c44e52"),
+}
+OPTIMIZERS = ("adam", "sgd")
+
+
+def _make_optimizer(name: str, params) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-3)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3)
+    raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
+
+
+def measure_speed_memory(
+    width: int = 64,
+    batch: int = 16,
+    precisions: Sequence[str] = ("fp32", "bf16"),
+    device: str | torch.device = "cpu",
+    optimizer: str = "adam",
+    layers: int = 3,
+    warmup: int = 1,
+    iters: int = 3,
+    time_steps: bool = True,
+    budget_ms: float | None = None,
+    seed: int = 0,
+) -> list[dict]:
+    """Train an MLP of `layers` x Linear(width) for a few steps in each precision.
+
+    Per precision: the exact memory breakdown (``memory.memory_breakdown``: weights,
+    gradients, optimizer state, activations and autocast weight copies kept for
+    backward), then, with `time_steps`, `warmup` steps and up to `iters` timed
+    steps of the course's loop (``train.train_step``: autocast, GradScaler for fp16).
+    `budget_ms` caps the timing: once that much wall time has passed, each
+    remaining precision gets its warm-up and ONE timed step. On CUDA the rows also
+    hold the allocator's peak over the timed steps. The global RNG is untouched.
+
+    Rows follow ``bench``'s schema (config, precision, step_ms, times_ms,
+    peak_mem_bytes, activation_bytes, param_bytes) plus ``memory`` (the breakdown's
+    ``as_dict()``) and the sizes; ``step_ms`` is None when not timed.
+
+    Example:
+        >>> rows = measure_speed_memory(64, 16, ("fp32", "bf16"))
+        >>> rows[1]["memory"]["weight_copies"] > 0  # bf16 copies of the weights
+        True
+    """
+    from amp_lessons.bench import synchronize
+    from amp_lessons.memory import memory_breakdown
+    from amp_lessons.train import (
+        MLP,
+        autocast_context,
+        make_scaler,
+        resolve_device,
+        resolve_precision,
+        tf32_mode,
+        train_step,
+    )
+
+    for name, v in (("width", width), ("batch", batch), ("layers", layers),
+                    ("iters", iters)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    if not precisions:
+        raise ValueError("no precision chosen: pass e.g. ('fp32', 'bf16')")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
+                         f"{', '.join(OPTIMIZERS)}")
+    dev = resolve_device(str(device))
+    start = time.perf_counter()
+    rows = []
+    for name in precisions:
+        p = resolve_precision(name, dev, warn=False)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = MLP((width,) * (layers + 1)).to(dev)
+            x = torch.randn(batch, width).to(dev)
+            y = torch.randn(batch, width).to(dev)
+        opt = _make_optimizer(optimizer, model.parameters())
+        mem = memory_breakdown(model, x, p.dtype if p.autocast else None, optimizer)
+        times: list[float] = []
+        peak = None
+        if time_steps:
+            scaler, ctx = make_scaler(p, dev), autocast_context(p, dev)
+
+            def step(model=model, opt=opt, scaler=scaler, ctx=ctx, x=x, y=y):
+                train_step(model, opt, scaler, ctx, [(x, y)], F.mse_loss, clip=1.0)
+
+            with tf32_mode(p.tf32):
+                for _ in range(warmup):
+                    step()
+                synchronize(dev)
+                if dev.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(dev)
+                while len(times) < iters:
+                    t0 = time.perf_counter()
+                    step()
+                    synchronize(dev)
+                    times.append(1e3 * (time.perf_counter() - t0))
+                    spent = 1e3 * (time.perf_counter() - start)
+                    if budget_ms is not None and spent > budget_ms:
+                        break
+                if dev.type == "cuda":
+                    peak = torch.cuda.max_memory_allocated(dev)
+        rows.append({
+            "config": "mlp",
+            "precision": name,
+            "device": dev.type,
+            "width": width,
+            "batch": batch,
+            "layers": layers,
+            "optimizer": optimizer,
+            "step_ms": statistics.median(times) if times else None,
+            "times_ms": times,
+            "warmup": warmup if time_steps else 0,
+            "peak_mem_bytes": peak,
+            "activation_bytes": mem.activations + mem.weight_copies,
+            "param_bytes": mem.weights,
+            "memory": mem.as_dict(),
+        })
+        del model, opt, x, y
+    return rows
+
+
+def _byte_unit(n: float) -> tuple[str, float]:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return unit, size
+    return "bytes", 1
+
+
+def _rows_of(results) -> list[dict]:
+    rows = results["results"] if isinstance(results, dict) else list(results)
+    if not rows:
+        raise ValueError("no results to plot: pass measure_speed_memory() rows, "
+                         "bench rows, or a bench report")
+    for r in rows:
+        if not isinstance(r, dict) or "precision" not in r:
+            raise ValueError("each result must be a dict with at least 'precision' "
+                             "(rows of measure_speed_memory or bench)")
+    return rows
+
+
+def _parts_of(row: dict) -> dict[str, int]:
+    """Memory parts of a row: the full breakdown, or what a bench row records."""
+    if "memory" in row:
+        return {k: row["memory"][k] for k in MEMORY_PARTS if row["memory"].get(k)}
+    parts = {}
+    if row.get("param_bytes") is not None:
+        parts["weights"] = row["param_bytes"]
+    if row.get("activation_bytes") is not None:
+        parts["saved"] = row["activation_bytes"]
+    return parts
+
+
+def plot_speed_memory(results, *, title: str | None = None) -> Figure:
+    """Bars of measured step time (left) and memory by part (right) per precision.
+
+    `results`: rows of ``measure_speed_memory`` (memory split into weights,
+    gradients, optimizer state, activations, autocast weight copies), or the rows
+    or the whole report of ``bench`` (a recorded GPU run), whose memory is the
+    parameters plus the bytes saved for backward, with the allocator's peak drawn
+    as a black tick where recorded. One row of panels per config.
+
+    Example:
+        >>> fig = plot_speed_memory(measure_speed_memory(64, 16, ("fp32", "bf16")))
+    """
+    rows = _rows_of(results)
+    configs = list(dict.fromkeys(r.get("config", "mlp") for r in rows))
+    per = {c: [r for r in rows if r.get("config", "mlp") == c] for c in configs}
+    body = sum(0.45 * len(g) + 0.95 for g in per.values())
+    fig = _figure(body + 0.45 + 1.05, left=0.6, right=0.25, top=0.45, bottom=1.05)
+    grid = fig.add_gridspec(len(configs), 2, width_ratios=(1, 1.5), wspace=0.06,
+                            hspace=0.95 / (body / len(configs)),
+                            height_ratios=[len(per[c]) for c in configs])
+    labels = {**{k: v[0] for k, v in MEMORY_PARTS.items()},
+              "saved": "saved for backward (activations + weight copies)"}
+    colors = {**{k: v[1] for k, v in MEMORY_PARTS.items()}, "saved": "#dd8452"}
+    handles: dict[str, object] = {}
+    for ci, config in enumerate(configs):
+        group = per[config]
+        ys = list(range(len(group)))
+        t_ax = fig.add_subplot(grid[ci, 0])
+        m_ax = fig.add_subplot(grid[ci, 1], sharey=t_ax)
+        timed = [r for r in group if r.get("step_ms") is not None]
+        for y, r in zip(ys, group, strict=True):
+            if r.get("step_ms") is None:
+                t_ax.text(0.03, y, "not timed", va="center", fontsize=9, color="0.4",
+                          transform=t_ax.get_yaxis_transform())
+                continue
+            t_ax.barh(y, r["step_ms"], color="#4c72b0", height=0.6)
+            times = r.get("times_ms") or []
+            t_ax.plot(times, [y] * len(times), "o", color="black", ms=3)
+            t_ax.text(max([r["step_ms"], *times]), y, f"  {r['step_ms']:.3g} ms",
+                      va="center", fontsize=9)
+        if timed:
+            top = max(max([r["step_ms"], *(r.get("times_ms") or [])]) for r in timed)
+            t_ax.set_xlim(0, top * 1.5)
+        counts = sorted({len(r.get("times_ms") or []) for r in timed})
+        t_ax.set_xlabel("step time, ms (bar: median"
+                        + (f" of {'/'.join(map(str, counts))} steps" if counts
+                           else "") + "; dots: each step)", fontsize=9)
+        t_ax.set_yticks(ys, [r["precision"] for r in group])
+        t_ax.invert_yaxis()
+        parts = [_parts_of(r) for r in group]
+        peak = max([sum(p.values()) for p in parts]
+                   + [r.get("peak_mem_bytes") or 0 for r in group])
+        unit, size = _byte_unit(peak)
+        for y, r, p in zip(ys, group, parts, strict=True):
+            left = 0.0
+            for part, nbytes in p.items():
+                handles[part] = m_ax.barh(y, nbytes / size, left=left, height=0.6,
+                                          color=colors[part])
+                left += nbytes / size
+            m_ax.text(left, y, f" {left:.3g} {unit}", va="center", fontsize=9)
+            if r.get("peak_mem_bytes"):
+                (handles["peak"],) = m_ax.plot([r["peak_mem_bytes"] / size], [y], "|",
+                                               color="black", ms=18, mew=2)
+        m_ax.set_xlim(0, peak / size * 1.25 if peak else 1)
+        m_ax.set_xlabel(f"memory ({unit})", fontsize=9)
+        m_ax.tick_params(axis="y", labelleft=False)
+        first = group[0]
+        if "width" in first:
+            what = (f"MLP {first['layers']} x Linear({first['width']}), batch "
+                    f"{first['batch']}, {first['optimizer']}, measured on "
+                    f"{first['device']}")
+        else:
+            what = f"{config}: recorded bench"
+        t_ax.set_title(title if title and ci == 0 else what, loc="left", fontsize=11)
+    labels["peak"] = "allocator peak (CUDA)"
+    fig.legend([handles[k] for k in handles], [labels[k] for k in handles],
+               loc="lower center", ncol=3, fontsize=8, frameon=False)
+    return fig
+
+
+# ---- widget 1: the FP16 range explorer ---------------------------------------------
+
+_POWER = re.compile(r"^([+-]?)\s*2\s*(?:\^|\*\*)\s*\(?\s*([+-]?\d+)\s*\)?$")
+
+
+def parse_value(text: str) -> float:
+    """Read a typed number: ``1e-4``, ``-65504``, ``inf``, ``nan`` or ``2^-24``.
+
+    Example:
+        >>> parse_value("2^-24"), parse_value(" -1.5e3 ")
+        (5.960464477539063e-08, -1500.0)
+    """
+    s = text.strip().replace("\u2212", "-").replace("_", "")
+    power = _POWER.match(s)
+    if power:
+        return (-1.0 if power.group(1) == "-" else 1.0) * 2.0 ** int(power.group(2))
+    try:
+        return float(s)
+    except ValueError:
+        raise ValueError(f"could not read {text!r} as a number: type e.g. 1e-4, "
+                         "-3.5, 65504, 2^-24 or inf") from None
+
+
+def _short(value: float) -> str:
+    """4 significant digits when they give the value back exactly, else all of them."""
+    text = f"{value:.4g}"
+    return text if float(text) == value or math.isnan(value) else repr(value)
+
+
+def format_rows(value: float, names: Iterable[str] = EXPLORER_FORMATS) -> list[dict]:
+    """What each format makes of `value`: bits, stored value, error, kind, zone.
+
+    Example:
+        >>> row = format_rows(1e-4, ["fp16"])[0]
+        >>> row["exponent"], row["stored"], row["kind"]
+        ('00001', 0.00010001659393310547, 'normal')
+    """
+    rows = []
+    for name in names:
+        f = _resolve(name)
+        d = decompose(value, f)
+        rows.append({"format": f.name, "sign": d.sign, "exponent": d.exponent,
+                     "mantissa": d.mantissa, "stored": d.value, "kind": d.kind,
+                     "rel_error": relative_error(value, f),
+                     "zone": _zone_note(value, f)})
+    return rows
+
+
+def _bits_html(row: dict) -> str:
+    return "&nbsp;".join(
+        f'<span style="color:{BIT_COLORS[k]}">{row[k]}</span>'
+        for k in ("sign", "exponent", "mantissa"))
+
+
+def rows_html(rows: list[dict], highlight: str | None = None) -> str:
+    """An HTML table of ``format_rows``: bits coloured sign | exponent | mantissa."""
+    head = ("<tr><th>format</th><th>bits: "
+            + " | ".join(f'<span style="color:{c}">{k}</span>'
+                         for k, c in BIT_COLORS.items())
+            + "</th><th>stored value</th><th>relative error</th>"
+            "<th>what it is</th></tr>")
+    body = []
+    for r in rows:
+        weight = "font-weight:bold;background:#eef3fb;" if r["format"] == highlight \
+            else ""
+        rel = r["rel_error"]
+        rel_text = "-" if math.isnan(rel) else f"{rel:.2e}" if rel else "0 (exact)"
+        body.append(
+            f'<tr style="{weight}"><td>{r["format"]}</td>'
+            f'<td style="font-family:monospace;text-align:left">{_bits_html(r)}</td>'
+            f'<td style="font-family:monospace">{r["stored"]:.9g}</td>'
+            f"<td>{rel_text}</td><td>{html.escape(r['zone'])}</td></tr>")
+    return ('<table style="border-collapse:collapse;font-size:13px" cellpadding="3">'
+            + head + "".join(body) + "</table>")
+
+
+class RangeExplorer(_Panel):
+    """Pick a value; see its bits in each format and its place on a number line.
+
+    Controls: ``slider`` (FloatLogSlider of |value|, 1e-9 to 1e6), ``sign``
+    (ToggleButtons "+"/"-"), ``text`` (type a value: ``1e-4``, ``2^-24``, ``inf``;
+    Enter applies it), ``fmt`` (Dropdown: the format on the number line).
+    Outputs: ``table`` (HTML of ``rows``), ``image`` (PNG of ``plot_number_line``),
+    ``message`` (notes and input errors). ``value`` is the value shown, ``rows`` what
+    each format makes of it (``format_rows``). Moving the slider rounds the value to
+    4 significant digits, so the text box shows exactly the value analysed.
+
+    Example:
+        >>> w = fp16_range_explorer(1e-4)
+        >>> w.text.value = "2^-24"          # as if typed and Enter pressed
+        >>> w.rows[3]["format"], w.rows[3]["kind"]
+        ('fp16', 'subnormal')
+    """
+
+    def __init__(self, value: float = 1e-4, fmt: str = "fp16") -> None:
+        value = float(value)
+        _resolve(fmt)
+        self._syncing = False
+        self.slider = widgets.FloatLogSlider(
+            value=1e-4, base=10, min=-9, max=6, step=0.05, readout_format=".3g",
+            description="|x|", continuous_update=False,
+            layout=widgets.Layout(width="430px"))
+        self.sign = widgets.ToggleButtons(
+            options=[("+", 1), ("\u2212", -1)], value=1, description="sign",
+            style={"button_width": "36px"}, layout=widgets.Layout(width="auto"))
+        self.text = widgets.Text(
+            description="type x", continuous_update=False,
+            placeholder="1e-4, 65504, 2^-24, inf",
+            layout=widgets.Layout(width="230px"))
+        self.fmt = widgets.Dropdown(
+            options=list(EXPLORER_FORMATS), value=fmt, description="number line",
+            layout=widgets.Layout(width="230px"))
+        self.table = widgets.HTML()
+        self.value = value
+        self.rows: list[dict] = []
+        super().__init__([
+            widgets.HBox([self.slider, self.sign]),
+            widgets.HBox([self.text, self.fmt]),
+            self.table,
+        ])
+        self.slider.observe(self._on_slider, "value")
+        self.sign.observe(self._on_sign, "value")
+        self.text.observe(self._on_text, "value")
+        self.fmt.observe(lambda _: self.redraw(), "value")
+        self.set_value(value)
+
+    @property
+    def table_html(self) -> str:
+        """The HTML table shown, one row per format."""
+        return self.table.value
+
+    def set_value(self, value: float, typed: str | None = None) -> None:
+        """Show `value`: moves the slider, sign and text box to it, then redraws.
+
+        `typed`: the text it was read from, left in the box as the student wrote it.
+        """
+        self.value = float(value)
+        note = ""
+        self._syncing = True
+        try:
+            if typed is None:
+                self.text.value = _short(self.value)
+            if not math.isnan(self.value):
+                self.sign.value = -1 if math.copysign(1.0, self.value) < 0 else 1
+            size = abs(self.value)
+            lo, hi = 10.0**self.slider.min, 10.0**self.slider.max
+            if math.isfinite(size) and lo <= size <= hi:
+                self.slider.value = size
+            elif not math.isnan(size):
+                self.slider.value = lo if size < lo else hi
+                where = ("0 has no place on a log scale" if size == 0 else
+                         f"{self.value:g} is beyond the slider's {lo:g} to {hi:g}")
+                note = (f"{where}: the slider waits at its end; the table and the "
+                        "plot show the typed value.")
+        finally:
+            self._syncing = False
+        self._say(note)
+        self.redraw()
+
+    def _on_slider(self, change) -> None:
+        if self._syncing:
+            return
+        self.set_value(self.sign.value * float(f"{change['new']:.4g}"))
+
+    def _on_sign(self, change) -> None:
+        if self._syncing:
+            return
+        self.set_value(math.copysign(self.value, change["new"]))
+
+    def _on_text(self, change) -> None:
+        if self._syncing:
+            return
+        try:
+            value = parse_value(change["new"])
+        except ValueError as e:
+            self._say(f"{e}. Still showing {_short(self.value)}.", error=True)
+            return
+        self.set_value(value, typed=change["new"])
+
+    def _draw(self) -> None:
+        self.rows = format_rows(self.value)
+        self.table.value = rows_html(self.rows, highlight=self.fmt.value)
+        self._show(plot_number_line(self.value, self.fmt.value))
+
+
+def fp16_range_explorer(value: float = 1e-4) -> RangeExplorer:
+    """The FP16 range explorer of notebook 01 (see ``RangeExplorer``).
+
+    Example:
+        >>> w = fp16_range_explorer(1e-4)
+        >>> w.slider.value = 1e-8          # fp16: subnormal, a third of its bits lost
+        >>> w.rows[3]["kind"], w.text.value
+        ('subnormal', '1e-08')
+    """
+    return RangeExplorer(value)
+
+
+# ---- widget 2: gradient histogram with a loss-scale slider ---------------------------
+
+SCALE_EXPONENTS = range(-4, 33)  # 2^-4 .. 2^32
+HISTOGRAM_FORMATS = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+
+
+class GradientHistogramExplorer(_Panel):
+    """Real gradients against a format's range, with a loss-scale slider.
+
+    Controls: ``slider`` (SelectionSlider of powers of two, 2^-4 to 2^32; its
+    ``value`` is the scale as a float), ``fmt`` (Dropdown: fp16, bf16, fp8s).
+    Outputs: ``stats`` (HTML of the fractions), ``image`` (PNG of
+    ``plot_gradient_histogram``). ``outcome`` is ``underflow.cast_outcome`` at the
+    current scale and format: the real cast's counts, not an estimate. The x axis
+    stays still while the scale moves the bars across it.
+
+    Example:
+        >>> w = gradient_histogram_explorer(collect_gradients(backward_demo()))
+        >>> w.slider.value = 2.0**16
+        >>> w.outcome.zero
+        0.0
+    """
+
+    def __init__(self, grads: torch.Tensor, fmt: str = "fp16",
+                 scale: float = 1.0) -> None:
+        cast_outcome(grads, 1.0, fmt)  # checks grads and fmt before building anything
+        if fmt not in HISTOGRAM_FORMATS:
+            raise ValueError(f"fmt must be one of {', '.join(HISTOGRAM_FORMATS)}, "
+                             f"got {fmt!r}")
+        self.grads = grads.detach().flatten().float().cpu()
+        options = [(f"2^{k} = {2.0**k:g}", 2.0**k) for k in SCALE_EXPONENTS]
+        if scale not in [v for _, v in options]:
+            raise ValueError(f"scale must be a power of two from 2^"
+                             f"{SCALE_EXPONENTS[0]} to 2^{SCALE_EXPONENTS[-1]}, got "
+                             f"{scale!r}")
+        self.slider = widgets.SelectionSlider(
+            options=options, value=scale, description="loss scale",
+            continuous_update=False, layout=widgets.Layout(width="560px"))
+        self.fmt = widgets.Dropdown(options=list(HISTOGRAM_FORMATS), value=fmt,
+                                    description="format",
+                                    layout=widgets.Layout(width="200px"))
+        self.stats = widgets.HTML()
+        self.outcome: CastOutcome | None = None
+        super().__init__([widgets.HBox([self.slider, self.fmt]), self.stats])
+        self.xlim = self._fixed_xlim()
+        self.slider.observe(lambda _: self.redraw(), "value")
+        self.fmt.observe(self._on_fmt, "value")
+        self.redraw()
+
+    def _fixed_xlim(self) -> tuple[float, float]:
+        # every scale on the slider keeps its bars on the axis
+        g = _nonzero_float(self.grads).abs()
+        f = _resolve(self.fmt.value)
+        lo, hi = _log2(f.min_subnormal) - 4, _log2(f.max) + 4
+        if g.numel():
+            lo = min(lo, math.floor(g.min().log2().item()) + SCALE_EXPONENTS[0] - 1)
+            hi = max(hi, math.floor(g.max().log2().item()) + SCALE_EXPONENTS[-1] + 2)
+        return lo, hi
+
+    def _on_fmt(self, _change) -> None:
+        self.xlim = self._fixed_xlim()
+        self.redraw()
+
+    def _draw(self) -> None:
+        scale, fmt = self.slider.value, self.fmt.value
+        self.outcome = o = cast_outcome(self.grads, scale, fmt)
+        cells = [("flush to 0", o.zero, "zero"), ("subnormal", o.subnormal,
+                 "subnormal"), ("normal", o.normal, "normal"),
+                 ("overflow", o.overflow, "overflow")]
+        self.stats.value = (
+            f"<b>{o.nonzero:,}</b> nonzero gradients x {scale:g} cast to <b>{fmt}</b>: "
+            + " &nbsp; ".join(f'<span style="color:{ZONE_COLORS[z]}"><b>{p:.1%}</b>'
+                              f"</span> {name}" for name, p, z in cells))
+        self._show(plot_gradient_histogram(self.grads, scale, fmt, xlim=self.xlim))
+
+
+def gradient_histogram_explorer(
+    grads: torch.Tensor, fmt: str = "fp16"
+) -> GradientHistogramExplorer:
+    """The gradient histogram of notebook 02 with a loss-scale slider.
+
+    See ``GradientHistogramExplorer``.
+
+    Example:
+        >>> w = gradient_histogram_explorer(collect_gradients(backward_demo()))
+        >>> round(w.outcome.zero, 3)  # seed 0, scale 1: a third flush to 0
+        0.338
+    """
+    return GradientHistogramExplorer(grads, fmt)
+
+
+# ---- widget 3: the speed/memory panel ------------------------------------------------
+
+# CPU sizes: a bf16/fp16 matmul is ~150x slower than fp32 on an AVX2 CPU, so the
+# largest choice (128 x 64) keeps a redraw of three precisions near 300 ms.
+CPU_WIDTHS = (16, 32, 64, 128)
+CPU_BATCHES = (4, 8, 16, 32, 64)
+GPU_WIDTHS = (256, 512, 1024, 2048, 4096)
+GPU_BATCHES = (16, 64, 256, 1024, 4096)
+
+
+class SpeedMemoryExplorer(_Panel):
+    """Train a tiny MLP in each chosen precision; bars of its step time and memory.
+
+    Controls: ``width`` and ``batch`` (SelectionSliders), ``precision_boxes`` (a
+    dict precision -> Checkbox), ``optimizer`` (Dropdown: adam, sgd), ``time_box``
+    (Checkbox: time steps on each change; memory is always measured). Outputs:
+    ``stats`` (HTML table), ``image`` (PNG of ``plot_speed_memory``). ``results``
+    holds the rows of ``measure_speed_memory`` behind the picture: every number is
+    measured in this redraw. `budget_ms` bounds the timing (see
+    ``measure_speed_memory``).
+
+    Example:
+        >>> w = speed_memory_explorer()
+        >>> w.batch.value = 64
+        >>> [r["batch"] for r in w.results]
+        [64, 64, 64]
+    """
+
+    def __init__(self, device: str | torch.device | None = None,
+                 budget_ms: float | None = None) -> None:
+        from amp_lessons.train import PRECISIONS, resolve_device, resolve_precision
+
+        self.device = resolve_device("auto" if device is None else str(device))
+        gpu = self.device.type == "cuda"
+        self.budget_ms = budget_ms if budget_ms is not None else (1000 if gpu else 150)
+        self.iters = 5 if gpu else 3
+        self.warmup = 2 if gpu else 1
+        widths, batches = (GPU_WIDTHS, GPU_BATCHES) if gpu else (CPU_WIDTHS,
+                                                                 CPU_BATCHES)
+        self.width = widgets.SelectionSlider(
+            options=list(widths), value=widths[-2 if gpu else 2], description="width",
+            continuous_update=False, layout=widgets.Layout(width="330px"))
+        self.batch = widgets.SelectionSlider(
+            options=list(batches), value=batches[1 if gpu else 2],
+            description="batch", continuous_update=False,
+            layout=widgets.Layout(width="330px"))
+        self.optimizer = widgets.Dropdown(options=list(OPTIMIZERS), value="adam",
+                                          description="optimizer",
+                                          layout=widgets.Layout(width="190px"))
+        self.precision_boxes: dict[str, widgets.Checkbox] = {}
+        self.unavailable: dict[str, str] = {}
+        for name in PRECISIONS:
+            if name == "tf32" and not gpu:
+                self.unavailable[name] = "TF32 exists on NVIDIA GPUs only"
+                continue
+            try:
+                resolve_precision(name, self.device, warn=False)
+            except RuntimeError as e:
+                self.unavailable[name] = str(e)
+                continue
+            self.precision_boxes[name] = widgets.Checkbox(
+                value=True, description=name, indent=False,
+                layout=widgets.Layout(width="70px"))
+        self.time_box = widgets.Checkbox(value=True, description="time steps",
+                                         indent=False,
+                                         layout=widgets.Layout(width="110px"))
+        self.stats = widgets.HTML()
+        self.results: list[dict] = []
+        super().__init__([
+            widgets.HBox([self.width, self.batch, self.optimizer]),
+            widgets.HBox([widgets.Label("precisions:"),
+                          *self.precision_boxes.values(), self.time_box]),
+            self.stats,
+        ])
+        for control in (self.width, self.batch, self.optimizer, self.time_box,
+                        *self.precision_boxes.values()):
+            control.observe(lambda _: self.redraw(), "value")
+        self.redraw()
+
+    @property
+    def precisions(self) -> list[str]:
+        return [n for n, box in self.precision_boxes.items() if box.value]
+
+    def _draw(self) -> None:
+        chosen = self.precisions
+        if not chosen:
+            self._say("Tick at least one precision to measure.", error=True)
+            return
+        self.results = measure_speed_memory(
+            self.width.value, self.batch.value, chosen, self.device,
+            self.optimizer.value, warmup=self.warmup, iters=self.iters,
+            time_steps=self.time_box.value, budget_ms=self.budget_ms)
+        self.stats.value = self._table()
+        note = ""
+        if self.device.type == "cpu" and ({"fp16", "bf16"} & set(chosen)):
+            note = ("On this CPU fp16/bf16 matmuls are emulated: slower than fp32. "
+                    "Speed-ups need a GPU with tensor cores; the memory bars hold "
+                    "everywhere.")
+        self._say(note)
+        self._show(plot_speed_memory(self.results))
+
+    def _table(self) -> str:
+        base = next((r for r in self.results if r["precision"] == "fp32"), None)
+        unit, size = _byte_unit(max(r["memory"]["total"] for r in self.results))
+        cols = ["precision", "step ms", "vs fp32", "weights", "grads", "optimizer",
+                "activations", "weight copies", f"total {unit}"]
+        out = ['<table style="font-size:12px;border-collapse:collapse" '
+               'cellpadding="2"><tr>' + "".join(f"<th>{c}</th>" for c in cols)
+               + "</tr>"]
+        for r in self.results:
+            m = r["memory"]
+            ms = r["step_ms"]
+            speed = (f"{base['step_ms'] / ms:.2f}x" if ms and base and base["step_ms"]
+                     else "-")
+            cells = [r["precision"], "-" if ms is None else f"{ms:.3g}", speed,
+                     *(f"{m[k] / size:.3g}" for k in ("weights", "gradients",
+                       "optimizer_state", "activations", "weight_copies", "total"))]
+            out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        return "".join(out) + f"</table><small>memory in {unit}; step time: median " \
+            "of the timed steps after warm-up, speed-up = fp32 time / this time</small>"
+
+
+def speed_memory_explorer(device: str | torch.device | None = None
+                          ) -> SpeedMemoryExplorer:
+    """The speed/memory panel of notebook 06 (see ``SpeedMemoryExplorer``).
+
+    `device` None picks CUDA when present, else the CPU (tiny sizes there).
+
+    Example:
+        >>> w = speed_memory_explorer("cpu")
+        >>> w.width.value = 128      # measures again: memory exact, time in ms
+        >>> w.results[0]["memory"]["weights"]   # 3 x (128*128 + 128) float32
+        198144
+    """
+    return SpeedMemoryExplorer(device)
+
+
+__all__ = [
+    "GradientHistogramExplorer", "RangeExplorer", "SpeedMemoryExplorer",
+    "figure_png", "format_rows", "fp16_range_explorer", "gradient_histogram_explorer",
+    "measure_speed_memory", "parse_value", "plot_format_ranges",
+    "plot_gradient_histogram", "plot_number_line", "plot_scale_trajectory",
+    "plot_speed_memory", "rows_html", "speed_memory_explorer",
+]

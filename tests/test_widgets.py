@@ -1,0 +1,356 @@
+"""Plots and widgets, headless: move each control, check the picture changed and the
+numbers shown are the ones torch computes (casts, finfo, optimizer state)."""
+
+import math
+import struct
+
+import matplotlib
+import pytest
+import torch
+
+from amp_lessons import widgets as W
+from amp_lessons.formats import FORMATS, decompose
+from amp_lessons.memory import activation_bytes
+from amp_lessons.train import MLP
+from amp_lessons.underflow import cast_outcome
+
+# Generous: the goal is 300 ms on an idle 2-core CPU. Checked on the redraw's CPU
+# time, which a busy machine (tests run side by side) does not stretch.
+MAX_REDRAW_MS = 1500
+DTYPE_FORMATS = [n for n, f in FORMATS.items() if f.dtype is not None]
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def torch_stored(value: float, fmt: str) -> float:
+    stored = torch.tensor(value, dtype=torch.float32).to(FORMATS[fmt].dtype)
+    return stored.float().item()
+
+
+def same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+@pytest.fixture(autouse=True)
+def no_pyplot_figures():
+    """Widgets and plots must not leave figures in pyplot (a leak, and a double
+    display in notebooks)."""
+    import matplotlib.pyplot as plt
+
+    before = plt.get_fignums()
+    yield
+    assert plt.get_fignums() == before
+
+
+# ---- static plots -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, zone", [
+    (1e-9, "flushed to 0"), (1e-6, "subnormal"), (1e-4, "normal"),
+    (7e4, "overflow: inf"), (0.0, "zero"),
+])
+def test_number_line_names_the_zone_the_fp16_cast_gives(value, zone):
+    stored = torch_stored(value, "fp16")
+    expected = ("zero" if value == 0 else "flushed to 0" if stored == 0 else
+                "overflow: inf" if math.isinf(stored) else
+                "subnormal" if abs(stored) < torch.finfo(torch.float16).tiny
+                else "normal")
+    assert zone == expected  # the parametrization itself is checked against torch
+    fig = W.plot_number_line(value, "fp16")
+    ax = fig.axes[0]
+    assert ax.get_title().endswith(f"is {zone}")
+    assert ax.get_xlabel().startswith("log2 |x|")
+    # the marker sits at log2|value| (or the left edge for 0)
+    marker = [line for line in ax.lines if line.get_marker() == "v"][0]
+    x = marker.get_xdata()[0]
+    assert x == (ax.get_xlim()[0] if value == 0 else math.log2(value))
+
+
+def test_number_line_zone_edges_are_the_formats_limits():
+    for name in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2"):
+        fig = W.plot_number_line(1.0, name)
+        edges = sorted({line.get_xdata()[0] for line in fig.axes[0].lines
+                        if line.get_linestyle() == ":"})
+        info = torch.finfo(FORMATS[name].dtype)
+        assert edges == [math.log2(info.smallest_normal * info.eps),
+                         math.log2(info.smallest_normal), math.log2(info.max)]
+    texts = " ".join(t.get_text() for t in W.plot_number_line(1e3, "fp8_e4m3")
+                     .axes[0].texts)
+    assert "saturated to 448" in texts
+
+
+def test_format_ranges_bars_match_torch_finfo():
+    names = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+    ax = W.plot_format_ranges(names).axes[0]
+    normal = [p for p in ax.patches if p.get_facecolor()[:3] ==
+              matplotlib.colors.to_rgb(W.ZONE_COLORS["normal"])]
+    assert len(normal) == len(names)
+    for bar, name in zip(normal, names, strict=True):
+        info = torch.finfo(FORMATS[name].dtype)
+        assert bar.get_x() == math.log2(info.smallest_normal)
+        assert bar.get_x() + bar.get_width() == pytest.approx(math.log2(info.max))
+    assert ax.get_xlabel().startswith("log2 |x|")
+    with pytest.raises(ValueError, match="unknown format"):
+        W.plot_format_ranges(["fp12"])
+
+
+@pytest.fixture(scope="module")
+def grads():
+    # 4000 magnitudes spread evenly over 2^-40 .. 2^0, both signs, and some zeros
+    gen = torch.Generator().manual_seed(0)
+    g = 2.0 ** (torch.rand(4000, generator=gen) * 40 - 40)
+    g[::2] *= -1
+    g[::97] = 0
+    return g
+
+
+def test_gradient_histogram_counts_and_fractions_are_the_casts(grads):
+    scale = 2.0**10
+    fig = W.plot_gradient_histogram(grads, scale, "fp16")
+    ax = fig.axes[0]
+    (stairs,) = [p for p in ax.patches if type(p).__name__ == "StepPatch"]
+    counts, edges = stairs.get_data()[:2]
+    scaled = grads[grads != 0].abs() * scale
+    binade = torch.floor(torch.log2(scaled)).long()
+    direct = torch.bincount(binade - binade.min())
+    assert counts.tolist() == direct.tolist()
+    assert edges[0] == binade.min().item()
+    # legend: each zone's share, from torch's own cast
+    half = (grads[grads != 0] * scale).half()
+    zero_share = (half == 0).sum().item() / half.numel()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert f"flush to 0: {zero_share:.1%}" in legend
+    assert ax.get_xlabel().startswith("log2 |gradient x scale|")
+    assert ax.get_ylabel() == "gradients per binade"
+
+
+def test_scale_trajectory_marks_skipped_steps():
+    scales = [2.0**16] * 3 + [2.0**15] * 2
+    for skipped in ([False, False, True, False, False], [3]):
+        ax = W.plot_scale_trajectory(scales, skipped).axes[0]
+        (marks,) = [line for line in ax.lines if line.get_marker() == "x"]
+        assert list(marks.get_xdata()) == [3]
+        assert list(marks.get_ydata()) == [2.0**16]
+        assert ax.get_yscale() == "log"
+        assert ax.get_ylabel().startswith("loss scale")
+    with pytest.raises(ValueError, match="3 flags for 5 scales"):
+        W.plot_scale_trajectory(scales, [True, False, False])
+    with pytest.raises(ValueError, match="not a step number"):
+        W.plot_scale_trajectory(scales, [0])
+    with pytest.raises(ValueError, match="positive and finite"):
+        W.plot_scale_trajectory([1.0, math.inf])
+
+
+# ---- widget 1: range explorer ------------------------------------------------------
+
+
+def check_rows(w):
+    """Every row shown is what decompose says, and what torch's cast stores."""
+    assert [r["format"] for r in w.rows] == list(W.EXPLORER_FORMATS)
+    for row in w.rows:
+        d = decompose(w.value, row["format"])
+        assert (row["sign"], row["exponent"], row["mantissa"], row["kind"]) == (
+            d.sign, d.exponent, d.mantissa, d.kind)
+        assert same(row["stored"], d.value)
+        if row["format"] in DTYPE_FORMATS:
+            assert same(row["stored"], torch_stored(w.value, row["format"]))
+        if math.isfinite(w.value) and w.value and math.isfinite(row["stored"]):
+            assert row["rel_error"] == abs(row["stored"] - w.value) / abs(w.value)
+        assert f"{d.exponent}</span>" in w.table_html
+
+
+@pytest.fixture(scope="module")
+def explorer():
+    return W.fp16_range_explorer(1e-4)
+
+
+def test_range_explorer_slider_moves_text_table_and_picture(explorer):
+    w = explorer
+    before = w.image.value
+    w.slider.value = 10**-7.3  # as a student drags: rounded to 4 digits
+    assert w.value == 5.012e-8
+    assert w.text.value == "5.012e-08" and float(w.text.value) == w.value
+    assert w.image.value != before
+    check_rows(w)
+    fp16 = w.rows[W.EXPLORER_FORMATS.index("fp16")]
+    assert fp16["kind"] == "subnormal"
+    assert "subnormal" in w.table_html
+    assert png_size(w.image.value)[0] <= 900  # fits a notebook cell unscaled
+    assert w.last_redraw_cpu_ms < MAX_REDRAW_MS
+
+
+def test_range_explorer_typed_values_sync_the_slider(explorer):
+    w = explorer
+    w.text.value = "2^-24"
+    assert w.value == 2.0**-24 and w.slider.value == 2.0**-24 and w.sign.value == 1
+    check_rows(w)
+    assert w.rows[W.EXPLORER_FORMATS.index("fp16")]["stored"] == 2.0**-24
+    w.text.value = "-65520"  # rounds up past 65504: inf in fp16, finite in bf16
+    assert w.sign.value == -1 and w.slider.value == 65520
+    check_rows(w)
+    assert w.rows[W.EXPLORER_FORMATS.index("fp16")]["stored"] == -math.inf
+    assert w.text.value == "-65520"  # left as typed
+    w.text.value = "1.23456789e-5"
+    assert w.value == 1.23456789e-5 and w.text.value == "1.23456789e-5"
+    check_rows(w)
+
+
+def test_range_explorer_sign_and_format_redraw(explorer):
+    w = explorer
+    w.text.value = "0.1"
+    first = w.image.value
+    w.sign.value = -1
+    assert w.value == -0.1 and w.text.value == "-0.1"
+    assert all(r["sign"] == 1 for r in w.rows)
+    assert w.image.value != first
+    second = w.image.value
+    w.fmt.value = "fp8_e4m3"
+    assert w.image.value != second
+    assert "background" in w.table_html.split("fp8_e4m3")[0].rsplit("<tr", 1)[1]
+    w.fmt.value = "fp16"
+
+
+def test_range_explorer_invalid_and_edge_input(explorer):
+    w = explorer
+    w.text.value = "1e-3"
+    shown, picture = w.value, w.image.value
+    w.text.value = "one thousand"
+    assert "could not read 'one thousand' as a number" in w.message.value
+    assert w.value == shown and w.image.value == picture  # nothing else moved
+    w.text.value = "1e-12"  # below the slider: the slider waits at its end
+    assert w.value == 1e-12 and w.slider.value == pytest.approx(1e-9)
+    assert "beyond the slider" in w.message.value
+    assert "could not read" not in w.message.value
+    assert w.rows[W.EXPLORER_FORMATS.index("fp16")]["zone"] == "flushed to 0"
+    for text in ("0", "inf", "nan", "-0"):
+        w.text.value = text
+        check_rows(w)
+    assert w.sign.value == -1  # -0 has its sign bit set
+    assert W.parse_value(" \u22122^3 ") == -8.0
+    with pytest.raises(ValueError, match="type e.g. 1e-4"):
+        W.parse_value("2^")
+
+
+# ---- widget 2: gradient histogram --------------------------------------------------
+
+
+def test_histogram_explorer_scale_slider_updates_the_real_cast(grads):
+    w = W.gradient_histogram_explorer(grads)
+    assert w.outcome == cast_outcome(grads, 1.0, "fp16")
+    xlim = w.xlim
+    pictures = {w.image.value}
+    for k in (8, 16, 30):
+        w.slider.value = 2.0**k
+        scaled = grads[grads != 0] * 2.0**k
+        half = scaled.half()
+        assert w.outcome.zero == (half == 0).sum().item() / half.numel()
+        assert w.outcome.overflow == torch.isinf(half).sum().item() / half.numel()
+        assert f"{w.outcome.zero:.1%}" in w.stats.value
+        assert w.xlim == xlim  # the axis stays, the bars move
+        assert w.last_redraw_cpu_ms < MAX_REDRAW_MS
+        pictures.add(w.image.value)
+    assert len(pictures) == 4
+    assert w.outcome.overflow > 0  # 2^30 pushes the largest past 65504
+    w.fmt.value = "bf16"  # fp32's range: nothing flushes, nothing overflows
+    assert w.outcome.zero == 0 and w.outcome.overflow == 0
+    assert "<b>bf16</b>" in w.stats.value
+
+
+def test_histogram_explorer_refuses_bad_input(grads):
+    with pytest.raises(ValueError, match="not a storage dtype"):
+        W.gradient_histogram_explorer(grads, "tf32")
+    with pytest.raises(ValueError, match="power of two"):
+        W.GradientHistogramExplorer(grads, scale=3.0)
+    with pytest.raises(ValueError, match="inf or nan"):
+        W.gradient_histogram_explorer(torch.tensor([1.0, math.nan]))
+
+
+# ---- widget 3: speed and memory ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def panel():
+    return W.speed_memory_explorer("cpu")
+
+
+def test_speed_panel_memory_is_measured_exactly(panel):
+    w = panel
+    w.batch.value = 8
+    rows = {r["precision"]: r for r in w.results}
+    assert set(rows) == {"fp32", "fp16", "bf16"}
+    width = w.width.value
+    model = MLP((width,) * 4)
+    weights = sum(p.nbytes for p in model.parameters())
+    x = torch.randn(8, width)
+    # Adam's state after a real step: exp_avg, exp_avg_sq, step per parameter
+    opt = torch.optim.Adam(model.parameters())
+    model(x).sum().backward()
+    opt.step()
+    state = sum(t.nbytes for s in opt.state.values() for t in s.values())
+    for name, dtype in (("fp32", None), ("bf16", torch.bfloat16),
+                        ("fp16", torch.float16)):
+        m = rows[name]["memory"]
+        assert m["weights"] == m["gradients"] == weights
+        assert m["optimizer_state"] == state
+        assert m["activations"] + m["weight_copies"] == activation_bytes(
+            model, x, dtype)
+        assert (m["weight_copies"] > 0) == (dtype is not None)
+        assert 1 <= len(rows[name]["times_ms"]) <= w.iters
+        assert rows[name]["step_ms"] > 0
+    assert "fp32" in w.stats.value and "weight copies" in w.stats.value
+
+
+def test_speed_panel_controls_redraw(panel):
+    w = panel
+    picture = w.image.value
+    w.width.value = 32
+    assert {r["width"] for r in w.results} == {32}
+    assert w.image.value != picture
+    assert w.last_redraw_cpu_ms < MAX_REDRAW_MS * 2  # it trains 3 models
+    w.optimizer.value = "sgd"
+    assert all(r["memory"]["optimizer_state"] == 0 for r in w.results)
+    w.precision_boxes["fp16"].value = False
+    assert [r["precision"] for r in w.results] == ["fp32", "bf16"]
+    w.time_box.value = False
+    assert all(r["step_ms"] is None for r in w.results)
+    assert "not timed" in [t.get_text() for t in
+                           W.plot_speed_memory(w.results).axes[0].texts]
+    for box in w.precision_boxes.values():
+        box.value = False
+    assert "Tick at least one precision" in w.message.value
+    assert "tf32" in w.unavailable  # no TF32 on a CPU: not offered
+
+
+def test_plot_speed_memory_bars_are_the_rows():
+    rows = W.measure_speed_memory(16, 4, ("fp32", "bf16"), iters=2)
+    fig = W.plot_speed_memory(rows)
+    t_ax, m_ax = fig.axes
+    time_bars = [p.get_width() for p in t_ax.patches]
+    assert time_bars == [r["step_ms"] for r in rows]
+    fp32_parts = [p.get_width() for p in m_ax.patches if p.get_y() < 0.5]
+    expected = [v / 2**10 for k, v in rows[0]["memory"].items()
+                if k in W.MEMORY_PARTS and v]
+    assert fp32_parts == pytest.approx(expected)
+    assert m_ax.get_xlabel() == "memory (KiB)"
+    assert t_ax.get_xlabel().startswith("step time, ms")
+    # a recorded bench report draws too: parameters + bytes saved for backward
+    report = {"results": [{"config": "mlp", "precision": "fp32", "step_ms": 2.0,
+                           "times_ms": [2.0], "peak_mem_bytes": 3 * 2**20,
+                           "activation_bytes": 2**20, "param_bytes": 2**20}]}
+    fig = W.plot_speed_memory(report)
+    assert [p.get_width() for p in fig.axes[1].patches] == [1.0, 1.0]
+    with pytest.raises(ValueError, match="no results"):
+        W.plot_speed_memory([])
+    with pytest.raises(ValueError, match="width must be a positive int"):
+        W.measure_speed_memory(0)
+    with pytest.raises(ValueError, match="unknown precision"):
+        W.measure_speed_memory(16, 4, ("fp8",))
+
+
+def test_measure_leaves_the_global_rng_alone():
+    state = torch.random.get_rng_state()
+    W.measure_speed_memory(16, 4, ("fp32",), time_steps=False)
+    assert torch.equal(torch.random.get_rng_state(), state)
