@@ -44,7 +44,8 @@ NOTEBOOKS_DIR = ROOT / "notebooks"
 COURSE_DIR = ROOT / "build" / "course"
 STUDENT_DIR = ROOT / "student"
 SLIDES_DIR = ROOT / "build" / "slides"
-REHEARSAL_DIR = ROOT / "build" / "rehearsal"
+BUILD_DIR = ROOT / "build"
+REHEARSAL_MARK = ".amp-rehearsal"  # rehearse() only ever deletes folders carrying it
 
 COURSE_ID = "amp_lessons"
 CELL_TIMEOUT_S = 180  # the same per-cell limit nbval gets in pyproject.toml
@@ -380,9 +381,10 @@ class Rehearsal:
     scores: list[NotebookScore]
     problems: list[str]
     seconds: float
+    course_dir: Path  # the scratch course: autograded/ holds every executed notebook
 
 
-def rehearse(notebooks: Sequence[Path], course_dir: Path = REHEARSAL_DIR) -> Rehearsal:
+def rehearse(notebooks: Sequence[Path], course_dir: Path | None = None) -> Rehearsal:
     """Grade the course against itself: solved -> full marks, blank -> zero.
 
     Builds a fresh course from ``notebooks`` in ``course_dir``, generates the student
@@ -391,11 +393,23 @@ def rehearse(notebooks: Sequence[Path], course_dir: Path = REHEARSAL_DIR) -> Reh
     One nbgrader call autogrades both; the gradebook and the executed notebooks are
     then checked (see `solved_run_problems` and `blank_run_problems`).
 
+    ``course_dir`` must be new, empty or an earlier rehearsal (never a real course:
+    it is wiped); by default a fresh ``build/rehearsal-*`` folder.
+
     Example: ``rehearse(course_notebooks()).problems == []`` on a healthy course.
     """
     start = time.perf_counter()
+    if course_dir is None:
+        BUILD_DIR.mkdir(parents=True, exist_ok=True)
+        course_dir = Path(tempfile.mkdtemp(prefix="rehearsal-", dir=BUILD_DIR))
     course_dir = Path(course_dir)
-    shutil.rmtree(course_dir, ignore_errors=True)
+    if course_dir.exists() and any(course_dir.iterdir()):
+        if not (course_dir / REHEARSAL_MARK).exists():
+            raise ValueError(f"{course_dir} is not empty and not a rehearsal folder; "
+                             "rehearse() wipes its folder: give it a new one")
+        shutil.rmtree(course_dir)
+    course_dir.mkdir(parents=True, exist_ok=True)
+    (course_dir / REHEARSAL_MARK).write_text("scratch course of amp_lessons.grading\n")
     build_course(notebooks, course_dir)
     generate_student_edition(course_dir)
     graded = [Path(p) for p in notebooks if is_graded(Path(p))]
@@ -429,7 +443,7 @@ def rehearse(notebooks: Sequence[Path], course_dir: Path = REHEARSAL_DIR) -> Reh
         for student in (REFERENCE_STUDENT, BLANK_STUDENT):
             if (student, path.stem) not in in_gradebook:
                 problems.append(f"{path.stem} ({student}): not in the gradebook")
-    return Rehearsal(scores, problems, time.perf_counter() - start)
+    return Rehearsal(scores, problems, time.perf_counter() - start, course_dir)
 
 
 # ---------------------------------------------------------------------------------
@@ -825,8 +839,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("autograde", help="autograde all submissions, print the scores")
     p.add_argument("--student", default="*")
     sub.add_parser("grades", help="print the gradebook")
-    sub.add_parser("rehearse", help="solved -> full marks, blank -> zero, in a scratch "
-                   "course (build/rehearsal)")
+    p = sub.add_parser("rehearse", help="solved -> full marks, blank -> zero, in a "
+                       "scratch course (never --course)")
+    p.add_argument("--dir", type=Path, default=None,
+                   help="the scratch course (default: a new build/rehearsal-*)")
     sub.add_parser("lint", help="nbgrader and slideshow metadata of every notebook")
     p = sub.add_parser("slides", help="offline reveal.js decks into build/slides")
     p.add_argument("--out", type=Path, default=SLIDES_DIR)
@@ -863,9 +879,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not graded_notebooks(args.notebooks):
             print("no graded notebooks yet")
             return 0
-        result = rehearse(notebooks)
+        result = rehearse(notebooks, args.dir)
         print(format_scores(result.scores))
-        print(f"({result.seconds:.0f} s)")
+        print(f"({result.seconds:.0f} s; executed notebooks in "
+              f"{result.course_dir / 'autograded'})")
         return _report(result.problems, "solved: full marks; blank: zero; all good")
     if args.command == "lint":
         problems = lint_course(notebooks)

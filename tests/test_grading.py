@@ -429,3 +429,11 @@ def test_slides_present_offline_in_a_browser(tmp_path):
         browser.close()
     assert "Math Processing Error" not in text
     assert remote == [] and errors == []
+
+
+def test_rehearsal_never_wipes_a_real_course(tmp_path):
+    notebooks = write_fixture_course(tmp_path / "nb")
+    course = grading.build_course(list(notebooks.values()), tmp_path / "course")
+    with pytest.raises(ValueError, match="not a rehearsal folder"):
+        grading.rehearse(list(notebooks.values()), course)
+    assert (course / "nbgrader_config.py").exists()
