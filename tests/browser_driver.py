@@ -19,12 +19,14 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 # Controls a student can move. Their own text (a slider's readout, a dropdown's
 # choice) is left out of the "numbers shown" comparison: it changes by itself.
 CONTROLS = (".widget-slider, .widget-dropdown, .widget-toggle-buttons, .widget-radio, "
             ".widget-checkbox, .widget-text, .widget-textarea")
 
+NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
 
 # In-page helpers, installed once per page load: a signature of a cell's output
@@ -152,6 +154,20 @@ def install_helpers(page) -> None:
     page.evaluate(JS_HELPERS)
 
 
+def watch_requests(page) -> list[str]:
+    """A list that fills with every URL the page requests from off this machine."""
+    off_machine: list[str] = []
+
+    def check(request) -> None:
+        host = urlsplit(request.url).hostname
+        if request.url.startswith(("http:", "https:", "ws:", "wss:")) and host not in (
+                "127.0.0.1", "localhost", "::1"):
+            off_machine.append(request.url)
+
+    page.on("request", check)
+    return off_machine
+
+
 def dismiss_toasts(page) -> None:
     """Close notification toasts (the news question) that can cover the notebook."""
     for button in page.locator(".jp-Notification-Toast-Close").all():
@@ -167,8 +183,8 @@ def open_and_run(page, expected_code_cells: int, timeout_s: float = 300) -> floa
     Returns the seconds the run took. JupyterLab 4 keeps every cell in the DOM
     (content-visibility windowing), so the prompts can all be counted.
     """
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                           timeout=120_000)
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook-ExecutionIndicator"
+                           "[data-status='idle']", timeout=120_000)
     dismiss_toasts(page)
     start = time.monotonic()
     click_run_all(page)
@@ -188,8 +204,8 @@ def open_and_run(page, expected_code_cells: int, timeout_s: float = 300) -> floa
             f"Run All did not finish in {timeout_s:.0f} s: expected "
             f"{expected_code_cells} numbered code cells, prompts are {prompts}"
         ) from error
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                           timeout=timeout_s * 1000)
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook-ExecutionIndicator"
+                           "[data-status='idle']", timeout=timeout_s * 1000)
     wait_for_widgets(page)
     install_helpers(page)
     dismiss_toasts(page)
@@ -295,9 +311,13 @@ def control_kind(control) -> str:
 
 
 def control_label(control) -> str:
-    label = control.locator(".widget-label").first
-    text = label.text_content() if label.count() else ""
-    return (text or "").strip() or "(no description)"
+    """The description a student reads next to the control (a checkbox's own text)."""
+    for selector in (".widget-label", ".widget-label-basic"):
+        label = control.locator(selector).first
+        text = (label.text_content() or "").strip() if label.count() else ""
+        if text:
+            return text
+    return "(no description)"
 
 
 def control_value(control, kind: str) -> str:

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -83,6 +84,15 @@ def isolated_env(tmp: Path) -> dict[str, str]:
     return env
 
 
+def write_test_settings(config_dir: Path) -> None:
+    """Autosave off: a test that runs the course's notebooks must never write their
+    outputs back into notebooks/ (the repo stores them clean)."""
+    plugin = config_dir / "lab" / "user-settings" / "@jupyterlab"
+    plugin /= "docmanager-extension"
+    plugin.mkdir(parents=True)
+    (plugin / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
+
+
 def http_status(url: str, headers: dict[str, str] | None = None) -> int:
     """Status of a GET without following redirects (302 to /login must stay visible)."""
 
@@ -108,6 +118,7 @@ def running_lab(
     """A live JupyterLab on 127.0.0.1 with a random token; killed and wiped on exit."""
     tmp = Path(tempfile.mkdtemp(prefix="amp-lab-"))
     env = isolated_env(tmp)
+    write_test_settings(Path(env["JUPYTER_CONFIG_DIR"]))
     env.update(extra_env or {})
     port, token = free_port(), secrets.token_hex(16)
     command = lab_command(port=port, token=token, open_browser=False,
