@@ -314,7 +314,8 @@ def control_label(control) -> str:
     """The description a student reads next to the control (a checkbox's own text)."""
     for selector in (".widget-label", ".widget-label-basic"):
         label = control.locator(selector).first
-        text = (label.text_content() or "").strip() if label.count() else ""
+        text = (label.text_content() or "") if label.count() else ""
+        text = text.replace("\u200b", "").strip()  # ipywidgets' empty label
         if text:
             return text
     return "(no description)"
@@ -475,3 +476,21 @@ def layout_problems(page, cell_index: int) -> list[str]:
           });
           return [...new Set(found)].slice(0, 20);
         }""", cell_index)
+
+
+def screenshot_cell(page, index: int, path) -> None:
+    """The whole cell, however tall: the page grows to fit it, at the same width.
+
+    An element screenshot alone stops at the window's bottom edge, since the cell
+    scrolls inside JupyterLab's notebook panel, not the page.
+    """
+    viewport = page.viewport_size
+    cell = cell_locator(page, index)
+    height = cell.evaluate("(e) => e.getBoundingClientRect().height")
+    page.set_viewport_size({"width": viewport["width"],
+                            "height": max(viewport["height"], int(height) + 300)})
+    try:
+        cell.scroll_into_view_if_needed()
+        cell.screenshot(path=path)
+    finally:
+        page.set_viewport_size(viewport)

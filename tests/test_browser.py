@@ -33,6 +33,7 @@ from browser_driver import (
     exercise_cell,
     layout_problems,
     open_and_run,
+    screenshot_cell,
     stderr_texts,
     watch_requests,
     widget_cells,
@@ -227,9 +228,7 @@ def test_fixture_widgets_redraw(fixture_page, shots, capsys):
     cells = widget_cells(page)
     assert cells == list(FIXTURE_CELLS.values())
     moves = exercise_cell(page, FIXTURE_CELLS["redraw"])
-    cell_shot = shots / "fixture_cell.png"
-    page.locator(".jp-Notebook .jp-Cell").nth(FIXTURE_CELLS["redraw"]).screenshot(
-        path=cell_shot)
+    screenshot_cell(page, FIXTURE_CELLS["redraw"], shots / "fixture_cell.png")
     report(capsys, [str(m) for m in moves] + [latency_summary(moves),
                                                f"screenshots: {shots}"])
     assert [m.kind for m in moves] == ["slider", "slider", "dropdown", "dropdown"]
@@ -258,6 +257,17 @@ def test_detector_catches_a_callback_that_raises(fixture_page):
 
 
 # --- the course's widget notebooks ----------------------------------------------
+
+COURSE_WIDGET_NOTEBOOKS = {"01_number_formats", "02_underflow", "06_speed_memory"}
+
+
+def test_the_courses_widget_notebooks_are_all_covered():
+    # COURSE.md's three widgets; a notebook that stopped calling its explorer (or was
+    # renamed) would otherwise drop out of the browser test unnoticed
+    covered = {p.stem for p in widget_notebooks()}
+    assert COURSE_WIDGET_NOTEBOOKS <= covered, (
+        f"not found or showing no widget: {sorted(COURSE_WIDGET_NOTEBOOKS - covered)}")
+
 
 @pytest.fixture(scope="module")
 def course_lab():
@@ -289,12 +299,14 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
         assert cells, f"{path.name} imports widgets but none rendered a control"
         moves, layout = [], []
         for index in cells:
-            cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
-            cell.scroll_into_view_if_needed()
-            cell.screenshot(path=shots / f"{path.stem}_cell{index}_before.png")
-            page.screenshot(path=shots / f"{path.stem}_cell{index}_viewport.png")
+            name = f"{path.stem}_cell{index}"
+            screenshot_cell(page, index, shots / f"{name}_before.png")
+            # what a student sees at 1280 x 800, the widget scrolled to the top
+            page.locator(".jp-Notebook .jp-Cell").nth(index).evaluate(
+                "(e) => e.scrollIntoView({block: 'start'})")
+            page.screenshot(path=shots / f"{name}_viewport.png")
             moves += exercise_cell(page, index)
-            cell.screenshot(path=shots / f"{path.stem}_cell{index}_after.png")
+            screenshot_cell(page, index, shots / f"{name}_after.png")
             layout += [f"cell {index}: {p}" for p in layout_problems(page, index)]
         warnings = [t[:300] for t in stderr_texts(page)]
         kernel_log = course_lab.log()[log_start:]
