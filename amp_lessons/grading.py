@@ -41,10 +41,10 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = ROOT / "notebooks"
-COURSE_DIR = ROOT / "build" / "course"
-STUDENT_DIR = ROOT / "student"
-SLIDES_DIR = ROOT / "build" / "slides"
 BUILD_DIR = ROOT / "build"
+COURSE_DIR = BUILD_DIR / "course"
+SLIDES_DIR = BUILD_DIR / "slides"
+STUDENT_DIR = ROOT / "student"
 REHEARSAL_MARK = ".amp-rehearsal"  # rehearse() only ever deletes folders carrying it
 
 COURSE_ID = "amp_lessons"
@@ -103,7 +103,7 @@ def graded_notebooks(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
 
 def _first_line(cell) -> str:
     lines = cell.source.strip().splitlines()
-    return (lines[0][:60] if lines else "(empty)")
+    return lines[0][:60] if lines else "(empty)"
 
 
 def _where(path: Path, index: int, cell) -> str:
