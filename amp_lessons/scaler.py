@@ -111,8 +111,12 @@ def unscale_grads_(grads: list[torch.Tensor], inv_scale: torch.Tensor) -> torch.
     # the min, and nan propagates into both. One read per tensor, two numbers out, and
     # no overflow as with a norm or a sum. (After the multiply would not be exact: with
     # a scale below 1, a finite value can grow to inf.)
-    lows, highs = zip(*map(torch.aminmax, grads), strict=True)
-    found_inf = torch.stack(lows + highs).isfinite().all().logical_not()
+    pairs = [torch.aminmax(g) for g in grads if g.numel() > 0]  # empty: nothing to see
+    if pairs:
+        lows, highs = zip(*pairs, strict=True)
+        found_inf = torch.stack(lows + highs).isfinite().all().logical_not()
+    else:
+        found_inf = torch.zeros((), dtype=torch.bool, device=grads[0].device)
     # One batched call, not a Python loop of mul_(): per-call overhead dominates for
     # small tensors on the CPU.
     torch._foreach_mul_(grads, inv_scale.to(grads[0].device))
@@ -331,7 +335,7 @@ class LossScaler:
             self.unscale_(optimizer)
         if record.found_inf is None:
             raise AssertionError("No inf checks were recorded for this optimizer.")
-        # The one host sync of the iteration: Python must know whether to step.
+        # A host sync (torch has it too): Python must know whether to call step().
         record.skipped = bool(record.found_inf.item())
         retval = None if record.skipped else optimizer.step(*args, **kwargs)
         record.stage = OptState.STEPPED
@@ -354,7 +358,7 @@ class LossScaler:
             return
         scale = self._require_scale("update")
         if new_scale is not None:
-            self._set_scale(new_scale)
+            self._set_scale(scale, new_scale)
         else:
             old_value = self._scale_value
             self._scale_value, self._growth_tracker = next_scale(
@@ -382,10 +386,9 @@ class LossScaler:
             for r in records
         )
 
-    def _set_scale(self, new_scale: float | torch.Tensor) -> None:
-        assert self._scale is not None  # checked by update()
+    def _set_scale(self, scale: torch.Tensor, new_scale: float | torch.Tensor) -> None:
         if isinstance(new_scale, float):
-            self._scale.fill_(new_scale)  # raises, like torch, past float32's range
+            scale.fill_(new_scale)  # raises, like torch, past float32's range
             self._scale_value = round_to_float32(new_scale)
             return
         reason = (
@@ -400,8 +403,8 @@ class LossScaler:
             or new_scale.requires_grad
         ):
             raise AssertionError(reason)
-        self._scale.copy_(new_scale)
-        self._scale_value = self._scale.item()
+        scale.copy_(new_scale)  # converts any dtype, as torch's copy_ does
+        self._scale_value = scale.item()
 
     # ---- getters, setters, state_dict ----------------------------------------------
 

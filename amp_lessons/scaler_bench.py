@@ -89,9 +89,10 @@ def compare(
         runs[name] = (scaler, optimizer, grads, [g.clone() for g in grads])
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for i in range(warmup + repeats):
-        # Turn about, so that anything else on the machine slows both alike.
-        for name, run in runs.items():
-            seconds = time_update(*run)
+        # Turn about, each going first every other time, so that anything else on the
+        # machine (and its scheduler's rhythm) slows both alike.
+        for name in ("torch", "ours") if i % 2 else ("ours", "torch"):
+            seconds = time_update(*runs[name])
             if i >= warmup:
                 times[name].append(seconds)
     return {

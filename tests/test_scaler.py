@@ -407,6 +407,26 @@ def test_load_state_dict_into_a_used_scaler():
     assert scales(trace)[2:] == [512.0] * 4 + [256.0] * 3 + [512.0] * 2
 
 
+def stage(scaler, optimizer) -> str:
+    record = scaler._per_optimizer_states[id(optimizer)]
+    return (record["stage"] if isinstance(record, dict) else record.stage).name
+
+
+def test_state_machine_stages_match_torch():
+    seen = {}
+    for name, cls in SCALERS.items():
+        model, opt, scaler = fresh(cls)
+        backward(model, scaler)
+        seen[name] = [stage(scaler, opt)]
+        scaler.unscale_(opt)
+        seen[name].append(stage(scaler, opt))
+        scaler.step(opt)
+        seen[name].append(stage(scaler, opt))
+        scaler.update()
+        seen[name].append(stage(scaler, opt))
+    assert seen["ours"] == seen["torch"] == ["READY", "UNSCALED", "STEPPED", "READY"]
+
+
 def test_step_returns_what_optimizer_step_returns():
     for cls in SCALERS.values():
         model = make_model()
@@ -444,6 +464,31 @@ def test_sparse_gradients():
             scaler.update()
             out.append(snapshot(scaler, embedding, [optimizer], None))
             optimizer.zero_grad()
+        return out
+
+    assert_same(run(torch.amp.GradScaler), run(LossScaler))
+
+
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
+def test_empty_gradients():
+    def run(cls):
+        torch.manual_seed(0)
+        empty, full = nn.Linear(0, 3), nn.Linear(3, 3)
+        optimizers = [
+            torch.optim.SGD(empty.parameters(), lr=0.1),  # weight (3, 0): no values
+            torch.optim.SGD([empty.weight], lr=0.1),  # only empty gradients
+            torch.optim.SGD(full.parameters(), lr=0.1),
+        ]
+        scaler = cls("cpu")
+        out = []
+        for step in range(3):
+            loss = full(empty(torch.ones(2, 0))).sum() * (INF if step == 1 else 1)
+            scaler.scale(loss).backward()
+            out.append([scaler.step(opt) for opt in optimizers])
+            scaler.update()
+            out.append(snapshot(scaler, nn.Sequential(empty, full), optimizers, None))
+            for opt in optimizers:
+                opt.zero_grad()
         return out
 
     assert_same(run(torch.amp.GradScaler), run(LossScaler))
