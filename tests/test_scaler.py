@@ -142,6 +142,7 @@ def train(
     new_scale: dict[int, Any] | None = None,
     after_update: dict[int, Callable] | None = None,
     model_dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
 ) -> list[dict[str, Any]]:
     """One scripted run; returns a snapshot per iteration.
 
@@ -150,7 +151,7 @@ def train(
     after_update[step](scaler) returns the scaler to go on with (checkpoint/resume).
     """
     inject, new_scale, after_update = inject or {}, new_scale or {}, after_update or {}
-    model = make_model(model_dtype)
+    model = make_model(model_dtype).to(device)
     layers = [model[0], model[2], model[4]]
     # One optimizer: all layers. Two: the first two layers, and the last one.
     parts = [layers] if num_optimizers == 1 else [layers[:2], layers[2:]]
@@ -158,15 +159,15 @@ def train(
         OPTIMIZERS[optimizer]([p for layer in part for p in layer.parameters()])
         for part in parts
     ]
-    scaler = scaler_cls("cpu", **(scaler_kwargs or {}))
+    scaler = scaler_cls(device, **(scaler_kwargs or {}))
     data = torch.Generator().manual_seed(1)
     trace = []
     for step in range(num_steps):
         events = inject.get(step, [])
         for micro in range(accumulate):
-            x = torch.randn(4, 6, generator=data).to(model_dtype) * 2
-            y = torch.randn(4, 3, generator=data).to(model_dtype)
-            with torch.amp.autocast("cpu", dtype=torch.float16):
+            x = torch.randn(4, 6, generator=data).to(device, model_dtype) * 2
+            y = torch.randn(4, 3, generator=data).to(device, model_dtype)
+            with torch.amp.autocast(device, dtype=torch.float16):
                 loss = F.mse_loss(model(x), y)
             for event in events:
                 if event[0] == "loss" and micro == 0:
@@ -224,6 +225,19 @@ def test_same_run_as_torch_with_overflows(optimizer):
     # The script did what it says: 4 backoffs from 2**16, and real steps otherwise.
     assert scales(trace)[-1] == 2.0**16 / 2**4
     assert not same_tensors(trace[0]["params"], trace[-1]["params"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("optimizer", ["sgd_momentum", "adam"])
+def test_same_run_as_torch_on_cuda(optimizer):
+    trace = assert_twins(
+        optimizer=optimizer,
+        device="cuda",
+        scaler_kwargs={"init_scale": 3000.0, "growth_interval": 3},
+        inject=MIXED_OVERFLOWS,
+        num_steps=10,
+    )
+    assert len(set(scales(trace))) > 2
 
 
 def test_growth_at_the_interval():
