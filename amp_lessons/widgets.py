@@ -86,6 +86,45 @@ def figure_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+def _encode_png(rgba, size: tuple[int, int]) -> bytes:
+    from PIL import Image  # matplotlib's own PNG writer
+
+    buf = io.BytesIO()
+    Image.frombuffer("RGBA", size, rgba, "raw", "RGBA", 0, 1).save(
+        buf, format="png", compress_level=1)
+    return buf.getvalue()
+
+
+class _Blit:
+    """A figure whose static part is rendered once; redraws paint only `moving`.
+
+    What makes a widget redraw cheap: tick labels, zones and axis titles take most
+    of a figure's drawing time and do not change when a slider moves.
+    """
+
+    def __init__(self, fig: Figure, moving: Iterable) -> None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        self.fig = fig
+        self.canvas = FigureCanvasAgg(fig)
+        self.moving = list(moving)
+        for artist in self.moving:
+            artist.set_animated(True)  # left out of the full draw
+        self.background = None
+
+    def png(self, extra: Sequence = ()) -> bytes:
+        """PNG of the static part with `moving` (and `extra`, new artists) on top."""
+        if self.background is None:
+            self.canvas.draw()
+            self.background = self.canvas.copy_from_bbox(self.fig.bbox)
+        else:
+            self.canvas.restore_region(self.background)
+        for artist in [*self.moving, *extra]:
+            self.fig.draw_artist(artist)
+        width, height = self.canvas.get_width_height()
+        return _encode_png(self.canvas.buffer_rgba(), (width, height))
+
+
 def _log2(x: float) -> float:
     return math.log2(x) if x > 0 else -math.inf
 
@@ -189,6 +228,87 @@ def _line_limits(f: Format, value: float) -> tuple[float, float]:
     return lo, hi
 
 
+class _NumberLine:
+    """The static number line of one format over [lo, hi], and the value's marker."""
+
+    def __init__(self, fmt: Format, lo: float, hi: float) -> None:
+        self.fmt, self.lo, self.hi = fmt, lo, hi
+        self.fig = fig = _figure(3.0, left=0.25, right=0.25, top=0.85, bottom=0.5)
+        self.ax = ax = fig.add_subplot()
+        self._zones()
+        self._edges()
+        ax.set_xlim(lo, hi)
+        ax.set_yticks([])
+        ax.set_xlabel("log2 |x|   (the negative half is its mirror image)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=14))
+        top = ax.secondary_xaxis("top", functions=(lambda t: t * math.log10(2),
+                                                   lambda t: t / math.log10(2)))
+        top.set_xlabel("log10 |x|", fontsize=8, labelpad=2)
+        top.tick_params(labelsize=8)
+        top.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=12))
+        # the marker: moved by mark(), redrawn alone in the explorer
+        xaxis = ax.get_xaxis_transform()
+        self.line = ax.vlines(lo, 0.3, 1, color="black", lw=2.2, transform=xaxis)
+        (self.tip,) = ax.plot([lo], [0.34], marker="v", color="black", ms=9,
+                              transform=xaxis)
+        self.label = ax.text(lo, 0.4, "", fontsize=9, va="bottom", transform=xaxis,
+                             bbox={"boxstyle": "round,pad=0.3", "fc": "white",
+                                   "ec": "0.5", "alpha": 0.92})
+        self.title = ax.set_title(" ", fontsize=11)
+        self.blit = _Blit(fig, [self.line, self.tip, self.label, self.title])
+
+    def _zones(self) -> None:
+        f, ax, lo, hi = self.fmt, self.ax, self.lo, self.hi
+        fig = self.fig
+        axes_px = fig.get_figwidth() * DPI * (fig.subplotpars.right
+                                              - fig.subplotpars.left)
+        for name, a, b in _zone_spans(f, lo, hi):
+            ax.axvspan(a, b, color=ZONE_COLORS[name], alpha=0.22, lw=0)
+            label = {"zero": "flush to 0", "subnormal": "subnormal",
+                     "normal": "normal",
+                     "overflow": f"overflow {_overflow_word(f)}"}[name]
+            style = {"ha": "center", "fontsize": 9, "color": ZONE_COLORS[name],
+                     "fontweight": "bold", "transform": ax.get_xaxis_transform()}
+            if (b - a) / (hi - lo) * axes_px > 7.5 * len(label):
+                ax.text((a + b) / 2, 0.9, label, va="center", **style)
+            else:  # a narrow zone (fp8's subnormals, bf16's): written upright
+                ax.text((a + b) / 2, 0.97, label, va="top", rotation=90, **style)
+
+    def _edges(self) -> None:
+        f, ax = self.fmt, self.ax
+        # each label on the side away from its neighbour, so they never overlap
+        edges = [(f.min_subnormal, "right",
+                  (_power_label(f.min_subnormal), "min subnormal")),
+                 (f.min_normal, "left", (_power_label(f.min_normal), "min normal")),
+                 (f.max, "right", (f"{f.max:g}", "max"))]
+        for x, side, lines in edges:
+            ax.axvline(_log2(x), color="0.3", lw=0.8, ls=":")
+            text = "\n".join(f" {t}" if side == "left" else f"{t} " for t in lines)
+            ax.text(_log2(x), 0.03, text, fontsize=8, va="bottom", ha=side,
+                    color="0.2", transform=ax.get_xaxis_transform())
+
+    def mark(self, value: float) -> None:
+        """Move the marker to `value` and say what the format stores for it."""
+        f, lo, hi = self.fmt, self.lo, self.hi
+        if math.isnan(value):
+            where, text = hi, "nan"
+        elif value == 0:
+            where, text = lo, "x = 0"
+        elif math.isinf(value):
+            where, text = hi, f"x = {value:g}"
+        else:
+            where, text = _log2(abs(value)), f"x = {_short(value)}"
+        zone = _zone_note(value, f)
+        self.line.set_segments([[(where, 0.3), (where, 1.0)]])
+        self.tip.set_xdata([where])
+        left_half = where < (lo + hi) / 2
+        self.label.set_x(where + (1 if left_half else -1) * 0.006 * (hi - lo))
+        self.label.set_horizontalalignment("left" if left_half else "right")
+        self.label.set_text(f"{text}\nstored {decompose(value, f).value:.6g}\n{zone}")
+        self.title.set_text(f"{f.name} ({f.exponent_bits} exponent, "
+                            f"{f.mantissa_bits} mantissa bits): {text} is {zone}")
+
+
 def plot_number_line(value: float, fmt: str | Format = "fp16") -> Figure:
     """A format's number line on a log2 scale, its four zones to scale, `value` marked.
 
@@ -200,69 +320,16 @@ def plot_number_line(value: float, fmt: str | Format = "fp16") -> Figure:
 
     Example:
         >>> fig = plot_number_line(1e-4, "fp16")  # 1e-4 = 2^-13.3: normal, just
-        >>> fig.axes[0].get_xlabel()
-        'log2 |x|   (the negative half is its mirror image)'
+        >>> fig.axes[0].get_title()
+        'fp16 (5 exponent, 10 mantissa bits): x = 0.0001 is normal'
     """
     f = _resolve(fmt)
     value = float(value)
-    d = decompose(value, f)
-    lo, hi = _line_limits(f, value)
-    fig = _figure(3.0, left=0.25, right=0.25, top=0.85, bottom=0.5)
-    ax = fig.add_subplot()
-    axes_px = fig.get_figwidth() * DPI * (fig.subplotpars.right - fig.subplotpars.left)
-    for name, a, b in _zone_spans(f, lo, hi):
-        ax.axvspan(a, b, color=ZONE_COLORS[name], alpha=0.22, lw=0)
-        label = {"zero": "flush to 0", "subnormal": "subnormal",
-                 "normal": "normal", "overflow": f"overflow {_overflow_word(f)}"}[name]
-        width_px = (b - a) / (hi - lo) * axes_px
-        style = {"ha": "center", "fontsize": 9, "color": ZONE_COLORS[name],
-                 "fontweight": "bold", "transform": ax.get_xaxis_transform()}
-        if width_px > 7.5 * len(label):
-            ax.text((a + b) / 2, 0.9, label, va="center", **style)
-        else:  # a narrow zone (fp8's subnormals, bf16's): written upright
-            ax.text((a + b) / 2, 0.97, label, va="top", rotation=90, **style)
-    # edge labels on the side away from their neighbour, so they never overlap
-    edges = [(f.min_subnormal, "right",
-              (_power_label(f.min_subnormal), "min subnormal")),
-             (f.min_normal, "left", (_power_label(f.min_normal), "min normal")),
-             (f.max, "right", (f"{f.max:g}", "max"))]
-    for x, side, lines in edges:
-        ax.axvline(_log2(x), color="0.3", lw=0.8, ls=":")
-        text = "\n".join(f" {t}" if side == "left" else f"{t} " for t in lines)
-        ax.text(_log2(x), 0.03, text, fontsize=8, va="bottom", ha=side, color="0.2",
-                transform=ax.get_xaxis_transform())
-    if math.isnan(value):
-        mark, text = hi, "nan"
-    elif value == 0:
-        mark, text = lo, "x = 0"
-    elif math.isinf(value):
-        mark, text = hi, f"x = {value:g}"
-    else:
-        mark, text = _log2(abs(value)), f"x = {value:.4g}"
-    zone = _zone_note(value, f)
-    # stops above the edge labels at the bottom, so they stay readable
-    ax.vlines(mark, 0.3, 1, color="black", lw=2.2, transform=ax.get_xaxis_transform())
-    ax.plot([mark], [0.34], marker="v", color="black", ms=9,
-            transform=ax.get_xaxis_transform())
-    left_half = mark < (lo + hi) / 2
-    ax.text(mark + (1 if left_half else -1) * 0.006 * (hi - lo), 0.4,
-            f"{text}\nstored {d.value:.6g}\n{zone}", fontsize=9,
-            ha="left" if left_half else "right", va="bottom",
-            transform=ax.get_xaxis_transform(),
-            bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "0.5",
-                  "alpha": 0.92})
-    ax.set_xlim(lo, hi)
-    ax.set_yticks([])
-    ax.set_xlabel("log2 |x|   (the negative half is its mirror image)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=14))
-    top = ax.secondary_xaxis("top", functions=(lambda t: t * math.log10(2),
-                                               lambda t: t / math.log10(2)))
-    top.set_xlabel("log10 |x|", fontsize=8, labelpad=2)
-    top.tick_params(labelsize=8)
-    top.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=12))
-    ax.set_title(f"{f.name} ({f.exponent_bits} exponent, {f.mantissa_bits} mantissa "
-                 f"bits): {text} is {zone}", fontsize=11)
-    return fig
+    line = _NumberLine(f, *_line_limits(f, value))
+    line.mark(value)
+    for artist in line.blit.moving:
+        artist.set_animated(False)  # a plain figure: everything draws
+    return line.fig
 
 
 def plot_format_ranges(
@@ -320,6 +387,58 @@ def _nonzero_float(grads: torch.Tensor) -> torch.Tensor:
     return g[g != 0]
 
 
+class _Histogram:
+    """The static zones of one format over a fixed axis, and the moving bars."""
+
+    def __init__(self, fmt: Format, xlim: tuple[float, float],
+                 ymax: float | None = None) -> None:
+        self.fmt, (lo, hi) = fmt, xlim
+        self.fig = fig = _figure(3.5, left=0.75, right=0.2, top=0.35, bottom=0.95)
+        self.ax = ax = fig.add_subplot()
+        sub, normal = _power_label(fmt.min_subnormal), _power_label(fmt.min_normal)
+        half = _power_label(fmt.min_subnormal / 2)  # ties at it round to even: 0
+        words = {"zero": f"flush to 0 (up to {half})",
+                 "subnormal": f"subnormal ({sub} to {normal})",
+                 "normal": f"normal ({normal} to {fmt.max:g})",
+                 "overflow": f"overflow {_overflow_word(fmt)}"}
+        for name, a, b in _zone_spans(fmt, lo, hi):
+            ax.axvspan(a, b, color=ZONE_COLORS[name], alpha=0.2, lw=0,
+                       label=words[name])
+        # the legend names the zones and never changes; the shares go in the title
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4,
+                  fontsize=8, frameon=False, title=f"{fmt.name} zones",
+                  title_fontsize=8)
+        self.bars = ax.stairs([0], [lo, lo + 1], fill=True, color="0.3", alpha=0.85)
+        self.off = ax.text(0.99, 0.97, "", ha="right", va="top", fontsize=8,
+                           transform=ax.transAxes)
+        ax.set_xlim(lo, hi)
+        if ymax is not None:
+            ax.set_ylim(0, ymax)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=20))
+        ax.set_xlabel("log2 |gradient x scale|   (one bar per power of two)")
+        ax.set_ylabel("gradients per binade")
+        self.title = ax.set_title(" ", fontsize=10)
+        self.blit = _Blit(fig, [self.bars, self.off, self.title])
+
+    def show(self, grads: torch.Tensor, scale: float) -> CastOutcome:
+        """Bars of |grads * scale|; the title gives the real cast's outcome."""
+        outcome = cast_outcome(grads, scale, self.fmt)  # checks grads, scale, fmt
+        hist = log2_histogram(_nonzero_float(grads) * float(scale))
+        counts, edges = hist.counts.numpy(), hist.edges.numpy()
+        if counts.size:
+            self.bars.set_data(counts, edges)
+        self.bars.set_visible(bool(counts.size))
+        lo, hi = self.ax.get_xlim()
+        off = int(counts[(edges[:-1] < lo) | (edges[1:] > hi)].sum())
+        self.off.set_text(f"{off} values off this axis" if off else "")
+        self.title.set_text(
+            f"{outcome.nonzero:,} gradients x {_power_label(scale)} cast to "
+            f"{self.fmt.name}: {outcome.zero:.1%} flush to 0 | {outcome.subnormal:.1%}"
+            f" subnormal | {outcome.normal:.1%} normal | {outcome.overflow:.1%} "
+            "overflow")
+        return outcome
+
+
 def plot_gradient_histogram(
     grads: torch.Tensor,
     scale: float = 1.0,
@@ -330,52 +449,30 @@ def plot_gradient_histogram(
     """Log2 histogram of |grads * scale| (nonzero values) over `fmt`'s zones.
 
     One bar per binade: bar k counts the values with 2^k <= |g * scale| < 2^(k+1).
-    The legend gives, per zone, the fraction of the nonzero gradients that the real
-    cast (``underflow.cast_outcome``) sends there. `xlim` fixes the axis in log2
-    units (the explorer keeps it still while the scale moves the bars).
+    The title gives the share of the nonzero gradients that the real cast
+    (``underflow.cast_outcome``) flushes to 0, keeps as subnormals or normals, and
+    overflows; the legend names the zones with their limits. `xlim` fixes the axis
+    in log2 units (the explorer keeps it still while the scale moves the bars).
 
     Example:
         >>> grads = collect_gradients(backward_demo())
-        >>> fig = plot_gradient_histogram(grads, 2.0**16)  # legend: flush to 0: 0.0%
+        >>> fig = plot_gradient_histogram(grads, 2.0**16)  # title: 0.0% flush to 0
     """
-    outcome = cast_outcome(grads, scale, fmt)  # checks grads, scale and fmt
+    cast_outcome(grads, scale, fmt)  # checks grads, scale and fmt first
     f = _resolve(fmt)
-    scaled = _nonzero_float(grads) * float(scale)
-    hist = log2_histogram(scaled)
-    counts, edges = hist.counts.numpy(), hist.edges.numpy()
     if xlim is None:
-        lo = _log2(f.min_subnormal) - 4
-        hi = _log2(f.max) + 4
-        if counts.size:
-            lo, hi = min(lo, edges[0] - 1), max(hi, edges[-1] + 1)
-    else:
-        lo, hi = xlim
-    fig = _figure(3.5, left=0.75, right=0.2, top=0.35, bottom=0.95)
-    ax = fig.add_subplot()
-    fractions = {"zero": outcome.zero, "subnormal": outcome.subnormal,
-                 "normal": outcome.normal, "overflow": outcome.overflow}
-    words = {"zero": "flush to 0", "subnormal": "subnormal", "normal": "normal",
-             "overflow": f"overflow {_overflow_word(f)}"}
-    for name, a, b in _zone_spans(f, lo, hi):
-        ax.axvspan(a, b, color=ZONE_COLORS[name], alpha=0.2, lw=0,
-                   label=f"{words[name]}: {fractions[name]:.1%}")
-    if counts.size:
-        ax.stairs(counts, edges, fill=True, color="0.3", alpha=0.85)
-    off = int(((scaled.abs().log2() < lo) | (scaled.abs().log2() >= hi)).sum())
-    if off:
-        ax.text(0.99, 0.97, f"{off} values off this axis", ha="right", va="top",
-                transform=ax.transAxes, fontsize=8)
-    ax.set_xlim(lo, hi)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=20))
-    ax.set_xlabel("log2 |gradient x scale|   (one bar per power of two)")
-    ax.set_ylabel("gradients per binade")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=9,
-              title=f"share of the nonzero gradients in each {f.name} zone",
-              title_fontsize=8, frameon=False)
-    ax.set_title(f"{outcome.nonzero:,} nonzero gradients x scale {_power_label(scale)}"
-                 f" cast to {f.name}: {outcome.zero:.1%} flush to 0, "
-                 f"{outcome.overflow:.1%} overflow", fontsize=11)
-    return fig
+        edges = log2_histogram(_nonzero_float(grads) * float(scale)).edges
+        xlim = (_log2(f.min_subnormal) - 4, _log2(f.max) + 4)
+        if edges.numel() > 1:
+            xlim = (min(xlim[0], edges[0].item() - 1),
+                    max(xlim[1], edges[-1].item() + 1))
+    hist = _Histogram(f, xlim)
+    hist.show(grads, scale)
+    hist.ax.relim()
+    hist.ax.autoscale_view(scalex=False)
+    for artist in hist.blit.moving:
+        artist.set_animated(False)  # a plain figure: everything draws
+    return hist.fig
 
 
 # ---- loss-scale trajectories --------------------------------------------------------
@@ -498,7 +595,8 @@ def measure_speed_memory(
     steps of the course's loop (``train.train_step``: autocast, GradScaler for fp16).
     `budget_ms` caps the timing: once that much wall time has passed, each
     remaining precision gets its warm-up and ONE timed step. On CUDA the rows also
-    hold the allocator's peak over the timed steps. The global RNG is untouched.
+    hold the allocator's peak over the timed steps, less what was allocated before
+    (the notebook's own tensors). The global RNG is untouched.
 
     Rows follow ``bench``'s schema (config, precision, step_ms, times_ms,
     peak_mem_bytes, activation_bytes, param_bytes) plus ``memory`` (the breakdown's
@@ -509,17 +607,8 @@ def measure_speed_memory(
         >>> rows[1]["memory"]["weight_copies"] > 0  # bf16 copies of the weights
         True
     """
-    from amp_lessons.bench import synchronize
     from amp_lessons.memory import memory_breakdown
-    from amp_lessons.train import (
-        MLP,
-        autocast_context,
-        make_scaler,
-        resolve_device,
-        resolve_precision,
-        tf32_mode,
-        train_step,
-    )
+    from amp_lessons.train import MLP, resolve_device, resolve_precision
 
     for name, v in (("width", width), ("batch", batch), ("layers", layers),
                     ("iters", iters)):
@@ -533,10 +622,12 @@ def measure_speed_memory(
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
                          f"{', '.join(OPTIMIZERS)}")
     dev = resolve_device(str(device))
-    start = time.perf_counter()
+    deadline = None if budget_ms is None else time.perf_counter() + budget_ms / 1e3
     rows = []
     for name in precisions:
         p = resolve_precision(name, dev, warn=False)
+        # CUDA: count only this run's tensors, not what the notebook already holds
+        base = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = MLP((width,) * (layers + 1)).to(dev)
@@ -544,30 +635,10 @@ def measure_speed_memory(
             y = torch.randn(batch, width).to(dev)
         opt = _make_optimizer(optimizer, model.parameters())
         mem = memory_breakdown(model, x, p.dtype if p.autocast else None, optimizer)
-        times: list[float] = []
-        peak = None
+        times, peak = [], None
         if time_steps:
-            scaler, ctx = make_scaler(p, dev), autocast_context(p, dev)
-
-            def step(model=model, opt=opt, scaler=scaler, ctx=ctx, x=x, y=y):
-                train_step(model, opt, scaler, ctx, [(x, y)], F.mse_loss, clip=1.0)
-
-            with tf32_mode(p.tf32):
-                for _ in range(warmup):
-                    step()
-                synchronize(dev)
-                if dev.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(dev)
-                while len(times) < iters:
-                    t0 = time.perf_counter()
-                    step()
-                    synchronize(dev)
-                    times.append(1e3 * (time.perf_counter() - t0))
-                    spent = 1e3 * (time.perf_counter() - start)
-                    if budget_ms is not None and spent > budget_ms:
-                        break
-                if dev.type == "cuda":
-                    peak = torch.cuda.max_memory_allocated(dev)
+            times, peak = _time_training(model, opt, p, dev, (x, y), warmup, iters,
+                                         deadline)
         rows.append({
             "config": "mlp",
             "precision": name,
@@ -579,13 +650,39 @@ def measure_speed_memory(
             "step_ms": statistics.median(times) if times else None,
             "times_ms": times,
             "warmup": warmup if time_steps else 0,
-            "peak_mem_bytes": peak,
+            "peak_mem_bytes": None if peak is None else peak - base,
             "activation_bytes": mem.activations + mem.weight_copies,
             "param_bytes": mem.weights,
             "memory": mem.as_dict(),
         })
-        del model, opt, x, y
+        del model, opt, x, y  # before the next precision's peak is measured
     return rows
+
+
+def _time_training(model, opt, p, dev, batch, warmup: int, iters: int,
+                   deadline: float | None) -> tuple[list[float], int | None]:
+    """Milliseconds of up to `iters` steps after `warmup` (at least one step, fewer
+    once `deadline` has passed), and the CUDA allocator's peak over them."""
+    from amp_lessons.bench import synchronize
+    from amp_lessons.train import autocast_context, make_scaler, tf32_mode, train_step
+
+    scaler, ctx = make_scaler(p, dev), autocast_context(p, dev)
+    times: list[float] = []
+    with tf32_mode(p.tf32):
+        for _ in range(warmup):
+            train_step(model, opt, scaler, ctx, [batch], F.mse_loss, clip=1.0)
+        synchronize(dev)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        while len(times) < iters:
+            t0 = time.perf_counter()
+            train_step(model, opt, scaler, ctx, [batch], F.mse_loss, clip=1.0)
+            synchronize(dev)
+            times.append(1e3 * (time.perf_counter() - t0))
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+    peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None
+    return times, peak
 
 
 def _byte_unit(n: float) -> tuple[str, float]:
@@ -619,6 +716,109 @@ def _parts_of(row: dict) -> dict[str, int]:
     return parts
 
 
+_PART_LABELS = {**{k: v[0] for k, v in MEMORY_PARTS.items()},
+                "saved": "saved for backward (activations + weight copies)",
+                "peak": "allocator peak (CUDA)"}
+_PART_COLORS = {**{k: v[1] for k, v in MEMORY_PARTS.items()}, "saved": "#dd8452"}
+
+
+def _speed_layout(bars: Sequence[int]) -> tuple[Figure, list[tuple]]:
+    """A figure with a (time, memory) pair of axes per config, `bars` rows each."""
+    body = sum(0.45 * n + 0.95 for n in bars)
+    fig = _figure(body + 0.45 + 1.05, left=0.6, right=0.25, top=0.45, bottom=1.05)
+    grid = fig.add_gridspec(len(bars), 2, width_ratios=(1, 1.5), wspace=0.06,
+                            hspace=0.95 / (body / len(bars)), height_ratios=bars)
+    pairs = []
+    for i in range(len(bars)):
+        t_ax = fig.add_subplot(grid[i, 0])
+        pairs.append((t_ax, fig.add_subplot(grid[i, 1], sharey=t_ax)))
+    return fig, pairs
+
+
+def _clear_data(fig: Figure, pairs: list[tuple]) -> None:
+    """Remove bars, dots and labels, keeping the axes (their ticks are reused)."""
+    for pair in pairs:
+        for ax in pair:
+            for artist in [*ax.patches, *ax.lines, *ax.texts]:
+                artist.remove()
+            ax.containers.clear()
+    for legend in list(fig.legends):
+        legend.remove()
+
+
+def _time_panel(ax, group: list[dict]) -> None:
+    ys = list(range(len(group)))
+    timed = [r for r in group if r.get("step_ms") is not None]
+    for y, r in zip(ys, group, strict=True):
+        if r.get("step_ms") is None:
+            ax.text(0.03, y, "not timed", va="center", fontsize=9, color="0.4",
+                    transform=ax.get_yaxis_transform())
+            continue
+        times = r.get("times_ms") or []
+        ax.barh(y, r["step_ms"], color="#4c72b0", height=0.6)
+        ax.plot(times, [y] * len(times), "o", color="black", ms=3)
+        ax.text(max([r["step_ms"], *times]), y, f"  {r['step_ms']:.3g} ms",
+                va="center", fontsize=9)
+    top = max((max([r["step_ms"], *(r.get("times_ms") or [])]) for r in timed),
+              default=1.0)
+    ax.set_xlim(0, top * 1.5)
+    ax.tick_params(axis="x", bottom=bool(timed), labelbottom=bool(timed))
+    counts = sorted({len(r.get("times_ms") or []) for r in timed})
+    ax.set_xlabel("step time, ms (bar: median"
+                  + (f" of {'/'.join(map(str, counts))} steps" if counts else "")
+                  + "; dots: each step)", fontsize=9)
+    ax.set_yticks(ys, [r["precision"] for r in group])
+    ax.yaxis.set_inverted(True)
+
+
+def _memory_panel(ax, group: list[dict]) -> dict[str, object]:
+    parts = [_parts_of(r) for r in group]
+    peak = max([sum(p.values()) for p in parts]
+               + [r.get("peak_mem_bytes") or 0 for r in group])
+    unit, size = _byte_unit(peak)
+    handles: dict[str, object] = {}
+    for y, (r, p) in enumerate(zip(group, parts, strict=True)):
+        left = 0.0
+        for part, nbytes in p.items():
+            handles[part] = ax.barh(y, nbytes / size, left=left, height=0.6,
+                                    color=_PART_COLORS[part])
+            left += nbytes / size
+        ax.text(left, y, f" {left:.3g} {unit}", va="center", fontsize=9)
+        if r.get("peak_mem_bytes"):
+            (handles["peak"],) = ax.plot([r["peak_mem_bytes"] / size], [y], "|",
+                                         color="black", ms=18, mew=2)
+    ax.set_xlim(0, peak / size * 1.25 if peak else 1)
+    ax.set_xlabel(f"memory ({unit})", fontsize=9)
+    ax.tick_params(axis="y", labelleft=False)
+    return handles
+
+
+def _draw_speed_memory(fig: Figure, pairs: list[tuple], rows: list[dict],
+                       title: str | None = None) -> None:
+    configs = list(dict.fromkeys(r.get("config", "mlp") for r in rows))
+    handles: dict[str, object] = {}
+    for i, (config, (t_ax, m_ax)) in enumerate(zip(configs, pairs, strict=True)):
+        group = [r for r in rows if r.get("config", "mlp") == config]
+        _time_panel(t_ax, group)
+        handles.update(_memory_panel(m_ax, group))
+        t_ax.relim()
+        m_ax.relim()
+        t_ax.autoscale_view(scalex=False)
+        first = group[0]
+        what = (f"MLP {first['layers']} x Linear({first['width']}), batch "
+                f"{first['batch']}, {first['optimizer']}, measured on "
+                f"{first['device']}" if "width" in first
+                else f"{config}: recorded bench")
+        t_ax.set_title(title if title and i == 0 else what, loc="left", fontsize=11)
+    fig.legend(list(handles.values()), [_PART_LABELS[k] for k in handles],
+               loc="lower center", ncol=3, fontsize=8, frameon=False)
+
+
+def _speed_groups(rows: list[dict]) -> list[int]:
+    configs = list(dict.fromkeys(r.get("config", "mlp") for r in rows))
+    return [sum(r.get("config", "mlp") == c for r in rows) for c in configs]
+
+
 def plot_speed_memory(results, *, title: str | None = None) -> Figure:
     """Bars of measured step time (left) and memory by part (right) per precision.
 
@@ -632,70 +832,8 @@ def plot_speed_memory(results, *, title: str | None = None) -> Figure:
         >>> fig = plot_speed_memory(measure_speed_memory(64, 16, ("fp32", "bf16")))
     """
     rows = _rows_of(results)
-    configs = list(dict.fromkeys(r.get("config", "mlp") for r in rows))
-    per = {c: [r for r in rows if r.get("config", "mlp") == c] for c in configs}
-    body = sum(0.45 * len(g) + 0.95 for g in per.values())
-    fig = _figure(body + 0.45 + 1.05, left=0.6, right=0.25, top=0.45, bottom=1.05)
-    grid = fig.add_gridspec(len(configs), 2, width_ratios=(1, 1.5), wspace=0.06,
-                            hspace=0.95 / (body / len(configs)),
-                            height_ratios=[len(per[c]) for c in configs])
-    labels = {**{k: v[0] for k, v in MEMORY_PARTS.items()},
-              "saved": "saved for backward (activations + weight copies)"}
-    colors = {**{k: v[1] for k, v in MEMORY_PARTS.items()}, "saved": "#dd8452"}
-    handles: dict[str, object] = {}
-    for ci, config in enumerate(configs):
-        group = per[config]
-        ys = list(range(len(group)))
-        t_ax = fig.add_subplot(grid[ci, 0])
-        m_ax = fig.add_subplot(grid[ci, 1], sharey=t_ax)
-        timed = [r for r in group if r.get("step_ms") is not None]
-        for y, r in zip(ys, group, strict=True):
-            if r.get("step_ms") is None:
-                t_ax.text(0.03, y, "not timed", va="center", fontsize=9, color="0.4",
-                          transform=t_ax.get_yaxis_transform())
-                continue
-            t_ax.barh(y, r["step_ms"], color="#4c72b0", height=0.6)
-            times = r.get("times_ms") or []
-            t_ax.plot(times, [y] * len(times), "o", color="black", ms=3)
-            t_ax.text(max([r["step_ms"], *times]), y, f"  {r['step_ms']:.3g} ms",
-                      va="center", fontsize=9)
-        if timed:
-            top = max(max([r["step_ms"], *(r.get("times_ms") or [])]) for r in timed)
-            t_ax.set_xlim(0, top * 1.5)
-        counts = sorted({len(r.get("times_ms") or []) for r in timed})
-        t_ax.set_xlabel("step time, ms (bar: median"
-                        + (f" of {'/'.join(map(str, counts))} steps" if counts
-                           else "") + "; dots: each step)", fontsize=9)
-        t_ax.set_yticks(ys, [r["precision"] for r in group])
-        t_ax.invert_yaxis()
-        parts = [_parts_of(r) for r in group]
-        peak = max([sum(p.values()) for p in parts]
-                   + [r.get("peak_mem_bytes") or 0 for r in group])
-        unit, size = _byte_unit(peak)
-        for y, r, p in zip(ys, group, parts, strict=True):
-            left = 0.0
-            for part, nbytes in p.items():
-                handles[part] = m_ax.barh(y, nbytes / size, left=left, height=0.6,
-                                          color=colors[part])
-                left += nbytes / size
-            m_ax.text(left, y, f" {left:.3g} {unit}", va="center", fontsize=9)
-            if r.get("peak_mem_bytes"):
-                (handles["peak"],) = m_ax.plot([r["peak_mem_bytes"] / size], [y], "|",
-                                               color="black", ms=18, mew=2)
-        m_ax.set_xlim(0, peak / size * 1.25 if peak else 1)
-        m_ax.set_xlabel(f"memory ({unit})", fontsize=9)
-        m_ax.tick_params(axis="y", labelleft=False)
-        first = group[0]
-        if "width" in first:
-            what = (f"MLP {first['layers']} x Linear({first['width']}), batch "
-                    f"{first['batch']}, {first['optimizer']}, measured on "
-                    f"{first['device']}")
-        else:
-            what = f"{config}: recorded bench"
-        t_ax.set_title(title if title and ci == 0 else what, loc="left", fontsize=11)
-    labels["peak"] = "allocator peak (CUDA)"
-    fig.legend([handles[k] for k in handles], [labels[k] for k in handles],
-               loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig, pairs = _speed_layout(_speed_groups(rows))
+    _draw_speed_memory(fig, pairs, rows, title)
     return fig
 
 
@@ -771,7 +909,7 @@ def rows_html(rows: list[dict], highlight: str | None = None) -> str:
             f'<td style="font-family:monospace;text-align:left">{_bits_html(r)}</td>'
             f'<td style="font-family:monospace">{r["stored"]:.9g}</td>'
             f"<td>{rel_text}</td><td>{html.escape(r['zone'])}</td></tr>")
-    return ('<table style="border-collapse:collapse;font-size:13px" cellpadding="3">'
+    return ('<table style="border-collapse:collapse;font-size:13px">'
             + head + "".join(body) + "</table>")
 
 
@@ -803,7 +941,8 @@ class RangeExplorer(_Panel):
             layout=widgets.Layout(width="430px"))
         self.sign = widgets.ToggleButtons(
             options=[("+", 1), ("\u2212", -1)], value=1, description="sign",
-            style={"button_width": "36px"}, layout=widgets.Layout(width="auto"))
+            style={"button_width": "34px", "description_width": "40px"},
+            layout=widgets.Layout(width="150px"))
         self.text = widgets.Text(
             description="type x", continuous_update=False,
             placeholder="1e-4, 65504, 2^-24, inf",
@@ -814,6 +953,7 @@ class RangeExplorer(_Panel):
         self.table = widgets.HTML()
         self.value = value
         self.rows: list[dict] = []
+        self._lines: dict[tuple, _NumberLine] = {}  # static number lines, rendered
         super().__init__([
             widgets.HBox([self.slider, self.sign]),
             widgets.HBox([self.text, self.fmt]),
@@ -881,7 +1021,15 @@ class RangeExplorer(_Panel):
     def _draw(self) -> None:
         self.rows = format_rows(self.value)
         self.table.value = rows_html(self.rows, highlight=self.fmt.value)
-        self._show(plot_number_line(self.value, self.fmt.value))
+        f = FORMATS[self.fmt.value]
+        key = (f.name, *_line_limits(f, self.value))
+        if key not in self._lines:
+            if len(self._lines) >= 12:  # values far off the slider: keep a few
+                self._lines.pop(next(iter(self._lines)))
+            self._lines[key] = _NumberLine(f, *key[1:])
+        line = self._lines[key]
+        line.mark(self.value)
+        self.image.value = line.blit.png()
 
 
 def fp16_range_explorer(value: float = 1e-4) -> RangeExplorer:
@@ -939,6 +1087,10 @@ class GradientHistogramExplorer(_Panel):
                                     layout=widgets.Layout(width="200px"))
         self.stats = widgets.HTML()
         self.outcome: CastOutcome | None = None
+        # a power-of-two scale shifts the binades and keeps their counts: one y axis
+        counts = log2_histogram(self.grads).counts
+        self._ymax = 1.1 * max(1, counts.max().item() if counts.numel() else 1)
+        self._plots: dict[str, _Histogram] = {}
         super().__init__([widgets.HBox([self.slider, self.fmt]), self.stats])
         self.xlim = self._fixed_xlim()
         self.slider.observe(lambda _: self.redraw(), "value")
@@ -961,7 +1113,9 @@ class GradientHistogramExplorer(_Panel):
 
     def _draw(self) -> None:
         scale, fmt = self.slider.value, self.fmt.value
-        self.outcome = o = cast_outcome(self.grads, scale, fmt)
+        if fmt not in self._plots:
+            self._plots[fmt] = _Histogram(FORMATS[fmt], self.xlim, self._ymax)
+        self.outcome = o = self._plots[fmt].show(self.grads, scale)
         cells = [("flush to 0", o.zero, "zero"), ("subnormal", o.subnormal,
                  "subnormal"), ("normal", o.normal, "normal"),
                  ("overflow", o.overflow, "overflow")]
@@ -969,7 +1123,7 @@ class GradientHistogramExplorer(_Panel):
             f"<b>{o.nonzero:,}</b> nonzero gradients x {scale:g} cast to <b>{fmt}</b>: "
             + " &nbsp; ".join(f'<span style="color:{ZONE_COLORS[z]}"><b>{p:.1%}</b>'
                               f"</span> {name}" for name, p, z in cells))
-        self._show(plot_gradient_histogram(self.grads, scale, fmt, xlim=self.xlim))
+        self.image.value = self._plots[fmt].blit.png()
 
 
 def gradient_histogram_explorer(
@@ -1055,6 +1209,7 @@ class SpeedMemoryExplorer(_Panel):
                                          layout=widgets.Layout(width="110px"))
         self.stats = widgets.HTML()
         self.results: list[dict] = []
+        self._figures: dict[tuple, tuple] = {}
         super().__init__([
             widgets.HBox([self.width, self.batch, self.optimizer]),
             widgets.HBox([widgets.Label("precisions:"),
@@ -1082,31 +1237,47 @@ class SpeedMemoryExplorer(_Panel):
         self.stats.value = self._table()
         note = ""
         if self.device.type == "cpu" and ({"fp16", "bf16"} & set(chosen)):
-            note = ("On this CPU fp16/bf16 matmuls are emulated: slower than fp32. "
-                    "Speed-ups need a GPU with tensor cores; the memory bars hold "
-                    "everywhere.")
+            note = ("CPU: no tensor cores, so fp16/bf16 do not get the GPU's "
+                    "speed-up (most CPUs emulate them, slower than fp32); tiny steps "
+                    "time noisily, the dots show each one. The memory bars are exact "
+                    "on every device.")
         self._say(note)
-        self._show(plot_speed_memory(self.results))
+        self.image.value = self._render(self.results)
+
+    def _render(self, rows: list[dict]) -> bytes:
+        # one figure per number of bars, reused: new axes would cost ~100 ms a redraw
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        key = tuple(_speed_groups(rows))
+        if key not in self._figures:
+            fig, pairs = _speed_layout(key)
+            self._figures[key] = (fig, pairs, FigureCanvasAgg(fig))
+        fig, pairs, canvas = self._figures[key]
+        _clear_data(fig, pairs)
+        _draw_speed_memory(fig, pairs, rows)
+        canvas.draw()
+        return _encode_png(canvas.buffer_rgba(), canvas.get_width_height())
 
     def _table(self) -> str:
         base = next((r for r in self.results if r["precision"] == "fp32"), None)
         unit, size = _byte_unit(max(r["memory"]["total"] for r in self.results))
-        cols = ["precision", "step ms", "vs fp32", "weights", "grads", "optimizer",
-                "activations", "weight copies", f"total {unit}"]
-        out = ['<table style="font-size:12px;border-collapse:collapse" '
-               'cellpadding="2"><tr>' + "".join(f"<th>{c}</th>" for c in cols)
-               + "</tr>"]
+        cols = ["precision", "step ms", "speed vs fp32", "weights", "grads",
+                "optimizer", "activations", "weight copies", "total"]
+        cell = "padding:1px 9px;text-align:right"
+        out = ['<table style="font-size:12px;border-collapse:collapse"><tr>'
+               + "".join(f'<th style="{cell}">{c}</th>' for c in cols) + "</tr>"]
         for r in self.results:
-            m = r["memory"]
-            ms = r["step_ms"]
+            m, ms = r["memory"], r["step_ms"]
             speed = (f"{base['step_ms'] / ms:.2f}x" if ms and base and base["step_ms"]
                      else "-")
             cells = [r["precision"], "-" if ms is None else f"{ms:.3g}", speed,
                      *(f"{m[k] / size:.3g}" for k in ("weights", "gradients",
                        "optimizer_state", "activations", "weight_copies", "total"))]
-            out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-        return "".join(out) + f"</table><small>memory in {unit}; step time: median " \
-            "of the timed steps after warm-up, speed-up = fp32 time / this time</small>"
+            out.append("<tr>" + "".join(f'<td style="{cell}">{c}</td>' for c in cells)
+                       + "</tr>")
+        return "".join(out) + (
+            f"</table><small>memory in {unit}, exact (saved-tensor hooks); step time: "
+            "median of the steps timed after warm-up, in this redraw</small>")
 
 
 def speed_memory_explorer(device: str | torch.device | None = None

@@ -118,11 +118,14 @@ def test_gradient_histogram_counts_and_fractions_are_the_casts(grads):
     direct = torch.bincount(binade - binade.min())
     assert counts.tolist() == direct.tolist()
     assert edges[0] == binade.min().item()
-    # legend: each zone's share, from torch's own cast
+    # title: each zone's share, from torch's own cast
     half = (grads[grads != 0] * scale).half()
-    zero_share = (half == 0).sum().item() / half.numel()
+    zero = (half == 0).sum().item() / half.numel()
+    inf = torch.isinf(half).sum().item() / half.numel()
+    assert f": {zero:.1%} flush to 0 |" in ax.get_title()
+    assert f"| {inf:.1%} overflow" in ax.get_title()
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert f"flush to 0: {zero_share:.1%}" in legend
+    assert legend[1] == "subnormal (2^-24 to 2^-14)"
     assert ax.get_xlabel().startswith("log2 |gradient x scale|")
     assert ax.get_ylabel() == "gradients per binade"
 
@@ -180,6 +183,18 @@ def test_range_explorer_slider_moves_text_table_and_picture(explorer):
     assert "subnormal" in w.table_html
     assert png_size(w.image.value)[0] <= 900  # fits a notebook cell unscaled
     assert w.last_redraw_cpu_ms < MAX_REDRAW_MS
+
+
+def test_range_explorer_redraws_leave_no_trace():
+    """Redraws paint the marker over a cached background: moving away and back must
+    give the picture a fresh explorer draws, with nothing left from the old marker."""
+    fresh = W.RangeExplorer(3e-6).image.value
+    w = W.RangeExplorer(1e-4)
+    w.slider.value = 3e-6
+    assert w.image.value == fresh
+    w.text.value = "1e-12"  # off the usual axis: a wider number line
+    w.text.value = "3e-6"
+    assert w.image.value == fresh
 
 
 def test_range_explorer_typed_values_sync_the_slider(explorer):
@@ -257,6 +272,14 @@ def test_histogram_explorer_scale_slider_updates_the_real_cast(grads):
     w.fmt.value = "bf16"  # fp32's range: nothing flushes, nothing overflows
     assert w.outcome.zero == 0 and w.outcome.overflow == 0
     assert "<b>bf16</b>" in w.stats.value
+
+
+def test_histogram_explorer_redraws_leave_no_trace(grads):
+    fresh = W.GradientHistogramExplorer(grads, scale=2.0**16).image.value
+    w = W.GradientHistogramExplorer(grads)
+    w.slider.value = 2.0**16
+    assert w.image.value == fresh  # the old bars and title are gone
+    assert png_size(fresh) == (860, 350)
 
 
 def test_histogram_explorer_refuses_bad_input(grads):
@@ -354,3 +377,18 @@ def test_measure_leaves_the_global_rng_alone():
     state = torch.random.get_rng_state()
     W.measure_speed_memory(16, 4, ("fp32",), time_steps=False)
     assert torch.equal(torch.random.get_rng_state(), state)
+
+
+@pytest.mark.gpu
+def test_speed_panel_on_cuda_measures_the_allocator_peak():
+    w = W.speed_memory_explorer("cuda")
+    assert "tf32" in w.precision_boxes
+    for r in w.results:
+        m = r["memory"]
+        # the peak holds at least the fp32 weights, gradients and Adam state
+        assert r["peak_mem_bytes"] >= m["weights"] + m["gradients"] + m[
+            "optimizer_state"]
+        assert r["step_ms"] > 0 and len(r["times_ms"]) >= 1
+    picture = w.image.value
+    w.batch.value = w.batch.options[-1]
+    assert w.image.value != picture
