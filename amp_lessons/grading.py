@@ -553,26 +553,46 @@ def _region_lines(text: str, markers: tuple[str, str]) -> tuple[set[str], set[st
     return inside, outside
 
 
+def _secret_lines(cell) -> set[str]:
+    """Lines only found inside a cell's solution or hidden-test regions."""
+    secret = set()
+    for markers in (SOLUTION_MARKERS, HIDDEN_MARKERS):
+        inside, outside = _region_lines(cell.source, markers)
+        secret |= inside - outside
+    return secret
+
+
+# A solution line this long reaching any other cell is a leak, not a coincidence
+# like a lone "}" or "return x".
+LEAK_MIN_CHARS = 20
+
+
 def lint_student_edition(source: Path, student: Path) -> list[str]:
     """Problems of a released notebook against its source (empty list: fine).
 
-    No marker text, no line of a solution or of a hidden test, no outputs, and the
-    same graded cells as the source.
+    No marker text, no line of a solution or hidden test in the released version of
+    its cell (nor any long such line anywhere), no outputs, and the same graded cells
+    as the source.
     """
     src = nbformat.read(source, as_version=4)
     rel = nbformat.read(student, as_version=4)
     problems, name = [], Path(student).name
-    secret = set()
+    by_id = {}
     for cell in src.cells:
-        for markers in (SOLUTION_MARKERS, HIDDEN_MARKERS):
-            inside, outside = _region_lines(cell.source, markers)
-            secret |= inside - outside
+        grade_id = (nbgrader_meta(cell) or {}).get("grade_id")
+        if grade_id:
+            by_id[grade_id] = _secret_lines(cell)
+    everywhere = {line for lines in by_id.values() for line in lines
+                  if len(line) >= LEAK_MIN_CHARS and re.search("[A-Za-z]", line)}
     for i, cell in enumerate(rel.cells):
         where = f"{name} cell {i}"
         if _has(cell.source, SOLUTION_MARKERS) or _has(cell.source, HIDDEN_MARKERS):
             problems.append(f"{where}: nbgrader marker text left in the student "
                             "edition")
-        leaked = [line for line in cell.source.splitlines() if line.strip() in secret]
+        own = by_id.get((nbgrader_meta(cell) or {}).get("grade_id"), set())
+        leaked = [line for line in cell.source.splitlines() if line.strip() in own]
+        leaked += [line for line in everywhere if line in cell.source]
+        leaked = list(dict.fromkeys(s.strip() for s in leaked))
         if leaked:
             problems.append(f"{where}: solution or hidden-test text in the student "
                             f"edition: {leaked[:3]}")

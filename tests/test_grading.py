@@ -190,6 +190,23 @@ def test_student_edition_lint_catches_leaks(fixture_course, tmp_path):
     assert "outputs left" in found
 
 
+def test_student_edition_lint_tells_leaks_from_coincidences(tmp_path):
+    source = write(tmp_path / "src.ipynb", [
+        md("# 06", "slide"),
+        solution("def table():\n    ### BEGIN SOLUTION\n    return {\n"
+                 "        'fp16': 'overflows past 65504',\n    }\n"
+                 "    ### END SOLUTION", "06_table"),
+    ])
+    released = write(tmp_path / "rel.ipynb", [
+        md("# 06\n\nA dict ends like this:\n\n    }", "slide"),  # a lone brace
+        solution("def table():\n    # YOUR CODE HERE\n    raise NotImplementedError()",
+                 "06_table"),
+        md("Hint: 'fp16': 'overflows past 65504',"),  # a whole solution line
+    ])
+    found = grading.lint_student_edition(source, released)
+    assert len(found) == 1 and "rel.ipynb cell 2" in found[0], found
+
+
 def test_gradebook_table_lists_every_submission(fixture_course):
     _, course, result = fixture_course
     table = grading.format_scores(grading.read_scores(course))
