@@ -452,7 +452,8 @@ def assert_redrew(moves: list[Move], max_ms: float = 3000) -> None:
 
 
 def layout_problems(page, cell_index: int) -> list[str]:
-    """Widget parts sticking out of the cell's output area, and plots shrunk to fit."""
+    """What a student would struggle to read: widget parts sticking out of the cell's
+    output area, table columns with no gap between their texts, plots shrunk to fit."""
     return page.evaluate(
         """(i) => {
           const cell = window.__amp.cells()[i];
@@ -469,12 +470,31 @@ def layout_problems(page, cell_index: int) -> list[str]:
                          + `ends at ${Math.round(r.right)}px, cell at `
                          + `${Math.round(box.right)}px`);
           });
+          // table cells whose texts touch read as one number ("...0111" + "9.99e-05")
+          const textBox = (el) => {
+            const range = document.createRange();
+            range.selectNodeContents(el);
+            const rects = [...range.getClientRects()].filter((r) => r.width > 0);
+            if (!rects.length) return null;
+            return {left: Math.min(...rects.map((r) => r.left)),
+                    right: Math.max(...rects.map((r) => r.right))};
+          };
+          area.querySelectorAll('.jupyter-widgets table tr').forEach((tr) => {
+            const cells = [...tr.children];
+            for (let k = 0; k + 1 < cells.length; k++) {
+              const a = textBox(cells[k]), b = textBox(cells[k + 1]);
+              if (a && b && b.left - a.right < 4)
+                found.push(`table cells touch (${Math.round(b.left - a.right)}px): `
+                           + `"${cells[k].textContent.trim().slice(-16)}" | `
+                           + `"${cells[k + 1].textContent.trim().slice(0, 16)}"`);
+            }
+          });
           area.querySelectorAll('img').forEach((img) => {
             if (img.naturalWidth && img.clientWidth < 0.75 * img.naturalWidth)
               found.push(`plot shown at ${img.clientWidth}px of its `
                          + `${img.naturalWidth}px: text in it shrinks`);
           });
-          return [...new Set(found)].slice(0, 20);
+          return [...new Set(found)].slice(0, 30);
         }""", cell_index)
 
 
