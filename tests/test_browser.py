@@ -6,10 +6,10 @@ Needs Debian's Chromium (`apt-get install chromium`; Playwright's own browser
 download is not used) and the `playwright` package (the `dev` extra). Without them the
 tests skip, except under CI=true, where they fail: CI must prove the widgets work.
 
-Run alone with `pytest -m browser -s` to see the latency table and where the
-screenshots went. The fixture notebook (a slider and a dropdown driving a matplotlib
-plot in an Output widget, plus a copy whose callback does nothing and one that raises)
-proves the detector can fail.
+Run alone with `pytest -m browser`; each test prints its latency table and where the
+screenshots went, pass or fail. The fixture notebook (a slider and a dropdown driving a
+matplotlib plot in an Output widget, plus a copy whose callback does nothing and one
+that raises) proves the detector can fail.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ VIEWPORT = {"width": 1280, "height": 800}
 CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
                  "--disable-quic"]
-MAX_REDRAW_MS = 3000  # generous on 2 busy cores; the goal is 300 ms (reported)
+# The goal is 300 ms (reported, not asserted). The bound is generous: on 2 cores
+# shared with other jobs (load ~8) the speed panel's first width change took 2.96 s.
+MAX_REDRAW_MS = 5000
 GOAL_MS = 300
 
 # A notebook "has widgets" when a code cell calls a package `*_explorer()` (STYLE.md:
@@ -288,7 +290,6 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
     stored = path.read_bytes()
     try:
         log_start = len(course_lab.log())
-        start = time.monotonic()
         # a workspace of its own: JupyterLab would otherwise reopen the last notebook
         page.goto(course_lab.url(f"/lab/workspaces/{path.stem}/tree/{path.name}",
                                  with_token=True))
@@ -296,8 +297,9 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
         page.screenshot(path=shots / f"{path.stem}_after_run.png")
         assert not error_outputs(page), "\n".join(error_outputs(page))
         cells = widget_cells(page)
-        assert cells, f"{path.name} imports widgets but none rendered a control"
+        assert cells, f"{path.name} builds a widget but none rendered a control"
         moves, layout = [], []
+        start = time.monotonic()
         for index in cells:
             name = f"{path.stem}_cell{index}"
             screenshot_cell(page, index, shots / f"{name}_before.png")
@@ -311,7 +313,7 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
         warnings = [t[:300] for t in stderr_texts(page)]
         kernel_log = course_lab.log()[log_start:]
         report(capsys, [f"{path.name}: ran in {run_s:.1f} s, widgets exercised in "
-                        f"{time.monotonic() - start - run_s:.1f} s"]
+                        f"{time.monotonic() - start:.1f} s"]
                + [str(m) for m in moves] + [latency_summary(moves)]
                + [f"layout: {p}" for p in layout]
                + [f"stderr shown: {w!r}" for w in warnings]
@@ -319,7 +321,7 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
         assert_redrew(moves, MAX_REDRAW_MS)
         assert not off_machine, f"the page fetched from off this machine: {off_machine}"
         assert "Traceback" not in kernel_log, kernel_log[-3000:]
-        assert not layout, "widgets overflow their cell:\n" + "\n".join(layout)
+        assert not layout, "hard to read at 1280 x 800:\n" + "\n".join(layout)
     finally:
         page.close()
         shut_down_kernels(course_lab)  # the next notebook gets both cores
