@@ -765,11 +765,11 @@ def _time_panel(ax, group: list[dict]) -> None:
     ax.set_xlim(0, top * 1.5)
     ax.tick_params(axis="x", bottom=bool(timed), labelbottom=bool(timed))
     counts = sorted({len(r.get("times_ms") or []) for r in timed})
-    ax.set_xlabel("step time, ms (bar: median"
-                  + (f" of {'/'.join(map(str, counts))} steps" if counts else "")
-                  + "; dots: each step)", fontsize=9)
+    steps = f" of {'/'.join(map(str, counts))} step{'s' * (counts != [1])}"
+    ax.set_xlabel(f"step time, ms (bar: median{steps if counts else ''}; dots: each "
+                  "step)", fontsize=9)
     ax.set_yticks(ys, [r["precision"] for r in group])
-    ax.yaxis.set_inverted(True)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
 
 
 def _memory_panel(ax, group: list[dict]) -> dict[str, object]:
@@ -778,17 +778,19 @@ def _memory_panel(ax, group: list[dict]) -> dict[str, object]:
                + [r.get("peak_mem_bytes") or 0 for r in group])
     unit, size = _byte_unit(peak)
     handles: dict[str, object] = {}
-    for y, (r, p) in enumerate(zip(group, parts, strict=True)):
-        left = 0.0
-        for part, nbytes in p.items():
-            handles[part] = ax.barh(y, nbytes / size, left=left, height=0.6,
-                                    color=_PART_COLORS[part])
-            left += nbytes / size
+    lefts = [0.0] * len(group)
+    for part in dict.fromkeys(k for p in parts for k in p):  # one barh per part
+        widths = [p.get(part, 0) / size for p in parts]
+        handles[part] = ax.barh(range(len(group)), widths, left=lefts, height=0.6,
+                                color=_PART_COLORS[part])
+        lefts = [a + b for a, b in zip(lefts, widths, strict=True)]
+    for y, (r, left) in enumerate(zip(group, lefts, strict=True)):
         ax.text(left, y, f" {left:.3g} {unit}", va="center", fontsize=9)
         if r.get("peak_mem_bytes"):
             (handles["peak"],) = ax.plot([r["peak_mem_bytes"] / size], [y], "|",
                                          color="black", ms=18, mew=2)
     ax.set_xlim(0, peak / size * 1.25 if peak else 1)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
     ax.set_xlabel(f"memory ({unit})", fontsize=9)
     ax.tick_params(axis="y", labelleft=False)
     return handles
@@ -802,9 +804,7 @@ def _draw_speed_memory(fig: Figure, pairs: list[tuple], rows: list[dict],
         group = [r for r in rows if r.get("config", "mlp") == config]
         _time_panel(t_ax, group)
         handles.update(_memory_panel(m_ax, group))
-        t_ax.relim()
-        m_ax.relim()
-        t_ax.autoscale_view(scalex=False)
+        t_ax.set_ylim(len(group) - 0.5, -0.5)  # first row on top, no autoscaling
         first = group[0]
         what = (f"MLP {first['layers']} x Linear({first['width']}), batch "
                 f"{first['batch']}, {first['optimizer']}, measured on "

@@ -353,7 +353,8 @@ def test_plot_speed_memory_bars_are_the_rows():
     t_ax, m_ax = fig.axes
     time_bars = [p.get_width() for p in t_ax.patches]
     assert time_bars == [r["step_ms"] for r in rows]
-    fp32_parts = [p.get_width() for p in m_ax.patches if p.get_y() < 0.5]
+    fp32_parts = [p.get_width() for p in m_ax.patches
+                  if p.get_y() < 0.5 and p.get_width()]
     expected = [v / 2**10 for k, v in rows[0]["memory"].items()
                 if k in W.MEMORY_PARTS and v]
     assert fp32_parts == pytest.approx(expected)
