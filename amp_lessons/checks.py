@@ -1693,9 +1693,10 @@ _DIAGNOSES: tuple[tuple[str, str, str], ...] = (
     ("With AMP on a laptop CPU every training step is slower than in fp32.",
      "no_tensor_cores", "AMP's speed comes from hardware matrix units for 16-bit "
      "floats; a CPU without them computes fp16/bf16 matmuls slowly"),
-    ("RuntimeError: unscale_() has already been called on this optimizer since the "
-     "last update().", "missing_update", "this fires on the SECOND iteration: "
-     "something that resets the per-step state never ran"),
+    ("In a loop that clips after scaler.unscale_(optimizer), the second iteration "
+     "stops with RuntimeError: unscale_() is being called after step().",
+     "missing_update", "it fires on the SECOND iteration: the first one's step() "
+     "was never closed by the call that resets the per-step state"),
     ("scaler.get_scale() halves on every step (65536, 32768, ... 1e-20) and no "
      "step is ever taken; with AMP switched off the loss is NaN as well.",
      "nan_in_forward", "NaN without AMP too: no scale can fix a NaN the forward "

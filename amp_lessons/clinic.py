@@ -1,0 +1,328 @@
+"""The AMP clinic: the mistakes people make with AMP, each reproduced small, and fixed.
+
+Notebook 07 uses this module. Each function runs one mistake (or its fix) on a tiny
+model and returns what happened: the losses, the loss scale and the skipped steps,
+the gradient norms, the activations that left fp16's range, or the exact error torch
+raised. Nothing is simulated: every run is a real ``torch.amp.autocast`` region and a
+real ``torch.amp.GradScaler``, so the messages are the installed torch's own.
+
+Not covered here: distributed training (each rank's scaler must agree), fused
+optimizers that unscale inside ``step``, ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from amp_lessons.underflow import pure_fp16_task
+
+FP16_MAX = torch.finfo(torch.float16).max  # 65504
+RAW_SCALE = 1e5  # raw features in the hundreds of thousands: a price in cents, a count
+NUM_FEATURES, NUM_CLASSES, NUM_SAMPLES = 16, 3, 64
+
+
+# ---- a tiny classifier and its data ----------------------------------------------
+
+
+def clinic_model(seed: int = 0, hidden: int = 32) -> nn.Sequential:
+    """Linear(16, hidden) -> LayerNorm -> ReLU -> Linear(hidden, 3), seeded.
+
+    The LayerNorm makes the model indifferent to the scale of its input in fp32:
+    raw features of ~1e5 train as well as standardized ones, until fp16 meets them.
+
+    Example: ``clinic_model()(torch.randn(2, 16)).shape == (2, 3)``.
+    """
+    with torch.random.fork_rng():  # leave the caller's global RNG as it was
+        torch.manual_seed(seed)
+        return nn.Sequential(
+            nn.Linear(NUM_FEATURES, hidden),
+            nn.LayerNorm(hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, NUM_CLASSES),
+        )
+
+
+def clinic_data(seed: int = 0, raw: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x, y)``: 64 samples of 16 standardized features and a class 0..2 for each.
+
+    The class is the argmax of a fixed random linear map of x, so there is something
+    to learn. ``raw=True`` returns the same features before standardization, scaled
+    by ``RAW_SCALE`` (1e5): values up to about 3e5, past fp16's largest 65504.
+
+    Example: ``clinic_data(raw=True)[0].abs().max() > 65504`` is True.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(NUM_SAMPLES, NUM_FEATURES, generator=gen)
+    y = (x @ torch.randn(NUM_FEATURES, NUM_CLASSES, generator=gen)).argmax(dim=1)
+    return (x * RAW_SCALE if raw else x), y
+
+
+class RunInFp32(nn.Module):
+    """Run a submodule in fp32 inside an autocast region: the disabled-region fix.
+
+    Autocast is switched off around the submodule and its floating-point inputs are
+    cast back to fp32 (what it receives may already be fp16 from the layer before).
+
+    Example::
+
+        model = nn.Sequential(RunInFp32(nn.Linear(16, 32)), nn.ReLU())
+        with torch.amp.autocast("cpu", dtype=torch.float16):
+            model(torch.randn(2, 16))  # the Linear computes in fp32
+    """
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        device_type = args[0].device.type
+        with torch.amp.autocast(device_type, enabled=False):
+            return self.module(*(a.float() if a.is_floating_point() else a
+                                 for a in args))
+
+
+def _autocast(device_type: str, dtype: torch.dtype | None):
+    """autocast to fp16/bf16, or a disabled region for None / float32."""
+    if dtype not in (None, torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float16, torch.bfloat16, or None (or "
+                         f"torch.float32) for plain fp32; got {dtype}")
+    low = dtype in (torch.float16, torch.bfloat16)
+    return torch.amp.autocast(device_type, dtype=dtype if low else torch.bfloat16,
+                              enabled=low)
+
+
+# ---- where a forward pass leaves fp16's range --------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerOutput:
+    """One leaf module's output in one forward pass."""
+
+    name: str  # as in model.named_modules()
+    kind: str  # the module's class name
+    dtype: torch.dtype
+    max_abs: float  # largest |value| among the finite ones (0.0 if none)
+    finite: bool  # False: the output holds inf or nan
+
+    @property
+    def past_fp16(self) -> bool:
+        """Would (or did) this output overflow fp16?"""
+        return not self.finite or self.max_abs > FP16_MAX
+
+
+def activation_report(
+    model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = None
+) -> list[LayerOutput]:
+    """The output of every leaf module of one forward of ``model(x)``, in order.
+
+    Runs under ``torch.amp.autocast(x.device.type, dtype=dtype)`` when `dtype` is
+    given (plain fp32 otherwise), without autograd. Run it in fp32 to see which
+    layers WOULD overflow fp16 (``past_fp16``); run it in fp16 to see the first inf.
+
+    Example (raw features of ~1e5):
+        >>> rows = activation_report(clinic_model(), clinic_data(raw=True)[0])
+        >>> rows[0].kind, rows[0].max_abs > 65504, rows[1].max_abs < 10
+        ('Linear', True, True)
+    """
+    rows: list[LayerOutput] = []
+    names = {m: n for n, m in model.named_modules()}
+
+    def hook(module: nn.Module, _inputs, output: torch.Tensor) -> None:
+        finite = torch.isfinite(output)
+        values = output.detach()[finite].float().abs()
+        rows.append(LayerOutput(names[module], type(module).__name__, output.dtype,
+                                values.max().item() if values.numel() else 0.0,
+                                bool(finite.all())))
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(hook) for m in leaves]
+    ctx = _autocast(x.device.type, dtype)
+    try:
+        with torch.no_grad(), ctx:
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return rows
+
+
+# ---- a training run, the right way or with one mistake ------------------------------
+
+
+@dataclass
+class AmpRun:
+    """What ``train_amp`` saw at each optimizer step (step 1 first)."""
+
+    losses: list[float] = field(default_factory=list)  # nan when the forward made one
+    scales: list[float] = field(default_factory=list)  # the scale the step used
+    skipped: list[bool] = field(default_factory=list)  # inf/nan grads: no step taken
+    grad_norms: list[float] = field(default_factory=list)  # what clipping measured
+
+    @property
+    def num_skipped(self) -> int:
+        return sum(self.skipped)
+
+
+def train_amp(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dtype: torch.dtype | None = None,
+    *,
+    num_steps: int = 10,
+    lr: float = 0.1,
+    scaler: torch.amp.GradScaler | None = None,
+    clip: float | None = None,
+    clip_before_unscale: bool = False,
+) -> AmpRun:
+    """Train `model` in place on one full batch with SGD; return what each step saw.
+
+    `dtype`: autocast's dtype (None: plain fp32). `scaler`: a GradScaler, or None for
+    plain ``loss.backward()``. `clip`: a max gradient norm. With
+    ``clip_before_unscale=True`` the gradients are clipped BEFORE
+    ``scaler.unscale_`` (the mistake): ``grad_norms`` then holds the norm of the
+    scaled gradients, as ``clip_grad_norm_`` returned it. Otherwise the loop is the
+    right one: scale -> backward -> unscale_ -> clip -> step -> update -> zero_grad.
+    A step counts as skipped when the scaler lowered the scale: it found inf/nan.
+
+    Example:
+        >>> x, y = clinic_data()
+        >>> run = train_amp(clinic_model(), x, y, torch.float16, num_steps=3,
+        ...                 scaler=torch.amp.GradScaler("cpu"))
+        >>> run.scales, run.num_skipped
+        ([65536.0, 65536.0, 65536.0], 0)
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"num_steps must be a positive int, got {num_steps!r}")
+    if clip_before_unscale and (clip is None or scaler is None):
+        raise ValueError("clip_before_unscale=True needs both clip= and scaler=: it "
+                         "reproduces clipping the scaled gradients")
+    ctx = _autocast(x.device.type, dtype)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    params = [p for p in model.parameters() if p.requires_grad]
+    run = AmpRun()
+    for _ in range(num_steps):
+        with ctx:
+            loss = F.cross_entropy(model(x), y)
+        scale = scaler.get_scale() if scaler is not None else 1.0
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        if scaler is not None and not clip_before_unscale:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        norm = nn.utils.clip_grad_norm_(params, clip if clip is not None else math.inf)
+        if scaler is not None:
+            scaler.step(optimizer)  # unscales here if unscale_ was not called
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        run.losses.append(loss.item())
+        run.scales.append(scale)
+        run.skipped.append(scaler is not None and scaler.get_scale() < scale)
+        run.grad_norms.append(norm.item())
+    return run
+
+
+# ---- misusing the scaler's state machine --------------------------------------------
+
+CALLS = ("backward", "unscale_", "clip", "step", "update", "zero_grad")
+_RIGHT = ("backward", "unscale_", "clip", "step", "update", "zero_grad")
+
+MISUSES: dict[str, tuple[Sequence[str], bool]] = {
+    "the right loop, two iterations": (_RIGHT * 2, False),
+    "forgot scaler.update(), loop with clipping": (
+        ("backward", "unscale_", "clip", "step", "zero_grad") * 2, False),
+    "forgot scaler.update(), loop without clipping": (
+        ("backward", "step", "zero_grad") * 2, False),
+    "scaler.step(optimizer) twice": (("backward", "step", "step"), False),
+    "scaler.unscale_(optimizer) twice": (("backward", "unscale_", "unscale_"), False),
+    "scaler.unscale_ after scaler.step": (("backward", "step", "unscale_"), False),
+    "scaler.update() without scaler.step": (("backward", "update"), False),
+    "model.half() with a GradScaler": (_RIGHT, True),
+}  # fmt: skip
+"""name -> (the calls of the loop in order, whether the model was .half()'d)."""
+
+
+@dataclass(frozen=True)
+class CallsResult:
+    """How far a sequence of scaler calls got, and what torch raised."""
+
+    done: tuple[str, ...]  # calls that returned; the next one (if any) raised
+    failed: str | None  # the call that raised, e.g. "unscale_ (iteration 2)"
+    error: str  # "RuntimeError: ..." as torch phrased it, or "" when none
+
+
+def run_calls(calls: Sequence[str], half: bool = False) -> CallsResult:
+    """Run scaler calls in order on a one-weight model under fp16 autocast.
+
+    `calls`: names from ``CALLS``; each "backward" starts an iteration (a forward
+    under autocast, then ``scaler.scale(loss).backward()``). `half`: convert the model
+    with ``.half()`` first. Returns where it stopped and torch's message.
+
+    Example:
+        >>> run_calls(["backward", "step", "step"]).error
+        'RuntimeError: step() has already been called since the last update().'
+    """
+    unknown = [c for c in calls if c not in CALLS]
+    if unknown:
+        raise ValueError(f"unknown calls {unknown}; use names from {CALLS}")
+    gen = torch.Generator().manual_seed(0)
+    model = nn.Linear(4, 1)
+    x = torch.randn(8, 4, generator=gen)
+    if half:
+        model, x = model.half(), x.half()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    actions = {
+        "unscale_": lambda: scaler.unscale_(optimizer),
+        "clip": lambda: nn.utils.clip_grad_norm_(model.parameters(), 1.0),
+        "step": lambda: scaler.step(optimizer),
+        "update": scaler.update,
+        "zero_grad": lambda: optimizer.zero_grad(set_to_none=True),
+    }
+    done: list[str] = []
+    iteration = 0
+    for call in calls:
+        iteration += call == "backward"
+        try:
+            if call == "backward":
+                with torch.amp.autocast("cpu", dtype=torch.float16):
+                    loss = model(x).float().pow(2).mean()
+                scaler.scale(loss).backward()
+            else:
+                actions[call]()
+        except Exception as exc:  # the message is the result
+            return CallsResult(tuple(done), f"{call} (iteration {iteration})",
+                               f"{type(exc).__name__}: {exc}")
+        done.append(call)
+    return CallsResult(tuple(done), None, "")
+
+
+# ---- bf16 vs fp16 gradients ---------------------------------------------------------
+
+
+def zero_grad_fraction(
+    dtype: torch.dtype, scale: float = 1.0, mse_loss: bool = False
+) -> float:
+    """Fraction of the weight gradient that is exactly 0 when the whole model of
+    ``underflow.pure_fp16_task`` (tiny targets, gradients near 2**-27) runs in `dtype`.
+
+    The loss is multiplied by `scale` before backward. ``mse_loss=True`` uses
+    ``F.mse_loss`` instead of ``(pred - y).pow(2).mean()``: torch's CPU fp16
+    mse_loss backward multiplies by 2/N before the incoming (scaled) gradient, so it
+    flushes to 0 even with a scale.
+
+    Example: ``zero_grad_fraction(torch.float16)`` -> 0.92;
+    ``zero_grad_fraction(torch.bfloat16)`` -> 0.0 (bf16 has fp32's range).
+    """
+    model, x, y = pure_fp16_task()
+    model, x, y = model.to(dtype), x.to(dtype), y.to(dtype)
+    pred = model(x)
+    loss = F.mse_loss(pred, y) if mse_loss else (pred - y).pow(2).mean()
+    (loss * scale).backward()
+    return (model.weight.grad == 0).float().mean().item()
