@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+# Settings overrides for the lab: news and update checks off (no pop-up asking, no
+# request to a website). A folder of our own, so nothing is written into the venv.
+LAB_SETTINGS = Path(__file__).resolve().parent / "lab_settings"
 
 
 def lab_command(
@@ -38,6 +41,7 @@ def lab_command(
         f"--ServerApp.root_dir={NOTEBOOKS if root_dir is None else root_dir}",
         "--LabApp.news_url=None",  # no network needed: no news feed ...
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",  # ... no
+        f"--LabApp.app_settings_dir={LAB_SETTINGS}",  # ... and no pop-up about them
     ]
     if token is not None:
         command.append(f"--IdentityProvider.token={token}")

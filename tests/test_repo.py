@@ -131,6 +131,11 @@ def test_lab_command_is_loopback_with_a_token_and_offline():
     assert "--IdentityProvider.token=abc123" in command
     assert "--LabApp.news_url=None" in command
     assert any("NeverCheckForUpdate" in part for part in command)
+    settings_dir = next(part.split("=", 1)[1] for part in command
+                        if part.startswith("--LabApp.app_settings_dir="))
+    overrides = json.loads((Path(settings_dir) / "overrides.json").read_text())
+    news = overrides["@jupyterlab/apputils-extension:notification"]
+    assert news == {"fetchNews": "false", "checkForUpdates": False}
     joined = " ".join(command)
     assert "0.0.0.0" not in joined and "disable_check_xsrf" not in joined
     with pytest.raises(ValueError, match="empty token"):
