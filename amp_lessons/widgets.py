@@ -894,22 +894,24 @@ def _bits_html(row: dict) -> str:
 
 def rows_html(rows: list[dict], highlight: str | None = None) -> str:
     """An HTML table of ``format_rows``: bits coloured sign | exponent | mantissa."""
-    head = ("<tr><th>format</th><th>bits: "
-            + " | ".join(f'<span style="color:{c}">{k}</span>'
-                         for k, c in BIT_COLORS.items())
-            + "</th><th>stored value</th><th>relative error</th>"
-            "<th>what it is</th></tr>")
+    pad = "padding:2px 12px 2px 4px;text-align:left"  # columns never touch
+    mono = f"{pad};font-family:monospace"
+    titles = ["format", "bits: " + " | ".join(
+        f'<span style="color:{c}">{k}</span>' for k, c in BIT_COLORS.items()),
+        "stored value", "relative error", "what it is"]
+    head = "<tr>" + "".join(f'<th style="{pad}">{t}</th>' for t in titles) + "</tr>"
     body = []
     for r in rows:
-        weight = "font-weight:bold;background:#eef3fb;" if r["format"] == highlight \
-            else ""
+        shade = ("font-weight:bold;background:#eef3fb" if r["format"] == highlight
+                 else "")
         rel = r["rel_error"]
         rel_text = "-" if math.isnan(rel) else f"{rel:.2e}" if rel else "0 (exact)"
         body.append(
-            f'<tr style="{weight}"><td>{r["format"]}</td>'
-            f'<td style="font-family:monospace;text-align:left">{_bits_html(r)}</td>'
-            f'<td style="font-family:monospace">{r["stored"]:.9g}</td>'
-            f"<td>{rel_text}</td><td>{html.escape(r['zone'])}</td></tr>")
+            f'<tr style="{shade}"><td style="{pad}">{r["format"]}</td>'
+            f'<td style="{mono}">{_bits_html(r)}</td>'
+            f'<td style="{mono}">{r["stored"]:.9g}</td>'
+            f'<td style="{pad}">{rel_text}</td>'
+            f'<td style="{pad}">{html.escape(r["zone"])}</td></tr>')
     return ('<table style="border-collapse:collapse;font-size:13px">'
             + head + "".join(body) + "</table>")
 
@@ -943,7 +945,9 @@ class RangeExplorer(_Panel):
         self.sign = widgets.ToggleButtons(
             options=[("+", 1), ("\u2212", -1)], value=1, description="sign",
             style={"button_width": "34px", "description_width": "40px"},
-            layout=widgets.Layout(width="150px"))
+            # JupyterLab shows ToggleButtons as a block: label above the buttons
+            layout=widgets.Layout(display="flex", flex_flow="row",
+                                  align_items="center"))
         self.text = widgets.Text(
             description="type x", continuous_update=False,
             placeholder="1e-4, 65504, 2^-24, inf",
