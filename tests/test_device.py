@@ -1,6 +1,7 @@
 import torch
 
 from amp_lessons.device import (
+    cpu_matmul_emulated,
     cuda_bf16_native,
     describe_machine,
     pick_device,
@@ -49,3 +50,33 @@ def test_meaning_on_an_old_gpu_suggests_fp16():
     t4 = replace(describe_machine(), device_type="cuda", device_name="Tesla T4",
                  compute_capability=(7, 5), tensor_cores=True, bf16_native=False)
     assert "use fp16 autocast with a GradScaler" in " ".join(what_this_means(t4))
+
+
+def test_cpu_matmul_emulated_matches_onednn_and_the_clock():
+    import pytest
+
+    from amp_lessons.bench import cpu_threads, time_steps
+
+    assert cpu_matmul_emulated(torch.float32) is False
+    assert cpu_matmul_emulated(torch.bfloat16) is (
+        not torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert cpu_matmul_emulated(torch.float16) is (
+        not torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    with pytest.raises(ValueError, match="float32, bfloat16 and float16"):
+        cpu_matmul_emulated(torch.float64)
+    if cpu_matmul_emulated(torch.bfloat16):  # the fallback loop: far slower than fp32
+        a = torch.randn(96, 96)
+        b = a.bfloat16()
+        with cpu_threads(1):
+            fp32 = min(time_steps(lambda: a @ a, "cpu", 1, 5))
+            bf16 = min(time_steps(lambda: b @ b, "cpu", 1, 3))
+        assert bf16 > 3 * fp32, (bf16, fp32)  # min of each: noise only adds
+
+
+def test_meaning_without_a_gpu_does_not_promise_recorded_results():
+    from dataclasses import replace
+
+    cpu = replace(describe_machine(), device_type="cpu", compute_capability=None,
+                  tensor_cores=False)
+    text = " ".join(what_this_means(cpu))
+    assert "recorded GPU results if notebooks/results/ has any" in text
