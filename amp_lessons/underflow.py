@@ -3,11 +3,11 @@ and keeps fp32 master weights.
 
 Notebook 02 uses this module: the gradients of a real network (``backward_demo``,
 ``collect_gradients``), what a cast to a format does to them at a given loss scale
-(``cast_outcome``, ``underflow_fraction``, ``log2_histogram``,
-``plot_gradient_histogram``), a tiny model trained entirely in fp16 that stops
-learning unless the loss is scaled (``train_pure_fp16``), and the update that fp16
-swallows whole (``swamping``). Every number comes from a real torch cast or a real
-fp16 computation.
+(``cast_outcome``, ``underflow_fraction``, ``log2_histogram``; the picture is
+``amp_lessons.widgets.plot_gradient_histogram``), a tiny model trained entirely in
+fp16 that stops learning unless the loss is scaled (``train_pure_fp16``), and the
+update that fp16 swallows whole (``swamping``). Every number comes from a real
+torch cast or a real fp16 computation.
 
 Not covered here: dynamic loss scaling (notebook 03, ``amp_lessons.scaler``),
 stochastic rounding, per-tensor scaling for fp8.
@@ -222,53 +222,6 @@ def log2_histogram(
         )
     counts, edges = torch.histogram(logs, bins=bins)
     return Histogram(counts.long(), edges)
-
-
-_ZONE_COLORS = {"zero": "tab:red", "subnormal": "tab:orange", "normal": "tab:green",
-                "overflow": "tab:purple"}  # fmt: skip
-
-
-def plot_gradient_histogram(
-    grads: torch.Tensor, scale: float = 1.0, fmt: str | Format = "fp16", ax=None
-):
-    """Bars of log2|grads * scale| over the zones of `fmt`; returns the Figure.
-
-    The title gives ``cast_outcome``'s fractions. Never calls ``plt.show()``.
-
-    Example:
-        >>> fig = plot_gradient_histogram(collect_gradients(backward_demo()), 2.0**10)
-    """
-    import matplotlib.pyplot as plt
-
-    f = _format(fmt)
-    scaled = _scaled(grads, scale)
-    outcome = cast_outcome(grads, scale, f)
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(8, 3.2))
-    else:
-        fig = ax.figure
-    hist = log2_histogram(scaled)
-    if hist.counts.numel():
-        ax.stairs(hist.counts.numpy(), hist.edges.numpy(), fill=True, color="0.35")
-        lo, hi = hist.edges[0].item() - 2, hist.edges[-1].item() + 2
-    else:
-        lo, hi = -30.0, 20.0
-    xmin = min(lo, math.log2(f.min_subnormal) - 2)
-    xmax = max(hi, math.log2(f.max) + 2)
-    for zone in zones(f):
-        a = math.log2(zone.lo) if zone.lo > 0 else xmin
-        b = math.log2(zone.hi) if math.isfinite(zone.hi) else xmax
-        ax.axvspan(a, b, color=_ZONE_COLORS[zone.name], alpha=0.15, label=zone.name)
-    ax.set_xlim(xmin, xmax)
-    ax.set_xlabel(f"log2 |gradient x {scale:g}|")
-    ax.set_ylabel("count")
-    ax.set_title(
-        f"{f.name}, scale {scale:g}: {outcome.zero:.1%} flush to 0, "
-        f"{outcome.subnormal:.1%} subnormal, {outcome.overflow:.1%} overflow"
-    )
-    ax.legend(loc="upper left", fontsize="small")
-    fig.tight_layout()
-    return fig
 
 
 # ---- training entirely in fp16 -------------------------------------------------

@@ -16,7 +16,6 @@ from amp_lessons.underflow import (
     cast_outcome,
     collect_gradients,
     log2_histogram,
-    plot_gradient_histogram,
     pure_fp16_task,
     swamping,
     train_pure_fp16,
@@ -160,18 +159,6 @@ def test_log2_histogram_puts_powers_of_two_in_their_binade():
     assert log2_histogram(torch.zeros(3)).counts.numel() == 0
     with pytest.raises(ValueError, match="bins"):
         log2_histogram(values, bins=0)
-
-
-def test_plot_gradient_histogram(grads):
-    import matplotlib.pyplot as plt
-
-    fig = plot_gradient_histogram(grads)
-    title = fig.axes[0].get_title()
-    assert "33.8% flush to 0" in title and "fp16" in title
-    fig2 = plot_gradient_histogram(grads, 2.0**16, "fp16")
-    assert "0.0% flush to 0" in fig2.axes[0].get_title()
-    plt.close(fig)
-    plt.close(fig2)
 
 
 # ---- pure fp16 training --------------------------------------------------------------
