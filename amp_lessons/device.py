@@ -29,6 +29,7 @@ class MachineReport:
     bf16_native: bool  # bf16 runs in hardware on the default device, not emulated
     cpu_name: str
     cpu_capability: str  # the SIMD level torch's CPU kernels were dispatched to
+    cpu_bf16_emulated: bool  # CPU bf16 matmuls take torch's slow generic loop
     cpu_flags: frozenset[str] = field(default_factory=frozenset)
 
     @property
@@ -130,6 +131,7 @@ def describe_machine() -> MachineReport:
         bf16_native=bf16_native,
         cpu_name=read_cpu_name(),
         cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        cpu_bf16_emulated=cpu_matmul_emulated(torch.bfloat16),
         cpu_flags=flags,
     )
 
@@ -175,6 +177,10 @@ def what_this_means(report: MachineReport) -> list[str]:
             lines.append("This CPU has bf16 instructions "
                          f"({', '.join(sorted(report.cpu_flags & set(BF16_CPU_FLAGS)))}"
                          "): bf16 autocast can be fast here.")
+        elif not report.cpu_bf16_emulated:
+            lines.append("This CPU has no bf16 instructions, but torch's oneDNN "
+                         "kernels run bf16 matmuls with its AVX-512 units: bf16 works, "
+                         "usually no faster than fp32; lesson 06 measures it.")
         else:
             lines.append("This CPU has no AVX-512 BF16 / AMX: bf16 and fp16 matmuls "
                          "are emulated and much SLOWER than fp32, so CPU demos stay "

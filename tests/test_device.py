@@ -38,10 +38,21 @@ def test_meaning_on_a_cpu_without_bf16_warns_of_slowness():
         return
     from dataclasses import replace
 
-    slow = replace(report, bf16_native=False, cpu_flags=frozenset({"avx2"}))
-    fast = replace(report, bf16_native=True, cpu_flags=frozenset({"amx_bf16"}))
+    slow = replace(report, bf16_native=False, cpu_bf16_emulated=True,
+                   cpu_flags=frozenset({"avx2"}))
+    onednn = replace(report, bf16_native=False, cpu_bf16_emulated=False,
+                     cpu_flags=frozenset({"avx2", "avx512bw"}))
+    fast = replace(report, bf16_native=True, cpu_bf16_emulated=False,
+                   cpu_flags=frozenset({"amx_bf16"}))
     assert "SLOWER than fp32" in " ".join(what_this_means(slow))
-    assert "SLOWER" not in " ".join(what_this_means(fast))
+    assert "oneDNN" in " ".join(what_this_means(onednn))
+    assert "SLOWER" not in " ".join(what_this_means(onednn) + what_this_means(fast))
+
+
+def test_report_says_emulated_exactly_when_onednn_cannot_run_bf16():
+    from amp_lessons.device import cpu_matmul_emulated
+
+    assert describe_machine().cpu_bf16_emulated == cpu_matmul_emulated(torch.bfloat16)
 
 
 def test_meaning_on_an_old_gpu_suggests_fp16():
