@@ -55,8 +55,15 @@ def lab_command(
     return command
 
 
-def main() -> int:
-    return subprocess.call(lab_command())
+def main(argv: list[str] | None = None) -> int:
+    """``python -m amp_lessons.lab [FOLDER]``: the course, or FOLDER (e.g. student/)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1 or (args and not Path(args[0]).is_dir()):
+        print("usage: python -m amp_lessons.lab [FOLDER]  (FOLDER: a directory of "
+              "notebooks; default: the course's notebooks/)", file=sys.stderr)
+        return 2
+    return subprocess.call(lab_command(root_dir=Path(args[0]).resolve() if args
+                                       else None))
 
 
 if __name__ == "__main__":

@@ -164,3 +164,10 @@ def test_notebook_sequence_is_numbered_in_order():
     numbers = [int(p.name[:2]) for p in NOTEBOOKS]
     assert numbers == sorted(set(numbers))
     assert json.loads(NOTEBOOKS[0].read_text())["cells"][0]["cell_type"] == "markdown"
+
+
+def test_lab_refuses_a_folder_that_does_not_exist(capsys, tmp_path):
+    from amp_lessons.lab import main
+
+    assert main([str(tmp_path / "missing")]) == 2
+    assert "usage: python -m amp_lessons.lab [FOLDER]" in capsys.readouterr().err
