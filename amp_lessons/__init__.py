@@ -1,8 +1,10 @@
 """AMP from the bits up: the package behind the mixed-precision notebooks.
 
-One module per concept, in teaching order: device, formats, underflow, scaler,
-autocast, memory, train, bench, widgets, checks. Import the module you need, e.g.
-``from amp_lessons.formats import decompose``; nothing heavy is imported here.
+One module per concept, in teaching order: device, formats, underflow, scaler (and
+twin, which checks it against torch), autocast, train, memory, bench, clinic, widgets,
+checks; and for running the course: lab, grading, bootstrap. Import the module you
+need, e.g. ``from amp_lessons.formats import decompose``; nothing heavy is imported
+here.
 """
 
 __version__ = "0.1.0"
