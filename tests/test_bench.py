@@ -15,12 +15,7 @@ TINY = {"mlp": {"width": 32, "layers": 3, "batch": 8},
                         "batch": 2, "vocab_size": 32}}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def counted_flops(config, sizes):

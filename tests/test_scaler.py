@@ -46,14 +46,7 @@ OPTIMIZERS: dict[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]] = {
 # ---- the harness -------------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: a second OpenMP thread only adds wake-ups, and on a busy 2-core
-    machine CPU fp16 matmuls then take 30 ms instead of 10 us."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

@@ -17,13 +17,7 @@ from amp_lessons.train import PRECISIONS, TrainConfig, train
 FAST = dict(device="cpu", num_steps=80, batch_size=64)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread (and on a busy 2-core box, much faster)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def quiet_train(config, **kwargs):

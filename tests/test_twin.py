@@ -19,13 +19,7 @@ INJECT = {3: math.inf, 7: math.nan}
 KWARGS = {"init_scale": 2.0**16, "growth_interval": 2}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny fp16 matmuls on the CPU: a second thread only adds wake-ups."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 @pytest.fixture(scope="module")
