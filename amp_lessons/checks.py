@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import operator
 import sys
 import textwrap
 import warnings
@@ -227,6 +228,23 @@ def _type_hint(got: Any, want: str = "a Python float") -> str:
     return f"return {want}; got {type(got).__name__} {_cut(repr(got), 40)}"
 
 
+def _float_row(
+    case: str,
+    expected: float,
+    got: Any,
+    same: Callable[[float, float], bool],
+    hint_of: Callable[[float], str],
+    show: Callable[[Any], str] | None = None,
+) -> Row:
+    """One table row for an exercise whose answer is a single float."""
+    show = show or _fmt
+    value = _as_float(got)
+    if value is None:
+        return Row(case, show(expected), _fmt(got), False, _type_hint(got))
+    ok = same(value, expected)
+    return Row(case, show(expected), show(value), ok, "" if ok else hint_of(value))
+
+
 def _bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Same shape, dtype and bits (so -0.0 differs from 0.0), nan matching nan."""
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -310,24 +328,10 @@ def _decode_hint(bits: int, got: float) -> str:
 def _decode_rows(decode_fp16: Callable, hidden: bool) -> list[Row]:
     rows = []
     for bits in _DECODE_HIDDEN if hidden else _DECODE_CASES:
-        expected = _fp16_from_bits(bits)
-        got = _call(decode_fp16, bits)
-        value = _as_float(got)
         s, e, m = bits >> 15, (bits >> 10) & 0x1F, bits & 0x3FF
-        case = f"0x{bits:04X} = {s} {e:05b} {m:010b}"
-        if value is None:
-            rows.append(Row(case, _fmt(expected), _fmt(got), False, _type_hint(got)))
-            continue
-        ok = _same(value, expected)
-        rows.append(
-            Row(
-                case,
-                _fmt(expected),
-                _fmt(value),
-                ok,
-                "" if ok else _decode_hint(bits, value),
-            )
-        )
+        rows.append(_float_row(
+            f"0x{bits:04X} = {s} {e:05b} {m:010b}", _fp16_from_bits(bits),
+            _call(decode_fp16, bits), _same, lambda got, b=bits: _decode_hint(b, got)))
     return rows
 
 
@@ -398,15 +402,9 @@ def _round_rows(round_to_fp16: Callable, hidden: bool) -> list[Row]:
     rows = []
     for x in _ROUND_HIDDEN if hidden else _ROUND_CASES:
         expected = _fp16(x)
-        got = _call(round_to_fp16, x)
-        value = _as_float(got)
-        case = f"x = {_fmt(x)}"
-        if value is None:
-            rows.append(Row(case, _fmt(expected), _fmt(got), False, _type_hint(got)))
-            continue
-        ok = _same(value, expected)
-        hint = "" if ok else _round_hint(x, expected, value)
-        rows.append(Row(case, _fmt(expected), _fmt(value), ok, hint))
+        rows.append(_float_row(
+            f"x = {_fmt(x)}", expected, _call(round_to_fp16, x), _same,
+            lambda got, x=x, want=expected: _round_hint(x, want, got)))
     return rows
 
 
@@ -475,15 +473,9 @@ def _spacing_rows(fp16_spacing: Callable, hidden: bool) -> list[Row]:
     rows = []
     for x in _SPACING_HIDDEN if hidden else _SPACING_CASES:
         expected = _fp16_spacing(x)
-        got = _call(fp16_spacing, x)
-        value = _as_float(got)
-        case = f"x = {_fmt(x)}"
-        if value is None:
-            rows.append(Row(case, _fmt(expected), _fmt(got), False, _type_hint(got)))
-            continue
-        ok = _same(value, expected)
-        hint = "" if ok else _spacing_hint(x, expected, value)
-        rows.append(Row(case, _fmt(expected), _fmt(value), ok, hint))
+        rows.append(_float_row(
+            f"x = {_fmt(x)}", expected, _call(fp16_spacing, x), _same,
+            lambda got, x=x, want=expected: _spacing_hint(x, want, got)))
     return rows
 
 
@@ -587,14 +579,12 @@ def _underflow_rows(underflow_fraction: Callable, hidden: bool) -> list[Row]:
     rows = []
     for case, grads, scale in _underflow_cases(hidden):
         expected = _underflow_fraction(grads, scale)
-        got = _call(underflow_fraction, grads.clone(), scale)
-        value = _as_float(got)
-        if value is None:
-            rows.append(Row(case, f"{expected:.4f}", _fmt(got), False, _type_hint(got)))
-            continue
-        ok = math.isclose(value, expected, abs_tol=1e-6)
-        hint = "" if ok else _underflow_hint(grads, scale, expected, value)
-        rows.append(Row(case, f"{expected:.4f}", f"{value:.4f}", ok, hint))
+        rows.append(_float_row(
+            case, expected, _call(underflow_fraction, grads.clone(), scale),
+            lambda a, b: math.isclose(a, b, abs_tol=1e-6),
+            lambda got, g=grads, s=scale, want=expected: _underflow_hint(
+                g, s, want, got),
+            show=lambda v: f"{v:.4f}"))
     return rows
 
 
@@ -670,14 +660,9 @@ def _loss_scale_rows(choose_loss_scale: Callable, hidden: bool) -> list[Row]:
     rows = []
     for case, grads in _loss_scale_cases(hidden):
         expected = _largest_safe_scale(grads)
-        got = _call(choose_loss_scale, grads.clone())
-        value = _as_float(got)
-        if value is None:
-            rows.append(Row(case, _fmt(expected), _fmt(got), False, _type_hint(got)))
-            continue
-        ok = value == expected
-        hint = "" if ok else _loss_scale_hint(grads, expected, value)
-        rows.append(Row(case, _fmt(expected), _fmt(value), ok, hint))
+        rows.append(_float_row(
+            case, expected, _call(choose_loss_scale, grads.clone()), operator.eq,
+            lambda got, g=grads, want=expected: _loss_scale_hint(g, want, got)))
     return rows
 
 
