@@ -59,7 +59,19 @@ from amp_lessons.train import (
 
 CONFIGS = ("mlp", "transformer")
 SCHEMA = "amp_lessons.bench/1"
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "notebooks" / "results"
+
+
+def find_results_dir() -> Path:
+    """``notebooks/results`` in a clone of the course; ``./results`` otherwise.
+
+    A student edition ships its notebooks with a ``results/`` folder beside them and
+    the package installed from a wheel, where no ``notebooks/`` sits next to it.
+    """
+    in_clone = Path(__file__).resolve().parent.parent / "notebooks" / "results"
+    return in_clone if in_clone.is_dir() else Path("results").resolve()
+
+
+RESULTS_DIR = find_results_dir()
 
 # Small enough that the whole CPU bench takes seconds: on an AVX2 CPU a bf16/fp16
 # matmul is ~150x slower than fp32 (emulated), so these sizes measure mechanics only.

@@ -266,3 +266,14 @@ def test_tf32_mode_really_changes_cuda_matmuls():
     with tf32_mode(True):
         err_tf32 = (a @ a - exact).abs().max().item()
     assert err_tf32 > 10 * err_fp32
+
+
+def test_results_dir_is_the_clones_and_falls_back_to_the_working_folder(
+    tmp_path, monkeypatch
+):
+    assert bench.find_results_dir() == bench.RESULTS_DIR
+    assert bench.RESULTS_DIR.parts[-2:] == ("notebooks", "results")
+    monkeypatch.setattr(bench, "__file__", str(tmp_path / "site" / "amp_lessons" /
+                                               "bench.py"))
+    monkeypatch.chdir(tmp_path)
+    assert bench.find_results_dir() == tmp_path / "results"
