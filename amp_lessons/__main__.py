@@ -187,7 +187,7 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from amp_lessons import bench
+    from amp_lessons import bench, bench_results
     from amp_lessons.train import resolve_device
 
     overrides: dict[str, dict[str, int]] = {}
@@ -200,7 +200,7 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise ValueError("--record writes notebooks/results/bench_<gpu>.json, the GPU "
                          "results lesson 06 shows on machines without one; run it "
                          "with --device cuda, or use --json PATH for this device")
-    report = bench.bench_report(
+    report = bench_results.bench_report(
         args.device, args.configs, args.precisions, overrides, args.warmup,
         args.iters, command=command,
         progress=lambda s: print(f"  measuring {s}", file=sys.stderr, flush=True),
@@ -217,9 +217,10 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"note: {note}")
     paths = [args.json] if args.json else []
     if args.record:
-        paths.append(bench.RESULTS_DIR / bench.results_filename(report["device_name"]))
+        paths.append(bench_results.RESULTS_DIR
+                     / bench_results.results_filename(report["device_name"]))
     for path in paths:
-        print(f"wrote {bench.save_results(report, path)}")
+        print(f"wrote {bench_results.save_results(report, path)}")
     return 0
 
 
