@@ -43,19 +43,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from amp_lessons.train import (
-    GPT,
-    MLP,
+from amp_lessons.device import resolve_device
+from amp_lessons.models import GPT, MLP, make_tokens
+from amp_lessons.precision import (
     PRECISIONS,
-    Task,
     autocast_context,
     make_scaler,
-    make_tokens,
-    resolve_device,
     resolve_precision,
     tf32_mode,
-    train_step,
 )
+from amp_lessons.train import Task, train_step
 
 CONFIGS = ("mlp", "transformer")
 SCHEMA = "amp_lessons.bench/1"
