@@ -1,7 +1,8 @@
 """Precision settings: what fp32, tf32, fp16 and bf16 each turn on, and the pieces that
 make one training loop run them all (autocast context, loss scaler, TF32 mode).
 
-Notebook 05 uses these through ``amp_lessons.train``; notebook 01 uses ``tf32_mode``.
+Notebook 05 uses them (``amp_lessons.train`` builds its loop from them); notebook 01
+uses ``tf32_mode``.
 For fp32 and bf16 the scaler is simply disabled (every call is a no-op), so a loop
 built from ``autocast_context`` and ``make_scaler`` has one path, not four.
 """
