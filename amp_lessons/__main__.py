@@ -20,7 +20,8 @@ import time
 import warnings
 from collections.abc import Sequence
 
-from amp_lessons.train import PRECISIONS, SCALERS, TASKS
+from amp_lessons.precision import PRECISIONS, SCALERS
+from amp_lessons.train import TASKS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,14 +134,9 @@ SIZE_FLAGS = (
 def run_train(args: argparse.Namespace) -> int:
     import torch
 
-    from amp_lessons.train import (
-        TrainConfig,
-        make_scaler,
-        resolve_device,
-        resolve_precision,
-        train,
-        validate_config,
-    )
+    from amp_lessons.device import resolve_device
+    from amp_lessons.precision import make_scaler, resolve_precision
+    from amp_lessons.train import TrainConfig, train, validate_config
 
     config = TrainConfig(
         task=args.task, device=args.device, precision=args.precision,
@@ -188,7 +184,7 @@ def _mean(xs: Sequence[float]) -> float:
 
 def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from amp_lessons import bench, bench_results
-    from amp_lessons.train import resolve_device
+    from amp_lessons.device import resolve_device
 
     overrides: dict[str, dict[str, int]] = {}
     for flag, config, key in SIZE_FLAGS:

@@ -37,28 +37,24 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from amp_lessons.device import read_cpu_name
+from amp_lessons.device import cpu_matmul_emulated, read_cpu_name, resolve_device
 from amp_lessons.memory import format_bytes
-from amp_lessons.train import (
-    GPT,
-    MLP,
+from amp_lessons.models import GPT, MLP, make_tokens
+from amp_lessons.precision import (
     PRECISIONS,
-    Task,
     autocast_context,
     make_scaler,
-    make_tokens,
-    resolve_device,
     resolve_precision,
     tf32_mode,
-    train_step,
 )
+from amp_lessons.train import Task, train_step
 
 CONFIGS = ("mlp", "transformer")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")  # memory.OPTIMIZER_STATE's names
 
 
-# Small enough that the whole CPU bench takes seconds: on an AVX2 CPU a bf16/fp16
-# matmul is ~150x slower than fp32 (emulated), so these sizes measure mechanics only.
+# Small enough that the whole CPU bench takes seconds: CPU bf16/fp16 matmuls are
+# usually emulated (device.EMULATION_NOTE), so these sizes measure mechanics only.
 CPU_SIZES = {
     "mlp": {"width": 256, "layers": 3, "batch": 32},
     "transformer": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32,
@@ -339,8 +335,10 @@ def _row_note(p, device: torch.device) -> str:
     if p.name == "tf32" and torch.cuda.get_device_capability(device) < (8, 0):
         return "no TF32 before compute capability 8.0: fp32 again"
     if p.autocast and device.type == "cpu":
-        return (f"{p.name} on a CPU: emulated (slow) unless the CPU has AVX-512 BF16"
-                "/AMX; says nothing about GPU speed")
+        emulated = cpu_matmul_emulated(p.dtype)
+        how = ("emulated (slow, device.EMULATION_NOTE)" if emulated
+               else "native oneDNN kernels")
+        return f"{p.name} on a CPU: {how}; says nothing about GPU speed"
     return ""
 
 

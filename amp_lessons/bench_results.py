@@ -29,7 +29,8 @@ from amp_lessons.bench import (
     peak_tflops,
     run_bench,
 )
-from amp_lessons.train import PRECISIONS, resolve_device
+from amp_lessons.device import resolve_device
+from amp_lessons.precision import PRECISIONS
 
 SCHEMA = "amp_lessons.bench/1"
 FLOPS_NOTE = (

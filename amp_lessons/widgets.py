@@ -391,8 +391,8 @@ def gradient_histogram_explorer(
 
 # ---- widget 3: the speed/memory panel ------------------------------------------------
 
-# CPU sizes: a bf16/fp16 matmul is ~150x slower than fp32 on an AVX2 CPU, so the
-# largest choice (128 x 64) keeps a redraw of three precisions near 300 ms.
+# CPU sizes: bf16/fp16 matmuls are usually emulated on CPUs (device.EMULATION_NOTE),
+# so the largest choice (128 x 64) keeps a redraw of three precisions near 300 ms.
 CPU_WIDTHS = (16, 32, 64, 128)
 CPU_BATCHES = (4, 8, 16, 32, 64)
 GPU_WIDTHS = (256, 512, 1024, 2048, 4096)
@@ -419,7 +419,8 @@ class SpeedMemoryExplorer(_Panel):
 
     def __init__(self, device: str | torch.device | None = None,
                  budget_ms: float | None = None) -> None:
-        from amp_lessons.train import PRECISIONS, resolve_device, resolve_precision
+        from amp_lessons.device import resolve_device
+        from amp_lessons.precision import PRECISIONS, resolve_precision
 
         self.device = resolve_device("auto" if device is None else str(device))
         gpu = self.device.type == "cuda"

@@ -10,8 +10,8 @@ import torch
 from amp_lessons import widgets as W
 from amp_lessons.formats import FORMATS, decompose
 from amp_lessons.memory import activation_bytes
+from amp_lessons.models import MLP
 from amp_lessons.plots import plot_speed_memory
-from amp_lessons.train import MLP
 from amp_lessons.underflow import cast_outcome
 
 # Generous: the goal is 300 ms on an idle 2-core CPU. Checked on the redraw's CPU
