@@ -81,7 +81,7 @@ def test_ruff_passes():
 
 
 def test_package_never_uses_the_deprecated_cuda_amp_spelling():
-    offenders = [p.name for p in (ROOT / "amp_lessons").glob("*.py")
+    offenders = [p.name for p in (ROOT / "amp_lessons").rglob("*.py")
                  if "torch.cuda.amp" in p.read_text()]
     assert not offenders
 
@@ -144,7 +144,7 @@ def test_lab_command_is_loopback_with_a_token_and_offline():
 
 def test_nothing_advertises_an_unsafe_launch():
     paths = [ROOT / "README.md", ROOT / "Makefile", ROOT / ".ci" / "run",
-             *ROOT.glob("amp_lessons/*.py")]
+             *ROOT.glob("amp_lessons/**/*.py")]
     texts = {p: p.read_text() for p in paths}
     for path, text in texts.items():
         assert "0.0.0.0" not in text, path
