@@ -243,8 +243,13 @@ def answer_of_type(fn: Callable, kind: Any, label: str, want: str) -> Any:
 
 
 def answered_row(
-    case: str, bad: Sequence[str], hint: str, expected: str = "yes", fault: str = ""
+    case: str,
+    bad: Sequence[str],
+    hint: str,
+    expected: str = "yes",
+    fault: str = "missing",
 ) -> Row:
-    """The row "every question got a valid answer": fails listing how many did not."""
-    got = "yes" if not bad else f"{len(bad)} {fault or 'missing'}"
+    """The row "every question got a valid answer", failing with how many did not
+    (`bad`: those questions) and `hint`."""
+    got = "yes" if not bad else f"{len(bad)} {fault}"
     return Row(case, expected, got, not bad, hint)
