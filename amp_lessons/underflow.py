@@ -116,7 +116,7 @@ def _scaled(grads: torch.Tensor, scale: float) -> torch.Tensor:
     grads = grads.detach().flatten().float().cpu()
     if not torch.isfinite(grads).all():
         raise ValueError("grads contain inf or nan: pass finite gradient values")
-    # float32 times the scale, as checks.py and a scaled fp32 backward would compute
+    # float32 times the scale, as a scaled fp32 backward and lesson 02's grader compute
     return grads[grads != 0] * _check_scale(scale)
 
 
