@@ -1,4 +1,4 @@
-"""The whole GPU proof in one run: ``python -m amp_lessons gpu-check`` (``make gpu-check``).
+"""The whole GPU proof in one run: ``python -m amp_lessons gpu-check`` (make gpu-check).
 
 On a CUDA machine, within one time budget (8 minutes by default, sized for one
 H100/H200), each step runs in its own process under its own time limit, so a step that
@@ -11,8 +11,9 @@ hangs or runs out of memory costs its share of the budget and nothing more:
 2. **tests**: every ``gpu``-marked test (``pytest -m gpu``, counted from a junit file);
 3. **lessons** 00, 04, 06 and 07 executed on the GPU, asserts included; the executed
    copies go to ``notebooks/results/executed/``, the lessons themselves stay clean;
-4. **the summary** ``notebooks/results/gpu_check_<gpu>.md`` (``amp_lessons.gpu_report``):
-   speed-ups, memory ratios, MFU, tests, and the goals judged PASS/FAIL.
+4. **the summary** ``notebooks/results/gpu_check_<gpu>.md`` (written by
+   ``amp_lessons.gpu_report``): speed-ups, memory ratios, MFU, tests, and the goals
+   judged PASS/FAIL.
 
 Without CUDA it prints one line and exits with status 2 in seconds, writing nothing.
 Exit status 0 means every step ran, every test passed and every required goal passed;
@@ -143,10 +144,12 @@ def plan_steps(info: dict, out_dir: Path, work_dir: Path,
         "-v", "-rfE", "--continue-on-collection-errors", f"--junitxml={junit}",
         *map(str, gpu_test_files())), SHARES["tests"], ("pytest",), junit, env))
     for lesson in LESSONS:
-        src, dest = NOTEBOOKS / f"{lesson}.ipynb", out_dir / "executed" / f"{lesson}.ipynb"
-        steps.append(Step(f"lesson {lesson}", (*me, "lesson-worker", str(src), str(dest)),
-                          SHARES[f"lesson {lesson}"],
-                          ("nbclient", "nbformat", "ipykernel", "ipywidgets"), dest, env))
+        src = NOTEBOOKS / f"{lesson}.ipynb"
+        dest = out_dir / "executed" / f"{lesson}.ipynb"
+        steps.append(Step(
+            f"lesson {lesson}", (*me, "lesson-worker", str(src), str(dest)),
+            SHARES[f"lesson {lesson}"],
+            ("nbclient", "nbformat", "ipykernel", "ipywidgets"), dest, env))
     return steps
 
 
@@ -181,7 +184,8 @@ def run_step(step: Step, timeout_s: float, echo: Callable[[str], None] = print
     The process gets its own session, so a timeout kills it and its children (a
     notebook's kernel) together. Returns the result and the last 400 lines.
     """
-    env = {**os.environ, **step.env, DEADLINE_ENV: str(time.time() + timeout_s - GRACE_S),
+    deadline = time.time() + timeout_s - GRACE_S
+    env = {**os.environ, **step.env, DEADLINE_ENV: str(deadline),
            "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()
     proc = subprocess.Popen(step.command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -233,8 +237,9 @@ def run_gpu_check(out_dir: str | os.PathLike | None = None, budget_s: float = BU
     """Run every step on this machine's GPU and write the results; the exit status.
 
     Raises NoCudaError, before anything is written, where torch sees no CUDA GPU.
-    Example: ``run_gpu_check()`` on an H200 writes ``notebooks/results/bench_h200.json``,
-    ``gpu_check_h200.md`` and ``executed/*.ipynb``, and returns 0 if all passed.
+    Example: ``run_gpu_check()`` on an H200 writes ``bench_h200.json``,
+    ``gpu_check_h200.md`` and ``executed/*.ipynb`` into ``notebooks/results/`` and
+    returns 0 if all passed.
     """
     start = time.monotonic()
     info = gpu_info()
@@ -260,7 +265,8 @@ def run_gpu_check(out_dir: str | os.PathLike | None = None, budget_s: float = BU
                 results.append(gr.StepResult(
                     step.name, "skipped", 0, limit,
                     f"needs {', '.join(missing)}: install them (make setup-dev)"))
-                echo(f"[{i + 1}/{len(steps)}] {step.name}: skipped, {results[-1].detail}")
+                echo(f"[{i + 1}/{len(steps)}] {step.name}: skipped, "
+                     f"{results[-1].detail}")
                 continue
             if limit < MIN_STEP_S:
                 results.append(gr.StepResult(step.name, "skipped", 0, limit,
@@ -340,7 +346,8 @@ def _finish_lesson(step, result, lines, out_dir: Path):
 def _tests_detail(t: gr.TestCounts, result) -> str:
     if t.source == "none":
         return result.detail or "no test result was recorded"
-    text = f"{t.passed} passed, {t.failed} failed, {t.errors} errors, {t.skipped} skipped"
+    text = (f"{t.passed} passed, {t.failed} failed, {t.errors} errors, "
+            f"{t.skipped} skipped")
     return f"{result.detail}; {text}" if result.status == "timed out" else text
 
 
@@ -438,30 +445,34 @@ def execute_lesson(src: Path, dest: Path, deadline: float) -> str:
     import ipykernel.kernelspec
     import nbformat
     from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import KernelManager
+    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
+    from traitlets import default
 
-    class ThisPython(KernelSpecManager):  # the kernel is this venv's Python
+    class ThisPython(KernelSpecManager):  # "python3" is this venv's Python, always
         def get_kernel_spec(self, kernel_name):
             return self.kernel_spec_class(resource_dir=ipykernel.kernelspec.RESOURCES,
                                           **ipykernel.kernelspec.get_kernel_dict())
 
+    class ThisPythonKernel(AsyncKernelManager):
+        @default("kernel_spec_manager")
+        def _this_python(self):
+            return ThisPython(data_dir=self.data_dir)
+
     nb = nbformat.read(src, as_version=4)
-    km = KernelManager(kernel_name="python3", kernel_spec_manager=ThisPython())
     client = NotebookClient(
-        nb, km=km, timeout_func=lambda cell: max(1, int(deadline - time.time())),
+        nb, kernel_name="python3", kernel_manager_class=ThisPythonKernel,
+        timeout_func=lambda cell: max(1, int(deadline - time.time())),
         startup_timeout=60, resources={"metadata": {"path": str(src.parent)}})
     error = ""
     try:
-        client.execute()
+        client.execute()  # starts the kernel, runs every cell, shuts the kernel down
     except CellTimeoutError:
         error = f"{_failing_cell(nb)}: the time limit ran out"
     except CellExecutionError as e:
         error = f"{_failing_cell(nb)}: {e.ename}: {str(e.evalue).splitlines()[0]}"
     finally:
-        if km.has_kernel:
-            km.shutdown_kernel(now=True)
         dest.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, dest)
     return error

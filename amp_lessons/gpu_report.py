@@ -242,7 +242,8 @@ def bench_section(report: dict, filename: str) -> str:
         lines.append(
             f"| {r['config']} | {r['precision']} | {r['step_ms']:.2f} | "
             f"{_x(r.get('speedup_vs_fp32'))} | {_x(vs_tf32)} | "
-            f"{_mib(r.get('peak_mem_bytes'))} | {_x(r.get('peak_mem_ratio_vs_fp32'))} | "
+            f"{_mib(r.get('peak_mem_bytes'))} | "
+            f"{_x(r.get('peak_mem_ratio_vs_fp32'))} | "
             f"{r['tflops']:.1f} | {mfu} |")
     for skip in report.get("skipped", []):
         where = f"{skip['config']} " if skip.get("config") else ""
@@ -268,9 +269,9 @@ def summary_markdown(report: dict | None, bench_file: str | None, tests: TestCou
         + (f", compute capability {r['compute_capability']}"
            if r.get("compute_capability") else "")
         + f"; torch {r.get('torch', context.get('torch', '?'))}, CUDA "
-          f"{r.get('cuda', context.get('cuda', '?'))}. It took {context['wall_s']:.0f} s "
-          f"of its {context['budget_s']:.0f} s budget; exit status "
-          f"{context['exit_status']}.", "",
+          f"{r.get('cuda', context.get('cuda', '?'))}. It took "
+          f"{context['wall_s']:.0f} s of its {context['budget_s']:.0f} s budget; "
+          f"exit status {context['exit_status']}.", "",
         "## Goals", "",
         "| goal | target | measured | result |", "|---|---|---:|---|"]
     for g in goals:
