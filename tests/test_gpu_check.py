@@ -359,11 +359,13 @@ def test_goals_fail_on_an_h200_that_misses_them():
 def test_goal_thresholds_are_inclusive():
     at = synthetic_report(ms={("transformer", "fp32"): 75.0,
                               ("transformer", "tf32"): 32.5},
-                          peak={("transformer", "bf16"): int(0.65 * 24 * GiB)})
+                          peak={("transformer", "fp32"): 20 * GiB,
+                                ("transformer", "bf16"): 13 * GiB})  # 0.65 exactly
     assert [g.status for g in gr.evaluate_goals(at)][:3] == ["PASS"] * 3
     below = synthetic_report(ms={("transformer", "fp32"): 74.9,
                                  ("transformer", "tf32"): 32.4},
-                             peak={("transformer", "bf16"): int(0.651 * 24 * GiB)})
+                             peak={("transformer", "fp32"): 20 * GiB,
+                                   ("transformer", "bf16"): int(0.651 * 20 * GiB)})
     assert [g.status for g in gr.evaluate_goals(below)][:3] == ["FAIL"] * 3
 
 
