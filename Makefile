@@ -33,7 +33,7 @@ bench: setup
 GPU_PYTHON ?=
 gpu-check:
 ifeq ($(GPU_PYTHON),)
-	@$(PYTHON) amp_lessons/bootstrap.py dev
+	@$(PYTHON) amp_lessons/tooling/bootstrap.py dev
 	$(VENV_PY) -m amp_lessons gpu-check
 else
 	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) -m amp_lessons gpu-check

@@ -251,7 +251,7 @@ def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         import tempfile
         from pathlib import Path
 
-        from amp_lessons.bench import RESULTS_DIR
+        from amp_lessons.bench_results import RESULTS_DIR
 
         info = gpu_check.gpu_info() or {"name": "a CUDA GPU (none here)"}
         steps = gpu_check.plan_steps(info, Path(args.out or RESULTS_DIR),

@@ -115,7 +115,7 @@ def gpu_test_files(tests_dir: Path = TESTS) -> list[Path]:
 
 def result_names(gpu_name: str) -> tuple[str, str]:
     """``("bench_h200.json", "gpu_check_h200.md")`` for ``"NVIDIA H200"``."""
-    from amp_lessons.bench import results_filename
+    from amp_lessons.bench_results import results_filename
 
     bench_file = results_filename(gpu_name)
     slug = bench_file.removeprefix("bench_").removesuffix(".json")
@@ -245,9 +245,9 @@ def run_gpu_check(out_dir: str | os.PathLike | None = None, budget_s: float = BU
     info = gpu_info()
     if info is None:
         raise NoCudaError(refusal())
-    from amp_lessons import bench
+    from amp_lessons import bench_results
 
-    out_dir = Path(out_dir) if out_dir is not None else bench.RESULTS_DIR
+    out_dir = Path(out_dir) if out_dir is not None else bench_results.RESULTS_DIR
     bench_file, summary_file = result_names(info["name"])
     echo(f"gpu-check on {info['name']} (compute capability "
          f"{'.'.join(map(str, info['capability']))}, "
@@ -277,7 +277,7 @@ def run_gpu_check(out_dir: str | os.PathLike | None = None, budget_s: float = BU
             result, lines = runner(step, limit)
             if step.name == "bench":
                 report, result = _finish_bench(step, result, out_dir / bench_file,
-                                               bench, echo)
+                                               echo)
             elif step.name == "tests":
                 tests = gr.count_junit(step.output)
                 if tests.source == "none":
@@ -308,7 +308,7 @@ def run_gpu_check(out_dir: str | os.PathLike | None = None, budget_s: float = BU
 
 def write_summary(page: str, path: Path, report: dict) -> Path:
     """Write the summary page, refusing a synthetic one in the recorded results."""
-    from amp_lessons.bench import validate_destination
+    from amp_lessons.bench_results import validate_destination
 
     validate_destination(report, path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -316,17 +316,20 @@ def write_summary(page: str, path: Path, report: dict) -> Path:
     return path
 
 
-def _finish_bench(step, result, dest: Path, bench, echo):
+def _finish_bench(step, result, dest: Path, echo):
+    from amp_lessons.bench import format_table
+    from amp_lessons.bench_results import save_results
+
     try:
         report = json.loads(step.output.read_text())
     except (OSError, json.JSONDecodeError):
         detail = "; ".join(d for d in (result.detail, "no bench row was measured") if d)
         return None, _with(result, detail, "failed")
-    echo(bench.format_table(report["results"]))
+    echo(format_table(report["results"]))
     for skip in report.get("skipped", []):
         echo(f"not measured: {skip.get('config', '')} {skip['precision']}: "
              f"{skip['reason']}")
-    bench.save_results(report, dest)
+    save_results(report, dest)
     # an OOM, a crash or no time, as opposed to a dtype this GPU or bench lacks
     failed = [s for s in report.get("skipped", []) if s.get("error")]
     detail = "; ".join(d for d in (
@@ -389,11 +392,12 @@ def bench_rows(partial: Path, configs: Sequence[str], precisions: Sequence[str],
     """
     import torch
 
-    from amp_lessons import bench
+    from amp_lessons.bench_results import bench_report
+    from amp_lessons.precision import PRECISIONS
 
-    report = bench.bench_report(device, configs, [], sizes, warmup, iters,
+    report = bench_report(device, configs, [], sizes, warmup, iters,
                                 command=command)  # provenance, no rows yet
-    known = list(bench.PRECISIONS)
+    known = list(PRECISIONS)
     rows, skipped = [], []
     for config in configs:
         for precision in precisions:
@@ -408,8 +412,8 @@ def bench_rows(partial: Path, configs: Sequence[str], precisions: Sequence[str],
                 continue
             print(f"bench {config} {precision} ...", flush=True)
             try:
-                one = bench.bench_report(device, [config], [precision], sizes, warmup,
-                                         iters, command=command)
+                one = bench_report(device, [config], [precision], sizes, warmup,
+                                   iters, command=command)
             except torch.OutOfMemoryError as e:
                 skipped.append({**skip, "reason": "CUDA out of memory: "
                                 + str(e).splitlines()[0], "error": True})
@@ -419,19 +423,22 @@ def bench_rows(partial: Path, configs: Sequence[str], precisions: Sequence[str],
             else:
                 rows += one["results"]
                 skipped += [{"config": config, **s} for s in one["skipped"]]
-                _save_partial(report, rows, skipped, partial, bench)
+                _save_partial(report, rows, skipped, partial)
                 continue
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            _save_partial(report, rows, skipped, partial, bench)
+            _save_partial(report, rows, skipped, partial)
     return report if rows else None
 
 
-def _save_partial(report, rows, skipped, partial, bench) -> None:
-    report["results"] = bench.add_ratios([dict(r) for r in rows])
+def _save_partial(report, rows, skipped, partial) -> None:
+    from amp_lessons.bench import add_ratios
+    from amp_lessons.bench_results import save_results
+
+    report["results"] = add_ratios([dict(r) for r in rows])
     report["skipped"] = skipped
     if rows:
-        bench.save_results(report, partial)
+        save_results(report, partial)
 
 
 def execute_lesson(src: Path, dest: Path, deadline: float) -> str:

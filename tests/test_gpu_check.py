@@ -18,8 +18,9 @@ import nbformat
 import pytest
 import torch
 
-from amp_lessons import bench, gpu_check
+from amp_lessons import bench, bench_results, gpu_check
 from amp_lessons import gpu_report as gr
+from amp_lessons.precision import PRECISIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB, GiB = 2**20, 2**30
@@ -47,7 +48,7 @@ def synthetic_report(gpu="NVIDIA H200", ms=None, peak=None, drop=()):
                      "activation_bytes": 1000, "param_bytes": 10,
                      "flops_per_step": 10**13, "tflops": tflops,
                      "mfu": tflops / 989, "note": ""})
-    return {"schema": bench.SCHEMA, "synthetic": True, "device": "cuda",
+    return {"schema": bench_results.SCHEMA, "synthetic": True, "device": "cuda",
             "device_name": gpu, "gpu": gpu, "compute_capability": "9.0",
             "cuda": "13.0", "torch": torch.__version__,
             "date": "2026-01-01T00:00:00+00:00",
@@ -76,7 +77,7 @@ def snapshot(folder: Path) -> dict:
 
 
 def test_refuses_fast_without_cuda_with_one_line_and_writes_nothing(tmp_path):
-    before = snapshot(bench.RESULTS_DIR)
+    before = snapshot(bench_results.RESULTS_DIR)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "amp_lessons", "gpu-check"],
@@ -90,7 +91,7 @@ def test_refuses_fast_without_cuda_with_one_line_and_writes_nothing(tmp_path):
         "error: gpu-check needs a CUDA GPU"), result.stderr
     assert "nothing was run or written" in lines[0]
     assert seconds < 30  # "in seconds": ~3 s here, most of it importing torch
-    assert snapshot(bench.RESULTS_DIR) == before
+    assert snapshot(bench_results.RESULTS_DIR) == before
     assert list(tmp_path.iterdir()) == []
 
 
@@ -161,7 +162,7 @@ class FakeRunner:
     def __call__(self, step, timeout_s):
         self.limits[step.name] = timeout_s
         if step.name == "bench":
-            bench.save_results(self.report, step.output)
+            bench_results.save_results(self.report, step.output)
         elif step.name == "tests":
             cases = "".join(f'<testcase classname="t" name="p{i}"/>' for i in range(5))
             cases += "".join(f'<testcase classname="t" name="f{i}"><failure/>'
@@ -184,7 +185,7 @@ def test_a_whole_check_with_fake_steps_writes_the_record_and_the_summary(
     assert status == 0
     assert sorted(p.name for p in out.iterdir()) == ["bench_h200.json", "executed",
                                                      "gpu_check_h200.md"]
-    report = bench.load_results(out / "bench_h200.json")
+    report = bench_results.load_results(out / "bench_h200.json")
     page = (out / "gpu_check_h200.md").read_text()
     gr.verify_summary(page, report, "bench_h200.json")
     assert "SYNTHETIC" in page and "5 passed, 0 failed" in page
@@ -258,14 +259,14 @@ def test_a_step_knows_its_deadline_and_reports_its_exit_status():
 def test_bench_rows_measures_each_row_and_reports_what_it_could_not(
     tmp_path, monkeypatch
 ):
-    real = bench.bench_report
+    real = bench_results.bench_report
 
     def oom_on_transformer_fp32(device, configs, precisions, *args, **kwargs):
         if list(configs) == ["transformer"] and list(precisions) == ["fp32"]:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9 GiB")
         return real(device, configs, precisions, *args, **kwargs)
 
-    monkeypatch.setattr(bench, "bench_report", oom_on_transformer_fp32)
+    monkeypatch.setattr(bench_results, "bench_report", oom_on_transformer_fp32)
     partial = tmp_path / "bench.json"
     report = gpu_check.bench_rows(partial, ["mlp", "transformer"],
                                   ["fp32", "bf16", "fp8"], "python -m amp_lessons x",
@@ -277,14 +278,14 @@ def test_bench_rows_measures_each_row_and_reports_what_it_could_not(
     skipped = {(s["config"], s["precision"]): s for s in report["skipped"]}
     oom = skipped["transformer", "fp32"]
     assert oom["error"] and oom["reason"].startswith("CUDA out of memory")
-    if "fp8" not in bench.PRECISIONS:
+    if "fp8" not in PRECISIONS:
         assert "no fp8 precision" in skipped["mlp", "fp8"]["reason"]
         assert not skipped["mlp", "fp8"].get("error")
     rows = gr.index_rows(report)
     assert rows["mlp", "bf16"]["speedup_vs_fp32"] == pytest.approx(
         rows["mlp", "fp32"]["step_ms"] / rows["mlp", "bf16"]["step_ms"])
     assert rows["transformer", "bf16"]["speedup_vs_fp32"] is None  # no fp32 row
-    assert bench.load_results(partial)["results"] == report["results"]
+    assert bench_results.load_results(partial)["results"] == report["results"]
 
 
 def test_bench_rows_past_its_deadline_runs_nothing(tmp_path):
@@ -405,8 +406,8 @@ def test_test_counts_from_junit_and_from_a_cut_short_log(tmp_path):
 
 def test_summary_from_a_synthetic_report_shows_every_number_and_is_verified(tmp_path):
     report = synthetic_report()
-    path = bench.save_results(report, tmp_path / "bench_h200.json")
-    report = bench.load_results(path)
+    path = bench_results.save_results(report, tmp_path / "bench_h200.json")
+    report = bench_results.load_results(path)
     steps = [gr.StepResult("bench", "ok", 40, 137, "8 rows"),
              gr.StepResult("lesson 04_autocast", "failed", 12, 46,
                            "cell 9 of 50: AssertionError: x", "executed/04.ipynb")]
@@ -435,37 +436,38 @@ def test_summary_from_a_synthetic_report_shows_every_number_and_is_verified(tmp_
 
 def test_a_synthetic_report_is_refused_in_the_recorded_results():
     report = synthetic_report()
-    dest = bench.RESULTS_DIR / "bench_synthetic_test.json"
+    dest = bench_results.RESULTS_DIR / "bench_synthetic_test.json"
     try:
         with pytest.raises(ValueError, match="synthetic"):
-            bench.save_results(report, dest)
+            bench_results.save_results(report, dest)
         with pytest.raises(ValueError, match="synthetic"):
-            gpu_check.write_summary("# x\n", bench.RESULTS_DIR / "gpu_check_x.md",
-                                    report)
+            gpu_check.write_summary(
+                "# x\n", bench_results.RESULTS_DIR / "gpu_check_x.md", report)
         assert not dest.exists()
-        assert not (bench.RESULTS_DIR / "gpu_check_x.md").exists()
+        assert not (bench_results.RESULTS_DIR / "gpu_check_x.md").exists()
     finally:  # a broken refusal must not leave a synthetic file in the repo
         dest.unlink(missing_ok=True)
-        (bench.RESULTS_DIR / "gpu_check_x.md").unlink(missing_ok=True)
+        (bench_results.RESULTS_DIR / "gpu_check_x.md").unlink(missing_ok=True)
 
 
 def test_reading_recorded_results_checks_their_provenance(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path / "results")
-    tmp_path = bench.RESULTS_DIR
+    monkeypatch.setattr(bench_results, "RESULTS_DIR", tmp_path / "results")
+    tmp_path = bench_results.RESULTS_DIR
     tmp_path.mkdir()
     real = {**synthetic_report(), "command": "python -m amp_lessons gpu-check"}
     del real["synthetic"]
     (tmp_path / "bench_h200.json").write_text(json.dumps(real))
-    assert bench.load_results(tmp_path / "bench_h200.json")["gpu"] == "NVIDIA H200"
+    loaded = bench_results.load_results(tmp_path / "bench_h200.json")
+    assert loaded["gpu"] == "NVIDIA H200"
     for change, message in (({"synthetic": True}, "synthetic"),
                             ({"device": "cpu", "gpu": None}, "CUDA GPU"),
                             ({"date": "yesterday"}, "ISO date"),
                             ({"command": "typed in"}, "does not name")):
         (tmp_path / "bench_h200.json").write_text(json.dumps({**real, **change}))
         with pytest.raises(ValueError, match=message):
-            bench.recorded_results(tmp_path)
+            bench_results.recorded_results(tmp_path)
     # outside the recorded results a CPU or synthetic report is fine (tests, --json)
-    bench.save_results({**real, "synthetic": True}, tmp_path.parent / "b.json")
+    bench_results.save_results({**real, "synthetic": True}, tmp_path.parent / "b.json")
 
 
 def recorded_problems(folder: Path) -> list[str]:
@@ -474,8 +476,8 @@ def recorded_problems(folder: Path) -> list[str]:
     for path in sorted(folder.rglob("*.json")):
         try:
             report = json.loads(path.read_text())
-            bench.validate_report(report, path.name)
-            bench.validate_recorded(report, path.name)
+            bench_results.validate_report(report, path.name)
+            bench_results.validate_recorded(report, path.name)
         except (ValueError, json.JSONDecodeError) as e:
             problems.append(str(e))
     for page in sorted(folder.glob("gpu_check_*.md")):
@@ -486,16 +488,17 @@ def recorded_problems(folder: Path) -> list[str]:
             problems.append(f"{page.name} has no {json_file} beside it")
             continue
         try:
-            gr.verify_summary(page, bench.load_results(folder / json_file), json_file)
+            report = bench_results.load_results(folder / json_file)
+            gr.verify_summary(page, report, json_file)
         except ValueError as e:
             problems.append(str(e))
     return problems
 
 
 def test_no_committed_results_file_is_synthetic_or_unproven(tmp_path):
-    assert recorded_problems(bench.RESULTS_DIR) == []
+    assert recorded_problems(bench_results.RESULTS_DIR) == []
     # the same check on a folder holding a synthetic run finds it
-    bench.save_results(synthetic_report(), tmp_path / "bench_h200.json")
+    bench_results.save_results(synthetic_report(), tmp_path / "bench_h200.json")
     (tmp_path / "gpu_check_h200.md").write_text("> **SYNTHETIC**\n")
     problems = recorded_problems(tmp_path)
     assert any("synthetic report" in p for p in problems)
