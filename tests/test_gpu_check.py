@@ -95,6 +95,24 @@ def test_refuses_fast_without_cuda_with_one_line_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_command_line_lists_it_plans_it_and_refuses_a_bad_budget(
+    tmp_path, monkeypatch, capsys
+):
+    from amp_lessons.__main__ import main
+
+    assert main(["--help"]) == 0 and "gpu-check" in capsys.readouterr().out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["gpu-check", "--plan", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpu-check plan on a CUDA GPU (none here), budget 480 s:")
+    assert [line.split(" (")[0] for line in out.splitlines()[1:]] == [
+        "1. bench", "2. tests", "3. lesson 00_welcome", "4. lesson 04_autocast",
+        "5. lesson 06_speed_memory", "6. lesson 07_clinic"]
+    assert not (tmp_path / "out").exists()  # a plan runs and writes nothing
+    assert main(["gpu-check", "--budget", "0"]) == 2
+    assert "--budget must be > 0" in capsys.readouterr().err
+
+
 def test_run_gpu_check_raises_before_writing_anything(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     calls = []
