@@ -12,7 +12,9 @@ synthetic data), ``train`` (05: the loop and checkpoints), ``memory`` (06), ``be
 (07), ``quiz`` (08); beside them ``plots`` (every plot), ``widgets`` (the explorers)
 and ``checks`` (the exercise graders, a package: ``_engine`` plus one module per
 lesson). Course tooling lives apart in ``tooling`` (``bootstrap``, ``lab``,
-``grading``); ``grading`` here is its command-line entry point.
+``grading``); ``grading`` here is its command-line entry point. ``gpu_check`` is the
+whole GPU proof in one run (``python -m amp_lessons gpu-check``), with ``gpu_report``
+(its goals and one-page summary).
 
 Import the module you need, e.g. ``from amp_lessons.formats import decompose``; nothing
 heavy is imported here.

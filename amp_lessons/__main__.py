@@ -1,4 +1,4 @@
-"""Command line: ``python -m amp_lessons train|bench`` (installed as ``amp-lessons``).
+"""Command line: ``python -m amp_lessons train|bench|gpu-check`` (or ``amp-lessons``).
 
 Examples::
 
@@ -6,6 +6,7 @@ Examples::
     python -m amp_lessons train --precision fp16 --scaler ours --checkpoint run.pt
     python -m amp_lessons bench --device cpu --json out.json
     python -m amp_lessons bench --device cuda --record  # notebooks/results/bench_*
+    python -m amp_lessons gpu-check  # the whole GPU proof, <= 8 min (exit 2 without)
 
 Mistakes (an unknown precision, CUDA asked without CUDA, a scaler with bf16, ...) end
 with one line on stderr saying what to do instead, and exit status 2.
@@ -41,6 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
                       "(--json for a results file)",
         description="Step time, peak memory, saved activations, TFLOP/s and MFU for "
                     "fp32 (TF32 off), tf32, fp16 and bf16, side by side."))
+    _add_gpu_check(commands.add_parser(
+        "gpu-check", help="the whole GPU proof in one run: gpu tests, the bench, "
+                          "lessons 00/04/06/07 and a summary (CUDA only)",
+        description="On a CUDA GPU, within one time budget: every gpu-marked test, "
+                    "the bench on both configs in every precision (recorded as "
+                    "bench_<gpu>.json), lessons 00, 04, 06 and 07 executed (copies in "
+                    "executed/), and the one-page summary gpu_check_<gpu>.md. Without "
+                    "CUDA it exits with status 2 at once and writes nothing."))
     return parser
 
 
@@ -117,6 +126,18 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", action="store_true",
                    help="also write notebooks/results/bench_<device>.json, the "
                         "file lesson 06 shows")
+
+
+def _add_gpu_check(p: argparse.ArgumentParser) -> None:
+    from amp_lessons.gpu_check import BUDGET_S
+
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="where the results go (default: notebooks/results)")
+    p.add_argument("--budget", type=float, default=BUDGET_S, metavar="SECONDS",
+                   help="total time budget; each step gets its share (default: "
+                        "%(default).0f, sized for one H100/H200)")
+    p.add_argument("--plan", action="store_true",
+                   help="print the steps and their time limits; run nothing")
 
 
 SIZE_FLAGS = (
@@ -220,6 +241,28 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from amp_lessons import gpu_check
+
+    if args.budget <= 0:
+        raise ValueError(f"--budget must be > 0 seconds, got {args.budget:g}")
+    command = shlex.join(["python", "-m", "amp_lessons", *argv])
+    if args.plan:
+        import tempfile
+        from pathlib import Path
+
+        from amp_lessons.bench_results import RESULTS_DIR
+
+        info = gpu_check.gpu_info() or {"name": "a CUDA GPU (none here)"}
+        steps = gpu_check.plan_steps(info, Path(args.out or RESULTS_DIR),
+                                     Path(tempfile.gettempdir()) / "amp_gpu_check",
+                                     command)
+        print(f"gpu-check plan on {info['name']}, budget {args.budget:.0f} s:")
+        print(gpu_check.format_plan(steps, args.budget))
+        return 0
+    return gpu_check.run_gpu_check(args.out, args.budget, command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 2 a usage mistake).
 
@@ -236,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return run_train(args)
+        if args.command == "gpu-check":
+            return run_gpu_check(args, argv)
         return run_bench(args, argv)
     except torch.OutOfMemoryError as e:
         print(f"error: out of GPU memory ({str(e).splitlines()[0]}). Fix: lower the "
