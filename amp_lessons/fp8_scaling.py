@@ -17,14 +17,16 @@ all-reduce across ranks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
+from torch import nn
 
 from amp_lessons.fp8 import E4M3, Fp8Tensor, amax, cast_to_fp8, scale_from_amax, to_fp8
 
-__all__ = ["DelayedScaling", "compare_scaling", "outlier_matrix", "row_errors",
-           "saturated_fraction", "zero_fraction"]
+__all__ = ["DelayedScaling", "capture_linear_tensors", "compare_scaling",
+           "one_scale_vs_own", "outlier_matrix", "row_errors", "saturated_fraction",
+           "zero_fraction"]
 
 
 class DelayedScaling:
@@ -98,6 +100,65 @@ def zero_fraction(x: torch.Tensor, q: Fp8Tensor) -> float:
 def _relative_error(x: torch.Tensor, q: Fp8Tensor, dim: int | None) -> torch.Tensor:
     err = (q.dequantize().float() - x.float()).norm(dim=dim)
     return err / x.float().norm(dim=dim)
+
+
+def capture_linear_tensors(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                           loss_fn: Callable) -> dict[str, torch.Tensor]:
+    """The three operands of every ``nn.Linear`` in one float32 forward and backward:
+    ``"<fqn> input"``, ``"<fqn> weight"`` and ``"<fqn> grad_output"``.
+
+    These are the tensors an fp8 recipe casts; their amaxes show why one scale
+    cannot serve them all.
+
+    Example::
+
+        tensors = capture_linear_tensors(model, x, y, F.cross_entropy)
+        {name: amax(t).item() for name, t in tensors.items()}
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    handles = []
+    for fqn, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            def forward_hook(module, args, output, fqn=fqn):
+                tensors[f"{fqn} input"] = args[0].detach().clone()
+                tensors[f"{fqn} weight"] = module.weight.detach().clone()
+
+            def backward_hook(module, grad_input, grad_output, fqn=fqn):
+                tensors[f"{fqn} grad_output"] = grad_output[0].detach().clone()
+
+            handles += [module.register_forward_hook(forward_hook),
+                        module.register_full_backward_hook(backward_hook)]
+    try:
+        loss_fn(model(x), y).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.zero_grad(set_to_none=True)
+    return tensors
+
+
+def one_scale_vs_own(tensors: dict[str, torch.Tensor],
+                     dtype: torch.dtype = E4M3) -> list[dict]:
+    """What a cast to fp8 flushes to zero with ONE scale for all ``tensors`` (chosen,
+    like a loss scale, so that the largest does not overflow) and with each tensor's
+    own scale. One row per tensor: ``name``, ``amax``, ``zeros_one_scale``,
+    ``zeros_own_scale``.
+
+    Example:
+        >>> t = {"big": torch.tensor([100.0, 1.0]), "small": torch.tensor([1e-5, 3e-6])}
+        >>> [(r["name"], r["zeros_one_scale"], r["zeros_own_scale"])
+        ...  for r in one_scale_vs_own(t)]
+        [('big', 0.0, 0.0), ('small', 1.0, 0.0)]
+    """
+    amaxes = {name: amax(t).float() for name, t in tensors.items()}
+    shared = scale_from_amax(max(amaxes.values()), dtype)
+    rows = []
+    for name, t in tensors.items():
+        one = Fp8Tensor(cast_to_fp8(t, shared, dtype), shared, t.dtype)
+        rows.append({"name": name, "amax": amaxes[name].item(),
+                     "zeros_one_scale": zero_fraction(t, one),
+                     "zeros_own_scale": zero_fraction(t, to_fp8(t, dtype))})
+    return rows
 
 
 def compare_scaling(amaxes: Sequence[float], history_len: int = 4,
