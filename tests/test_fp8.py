@@ -40,7 +40,7 @@ from amp_lessons.fp8_vs_torchao import (
     convert_with_torchao,
     import_torchao_float8,
 )
-from amp_lessons.train import GPT
+from amp_lessons.models import GPT
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -413,3 +413,38 @@ def test_one_outlier_row_hurts_every_other_row_only_with_one_scale():
     assert errors["tensorwise"][3] == pytest.approx(errors["rowwise"][3], abs=0.01)
     with pytest.raises(ValueError, match="outlier_row"):
         fp8_scaling.outlier_matrix(rows=4, outlier_row=4)
+
+
+# ---- the pictures draw what was measured ---------------------------------------------
+
+
+@pytest.mark.usefixtures("no_pyplot_figures")
+def test_plot_scaling_stream_draws_each_rows_error_and_marks_saturation():
+    from amp_lessons.plots import plot_scaling_stream
+
+    rows = compare_scaling([1.0, 1.0, 1e3, 1.0], history_len=2)
+    fig = plot_scaling_stream(rows)
+    top, bottom = fig.axes
+    lines = {line.get_label(): line for line in bottom.lines}
+    assert list(lines["delayed"].get_ydata()) == [r["delayed_error"] for r in rows]
+    assert list(lines["delayed: saturated"].get_xdata()) == [3]
+    assert "dynamic: saturated" not in lines
+    planned = {line.get_label(): line for line in top.lines}
+    scales = [r["dynamic_scale"] for r in rows]
+    assert list(planned["dynamic: amax the scale fits (448 / scale)"].get_ydata()) \
+        == [448.0 / s for s in scales]
+    with pytest.raises(ValueError, match="compare_scaling"):
+        plot_scaling_stream([])
+
+
+@pytest.mark.usefixtures("no_pyplot_figures")
+def test_plot_row_errors_bars_are_the_errors():
+    from amp_lessons.plots import plot_row_errors
+
+    errors = row_errors(fp8_scaling.outlier_matrix(rows=4, outlier_row=1))
+    ax = plot_row_errors(errors, outlier_row=1).axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == errors["tensorwise"] + errors["rowwise"]
+    assert "(outlier)" in ax.get_xticklabels()[1].get_text()
+    with pytest.raises(ValueError, match="row_errors"):
+        plot_row_errors({"tensorwise": [0.1]})
