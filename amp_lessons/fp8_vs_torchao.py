@@ -22,8 +22,8 @@ from types import ModuleType
 import torch
 from torch import nn
 
+from amp_lessons.formats import same_bits
 from amp_lessons.fp8 import ROWWISE, TENSORWISE, ModuleFilter, Recipe, to_float8
-from amp_lessons.twin import bits
 
 __all__ = ["INSTALL_HINT", "TORCHAO_REQUIREMENT", "compare_with_torchao",
            "convert_with_torchao", "import_torchao_float8", "torchao_missing"]
@@ -127,5 +127,4 @@ def compare_with_torchao(model: nn.Module, x: torch.Tensor,
     if a.keys() != b.keys():
         raise AssertionError(f"different tensors: {sorted(a)} vs {sorted(b)}")
     return [{"tensor": name, "dtype": str(b[name].dtype).removeprefix("torch."),
-             "same_bits": a[name].dtype == b[name].dtype
-             and torch.equal(bits(a[name]), bits(b[name]))} for name in a]
+             "same_bits": same_bits(a[name], b[name])} for name in a]
