@@ -78,10 +78,12 @@ def plot_row_errors(errors: dict[str, list[float]], outlier_row: int | None = No
         ax.bar([i + offset for i in range(n)], errors[name], width,
                color=COLORS[name], label=f"{name}: {what}")
     ax.set_yscale("log")
+    top = max(errors["tensorwise"] + errors["rowwise"])
+    ax.set_ylim(top=top * 4)  # room above the bars for the legend
     labels = [f"{i}\n(outlier)" if i == outlier_row else str(i) for i in range(n)]
     ax.set_xticks(range(n), labels)
     ax.set_xlabel("row of the matrix")
     ax.set_ylabel("relative error")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", ncols=2)
     ax.set_title("e4m3 round trip of each row", fontsize=11)
     return fig
