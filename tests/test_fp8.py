@@ -342,6 +342,10 @@ def test_import_is_quiet_on_a_cpu_only_torch():
                          cwd=ROOT, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
+    if torch.version.cuda is None and "True" in run.stdout:  # a CPU-only torch
+        plain = subprocess.run([sys.executable, "-c", "import torchao.float8"],
+                               capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert "Failed to load" in plain.stderr  # what the quiet import hides
 
 
 def test_without_torchao_every_entry_point_says_how_to_install(monkeypatch):
@@ -448,3 +452,36 @@ def test_plot_row_errors_bars_are_the_errors():
     assert "(outlier)" in ax.get_xticklabels()[1].get_text()
     with pytest.raises(ValueError, match="row_errors"):
         plot_row_errors({"tensorwise": [0.1]})
+
+
+@needs_torchao
+@pytest.mark.gpu
+@pytest.mark.parametrize("autocast_dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_bit_identical_to_torchao_on_cuda(autocast_dtype):
+    """Under CUDA autocast torchao casts the input itself: the twin must too."""
+    model = _mlp(32, True, 0).cuda()
+    x = _input((2, 8, 32), 0).cuda()
+    rows = compare_with_torchao(model, x, TENSORWISE, autocast_dtype)
+    assert all(_all_same(rows).values()), _all_same(rows)
+
+
+# ---- the range explorer on the fp8 formats ------------------------------------------
+
+
+def test_range_explorer_shows_the_fp8_casts():
+    from amp_lessons.widgets import RangeExplorer
+
+    w = RangeExplorer(448.0, fmt="fp8_e4m3")
+    first = w.image.value
+
+    def stored(name):
+        return next(r["stored"] for r in w.rows if r["format"] == name)
+
+    for text, e4m3 in (("464", 448.0), ("2^-10", 0.0), ("0.001953125", 2.0**-9)):
+        w.text.value = text
+        assert stored("fp8_e4m3") == e4m3 == torch.tensor(
+            float(w.value)).to(E4M3).float().item()
+    w.fmt.value = "fp8_e5m2"
+    w.text.value = "61440"  # the tie between 57344 and the next step, inf
+    assert stored("fp8_e5m2") == float("inf") == torch.tensor(61440.0).to(E5M2).item()
+    assert w.image.value != first
