@@ -28,8 +28,8 @@ from torch import nn
 
 __all__ = [
     "E4M3", "E5M2", "EPS", "ROWWISE", "TENSORWISE", "Float8Linear", "Fp8Tensor",
-    "Recipe", "amax", "cast_to_fp8", "filter_first_and_last", "scale_from_amax",
-    "scaled_mm", "to_float8", "to_fp8",
+    "ModuleFilter", "Recipe", "amax", "cast_to_fp8", "filter_first_and_last",
+    "scale_from_amax", "scaled_mm", "to_float8", "to_fp8",
 ]
 
 E4M3 = torch.float8_e4m3fn  # weights and activations: max 448, no inf

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import doctest
+import inspect
 import itertools
 import subprocess
 import sys
@@ -357,8 +358,10 @@ def test_without_torchao_every_entry_point_says_how_to_install(monkeypatch):
     assert INSTALL_HINT in fp8_vs_torchao.torchao_missing()
     with pytest.raises(ModuleNotFoundError, match="pip install 'torchao"):
         convert_with_torchao(nn.Linear(4, 4))
-    # our own twin does not need it
+    # our own twin does not need it, and is written without it
     assert isinstance(to_float8(nn.Linear(4, 4)), Float8Linear)
+    assert "torchao" not in "".join(
+        line for line in inspect.getsource(fp8).splitlines() if "import" in line)
 
 
 def test_the_optional_requirement_is_declared_the_same_everywhere():
