@@ -225,6 +225,9 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         args.iters, command=command,
         progress=lambda s: print(f"  measuring {s}", file=sys.stderr, flush=True),
         threads=args.threads)
+    if not report["results"]:  # e.g. --precision fp8 on a CPU
+        raise ValueError("; ".join(f"{s['precision']} cannot run here: {s['reason']}"
+                                   for s in report["skipped"]) or "nothing to bench")
     print(f"bench on {report['device']} ({report['device_name']}), torch "
           f"{report['torch']}, {report['warmup']} warm-up + {report['iters']} timed "
           f"steps, median; {report['cpu_threads']} CPU thread(s)")

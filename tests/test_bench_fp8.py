@@ -45,9 +45,11 @@ def test_a_capable_gpu_with_torchao_gets_fp8_by_default(monkeypatch):
     assert bench_fp8.default_precisions("cuda") == (*PRECISIONS, "fp8")
 
 
-def test_run_bench_refuses_fp8_alone_and_skips_it_among_others():
-    with pytest.raises(ValueError, match="fp8 cannot run here: fp8 training needs"):
-        bench.run_bench("cpu", ["mlp"], ["fp8"], {"mlp": TINY_MLP}, 0, 1)
+def test_run_bench_skips_fp8_with_its_reason():
+    skipped = []
+    assert bench.run_bench("cpu", ["mlp"], ["fp8"], {"mlp": TINY_MLP}, 0, 1,
+                           skipped) == []
+    assert "compute capability 8.9" in skipped[0]["reason"]
     skipped = []
     rows = bench.run_bench("cpu", ["mlp"], ["fp32", "fp8"], {"mlp": TINY_MLP}, 0, 1,
                            skipped)
