@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="The real AMP loop (amp_lessons.train) on a built-in synthetic "
                     "task: nothing is downloaded."))
     _add_bench(commands.add_parser(
-        "bench", help="time fp32/tf32/fp16/bf16 training steps and measure memory "
-                      "(--json for a results file)",
+        "bench", help="time fp32/tf32/fp16/bf16 (and fp8 on Ada/Hopper GPUs) "
+                      "training steps and measure memory (--json for a results file)",
         description="Step time, peak memory, saved activations, TFLOP/s and MFU for "
                     "fp32 (TF32 off), tf32, fp16 and bf16, side by side."))
     _add_gpu_check(commands.add_parser(
@@ -104,8 +104,11 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
     p.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS),
                    help="which models (default: both)")
-    p.add_argument("--precisions", nargs="+", default=list(PRECISIONS),
-                   help="which precisions (default: all four)")
+    p.add_argument("--precisions", nargs="+", default=None, metavar="PRECISION",
+                   help=f"any of {', '.join(PRECISIONS)}, fp8 (fp8: torchao, "
+                        "compiled, on a GPU of compute capability 8.9+; --precision "
+                        "fp8 works too) (default: all four, plus fp8 where it can "
+                        "run)")
     p.add_argument("--warmup", type=int, default=None,
                    help="untimed steps first (default: 3 on cpu, 5 on cuda)")
     p.add_argument("--iters", type=int, default=None,
@@ -222,6 +225,9 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         args.iters, command=command,
         progress=lambda s: print(f"  measuring {s}", file=sys.stderr, flush=True),
         threads=args.threads)
+    if not report["results"]:  # e.g. --precision fp8 on a CPU
+        raise ValueError("; ".join(f"{s['precision']} cannot run here: {s['reason']}"
+                                   for s in report["skipped"]) or "nothing to bench")
     print(f"bench on {report['device']} ({report['device_name']}), torch "
           f"{report['torch']}, {report['warmup']} warm-up + {report['iters']} timed "
           f"steps, median; {report['cpu_threads']} CPU thread(s)")

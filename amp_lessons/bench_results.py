@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from amp_lessons.bench import (
+    BENCH_PRECISIONS,
     CONFIGS,
     DEFAULT_STEPS,
     device_name,
@@ -30,7 +31,6 @@ from amp_lessons.bench import (
     run_bench,
 )
 from amp_lessons.device import resolve_device
-from amp_lessons.precision import PRECISIONS
 
 SCHEMA = "amp_lessons.bench/1"
 FLOPS_NOTE = (
@@ -56,7 +56,7 @@ RESULTS_DIR = find_results_dir()
 
 
 def bench_report(device: str = "auto", configs: Sequence[str] = CONFIGS,
-                 precisions: Sequence[str] = tuple(PRECISIONS),
+                 precisions: Sequence[str] | None = None,
                  sizes: dict[str, dict[str, int]] | None = None,
                  warmup: int | None = None, iters: int | None = None,
                  command: str | None = None,
@@ -180,7 +180,7 @@ def validate_report(report, where: str = "report") -> None:
             if not _is(row[key], kind):
                 raise ValueError(f"{where}: results[{i}][{key!r}] = {row[key]!r} is "
                                  "not of the expected type")
-        if row["precision"] not in PRECISIONS:
+        if row["precision"] not in BENCH_PRECISIONS:
             raise ValueError(f"{where}: results[{i}] has unknown precision "
                              f"{row['precision']!r}")
         if not (row["step_ms"] > 0 and math.isfinite(row["step_ms"])):

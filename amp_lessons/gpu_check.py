@@ -395,12 +395,13 @@ def bench_rows(partial: Path, configs: Sequence[str], precisions: Sequence[str],
     """
     import torch
 
+    from amp_lessons.bench_fp8 import BENCH_PRECISIONS
     from amp_lessons.bench_results import bench_report
-    from amp_lessons.precision import PRECISIONS
 
     report = bench_report(device, configs, [], sizes, warmup, iters,
                                 command=command)  # provenance, no rows yet
-    known = list(PRECISIONS)
+    known = list(BENCH_PRECISIONS)  # fp8 too: skipped with its reason where it
+    # cannot run (before compute capability 8.9, without torchao)
     rows, skipped = [], []
     for config in configs:
         for precision in precisions:
