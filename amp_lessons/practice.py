@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amp_lessons.twin import bits
+from amp_lessons.formats import tensor_bits
 
 __all__ = [
     "GAN_MISTAKES",
@@ -268,10 +268,10 @@ def train_gan(
         run.history.append({
             "scale": scaler.get_scale(),
             "state_dict": repr(scaler.state_dict()),
-            "params": [bits(p) for p in [*generator.parameters(),
-                                         *discriminator.parameters()]],
-            "adam": [bits(t) for opt in (opt_g, opt_d) for s in opt.state.values()
-                     for t in s.values()],
+            "params": [tensor_bits(p) for p in [*generator.parameters(),
+                                                *discriminator.parameters()]],
+            "adam": [tensor_bits(t) for opt in (opt_g, opt_d)
+                     for s in opt.state.values() for t in s.values()],
         })  # fmt: skip
     return run
 

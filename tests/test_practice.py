@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from amp_lessons import practice as pr
-from amp_lessons.twin import first_difference
+from amp_lessons.scaler_vs_torch import first_difference
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

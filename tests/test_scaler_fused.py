@@ -14,10 +14,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from test_scaler import Mismatch, assert_same, assert_twins, bits, make_model
+from test_scaler import Mismatch, assert_same, assert_twins, make_model
 from torch import nn
 
 from amp_lessons import practice
+from amp_lessons.formats import tensor_bits
 from amp_lessons.scaler import LossScaler, OptState
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -76,7 +77,8 @@ def test_a_fused_step_that_skips_still_calls_the_optimizer():
     trace = assert_twins(optimizer="adam_fused", inject={0: [("loss", INF)]},
                          num_steps=1)  # fmt: skip
     state = trace[0]["optimizer_state"][0]
-    assert state and all(s["step"] == bits(torch.tensor(0.0)) for s in state.values())
+    zero = tensor_bits(torch.tensor(0.0))
+    assert state and all(s["step"] == zero for s in state.values())
     plain = assert_twins(optimizer="adam", inject={0: [("loss", INF)]}, num_steps=1)
     assert plain[0]["optimizer_state"] == [{}]
 
@@ -149,7 +151,7 @@ def test_a_grad_scale_set_by_the_caller_is_multiplied_in():
         optimizer.grad_scale = torch.tensor(4.0)
         scaler.step(optimizer)
         scaler.update()
-        results[name] = [bits(p) for p in model.parameters()]
+        results[name] = [tensor_bits(p) for p in model.parameters()]
     assert_same(results["torch"], results["ours"])
 
 
@@ -161,7 +163,7 @@ def test_fp16_gradients_are_allowed_on_the_fused_path_only():
         model, optimizer, scaler = _fused_setup(cls, torch.float16)
         scaler.step(optimizer)
         scaler.update()
-        results[name] = [bits(p) for p in model.parameters()]
+        results[name] = [tensor_bits(p) for p in model.parameters()]
         model, optimizer, scaler = _fused_setup(cls, torch.float16)
         with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients."):
             scaler.unscale_(optimizer)
@@ -250,9 +252,9 @@ def test_gradient_penalty(fused):
             loss, penalty = practice.penalty_step(model, optimizer, scaler, x, y)
             trace.append({
                 "loss": loss, "penalty": penalty, "scale": scaler.get_scale(),
-                "params": [bits(p) for p in model.parameters()],
-                "grads": [bits(p.grad) for p in model.parameters()],
-                "state": [bits(t) for st in optimizer.state.values()
+                "params": [tensor_bits(p) for p in model.parameters()],
+                "grads": [tensor_bits(p.grad) for p in model.parameters()],
+                "state": [tensor_bits(t) for st in optimizer.state.values()
                           for t in st.values()],
             })  # fmt: skip
         traces[name] = trace
@@ -294,6 +296,6 @@ def test_scheduler_twins_with_parameters_compared():
             scaler.update()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-        results[name] = ([bits(p) for p in model.parameters()], scaler.get_scale(),
-                         scheduler.get_last_lr())  # fmt: skip
+        results[name] = ([tensor_bits(p) for p in model.parameters()],
+                         scaler.get_scale(), scheduler.get_last_lr())  # fmt: skip
     assert_same(results["torch"], results["ours"])
