@@ -1,9 +1,14 @@
 """Each reproduction shows its symptom without the fix and not with it, with the
 evidence torch itself gives (its messages, dtypes and numbers)."""
 
+import doctest
+import inspect
+import re
+
 import pytest
 import torch
 
+from amp_lessons import clinic
 from amp_lessons import reproductions as rp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -49,3 +54,56 @@ def test_reproductions_leave_the_global_rng_alone():
         if key != "compile_disabled_region":  # slow; it forks the RNG as well
             reproduce(False)
     assert torch.equal(torch.rand(3), expected)
+
+
+# ---- the clinic's table of the 15 problems -------------------------------------------
+
+ISSUE_PROBLEMS = (  # lesson 09's list, as the issue that asked for it words them
+    "NaN loss in fp16", "softmax turns to NaN",
+    '"Attempting to unscale FP16 gradients"', '"unscale_() has already been called"',
+    "clipping has no effect", "lr_scheduler.step() warning",
+    "confusion over scalers in a GAN", '"expected scalar type Half but found Float"',
+    "outputs not in fp16", "overflow or loss spike after resume",
+    "bf16 silently slow", "fp16 LayerNorm fails on CPU", "BCE refused under autocast",
+    "compiled model gives different gradients", "the scaler never works",
+)  # fmt: skip
+
+
+def test_the_table_lists_the_15_problems_with_status_and_sources():
+    reports = clinic.REAL_WORLD
+    assert tuple(r.problem for r in reports) == ISSUE_PROBLEMS
+    assert len({r.key for r in reports}) == 15
+    for report in reports:
+        assert report.status in ("reproduced", "explained"), report.key
+        assert report.sources and all(re.fullmatch(r"[\w.-]+/[\w.-]+#\d+", source)
+                                      for source in report.sources), report.key
+        assert report.cause and report.fix
+        if report.status == "explained":
+            assert report.note, f"{report.key}: say why it is only explained"
+    reproduced = {r.key for r in reports if r.status == "reproduced"}
+    assert len(reproduced) >= 12
+    assert reproduced <= set(rp.REPRODUCTIONS) <= {r.key for r in reports}
+
+
+def test_what_the_explained_entries_claim_about_this_torch():
+    # layernorm_fp16_cpu: "gone in this torch"
+    out = torch.nn.functional.layer_norm(torch.randn(2, 4).half(), (4,))
+    assert out.dtype is torch.float16
+    # bf16_emulated: the fix names a parameter this torch has
+    assert "including_emulation" in inspect.signature(torch.cuda.is_bf16_supported
+                                                      ).parameters  # fmt: skip
+    # bce_under_autocast: the CPU runs BCE under autocast (in fp32) without refusing
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        loss = torch.nn.functional.binary_cross_entropy(torch.rand(3), torch.rand(3))
+    assert loss.dtype is torch.float32
+
+
+def test_real_world_table_text():
+    text = clinic.real_world_table().splitlines()
+    assert len(text) == 16 and text[0].split()[:3] == ["#", "problem", "status"]
+    assert text[3].startswith(" 3  \"Attempting to unscale FP16 gradients\"")
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in finder.find(clinic.real_world_table, "real_world_table"):
+        runner.run(test)
+    assert runner.failures == 0 and runner.tries == 1
