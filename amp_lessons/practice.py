@@ -147,8 +147,11 @@ GAN_MISTAKES: dict[str, str] = {
     "new_scaler_for_g": "a second scaler made inside the step: it starts at 65536 on "
     "every call, never backs off for good and never grows; use the one scaler for "
     "both losses",
-    "optimizer_step": "opt.step() called directly: it steps on inf/nan gradients and "
-    "on gradients still multiplied by the scale; call scaler.step(opt)",
+    "two_scalers": "a second scaler for the generator: an overflow in G no longer "
+    "backs off the scaler you were given, the two scales drift apart, and both must "
+    "be saved; use the one scaler for both losses",
+    "optimizer_step": "opt_g.step() called directly: it steps on inf/nan gradients "
+    "and on gradients still multiplied by the scale; call scaler.step(opt_g)",
     "no_g_step": "the generator never moves: call scaler.step(opt_g) after the "
     "generator's backward",
     "g_first": "the generator was trained first; train the discriminator first, on a "
@@ -177,11 +180,15 @@ def wrong_gan_step(mistake: str) -> Callable[..., tuple[float, float]]:
     if mistake not in GAN_MISTAKES:
         raise ValueError(f"unknown mistake {mistake!r}; one of {list(GAN_MISTAKES)}")
 
+    kept: dict[str, Any] = {}  # two_scalers: made on the first call, then kept
+
     def step(generator, discriminator, opt_g, opt_d, scaler, real, noise):
         ctx = torch.amp.autocast(real.device.type, dtype=torch.float16)
         scaler_g = scaler
         if mistake == "new_scaler_for_g":
             scaler_g = type(scaler)(real.device.type)
+        elif mistake == "two_scalers":
+            scaler_g = kept.setdefault("g", type(scaler)(real.device.type))
         # g_first swaps the two halves; everything else keeps D then G.
         halves = ["g", "d"] if mistake == "g_first" else ["d", "g"]
         losses = {}
@@ -199,7 +206,7 @@ def wrong_gan_step(mistake: str) -> Callable[..., tuple[float, float]]:
                 loss.backward()
             else:
                 scl.scale(loss).backward()
-            if mistake == "optimizer_step":
+            if mistake == "optimizer_step" and half == "g":
                 opt.step()
             elif not (mistake == "no_g_step" and half == "g"):
                 scl.step(opt)
