@@ -4,7 +4,8 @@ Notebook 09 uses this module. ``OverflowDetector`` hooks every module of a model
 names the first whose output is non-finite or above a threshold (fp16's 65504 by
 default). ``anomaly_report`` asks autograd's anomaly mode which backward op made the
 first nan. ``bisect_amp`` turns autocast off, then the scaler, one at a time, to
-tell an AMP problem from a model that makes NaN by itself. ``t5_like_model`` is a
+tell an AMP problem from a model that makes NaN by itself (``amp_trial`` builds the
+trial it runs; ``norm_loss`` is a loss whose fp16 backward makes nan). ``t5_like_model`` is a
 tiny model with the trait that breaks bf16-pretrained models such as T5 in fp16: a
 residual stream that grows past 65504. ``mask_outcomes`` shows which attention-mask
 fills turn softmax into NaN in fp16.
@@ -32,11 +33,13 @@ __all__ = [
     "MaskOutcome",
     "OverflowDetector",
     "T5LikeBlock",
+    "amp_trial",
     "anomaly_report",
     "bisect_amp",
     "find_first_overflow",
     "mask_outcomes",
     "masked_softmax",
+    "norm_loss",
     "t5_like_inputs",
     "t5_like_model",
 ]
@@ -422,8 +425,54 @@ def mask_outcomes(dtype: torch.dtype = torch.float16, how: str = "add"):
     return outcomes
 
 
-def normed_loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``sqrt(sum(h**2))`` per row of ``h = model(x)``: a norm without an eps. Its
-    backward is nan where h is all zeros, which fp16 makes of tiny activations."""
-    h = model(x)
-    return h.pow(2).sum(-1).sqrt().mean()
+def norm_loss(out: torch.Tensor, y: Any = None) -> torch.Tensor:
+    """The mean of ``sqrt(sum(out**2))`` over rows: a norm without an eps. In fp16,
+    squares below 6e-8 flush to 0, the sum is 0, and the backward of sqrt(0) is inf,
+    which becomes nan in the matmul before it. (``y`` is ignored.)"""
+    return out.pow(2).sum(-1).sqrt().mean()
+
+
+def amp_trial(
+    make_model: Callable[[], nn.Module],
+    x: torch.Tensor,
+    y: Any = None,
+    loss_fn: Callable[[torch.Tensor, Any], torch.Tensor] = norm_loss,
+    num_steps: int = 3,
+) -> Callable[[bool, bool], bool]:
+    """A ``trial(autocast, scaler)`` for ``bisect_amp``: ``num_steps`` SGD steps of a
+    fresh ``make_model()`` on ``loss_fn(model(x), y)``, under fp16 autocast if
+    ``autocast``, with a GradScaler enabled if ``scaler``. Healthy: every loss and
+    gradient finite, and the last step taken (not skipped by the scaler).
+
+    Example:
+        >>> trial = amp_trial(t5_like_model, t5_like_inputs(), loss_fn=lambda o, y:
+        ...                   o.float().pow(2).mean())
+        >>> trial(True, True), trial(False, True)
+        (False, True)
+    """
+
+    def trial(autocast: bool, scaler: bool) -> bool:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = make_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        grad_scaler = torch.amp.GradScaler(x.device.type, enabled=scaler)
+        ctx = torch.amp.autocast(x.device.type, dtype=torch.float16, enabled=autocast)
+        for _ in range(num_steps):
+            optimizer.zero_grad(set_to_none=True)
+            with ctx:
+                loss = loss_fn(model(x), y)
+            if not torch.isfinite(loss):
+                return False
+            scale = grad_scaler.get_scale()
+            grad_scaler.scale(loss).backward()
+            grads_finite = all(torch.isfinite(p.grad).all() for p in model.parameters()
+                               if p.grad is not None)  # fmt: skip
+            grad_scaler.step(optimizer)
+            grad_scaler.update()
+            skipped = grad_scaler.get_scale() < scale
+            if not scaler and not grads_finite:
+                return False
+        return not skipped
+
+    return trial

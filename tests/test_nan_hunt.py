@@ -124,11 +124,11 @@ def test_anomaly_report_finds_the_fp16_underflow_behind_a_norm():
 
     def step(dtype):
         with torch.amp.autocast("cpu", dtype=dtype):
-            loss = nh.normed_loss(model, x)
+            loss = nh.norm_loss(model(x))
         loss.backward()
 
     op, line = nh.anomaly_report(lambda: step(fp16))
-    assert op == "MmBackward0" and "model(x)" in line
+    assert op == "MmBackward0" and "nh.norm_loss(model(x))" in line
     model.zero_grad()
     assert nh.anomaly_report(lambda: step(bf16)) is None
 
@@ -149,6 +149,24 @@ def test_bisect_amp(healthy, culprit, trials):
     assert result.culprit == culprit
     assert [t[:2] for t in result.trials] == trials
     assert result.verdict == nh.Bisection.VERDICTS[culprit]
+
+
+def test_amp_trial_and_bisection_on_three_real_problems():
+    def tiny():
+        return nn.Linear(8, 8, bias=False)
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    # fp16 underflow in the backward of a norm: broken with autocast only
+    underflow = nh.amp_trial(tiny, x * 1e-4)
+    assert (underflow(True, True), underflow(True, False)) == (False, False)
+    assert underflow(False, True) and underflow(False, False)
+    assert nh.bisect_amp(underflow).culprit == "autocast"
+    # a NaN in the data: broken in fp32 without a scaler too
+    bad = x.clone()
+    bad[0, 0] = math.nan
+    assert nh.bisect_amp(nh.amp_trial(tiny, bad)).culprit == "not_amp"
+    # healthy data: nothing to hunt
+    assert nh.bisect_amp(nh.amp_trial(tiny, x)).culprit == "none"
 
 
 def test_mask_outcomes_match_torch_casts_and_softmax():
