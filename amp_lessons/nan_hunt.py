@@ -5,10 +5,10 @@ names the first whose output is non-finite or above a threshold (fp16's 65504 by
 default). ``anomaly_report`` asks autograd's anomaly mode which backward op made the
 first nan. ``bisect_amp`` turns autocast off, then the scaler, one at a time, to
 tell an AMP problem from a model that makes NaN by itself (``amp_trial`` builds the
-trial it runs; ``norm_loss`` is a loss whose fp16 backward makes nan). ``t5_like_model`` is a
-tiny model with the trait that breaks bf16-pretrained models such as T5 in fp16: a
-residual stream that grows past 65504. ``mask_outcomes`` shows which attention-mask
-fills turn softmax into NaN in fp16.
+trial it runs; ``norm_loss`` is a loss whose fp16 backward makes nan).
+``t5_like_model`` is a tiny model with the trait that breaks bf16-pretrained models
+such as T5 in fp16: activations that grow past 65504 with depth. ``mask_outcomes``
+shows which attention-mask fills turn softmax into NaN in fp16.
 
 Not covered here: NaN in distributed runs (one rank's inf skips every rank's step).
 """
