@@ -5,8 +5,9 @@ Notebook 09 uses this module. A tiny GAN shows the rule of the PyTorch AMP examp
 page: ``scale`` each loss, ``step`` each optimizer, ``update`` once per iteration
 (``gan_step``), and what two updates or two scalers do instead. ``penalty_step`` is the
 gradient penalty of the same page (``autograd.grad`` on the scaled loss, unscaled by
-hand). ``scheduled_run`` counts skipped steps and the scheduler warning they cause.
-Every run works with ``torch.amp.GradScaler`` and with our ``LossScaler``.
+hand; ``penalty_run`` records a few steps of it). ``scheduled_run`` counts skipped
+steps and the scheduler warning they cause. Every run works with
+``torch.amp.GradScaler`` and with our ``LossScaler``.
 
 Not covered here: torch.compile (``amp_lessons.compiled``), NaN hunting
 (``amp_lessons.nan_hunt``), several processes (lesson 10).
@@ -35,6 +36,7 @@ __all__ = [
     "make_gan",
     "make_gan_optimizers",
     "mixed_scale_error",
+    "penalty_run",
     "penalty_step",
     "scheduled_run",
     "train_gan",
@@ -364,6 +366,42 @@ def penalty_step(
     scaler.step(optimizer)
     scaler.update()
     return loss.item(), penalty.item()
+
+
+def penalty_run(
+    scaler: Any,
+    num_steps: int = 6,
+    *,
+    fused: bool = False,
+    unscale: bool = True,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """``num_steps`` of ``penalty_step`` on a small Tanh network with AdamW; one
+    record per step: ``loss``, ``penalty``, the ``scale`` after the step and the bits
+    of every parameter, gradient and optimizer state tensor.
+
+    Example:
+        >>> run = penalty_run(torch.amp.GradScaler("cpu", init_scale=2.0**20), 3)
+        >>> [r["scale"] for r in run]  # 2**20 overflows: backs off, then steps
+        [524288.0, 262144.0, 131072.0]
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=fused or None)
+    gen = torch.Generator().manual_seed(seed + 1)
+    records = []
+    for _ in range(num_steps):
+        x, y = torch.randn(8, 6, generator=gen), torch.randn(8, 2, generator=gen)
+        loss, penalty = penalty_step(model, optimizer, scaler, x, y, unscale=unscale)
+        records.append({
+            "loss": loss, "penalty": penalty, "scale": scaler.get_scale(),
+            "params": [tensor_bits(p) for p in model.parameters()],
+            "grads": [tensor_bits(p.grad) for p in model.parameters()],
+            "state": [tensor_bits(t) for st in optimizer.state.values()
+                      for t in st.values()],
+        })  # fmt: skip
+    return records
 
 
 # ---- schedulers and skipped steps ---------------------------------------------------

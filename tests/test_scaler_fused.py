@@ -239,27 +239,11 @@ def test_gan_twins_differ_when_ours_is_wrong(monkeypatch):
 def test_gradient_penalty(fused):
     # autograd.grad on the scaled loss with create_graph=True, unscaled by hand; the
     # first steps overflow (2**20), so the scaler's backoff is in the run too.
-    traces = {}
-    for name, cls in (("torch", torch.amp.GradScaler), ("ours", LossScaler)):
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=fused)
-        scaler = cls("cpu", init_scale=2.0**20, growth_interval=2)
-        gen = torch.Generator().manual_seed(1)
-        trace = []
-        for _ in range(8):
-            x, y = torch.randn(8, 6, generator=gen), torch.randn(8, 2, generator=gen)
-            loss, penalty = practice.penalty_step(model, optimizer, scaler, x, y)
-            trace.append({
-                "loss": loss, "penalty": penalty, "scale": scaler.get_scale(),
-                "params": [tensor_bits(p) for p in model.parameters()],
-                "grads": [tensor_bits(p.grad) for p in model.parameters()],
-                "state": [tensor_bits(t) for st in optimizer.state.values()
-                          for t in st.values()],
-            })  # fmt: skip
-        traces[name] = trace
-    assert_same(traces["torch"], traces["ours"])
-    scales = [t["scale"] for t in traces["torch"]]
+    runs = {name: practice.penalty_run(cls("cpu", init_scale=2.0**20,
+                                           growth_interval=2), 8, fused=fused)
+            for name, cls in (("torch", torch.amp.GradScaler), ("ours", LossScaler))}
+    assert_same(runs["torch"], runs["ours"])
+    scales = [r["scale"] for r in runs["torch"]]
     assert scales[0] < 2.0**20 and max(scales[4:]) > min(scales)  # backed off, grew
 
 
