@@ -229,6 +229,23 @@ def overflow_raises_keyboardish(model, x):
     raise GeneratorExit("odd")
 
 
+def overflow_returns_an_array(model, x):
+    import numpy as np
+
+    return np.array(["2", "blocks.3.wo"])  # == gives an array, not a bool
+
+
+class _WeirdStr(str):
+    def __eq__(self, other):
+        raise RuntimeError("no comparing me")
+
+    __hash__ = str.__hash__
+
+
+def overflow_returns_a_weird_str(model, x):
+    return _WeirdStr(first_overflow(model, x) or "")
+
+
 CASES = {
     "gan": (check_gan_step, gan_step, [
         (gan_two_updates, False, "counts every iteration twice"),
@@ -256,6 +273,8 @@ CASES = {
         (overflow_always_none, False, "nothing found"),
         (overflow_always_wo, False, "return None"),
         (overflow_raises_keyboardish, False, "raised GeneratorExit"),
+        (overflow_returns_an_array, False, "return the module's name (a str"),
+        (overflow_returns_a_weird_str, False, "return the module's name (a str"),
         (overflow_leaves_only, True, "only leaf modules were watched"),
         (overflow_any_dtype, True, "an fp32 output above 65504 is fine"),
     ]),
