@@ -6,7 +6,8 @@ JupyterLab and skipped in slides, so a lesson reads as a lesson.
 
 Study time is estimated once, here, from words and cells (the rule each lesson's
 header quotes): prose at 200 words a minute, read carefully; one minute per code
-cell the student runs and reads (proof cells not counted: they are collapsed);
+cell the student runs and reads (proof cells, collapsed, and cells that only import
+are not counted);
 two minutes per exercise point (a 2-point exercise, 4 minutes; the quick check's ten
 questions, 20). A part of a lesson is *optional* from a heading
 marked "(optional)" to the next heading of the same or a higher level that is not.
@@ -84,11 +85,17 @@ def optional_cells(nb) -> set[int]:
     return optional
 
 
+def only_imports(cell) -> bool:
+    """A code cell with nothing to read: import statements (and magics) only."""
+    body = ast.parse(_python("".join(cell["source"]))).body
+    return all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in body)
+
+
 def cell_minutes(cell) -> float:
     """Study minutes of one cell, by the rule in this module's docstring."""
     if cell["cell_type"] == "markdown":
         return len("".join(cell["source"]).split()) / WORDS_PER_MINUTE
-    if cell["cell_type"] != "code" or is_proof_cell(cell):
+    if cell["cell_type"] != "code" or is_proof_cell(cell) or only_imports(cell):
         return 0.0
     meta = nbgrader(cell)
     if meta.get("grade"):  # the exercise's test cell carries its points
@@ -220,7 +227,8 @@ def test_study_minutes_follow_the_stated_rule():
     solution = code("def x(): ...")
     solution.metadata["nbgrader"] = {"grade": False, "solution": True}
     nb = crafted([md(" ".join(["word"] * 400)), code("print(1)"), code("assert 1"),
-                  solution, test, md("## More (optional)"), code("print(2)")])
+                  code("%matplotlib inline\nimport math"), solution, test,
+                  md("## More (optional)"), code("print(2)")])
     core, extra = study_minutes(nb)
     assert core == 400 / 200 + 1 + 0 + 0 + 2 * 2
     assert extra == 3 / 200 + 1
