@@ -1,19 +1,19 @@
 # Two commands for everything: `make lab` (open the course) and `make test` (prove it).
-# Each one sets up .venv by itself first (amp_lessons/bootstrap.py), so either works on a
-# fresh clone.
+# Each one sets up .venv by itself first (amp_lessons/tooling/bootstrap.py), so either
+# works on a fresh clone.
 PYTHON ?= python3
 VENV_PY := .venv/bin/python
 
 .PHONY: lab test test-notebook setup setup-dev student grade slides bench clean
 
 setup:
-	@$(PYTHON) amp_lessons/bootstrap.py
+	@$(PYTHON) amp_lessons/tooling/bootstrap.py
 
 setup-dev:
-	@$(PYTHON) amp_lessons/bootstrap.py dev,instructor
+	@$(PYTHON) amp_lessons/tooling/bootstrap.py dev,instructor
 
 lab: setup
-	$(VENV_PY) -m amp_lessons.lab
+	$(VENV_PY) -m amp_lessons.tooling.lab
 
 test: setup-dev
 	$(VENV_PY) -m pytest

@@ -1,10 +1,21 @@
 """AMP from the bits up: the package behind the mixed-precision notebooks.
 
-One module per concept, in teaching order: device, formats, underflow, scaler (and
-twin, which checks it against torch), autocast, train, memory, bench, clinic, widgets,
-checks; and for running the course: lab, grading, bootstrap. Import the module you
-need, e.g. ``from amp_lessons.formats import decompose``; nothing heavy is imported
-here.
+One module per concept, in teaching order (the lesson that teaches it in brackets):
+``device`` (00: the machine report, ``resolve_device``, ``EMULATION_NOTE``), ``formats``
+(01: number formats, the one format lookup and bit-equality oracle), ``underflow``
+(02), ``scaler`` (03: LossScaler) with ``scaler_vs_torch`` (03: checks it against
+torch bit for bit) and ``scaler_bench``, ``autocast`` (04: the per-op dtype table) with
+``autocast_demos`` (04: traces, regions, custom functions, casts), ``precision`` (05:
+the precision table, autocast context, scaler factory, TF32), ``models`` (MLP, GPT,
+synthetic data), ``train`` (05: the loop and checkpoints), ``memory`` (06), ``bench``
+(06: timing, the benchmark) with ``bench_results`` (06: recorded results), ``clinic``
+(07), ``quiz`` (08); beside them ``plots`` (every plot), ``widgets`` (the explorers)
+and ``checks`` (the exercise graders, a package: ``_engine`` plus one module per
+lesson). Course tooling lives apart in ``tooling`` (``bootstrap``, ``lab``,
+``grading``); ``grading`` here is its command-line entry point.
+
+Import the module you need, e.g. ``from amp_lessons.formats import decompose``; nothing
+heavy is imported here.
 """
 
 __version__ = "0.1.0"

@@ -20,7 +20,8 @@ import time
 import warnings
 from collections.abc import Sequence
 
-from amp_lessons.train import PRECISIONS, SCALERS, TASKS
+from amp_lessons.precision import PRECISIONS, SCALERS
+from amp_lessons.train import TASKS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,14 +134,9 @@ SIZE_FLAGS = (
 def run_train(args: argparse.Namespace) -> int:
     import torch
 
-    from amp_lessons.train import (
-        TrainConfig,
-        make_scaler,
-        resolve_device,
-        resolve_precision,
-        train,
-        validate_config,
-    )
+    from amp_lessons.device import resolve_device
+    from amp_lessons.precision import make_scaler, resolve_precision
+    from amp_lessons.train import TrainConfig, train, validate_config
 
     config = TrainConfig(
         task=args.task, device=args.device, precision=args.precision,
@@ -187,8 +183,8 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from amp_lessons import bench
-    from amp_lessons.train import resolve_device
+    from amp_lessons import bench, bench_results
+    from amp_lessons.device import resolve_device
 
     overrides: dict[str, dict[str, int]] = {}
     for flag, config, key in SIZE_FLAGS:
@@ -200,7 +196,7 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise ValueError("--record writes notebooks/results/bench_<gpu>.json, the GPU "
                          "results lesson 06 shows on machines without one; run it "
                          "with --device cuda, or use --json PATH for this device")
-    report = bench.bench_report(
+    report = bench_results.bench_report(
         args.device, args.configs, args.precisions, overrides, args.warmup,
         args.iters, command=command,
         progress=lambda s: print(f"  measuring {s}", file=sys.stderr, flush=True),
@@ -217,9 +213,10 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"note: {note}")
     paths = [args.json] if args.json else []
     if args.record:
-        paths.append(bench.RESULTS_DIR / bench.results_filename(report["device_name"]))
+        paths.append(bench_results.RESULTS_DIR
+                     / bench_results.results_filename(report["device_name"]))
     for path in paths:
-        print(f"wrote {bench.save_results(report, path)}")
+        print(f"wrote {bench_results.save_results(report, path)}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Measure what AMP buys: step time, peak memory and saved activations per precision.
 
-Notebook 06 runs a small bench live and reads recorded GPU results
-(``notebooks/results/bench_<gpu>.json``, written by
+Notebook 06 runs a small bench live, drives the speed/memory panel with
+``measure_speed_memory``, and reads recorded GPU results (``amp_lessons.bench_results``:
+``notebooks/results/bench_<gpu>.json``, written by
 ``python -m amp_lessons bench --device cuda --json ...``).
 
 Each row trains the same model with the same loop as ``amp_lessons.train``
@@ -26,55 +27,34 @@ Not covered here: multi-GPU, torch.compile, fp8.
 
 from __future__ import annotations
 
-import datetime as dt
 import gc
-import json
-import math
-import os
-import platform
 import re
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from amp_lessons.train import (
-    GPT,
-    MLP,
+from amp_lessons.device import cpu_matmul_emulated, read_cpu_name, resolve_device
+from amp_lessons.memory import format_bytes
+from amp_lessons.models import GPT, MLP, make_tokens
+from amp_lessons.precision import (
     PRECISIONS,
-    Task,
     autocast_context,
     make_scaler,
-    make_tokens,
-    resolve_device,
     resolve_precision,
     tf32_mode,
-    train_step,
 )
+from amp_lessons.train import Task, train_step
 
 CONFIGS = ("mlp", "transformer")
-SCHEMA = "amp_lessons.bench/1"
+OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")  # memory.OPTIMIZER_STATE's names
 
 
-def find_results_dir() -> Path:
-    """``notebooks/results`` in a clone of the course; ``./results`` otherwise.
-
-    A student edition ships its notebooks with a ``results/`` folder beside them and
-    the package installed from a wheel, where no ``notebooks/`` sits next to it.
-    """
-    in_clone = Path(__file__).resolve().parent.parent / "notebooks" / "results"
-    return in_clone if in_clone.is_dir() else Path("results").resolve()
-
-
-RESULTS_DIR = find_results_dir()
-
-# Small enough that the whole CPU bench takes seconds: on an AVX2 CPU a bf16/fp16
-# matmul is ~150x slower than fp32 (emulated), so these sizes measure mechanics only.
+# Small enough that the whole CPU bench takes seconds: CPU bf16/fp16 matmuls are
+# usually emulated (device.EMULATION_NOTE), so these sizes measure mechanics only.
 CPU_SIZES = {
     "mlp": {"width": 256, "layers": 3, "batch": 32},
     "transformer": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32,
@@ -103,18 +83,13 @@ PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
     (r"\bT4\b", {"fp32": 8.1, "tf32": 8.1, "fp16": 65}),
 )
 
-FLOPS_NOTE = (
-    "FLOPs = matmul FLOPs of one training step, counted from the shapes: 2*m*n*k per "
-    "matmul forward, twice that backward (input and weight gradients; the first MLP "
-    "layer needs no input gradient), plus attention's QK^T and AV over the full T x T "
-    "square (causal kernels skip about half of it, so this follows nanoGPT/PaLM's "
-    "convention). Elementwise ops, norms and the optimizer are not counted."
-)
+
+# ---- Sizes, FLOPs, peaks -------------------------------------------------------------
 
 
-# ---------------------------------------------------------------------------
-# Sizes, FLOPs, peaks
-# ---------------------------------------------------------------------------
+def _unknown_config(config: object) -> ValueError:
+    return ValueError(f"unknown bench config {config!r}; use one of: "
+                      f"{', '.join(CONFIGS)}")
 
 
 def default_sizes(device: torch.device | str) -> dict[str, dict[str, int]]:
@@ -143,8 +118,7 @@ def merge_sizes(device: torch.device | str,
     sizes = default_sizes(device)
     for config, values in (overrides or {}).items():
         if config not in sizes:
-            raise ValueError(f"unknown bench config {config!r}; use one of: "
-                             f"{', '.join(CONFIGS)}")
+            raise _unknown_config(config)
         for key, value in values.items():
             if key not in sizes[config]:
                 raise ValueError(f"unknown size {key!r} for {config}; sizes are: "
@@ -178,8 +152,7 @@ def train_flops(config: str, sizes: dict[str, int]) -> int:
         weights = 12 * L * C * C + C * sizes["vocab_size"]
         attention = 4 * T * C * L  # QK^T and AV: 2 matmuls of 2*T*C per token
         return 3 * tokens * (2 * weights + attention)
-    raise ValueError(f"unknown bench config {config!r}; use one of: "
-                     f"{', '.join(CONFIGS)}")
+    raise _unknown_config(config)
 
 
 def peak_tflops(device_name: str) -> dict[str, float] | None:
@@ -194,9 +167,7 @@ def peak_tflops(device_name: str) -> dict[str, float] | None:
     return None
 
 
-# ---------------------------------------------------------------------------
-# Timing and one measurement
-# ---------------------------------------------------------------------------
+# ---- Timing and one measurement ------------------------------------------------------
 
 
 def synchronize(device: torch.device) -> None:
@@ -208,8 +179,12 @@ def synchronize(device: torch.device) -> None:
 
 
 def time_steps(step: Callable[[], object], device: torch.device | str,
-               warmup: int = 2, iters: int = 5) -> list[float]:
+               warmup: int = 2, iters: int = 5,
+               deadline: float | None = None) -> list[float]:
     """Milliseconds of each of ``iters`` calls of ``step``, after ``warmup`` calls.
+
+    ``deadline``, a ``time.perf_counter()`` reading: once it has passed, stop after
+    the call being timed (so at least one call is timed when ``iters >= 1``).
 
     Example: ``statistics.median(time_steps(lambda: a @ a, "cpu"))`` -> ``0.8``.
     """
@@ -217,13 +192,49 @@ def time_steps(step: Callable[[], object], device: torch.device | str,
     for _ in range(warmup):
         step()
     synchronize(device)
-    times = []
-    for _ in range(iters):
+    times: list[float] = []
+    while len(times) < iters:
         t0 = time.perf_counter()
         step()
         synchronize(device)
         times.append(1e3 * (time.perf_counter() - t0))
+        if deadline is not None and time.perf_counter() > deadline:
+            break
     return times
+
+
+def _time_with_peak(step: Callable[[], object], device: torch.device, warmup: int,
+                    iters: int, deadline: float | None = None
+                    ) -> tuple[list[float], int | None, int | None]:
+    """``time_steps`` after warm-up, with the CUDA allocator's view of the timed steps:
+    (times in ms, bytes allocated before them, their peak); None, None off CUDA."""
+    time_steps(step, device, warmup=warmup, iters=0)
+    resident = peak = None  # CUDA only: torch does not track CPU allocations
+    if device.type == "cuda":
+        # after warm-up: optimizer state exists, so the peak is a steady step's
+        torch.cuda.reset_peak_memory_stats(device)
+        resident = torch.cuda.memory_allocated(device)
+    times = time_steps(step, device, warmup=0, iters=iters, deadline=deadline)
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+    return times, resident, peak
+
+
+def make_optimizer(name: str, params, lr: float = 1e-3) -> torch.optim.Optimizer:
+    """The optimizer called `name` (one of ``OPTIMIZERS``) over `params`.
+
+    The names are ``memory.optimizer_state_bytes``', so the state it keeps can be
+    counted: ``make_optimizer("sgd_momentum", model.parameters(), lr=0.1)`` is
+    ``SGD(momentum=0.9)`` with one momentum buffer per parameter.
+    """
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr)
+    if name in ("sgd", "sgd_momentum"):
+        return torch.optim.SGD(params, lr=lr, momentum=0.9 if name == "sgd_momentum"
+                               else 0.0)
+    raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
 
 
 def build(config: str, sizes: dict[str, int], device: torch.device, seed: int = 0):
@@ -240,16 +251,15 @@ def build(config: str, sizes: dict[str, int], device: torch.device, seed: int = 
         x = torch.randn(batch, width, generator=g).to(device)
         y = torch.randn(batch, width, generator=g).to(device)
         # the recipe's choices: MSE against noise, plain SGD (no optimizer state)
-        return model, x, y, F.mse_loss, torch.optim.SGD(model.parameters(), lr=1e-3)
+        return model, x, y, F.mse_loss, make_optimizer("sgd", model.parameters())
     if config == "transformer":
         s = sizes
         model = GPT(s["vocab_size"], s["block_size"], s["n_layer"], s["n_head"],
                     s["n_embd"]).to(device)
         x, y = make_tokens(s["batch"], s["block_size"], s["vocab_size"], g)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        optimizer = make_optimizer("adamw", model.parameters(), lr=3e-4)
         return model, x.to(device), y.to(device), Task.loss_fn, optimizer
-    raise ValueError(f"unknown bench config {config!r}; use one of: "
-                     f"{', '.join(CONFIGS)}")
+    raise _unknown_config(config)
 
 
 def bench_one(config: str, precision: str, device: torch.device | str = "cpu",
@@ -276,7 +286,7 @@ def bench_one(config: str, precision: str, device: torch.device | str = "cpu",
     step_ms = statistics.median(times)
     flops = train_flops(config, sizes)
     tflops = flops / (step_ms * 1e-3) / 1e12
-    peaks = peak_tflops(_device_name(device)) if device.type == "cuda" else None
+    peaks = peak_tflops(device_name(device)) if device.type == "cuda" else None
     peak_value = peaks.get(precision) if peaks else None
     return {
         "config": config,
@@ -303,18 +313,8 @@ def _measure(config, p, device, sizes, warmup, iters, seed):
     def step():
         return train_step(model, optimizer, scaler, ctx, [(x, y)], loss_fn, clip=1.0)
 
-    resident = peak = None  # CUDA only: torch does not track CPU allocations
     with tf32_mode(p.tf32, device.type):
-        for _ in range(warmup):
-            step()
-        synchronize(device)
-        if device.type == "cuda":
-            # after warm-up: optimizer state exists, so the peak is a steady step's
-            torch.cuda.reset_peak_memory_stats(device)
-            resident = torch.cuda.memory_allocated(device)
-        times = time_steps(step, device, warmup=0, iters=iters)
-        if device.type == "cuda":
-            peak = torch.cuda.max_memory_allocated(device)
+        times, resident, peak = _time_with_peak(step, device, warmup, iters)
         act = activation_bytes(model, x, p.dtype if p.autocast else None)
     param_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
     return times, peak, resident, act, param_bytes
@@ -335,28 +335,23 @@ def _row_note(p, device: torch.device) -> str:
     if p.name == "tf32" and torch.cuda.get_device_capability(device) < (8, 0):
         return "no TF32 before compute capability 8.0: fp32 again"
     if p.autocast and device.type == "cpu":
-        return (f"{p.name} on a CPU: emulated (slow) unless the CPU has AVX-512 BF16"
-                "/AMX; says nothing about GPU speed")
+        emulated = cpu_matmul_emulated(p.dtype)
+        how = ("emulated (slow, device.EMULATION_NOTE)" if emulated
+               else "native oneDNN kernels")
+        return f"{p.name} on a CPU: {how}; says nothing about GPU speed"
     return ""
 
 
-def _device_name(device: torch.device) -> str:
+def device_name(device: torch.device) -> str:
+    """What a results file records as the machine: ``"NVIDIA H200"``, a CPU's model."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     if device.type == "mps":
         return "Apple GPU (MPS)"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return read_cpu_name()
 
 
-# ---------------------------------------------------------------------------
-# The whole bench
-# ---------------------------------------------------------------------------
+# ---- The whole bench -----------------------------------------------------------------
 
 
 def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
@@ -386,8 +381,7 @@ def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
                              f"{', '.join(PRECISIONS)}")
     for config in configs:
         if config not in CONFIGS:
-            raise ValueError(f"unknown bench config {config!r}; use one of: "
-                             f"{', '.join(CONFIGS)}")
+            raise _unknown_config(config)
     all_sizes = merge_sizes(dev, sizes)
     default_warmup, default_iters = DEFAULT_STEPS[dev.type]
     warmup = default_warmup if warmup is None else warmup
@@ -452,61 +446,104 @@ def _ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def bench_report(device: str = "auto", configs: Sequence[str] = CONFIGS,
-                 precisions: Sequence[str] = tuple(PRECISIONS),
-                 sizes: dict[str, dict[str, int]] | None = None,
-                 warmup: int | None = None, iters: int | None = None,
-                 command: str | None = None,
-                 progress: Callable[[str], None] | None = None,
-                 threads: int | None = None) -> dict:
-    """``run_bench`` plus the provenance a results file needs.
+# ---- The speed/memory panel's measurement --------------------------------------------
 
-    Example: ``bench_report("cpu")["results"][0]["config"] == "mlp"``.
+
+def measure_speed_memory(
+    width: int = 64,
+    batch: int = 16,
+    precisions: Sequence[str] = ("fp32", "bf16"),
+    device: str | torch.device = "cpu",
+    optimizer: str = "adam",
+    layers: int = 3,
+    warmup: int = 1,
+    iters: int = 3,
+    time_steps: bool = True,
+    budget_ms: float | None = None,
+    seed: int = 0,
+) -> list[dict]:
+    """Train an MLP of `layers` x Linear(width) for a few steps in each precision.
+
+    Per precision: the exact memory breakdown (``memory.memory_breakdown``: weights,
+    gradients, optimizer state, activations and autocast weight copies kept for
+    backward), then, with `time_steps`, `warmup` steps and up to `iters` timed
+    steps of the course's loop (``train.train_step``: autocast, GradScaler for fp16).
+    `budget_ms` caps the timing: once that much wall time has passed, each
+    remaining precision gets its warm-up and ONE timed step. On CUDA the rows also
+    hold the allocator's peak over the timed steps, less what was allocated before
+    (the notebook's own tensors). The global RNG is untouched.
+
+    Rows follow the bench's schema (config, precision, step_ms, times_ms,
+    peak_mem_bytes, activation_bytes, param_bytes) plus ``memory`` (the breakdown's
+    ``as_dict()``) and the sizes; ``step_ms`` is None when not timed.
+
+    Example:
+        >>> rows = measure_speed_memory(64, 16, ("fp32", "bf16"))
+        >>> rows[1]["memory"]["weight_copies"] > 0  # bf16 copies of the weights
+        True
     """
-    dev = resolve_device(device)
-    all_sizes = merge_sizes(dev, sizes)
-    default_warmup, default_iters = DEFAULT_STEPS[dev.type]
-    warmup = default_warmup if warmup is None else warmup
-    iters = default_iters if iters is None else iters
-    skipped: list[dict] = []
-    if threads is None and dev.type == "cpu":
-        threads = 1  # see run_bench
-    results = run_bench(str(dev), configs, precisions, sizes, warmup, iters, skipped,
-                        progress, threads)
-    name = _device_name(dev)
-    notes = [FLOPS_NOTE]
-    if dev.type != "cuda":
-        notes.append(f"peak_mem_bytes is None on {dev.type}: torch tracks allocations "
-                     "on CUDA only. activation_bytes is exact on every device.")
-    return {
-        "schema": SCHEMA,
-        "device": dev.type,
-        "device_name": name,
-        "gpu": name if dev.type == "cuda" else None,
-        "compute_capability": (".".join(map(str, torch.cuda.get_device_capability(dev)))
-                               if dev.type == "cuda" else None),
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": command or f"amp_lessons.bench.bench_report(device={device!r})",
-        "sizes": {c: all_sizes[c] for c in configs},
-        "warmup": warmup,
-        "iters": iters,
-        "cpu_threads": threads if threads is not None else torch.get_num_threads(),
-        "peak_tflops": peak_tflops(name) if dev.type == "cuda" else None,
-        "notes": notes,
-        "skipped": skipped,
-        "results": results,
-    }
+    from amp_lessons.memory import memory_breakdown
+
+    for name, v in (("width", width), ("batch", batch), ("layers", layers),
+                    ("iters", iters)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    if not precisions:
+        raise ValueError("no precision chosen: pass e.g. ('fp32', 'bf16')")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
+                         f"{', '.join(OPTIMIZERS)}")
+    dev = resolve_device(str(device))
+    deadline = None if budget_ms is None else time.perf_counter() + budget_ms / 1e3
+    rows = []
+    for name in precisions:
+        p = resolve_precision(name, dev, warn=False)
+        # CUDA: count only this run's tensors, not what the notebook already holds
+        base = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = MLP((width,) * (layers + 1)).to(dev)
+            x = torch.randn(batch, width).to(dev)
+            y = torch.randn(batch, width).to(dev)
+        opt = make_optimizer(optimizer, model.parameters())
+        mem = memory_breakdown(model, x, p.dtype if p.autocast else None, optimizer)
+        times, peak = [], None
+        if time_steps:
+            scaler, ctx = make_scaler(p, dev), autocast_context(p, dev)
+
+            def step(model=model, opt=opt, scaler=scaler, ctx=ctx, batch=(x, y)):
+                return train_step(model, opt, scaler, ctx, [batch], F.mse_loss,
+                                  clip=1.0)
+
+            with tf32_mode(p.tf32, dev.type):
+                times, _, peak = _time_with_peak(step, dev, warmup, iters, deadline)
+        rows.append({
+            "config": "mlp",
+            "precision": name,
+            "device": dev.type,
+            "width": width,
+            "batch": batch,
+            "layers": layers,
+            "optimizer": optimizer,
+            "step_ms": statistics.median(times) if times else None,
+            "times_ms": times,
+            "warmup": warmup if time_steps else 0,
+            "peak_mem_bytes": None if peak is None else peak - base,
+            "activation_bytes": mem.activations + mem.weight_copies,
+            "param_bytes": mem.weights,
+            "memory": mem.as_dict(),
+        })
+        del model, opt, x, y  # before the next precision's peak is measured
+    return rows
 
 
-# ---------------------------------------------------------------------------
-# Showing, saving and reading results
-# ---------------------------------------------------------------------------
+# ---- Showing results (saving and reading them: amp_lessons.bench_results) ------------
 
 
-def _mib(n) -> str:
-    return "-" if n is None else f"{n / 2**20:.1f}"
+def _bytes(n) -> str:
+    return "-" if n is None else format_bytes(n)
 
 
 def _tflops(t: float) -> str:
@@ -522,11 +559,11 @@ def format_table(results: Iterable[dict]) -> str:
 
     Row notes become numbered footnotes. Example first lines::
 
-        config       prec    step ms  speedup  peak MiB peak/fp32  act MiB act/fp32 ...
-        mlp          fp32       1.92    1.00x         -         -      0.2    1.00x ...
+        config       prec    step ms  speedup       peak peak/fp32         act ...
+        mlp          fp32       1.92    1.00x          -         -   224.0 KiB ...
     """
     header = (f"{'config':<12} {'prec':<5} {'step ms':>9} {'speedup':>8} "
-              f"{'peak MiB':>9} {'peak/fp32':>9} {'act MiB':>8} {'act/fp32':>8} "
+              f"{'peak':>10} {'peak/fp32':>9} {'act':>11} {'act/fp32':>8} "
               f"{'TFLOP/s':>8} {'MFU':>6}")
     lines = [header, "-" * len(header)]
     notes: list[str] = []
@@ -539,114 +576,12 @@ def format_table(results: Iterable[dict]) -> str:
             mark = f" [{notes.index(r['note']) + 1}]"
         lines.append(
             f"{r['config']:<12} {r['precision']:<5} {r['step_ms']:>9.2f} "
-            f"{_x(r.get('speedup_vs_fp32')):>8} {_mib(r['peak_mem_bytes']):>9} "
+            f"{_x(r.get('speedup_vs_fp32')):>8} {_bytes(r['peak_mem_bytes']):>10} "
             f"{_x(r.get('peak_mem_ratio_vs_fp32')):>9} "
-            f"{_mib(r['activation_bytes']):>8} "
+            f"{_bytes(r['activation_bytes']):>11} "
             f"{_x(r.get('activation_ratio_vs_fp32')):>8} "
             f"{_tflops(r['tflops']):>8} {mfu:>6}{mark}")
     lines += [f"[{i}] {note}" for i, note in enumerate(notes, 1)]
     return "\n".join(lines)
 
 
-def results_filename(device_name: str) -> str:
-    """The file lesson 06 looks for: ``"NVIDIA H200"`` -> ``"bench_h200.json"``."""
-    slug = re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_")
-    slug = slug.removeprefix("nvidia_")
-    return f"bench_{slug or 'unknown'}.json"
-
-
-def save_results(report: dict, path: str | os.PathLike) -> Path:
-    """Validate and write a report as JSON (atomically: temporary file + rename).
-
-    Example: ``save_results(bench_report("cpu"), "out.json")``.
-    """
-    validate_report(report, "the report")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, indent=1, allow_nan=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-REQUIRED_TOP = {"device": str, "torch": str, "date": str, "command": str,
-                "results": list}
-REQUIRED_ROW = {"config": str, "precision": str, "step_ms": float,
-                "peak_mem_bytes": (int, None), "activation_bytes": int,
-                "tflops": float, "mfu": (float, None),
-                "speedup_vs_fp32": (float, None)}
-
-
-def load_results(path: str | os.PathLike) -> dict:
-    """Read a results file and check its schema; raise ValueError naming what is off.
-
-    Example::
-
-        report = load_results("notebooks/results/bench_h200.json")
-        report["gpu"], report["results"][0]["step_ms"]
-    """
-    path = Path(path)
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"cannot read bench results {path}: {e}") from None
-    validate_report(report, str(path))
-    return report
-
-
-def validate_report(report, where: str = "report") -> None:
-    """Check a report's keys and types. Example: ``validate_report({})`` raises."""
-    if not isinstance(report, dict):
-        raise ValueError(f"{where}: expected a JSON object, got "
-                         f"{type(report).__name__}")
-    for key, kind in REQUIRED_TOP.items():
-        if key not in report:
-            raise ValueError(f"{where}: missing top-level key {key!r}; a bench results "
-                             "file comes from `python -m amp_lessons bench --json`")
-        if not isinstance(report[key], kind):
-            raise ValueError(f"{where}: {key!r} should be a {kind.__name__}")
-    if not report["results"]:
-        raise ValueError(f"{where}: 'results' is empty")
-    for i, row in enumerate(report["results"]):
-        if not isinstance(row, dict):
-            raise ValueError(f"{where}: results[{i}] is not an object")
-        for key, kind in REQUIRED_ROW.items():
-            if key not in row:
-                raise ValueError(f"{where}: results[{i}] lacks {key!r}")
-            if not _is(row[key], kind):
-                raise ValueError(f"{where}: results[{i}][{key!r}] = {row[key]!r} is "
-                                 "not of the expected type")
-        if row["precision"] not in PRECISIONS:
-            raise ValueError(f"{where}: results[{i}] has unknown precision "
-                             f"{row['precision']!r}")
-        if not (row["step_ms"] > 0 and math.isfinite(row["step_ms"])):
-            raise ValueError(f"{where}: results[{i}] step_ms must be > 0")
-
-
-def _is(value, kind) -> bool:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    for k in kinds:
-        if k is None and value is None:
-            return True
-        if k is float and isinstance(value, int | float) and not isinstance(value,
-                                                                          bool):
-            return True
-        if k is int and isinstance(value, int) and not isinstance(value, bool):
-            return True
-        if k is str and isinstance(value, str):
-            return True
-    return False
-
-
-def recorded_results(folder: str | os.PathLike = RESULTS_DIR) -> list[dict]:
-    """Every valid ``bench_*.json`` in a folder (lesson 06 shows them without a GPU).
-
-    Example: ``[r["gpu"] for r in recorded_results()]`` -> ``["NVIDIA H200"]``.
-    """
-    return [load_results(p) for p in sorted(Path(folder).glob("bench_*.json"))]

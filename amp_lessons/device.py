@@ -1,7 +1,9 @@
-"""What this machine offers mixed precision: device, dtypes, tensor cores, CPU flags.
+"""What this machine offers mixed precision: which device to use, dtypes, tensor cores,
+CPU flags, and why low-precision CPU matmuls are slow here (``EMULATION_NOTE``).
 
 Notebook 00 prints this report and what it means for the rest of the course. Every
-field is read from the running torch and the hardware, never assumed.
+field is read from the running torch and the hardware, never assumed. ``resolve_device``
+is the one place the package turns a device name into a ``torch.device``.
 """
 
 from __future__ import annotations
@@ -37,16 +39,73 @@ class MachineReport:
         return any(flag in self.cpu_flags for flag in BF16_CPU_FLAGS)
 
 
-def pick_device() -> str:
-    """The device lessons use by default: ``"cuda"``, else ``"mps"``, else ``"cpu"``.
+DEVICE_TYPES = ("cpu", "cuda", "mps")
 
-    Example: on a laptop without a GPU, ``pick_device() == "cpu"``.
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """The one device resolver: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or
+    ``"mps"`` into a ``torch.device`` that exists here.
+
+    ``"auto"`` picks what the lessons use by default: CUDA, else MPS, else the CPU.
+    Raises a ValueError for a name that is not a device of the course (with the list
+    of valid ones) and a RuntimeError when the device is not present, each saying
+    what to use instead.
+
+    Example: ``resolve_device("cpu") == torch.device("cpu")``; on a laptop without a
+    GPU ``resolve_device().type == "cpu"`` and ``resolve_device("cuda")`` raises
+    "CUDA was asked for, but ...".
     """
-    if torch.cuda.is_available():
-        return "cuda"
-    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"
+    valid = "auto, cpu, cuda, cuda:N (a GPU index), mps"
+    if not isinstance(name, str):
+        raise ValueError(f"device must be a string ({valid}), got {name!r}")
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use one of: {valid}") from None
+    if device.type not in DEVICE_TYPES:
+        raise ValueError(f"unknown device {name!r}; use one of: {valid}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = (f"this torch ({torch.__version__}) was built without CUDA"
+                     if torch.version.cuda is None
+                     else "no NVIDIA GPU is visible to this torch")
+            raise RuntimeError(
+                f"CUDA was asked for, but torch.cuda.is_available() is False: {build}. "
+                "Fix: use --device cpu (or auto), or run on a machine with an NVIDIA "
+                "GPU and a CUDA build of torch.")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise RuntimeError(f"{name!r} asked for, but only {count} CUDA device(s) "
+                               f"exist: use cuda:0 .. cuda:{count - 1}")
+    if device.type == "mps" and not _mps_available():
+        raise RuntimeError("MPS (Apple GPU) was asked for, but it is not available "
+                           "here. Fix: use --device cpu (or auto).")
+    return device
+
+
+def device_present(name: str) -> bool:
+    """True when ``resolve_device(name)`` succeeds: real tensors can be made there.
+
+    Example: on a laptop without a GPU ``device_present("cuda")`` is False and
+    ``device_present("cpu")`` is True; a name outside the course's devices (e.g.
+    ``"xpu"``) is False too.
+    """
+    try:
+        resolve_device(name)
+    except (ValueError, RuntimeError):
+        return False
+    return True
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps and mps.is_available())
 
 
 def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -80,14 +139,24 @@ def cuda_bf16_native(capability: tuple[int, int]) -> bool:
     return capability >= (8, 0)
 
 
+# The course's one explanation of why low-precision CPU runs are slow; modules and
+# notebooks refer to it instead of repeating it.
+EMULATION_NOTE = (
+    "Most CPUs have no bf16/fp16 matrix units: where torch's oneDNN kernels cannot "
+    "run the dtype on this CPU (device.cpu_matmul_emulated), a bf16/fp16 matmul "
+    "falls back to a generic loop that widens every element to fp32, measured ~150x "
+    "slower than fp32 on an AVX2 CPU. CPU runs in these dtypes show the mechanics, "
+    "not the speed; measure speed on a GPU.")
+
+
 def cpu_matmul_emulated(dtype: torch.dtype) -> bool:
     """True when a CPU matmul in ``dtype`` takes torch's generic fallback loop here.
 
     torch multiplies bf16/fp16 matrices on a CPU with oneDNN when oneDNN can run that
     dtype on this CPU (x86 bf16: AVX-512 BW/VL/DQ or AVX-NE-CONVERT; fp16: AVX-512
     FP16, AMX-FP16 or AVX-NE-CONVERT; ARM: its bf16/fp16 extensions). Otherwise it
-    falls back to a plain loop that widens every element to fp32: measured ~150x
-    slower than fp32 on an AVX2 CPU. fp32 is never emulated.
+    falls back to a plain loop (``EMULATION_NOTE`` says what that costs). fp32 is
+    never emulated.
 
     Example: on an AVX2-only CPU ``cpu_matmul_emulated(torch.bfloat16)`` is True;
     ``cpu_matmul_emulated(torch.float32)`` is False everywhere.
@@ -106,7 +175,7 @@ def cpu_matmul_emulated(dtype: torch.dtype) -> bool:
 
 def describe_machine() -> MachineReport:
     """Read the machine. Example: ``describe_machine().device_type`` -> ``"cpu"``."""
-    device_type = pick_device()
+    device_type = resolve_device().type
     flags = read_cpu_flags()
     capability = cuda_version = None
     if device_type == "cuda":
@@ -184,5 +253,5 @@ def what_this_means(report: MachineReport) -> list[str]:
         else:
             lines.append("This CPU has no AVX-512 BF16 / AMX: bf16 and fp16 matmuls "
                          "are emulated and much SLOWER than fp32, so CPU demos stay "
-                         "tiny and measure correctness, not speed.")
+                         "tiny and measure correctness, not speed. " + EMULATION_NOTE)
     return lines

@@ -123,18 +123,34 @@ FORMATS: dict[str, Format] = {
 _FP32 = FORMATS["fp32"]
 
 
-def _resolve(fmt: str | Format) -> Format:
+def resolve_format(fmt: str | Format, *, castable: bool = False) -> Format:
+    """The Format `fmt` names: a key of FORMATS, or a Format given as it is.
+
+    With `castable`, refuse a format torch has no storage dtype for (tf32: torch
+    only rounds to it inside matmuls), for code that casts tensors to it.
+
+    Example:
+        >>> resolve_format("fp16") is FORMATS["fp16"]
+        True
+        >>> resolve_format("float16")  # ValueError: unknown format 'float16'; pass ...
+    """
     if isinstance(fmt, Format):
-        return fmt
-    if isinstance(fmt, str) and fmt in FORMATS:
-        return FORMATS[fmt]
-    raise ValueError(
-        f"unknown format {fmt!r}; pass one of {', '.join(FORMATS)} "
-        "(or a Format from FORMATS)"
-    )
-
-
-# ---- bit patterns <-> values --------------------------------------------------
+        found = fmt
+    elif isinstance(fmt, str) and fmt in FORMATS:
+        found = FORMATS[fmt]
+    else:
+        raise ValueError(
+            f"unknown format {fmt!r}; pass one of {', '.join(FORMATS)} "
+            "(or a Format from FORMATS)"
+        )
+    if castable and found.dtype is None:
+        dtypes = [name for name, f in FORMATS.items() if f.dtype is not None]
+        raise ValueError(
+            f"{found.name} has no torch storage dtype (torch only rounds to it inside "
+            f"matmuls), so tensors cannot be cast to it; pick one of "
+            f"{', '.join(dtypes)} (decompose() gives its bits)"
+        )
+    return found
 
 
 def _split(pattern: int, fmt: Format) -> tuple[int, int, int]:
@@ -253,7 +269,7 @@ def decompose(value: float, fmt: str | Format) -> Decomposed:
         >>> decompose(1 + 0.0001, "fp16").value  # why 1 + 0.0001 == 1 in fp16
         1.0
     """
-    fmt = _resolve(fmt)
+    fmt = resolve_format(fmt)
     as_fp32 = _decode(_encode(float(value), _FP32), _FP32)
     pattern = _encode(as_fp32, fmt)
     sign, exponent, mantissa = _split(pattern, fmt)
@@ -294,7 +310,7 @@ def from_bits(
         >>> from_bits(0, 0, 1, "fp16")  # smallest subnormal, 2**-24
         5.960464477539063e-08
     """
-    fmt = _resolve(fmt)
+    fmt = resolve_format(fmt)
     pattern = _field(sign, 1, "sign", fmt) << (fmt.bits - 1)
     pattern |= _field(exponent, fmt.exponent_bits, "exponent", fmt) << fmt.mantissa_bits
     pattern |= _field(mantissa, fmt.mantissa_bits, "mantissa", fmt)
@@ -388,7 +404,7 @@ def zones(fmt: str | Format) -> list[Zone]:
         Zone(name='normal', lo=0.0146484375, hi=464.0)
         Zone(name='overflow', lo=464.0, hi=inf)
     """
-    fmt = _resolve(fmt)
+    fmt = resolve_format(fmt)
     half_step = fmt.min_subnormal / 2
     top_gap = math.ldexp(1.0, fmt.max_exponent - fmt.mantissa_bits)
     overflow_at = fmt.max + top_gap / 2
@@ -413,11 +429,6 @@ def torch_bits(value: float, fmt: str | Format) -> int:
         >>> hex(torch_bits(1.0, "fp16")), hex(torch_bits(-2.0, "bf16"))
         ('0x3c00', '0xc000')
     """
-    fmt = _resolve(fmt)
-    if fmt.dtype is None:
-        raise ValueError(
-            f"{fmt.name} has no torch storage dtype (torch only rounds to it inside "
-            "matmuls); use decompose(value, 'tf32') for its bits"
-        )
+    fmt = resolve_format(fmt, castable=True)
     stored = torch.tensor(float(value), dtype=torch.float32).to(fmt.dtype)
     return stored.view(_INT_VIEW[fmt.bits]).item() & (2**fmt.bits - 1)

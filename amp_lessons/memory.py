@@ -45,23 +45,30 @@ OPTIMIZER_STATE = {
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
+def byte_unit(n: int | float) -> tuple[str, int]:
+    """The binary unit `n` bytes read best in, and its size: ``(name, bytes)``.
+
+    The largest unit not above |n|, so a picture can put a set of counts on one axis
+    in the unit of the largest: ``byte_unit(3 * 2**20) -> ('MiB', 1048576)``.
+    """
+    if isinstance(n, bool) or not isinstance(n, int | float) or n != n:
+        raise ValueError(f"a number of bytes is needed, got {n!r}")
+    power = 0
+    while power < len(_UNITS) - 1 and abs(n) >= 1024 ** (power + 1):
+        power += 1
+    return _UNITS[power], 1024**power
+
+
 def format_bytes(n: int | float) -> str:
     """A byte count in binary units, one decimal: ``format_bytes(1536) -> '1.5 KiB'``.
 
     Whole bytes are printed as they are (``format_bytes(512) -> '512 B'``); negative
     counts keep their sign, so a difference such as AMP minus fp32 reads naturally.
     """
-    if isinstance(n, bool) or not isinstance(n, int | float) or n != n:
-        raise ValueError(f"format_bytes needs a number of bytes, got {n!r}")
-    sign = "-" if n < 0 else ""
-    size = abs(n)
-    if size < 1024:
-        return f"{sign}{size:g} B"
-    for unit in _UNITS[1:]:
-        size /= 1024
-        if size < 1024 or unit == _UNITS[-1]:
-            return f"{sign}{size:.1f} {unit}"
-    raise AssertionError("unreachable")
+    unit, size = byte_unit(n)
+    if size == 1:
+        return f"{n:g} B"
+    return f"{n / size:.1f} {unit}"
 
 
 # ---- what autograd saves -------------------------------------------------------

@@ -179,7 +179,7 @@ class LossScaler:
         growth_interval: int = 2000,
         enabled: bool = True,
     ) -> None:
-        _check_arguments(init_scale, growth_factor, backoff_factor, growth_interval)
+        _validate_arguments(init_scale, growth_factor, backoff_factor, growth_interval)
         self._device = device
         self._enabled = enabled
         if device == "cuda" and enabled and not torch.cuda.is_available():
@@ -513,7 +513,7 @@ class LossScaler:
 # --------------------------------------------------------------------------------------
 
 
-def _check_arguments(
+def _validate_arguments(
     init_scale: float, growth_factor: float, backoff_factor: float, growth_interval: int
 ) -> None:
     # torch only asserts growth_factor > 1 and backoff_factor < 1; a scale of nan or 0

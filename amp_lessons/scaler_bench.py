@@ -17,17 +17,18 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
 
+from amp_lessons import bench
 from amp_lessons.scaler import LossScaler
 
 OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]] = {
-    "SGD": lambda params: torch.optim.SGD(params, lr=1e-6),
-    "SGD(momentum=0.9)": lambda params: torch.optim.SGD(params, lr=1e-6, momentum=0.9),
-    "Adam": lambda params: torch.optim.Adam(params, lr=1e-6),
-    "AdamW": lambda params: torch.optim.AdamW(params, lr=1e-6),
+    label: partial(bench.make_optimizer, name, lr=1e-6)
+    for label, name in (("SGD", "sgd"), ("SGD(momentum=0.9)", "sgd_momentum"),
+                        ("Adam", "adam"), ("AdamW", "adamw"))
 }
 
 

@@ -1,4 +1,5 @@
-"""The real AMP training loop: one code path for fp32, tf32, fp16 and bf16.
+"""The real AMP training loop: one code path for fp32, tf32, fp16 and bf16, with
+checkpoints that resume bit for bit.
 
 Notebook 05 walks through it. The loop is nanoGPT's, written with the current API:
 
@@ -6,15 +7,8 @@ Notebook 05 walks through it. The loop is nanoGPT's, written with the current AP
     scaler = torch.amp.GradScaler(device_type, enabled=precision.needs_scaler)
     scale -> backward -> unscale_ -> clip -> step -> update -> zero_grad(set_to_none)
 
-For fp32 and bf16 the scaler is simply disabled (every call is a no-op), so there is
-one path, not four. Two built-in synthetic tasks, nothing downloaded:
-
-* ``"spirals"``: 3 interleaved 2-D spirals classified by a small MLP; learns in a few
-  seconds on a CPU in every precision.
-* ``"gpt"``: a small GPT (causal self-attention through
-  ``F.scaled_dot_product_attention``) on arithmetic token sequences
-  ``x[t+1] = (x[t] + stride) % vocab``: the stride is per sequence, so the model must
-  look back, which is what attention is for. Used by ``bench``.
+The precisions are ``amp_lessons.precision``'s; the models and data of the two
+built-in tasks (``"spirals"``, ``"gpt"``) are ``amp_lessons.models``'.
 
 Not covered here: distributed training, fused optimizers that take the scale
 themselves, learning-rate schedules.
@@ -27,8 +21,7 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,365 +30,20 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# ---------------------------------------------------------------------------
-# Precisions and devices
-# ---------------------------------------------------------------------------
+from amp_lessons.device import resolve_device
+from amp_lessons.models import GPT, MLP, make_spirals, make_tokens
+from amp_lessons.precision import (
+    Precision,
+    SlowOnThisDeviceWarning,
+    autocast_context,
+    make_scaler,
+    resolve_precision,
+    slow_note,
+    tf32_mode,
+    validate_scaler_choice,
+)
 
-
-@dataclass(frozen=True)
-class Precision:
-    """How one precision setting runs: what autocast casts to, TF32, the scaler."""
-
-    name: str
-    dtype: torch.dtype  # autocast's target dtype (float32: autocast stays off)
-    autocast: bool
-    tf32: bool  # let fp32 matmuls use TF32 tensor cores (CUDA Ampere+ only)
-    needs_scaler: bool  # fp16's 5 exponent bits make small gradients flush to zero
-    summary: str
-
-
-PRECISIONS: dict[str, Precision] = {
-    p.name: p
-    for p in (
-        Precision("fp32", torch.float32, False, False, False,
-                  "float32 everywhere, TF32 off: the reference"),
-        Precision("tf32", torch.float32, False, True, False,
-                  "float32 tensors, matmuls on TF32 tensor cores (10-bit mantissa)"),
-        Precision("fp16", torch.float16, True, False, True,
-                  "autocast to float16 + loss scaling, fp32 master weights"),
-        Precision("bf16", torch.bfloat16, True, False, False,
-                  "autocast to bfloat16, fp32 master weights, no scaler needed"),
-    )
-}
-DEVICE_TYPES = ("cpu", "cuda", "mps")
-SCALERS = ("auto", "torch", "ours", "none")
 TASKS = ("spirals", "gpt")
-
-
-class SlowOnThisDeviceWarning(UserWarning):
-    """A precision that works here but runs much slower than fp32 (fp16 on a CPU)."""
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    """Turn ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"mps"`` into a device.
-
-    Raises a ValueError for a name torch does not know and a RuntimeError when the
-    device is not present, each saying what to use instead.
-
-    Example: ``resolve_device("cpu") == torch.device("cpu")``; on a machine without
-    an NVIDIA GPU ``resolve_device("cuda")`` raises "CUDA was asked for, but ...".
-    """
-    valid = "auto, cpu, cuda, cuda:N (a GPU index), mps"
-    if not isinstance(name, str):
-        raise ValueError(f"device must be a string ({valid}), got {name!r}")
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if _mps_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"unknown device {name!r}; use one of: {valid}") from None
-    if device.type not in DEVICE_TYPES:
-        raise ValueError(f"unknown device {name!r}; use one of: {valid}")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            build = (f"this torch ({torch.__version__}) was built without CUDA"
-                     if torch.version.cuda is None
-                     else "no NVIDIA GPU is visible to this torch")
-            raise RuntimeError(
-                f"CUDA was asked for, but torch.cuda.is_available() is False: {build}. "
-                "Fix: use --device cpu (or auto), or run on a machine with an NVIDIA "
-                "GPU and a CUDA build of torch.")
-        count = torch.cuda.device_count()
-        if device.index is not None and device.index >= count:
-            raise RuntimeError(f"{name!r} asked for, but only {count} CUDA device(s) "
-                               f"exist: use cuda:0 .. cuda:{count - 1}")
-    if device.type == "mps" and not _mps_available():
-        raise RuntimeError("MPS (Apple GPU) was asked for, but it is not available "
-                           "here. Fix: use --device cpu (or auto).")
-    return device
-
-
-def _mps_available() -> bool:
-    mps = getattr(torch.backends, "mps", None)
-    return bool(mps and mps.is_available())
-
-
-def resolve_precision(name: str, device: torch.device | str = "cpu",
-                      warn: bool = True) -> Precision:
-    """Look up a precision and check the device can run it.
-
-    Warns (SlowOnThisDeviceWarning) for fp16 on a CPU, where it works but is slow;
-    ``warn=False`` leaves that to the caller (see ``slow_note``).
-
-    Example: ``resolve_precision("bf16").dtype is torch.bfloat16``;
-    ``resolve_precision("fp8")`` raises "unknown precision 'fp8'; use one of: ...".
-    """
-    if name not in PRECISIONS:
-        raise ValueError(f"unknown precision {name!r}; use one of: "
-                         f"{', '.join(PRECISIONS)}")
-    precision = PRECISIONS[name]
-    device = torch.device(device)
-    if name == "bf16" and device.type == "cuda":
-        capability = torch.cuda.get_device_capability(device)
-        if capability < (8, 0):
-            gpu = torch.cuda.get_device_name(device)
-            raise RuntimeError(
-                f"bf16 needs a GPU with native bfloat16 (compute capability 8.0+, "
-                f"Ampere or newer); {gpu} is {capability[0]}.{capability[1]}, where "
-                "torch would emulate it slowly. Fix: use --precision fp16 (with its "
-                "loss scaler).")
-    note = slow_note(precision, device)
-    if warn and note:
-        warnings.warn(note, SlowOnThisDeviceWarning, stacklevel=2)
-    return precision
-
-
-def slow_note(precision: Precision, device: torch.device | str) -> str | None:
-    """A note when a precision works on a device but is slow there, else None.
-
-    Example: ``slow_note(PRECISIONS["fp16"], "cpu")`` -> "fp16 on a CPU works but ...".
-    """
-    if precision.name == "fp16" and torch.device(device).type == "cpu":
-        return ("fp16 on a CPU works but is slow: most CPUs have no fp16 matrix "
-                "units (on an AVX2 CPU an fp16 matmul is ~150x slower than fp32). "
-                "It is here to learn the mechanics; measure speed on a GPU.")
-    return None
-
-
-@contextmanager
-def tf32_mode(enabled: bool, device_type: str = "cuda") -> Iterator[None]:
-    """Allow (or forbid) TF32 for fp32 matmuls and convolutions, then restore.
-
-    TF32 exists on NVIDIA GPUs from Ampere on; for any other ``device_type`` nothing
-    is touched (so CPU math never changes).
-
-    Example::
-
-        with tf32_mode(False):   # an honest fp32 baseline, even where TF32 is on
-            y = a @ b
-    """
-    if device_type != "cuda":
-        yield
-        return
-    b = torch.backends
-    # torch >= 2.9 keeps a legacy flag and a per-backend `fp32_precision` and raises
-    # when they disagree. The legacy setters update both, so inside they agree; on
-    # the way out every readable setting is put back as it was.
-    per_backend = {obj: obj.fp32_precision
-                   for obj in (b.cuda.matmul, getattr(b.cudnn, "conv", None),
-                               getattr(b.cudnn, "rnn", None),
-                               getattr(b.mkldnn, "matmul", None))
-                   if obj is not None and hasattr(obj, "fp32_precision")}
-    matmul = _read_or_none(torch.get_float32_matmul_precision)
-    cudnn = _read_or_none(lambda: b.cudnn.allow_tf32)
-    b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        if matmul in ("highest", "high"):
-            b.cuda.matmul.allow_tf32 = matmul == "high"
-        elif matmul is not None:
-            torch.set_float32_matmul_precision(matmul)
-        if cudnn is not None:
-            b.cudnn.allow_tf32 = cudnn
-        for obj, value in per_backend.items():
-            obj.fp32_precision = value
-
-
-def _read_or_none(getter: Callable[[], Any]) -> Any:
-    try:
-        return getter()
-    except RuntimeError:  # the caller mixed torch's two TF32 APIs: unreadable
-        return None
-
-
-def autocast_context(precision: Precision, device: torch.device | str):
-    """The autocast context for a precision: on for fp16/bf16, a no-op otherwise.
-
-    Example::
-
-        ctx = autocast_context(PRECISIONS["bf16"], "cpu")
-        with ctx:
-            assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype is torch.bfloat16
-    """
-    device_type = torch.device(device).type
-    return torch.amp.autocast(device_type, dtype=precision.dtype,
-                              enabled=precision.autocast)
-
-
-def make_scaler(precision: Precision, device: torch.device | str,
-                scaler: str = "auto", init_scale: float = 2.0**16,
-                growth_interval: int = 2000):
-    """The loss scaler for a precision: enabled only for fp16.
-
-    ``scaler``: ``"auto"`` (torch's GradScaler for fp16, disabled otherwise),
-    ``"torch"`` (torch.amp.GradScaler), ``"ours"`` (amp_lessons.scaler.LossScaler,
-    written in lesson 03) or ``"none"`` (disabled: fp16 without scaling, to watch
-    gradients underflow). Asking for a scaler with any precision but fp16 is an error.
-
-    Example: ``make_scaler(PRECISIONS["fp16"], "cpu").get_scale() == 65536.0``;
-    ``make_scaler(PRECISIONS["bf16"], "cpu").is_enabled() is False``.
-    """
-    _check_scaler_choice(precision, scaler)
-    device_type = torch.device(device).type
-    enabled = precision.needs_scaler and scaler != "none"
-    if enabled and scaler == "ours":
-        from amp_lessons.scaler import LossScaler  # written alongside, lesson 03
-
-        return LossScaler(device_type, init_scale=init_scale,
-                          growth_interval=growth_interval)
-    return torch.amp.GradScaler(device_type, init_scale=init_scale,
-                                growth_interval=growth_interval, enabled=enabled)
-
-
-def _check_scaler_choice(precision: Precision, scaler: str) -> None:
-    if scaler not in SCALERS:
-        raise ValueError(f"unknown scaler {scaler!r}; use one of: {', '.join(SCALERS)}")
-    if scaler in ("torch", "ours") and not precision.needs_scaler:
-        why = ("bf16 has fp32's 8 exponent bits, so gradients do not underflow the "
-               "way they do in fp16" if precision.name == "bf16"
-               else f"{precision.name} gradients are float32")
-        raise ValueError(
-            f"a loss scaler is not needed with {precision.name}: {why}. Scaling "
-            "would only cost time. Fix: use --scaler auto (or none), or "
-            "--precision fp16 if you want to study loss scaling.")
-
-
-def check_model(model: nn.Module, precision: Precision, scaler_enabled: bool) -> None:
-    """Refuse a model whose weights cannot train in this precision, before any step.
-
-    Example: ``check_model(nn.Linear(2, 2).half(), PRECISIONS["fp16"], True)`` raises
-    (torch's GradScaler would fail later with "Attempting to unscale FP16 gradients").
-    """
-    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
-    low = sorted(str(d).removeprefix("torch.") for d in dtypes - {torch.float32})
-    if not low:
-        return
-    if scaler_enabled:
-        raise ValueError(
-            f"the model's parameters are {', '.join(low)} (model.half()?), but loss "
-            "scaling needs float32 weights: torch's GradScaler stops with "
-            "'Attempting to unscale FP16 gradients', and fp16 weights lose small "
-            "updates anyway. Fix: keep the model in float32 (drop .half()) and let "
-            "autocast cast each op to fp16; the fp32 weights are the master copy.")
-    if not precision.autocast:
-        raise ValueError(
-            f"the model's parameters are {', '.join(low)}, but precision "
-            f"{precision.name} computes in float32. Fix: model.float(), or pick "
-            "--precision fp16/bf16 and keep the weights in float32.")
-
-
-# ---------------------------------------------------------------------------
-# Models and synthetic data
-# ---------------------------------------------------------------------------
-
-
-class MLP(nn.Module):
-    """A plain ReLU MLP: ``sizes=(2, 64, 64, 3)`` is 2 inputs -> 3 class scores."""
-
-    def __init__(self, sizes: Sequence[int]):
-        super().__init__()
-        layers: list[nn.Module] = []
-        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-            layers.append(nn.Linear(n_in, n_out))
-            if i < len(sizes) - 2:
-                layers.append(nn.ReLU())
-        self.net = nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, n_embd: int, n_head: int):
-        super().__init__()
-        if n_embd % n_head:
-            raise ValueError(f"n_embd={n_embd} must be a multiple of n_head={n_head}")
-        self.n_head = n_head
-        self.qkv = nn.Linear(n_embd, 3 * n_embd, bias=False)
-        self.proj = nn.Linear(n_embd, n_embd, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                   for t in (q, k, v))
-        # flash / memory-efficient kernels on CUDA: no T x T matrix is kept
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
-
-
-class Block(nn.Module):
-    def __init__(self, n_embd: int, n_head: int):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(n_embd)
-        self.attn = CausalSelfAttention(n_embd, n_head)
-        self.ln2 = nn.LayerNorm(n_embd)
-        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd, bias=False), nn.GELU(),
-                                 nn.Linear(4 * n_embd, n_embd, bias=False))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    """A small GPT: token + position embeddings, pre-LN blocks, a linear head.
-
-    Example: ``GPT(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=64)``
-    maps token ids of shape (B, T) to logits of shape (B, T, 64).
-    """
-
-    def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int,
-                 n_embd: int):
-        super().__init__()
-        self.block_size = block_size
-        self.tok_emb = nn.Embedding(vocab_size, n_embd)
-        self.pos_emb = nn.Embedding(block_size, n_embd)
-        self.blocks = nn.Sequential(*(Block(n_embd, n_head) for _ in range(n_layer)))
-        self.ln_f = nn.LayerNorm(n_embd)
-        self.head = nn.Linear(n_embd, vocab_size, bias=False)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        T = idx.shape[1]
-        pos = torch.arange(T, device=idx.device)
-        x = self.tok_emb(idx) + self.pos_emb(pos)
-        return self.head(self.ln_f(self.blocks(x)))
-
-
-def make_spirals(n: int, num_classes: int = 3, noise: float = 0.15,
-                 generator: torch.Generator | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` points on ``num_classes`` interleaved spiral arms: x (n, 2), y (n,).
-
-    Example: ``x, y = make_spirals(300)`` -> ``x.shape == (300, 2)``, labels 0, 1, 2.
-    """
-    y = torch.arange(n) % num_classes
-    r = torch.rand(n, generator=generator)
-    theta = 4.5 * r + 2 * math.pi * y / num_classes  # 4.5 rad (258 deg) per arm
-    x = torch.stack([r * torch.cos(theta), r * torch.sin(theta)], dim=1)
-    x = x + noise * r[:, None] * torch.randn(n, 2, generator=generator)
-    return x * 2.0, y  # inputs of order 1
-
-
-def make_tokens(batch_size: int, block_size: int, vocab_size: int,
-                generator: torch.Generator | None = None, max_stride: int = 8
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Arithmetic sequences mod ``vocab_size``; y is x shifted by one token.
-
-    Each row has its own start and stride (1..max_stride), so after two tokens the
-    rest is predictable, but only by looking back: a bigram cannot do it.
-
-    Example: a row ``[5, 8, 11, 14, ...]`` has targets ``[8, 11, 14, 17, ...]``.
-    """
-    start = torch.randint(vocab_size, (batch_size, 1), generator=generator)
-    stride = torch.randint(1, max_stride + 1, (batch_size, 1), generator=generator)
-    seq = (start + stride * torch.arange(block_size + 1)) % vocab_size
-    return seq[:, :-1], seq[:, 1:]
 
 
 # ---------------------------------------------------------------------------
@@ -513,6 +161,31 @@ def validate_config(config: TrainConfig) -> None:
         raise ValueError("resume=True needs checkpoint_path (--checkpoint PATH)")
     if config.checkpoint_every and not config.checkpoint_path:
         raise ValueError("checkpoint_every needs checkpoint_path (--checkpoint PATH)")
+
+
+def validate_model(model: nn.Module, precision: Precision,
+                   scaler_enabled: bool) -> None:
+    """Refuse a model whose weights cannot train in this precision, before any step.
+
+    Example: ``validate_model(nn.Linear(2, 2).half(), PRECISIONS["fp16"], True)`` raises
+    (torch's GradScaler would fail later with "Attempting to unscale FP16 gradients").
+    """
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    low = sorted(str(d).removeprefix("torch.") for d in dtypes - {torch.float32})
+    if not low:
+        return
+    if scaler_enabled:
+        raise ValueError(
+            f"the model's parameters are {', '.join(low)} (model.half()?), but loss "
+            "scaling needs float32 weights: torch's GradScaler stops with "
+            "'Attempting to unscale FP16 gradients', and fp16 weights lose small "
+            "updates anyway. Fix: keep the model in float32 (drop .half()) and let "
+            "autocast cast each op to fp16; the fp32 weights are the master copy.")
+    if not precision.autocast:
+        raise ValueError(
+            f"the model's parameters are {', '.join(low)}, but precision "
+            f"{precision.name} computes in float32. Fix: model.float(), or pick "
+            "--precision fp16/bf16 and keep the weights in float32.")
 
 
 # ---------------------------------------------------------------------------
@@ -671,7 +344,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
 CHECKPOINT_FORMAT = "amp_lessons.train/1"
 
 
-def _check_resume_compatible(saved: dict, config: TrainConfig, path) -> None:
+def _refuse_incompatible_resume(saved: dict, config: TrainConfig, path) -> None:
     now = asdict(config)
     diff = [f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}"
             for k in RESUME_MUST_MATCH if saved.get(k) != now[k]]
@@ -706,14 +379,14 @@ def train(config: TrainConfig, model: nn.Module | None = None,
     validate_config(config)
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device, warn=False)
-    _check_scaler_choice(precision, config.scaler)
+    validate_scaler_choice(precision, config.scaler)
     scaler_enabled = precision.needs_scaler and config.scaler != "none"
     if model is not None:
-        check_model(model, precision, scaler_enabled)
+        validate_model(model, precision, scaler_enabled)
     saved = None
     if config.resume:
         saved = load_checkpoint(config.checkpoint_path)
-        _check_resume_compatible(saved["config"], config, config.checkpoint_path)
+        _refuse_incompatible_resume(saved["config"], config, config.checkpoint_path)
 
     # -- nothing was touched above; from here on we build and train --
     notes = [n for n in [slow_note(precision, device)] if n]
@@ -797,7 +470,6 @@ def _restore(saved, model, optimizer, scaler, task, device) -> None:
     torch.set_rng_state(saved["torch_rng"])
     if saved["cuda_rng"] is not None and device.type == "cuda":
         torch.cuda.set_rng_state_all(saved["cuda_rng"])
-
 
 
 # ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ and keeps fp32 master weights.
 Notebook 02 uses this module: the gradients of a real network (``backward_demo``,
 ``collect_gradients``), what a cast to a format does to them at a given loss scale
 (``cast_outcome``, ``underflow_fraction``, ``log2_histogram``; the picture is
-``amp_lessons.widgets.plot_gradient_histogram``), a tiny model trained entirely in
+``amp_lessons.plots.plot_gradient_histogram``), a tiny model trained entirely in
 fp16 that stops learning unless the loss is scaled (``train_pure_fp16``), and the
 update that fp16 swallows whole (``swamping``). Every number comes from a real
 torch cast or a real fp16 computation.
@@ -23,25 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amp_lessons.formats import FORMATS, Format, zones
-
-
-def _format(fmt: str | Format) -> Format:
-    """The Format named `fmt` (a key of FORMATS), one torch can cast to."""
-    if isinstance(fmt, Format):
-        found = fmt
-    elif isinstance(fmt, str) and fmt in FORMATS:
-        found = FORMATS[fmt]
-    else:
-        raise ValueError(f"unknown format {fmt!r}; pass one of {', '.join(FORMATS)}")
-    if found.dtype is None:
-        castable = [name for name, f in FORMATS.items() if f.dtype is not None]
-        raise ValueError(
-            f"{found.name} is not a storage dtype in torch (it only exists inside "
-            f"matmuls), so tensors cannot be cast to it; pick one of "
-            f"{', '.join(castable)}"
-        )
-    return found
+from amp_lessons.formats import Format, resolve_format, zones
 
 
 def _check_scale(scale: float) -> float:
@@ -155,7 +137,7 @@ def cast_outcome(
         >>> cast_outcome(g, scale=2.0**16).zero  # scaled: 6.6e-5 is normal fp16
         0.0
     """
-    f = _format(fmt)
+    f = resolve_format(fmt, castable=True)
     scaled = _scaled(grads, scale)
     n = scaled.numel()
     if n == 0:
@@ -340,7 +322,7 @@ def swamping(
         >>> s.one_step == 1.0, s.low_precision, round(s.master, 4)
         (True, 1.0, 1.1)
     """
-    f = _format(fmt)
+    f = resolve_format(fmt, castable=True)
     for name, value in (("weight", weight), ("update", update)):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{name} must be a number, got {value!r}")

@@ -1,9 +1,9 @@
 """Start the course's JupyterLab for a test, exactly as `make lab` does, and clean up.
 
-The launch and browser tests share this: `amp_lessons.lab.lab_command` builds the
-command (what students run), and everything the server or its kernels write (settings,
-workspaces, runtime files, matplotlib's font cache) lands in a temporary HOME that is
-deleted afterwards, so no user settings leak in and nothing is left behind.
+The launch and browser tests share this: `amp_lessons.tooling.lab.lab_command` builds
+the command (what students run), and everything the server or its kernels write
+(settings, workspaces, runtime files, matplotlib's font cache) lands in a temporary HOME
+that is deleted afterwards, so no user settings leak in and nothing is left behind.
 
 Example:
     with running_lab() as lab:
@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from amp_lessons.lab import lab_command
+from amp_lessons.tooling.lab import lab_command
 
 START_TIMEOUT_S = 90  # a cold start on 2 cores takes ~5 s; the first import can be slow
 

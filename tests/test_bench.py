@@ -1,6 +1,6 @@
-"""The benchmark: FLOP counts against torch's counter, timing, the results schema."""
+"""The benchmark: FLOP counts against torch's counter, timing, the table, and the
+speed/memory panel's measurement (results files: test_bench_results.py)."""
 
-import json
 import time
 
 import pytest
@@ -8,7 +8,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from amp_lessons import bench
-from amp_lessons.train import PRECISIONS
+from amp_lessons.memory import activation_bytes, format_bytes, optimizer_state_bytes
+from amp_lessons.models import MLP
+from amp_lessons.precision import PRECISIONS
 
 TINY = {"mlp": {"width": 32, "layers": 3, "batch": 8},
         "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16,
@@ -60,6 +62,37 @@ def test_unknown_gpus_have_no_peak_so_no_mfu(name):
     assert bench.peak_tflops(name) is None
 
 
+def test_time_steps_stops_at_the_deadline_after_one_timed_step():
+    calls = []
+
+    def step():
+        calls.append(1)
+        time.sleep(0.01)
+
+    past = time.perf_counter()  # already passed: one timed step, after the warm-up
+    assert len(bench.time_steps(step, "cpu", warmup=2, iters=5, deadline=past)) == 1
+    assert len(calls) == 3
+    far = time.perf_counter() + 3600
+    assert len(bench.time_steps(step, "cpu", warmup=0, iters=4, deadline=far)) == 4
+
+
+@pytest.mark.parametrize("name, kind, momentum", [
+    ("adam", torch.optim.Adam, None), ("adamw", torch.optim.AdamW, None),
+    ("sgd", torch.optim.SGD, 0.0), ("sgd_momentum", torch.optim.SGD, 0.9)])
+def test_make_optimizer_keeps_the_state_memory_counts(name, kind, momentum):
+    model = MLP((8, 8, 8))
+    optimizer = bench.make_optimizer(name, model.parameters(), lr=0.5)
+    assert type(optimizer) is kind and optimizer.defaults["lr"] == 0.5
+    if momentum is not None:
+        assert optimizer.defaults["momentum"] == momentum
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    state = sum(t.nbytes for s in optimizer.state.values() for t in s.values())
+    assert state == optimizer_state_bytes(model, name)
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'; use one of adam"):
+        bench.make_optimizer("lion", model.parameters())
+
+
 def test_time_steps_warms_up_untimed_then_times_each_step():
     calls = []
 
@@ -89,9 +122,8 @@ def test_sizes_merge_and_refuse_unknown_names():
 
 
 @pytest.fixture(scope="module")
-def tiny_report():
-    return bench.bench_report("cpu", sizes=TINY, warmup=1, iters=2,
-                              command="pytest tiny bench")
+def tiny_rows():
+    return bench.run_bench("cpu", sizes=TINY, warmup=1, iters=2)
 
 
 def test_cpu_threads_are_set_while_measuring_then_restored():
@@ -107,8 +139,8 @@ def test_cpu_threads_are_set_while_measuring_then_restored():
             pass
 
 
-def test_tiny_bench_has_every_config_and_precision(tiny_report):
-    rows = tiny_report["results"]
+def test_tiny_bench_has_every_config_and_precision(tiny_rows):
+    rows = tiny_rows
     assert [(r["config"], r["precision"]) for r in rows] == [
         (c, p) for c in bench.CONFIGS for p in PRECISIONS]
     for r in rows:
@@ -121,85 +153,32 @@ def test_tiny_bench_has_every_config_and_precision(tiny_report):
     assert "fp32 again" in rows[1]["note"]  # tf32 on a CPU says what it is
 
 
-def test_amp_keeps_more_bytes_for_the_mlp_and_fewer_for_the_transformer(tiny_report):
+def test_amp_keeps_more_bytes_for_the_mlp_and_fewer_for_the_transformer(tiny_rows):
     """Lesson 06's point: weight copies make AMP keep MORE for a small-batch MLP."""
     act = {(r["config"], r["precision"]): r["activation_bytes"]
-           for r in tiny_report["results"]}
+           for r in tiny_rows}
     for low in ("fp16", "bf16"):
         assert act["mlp", low] > act["mlp", "fp32"]
         assert act["transformer", low] < act["transformer", "fp32"]
     assert act["mlp", "tf32"] == act["mlp", "fp32"]
 
 
-def test_activation_bytes_are_memory_modules_count(tiny_report):
-    from amp_lessons.memory import activation_bytes
-
+def test_activation_bytes_are_memory_modules_count(tiny_rows):
     model, x, *_ = bench.build("mlp", TINY["mlp"], torch.device("cpu"))
-    row = next(r for r in tiny_report["results"]
+    row = next(r for r in tiny_rows
                if (r["config"], r["precision"]) == ("mlp", "bf16"))
     assert row["activation_bytes"] == activation_bytes(model, x, torch.bfloat16)
 
 
-def test_results_file_round_trip_and_schema(tiny_report, tmp_path):
-    path = bench.save_results(tiny_report, tmp_path / "out.json")
-    report = bench.load_results(path)
-    assert report == json.loads(json.dumps(tiny_report))
-    for key in ("device", "torch", "date", "command", "results", "sizes", "iters"):
-        assert key in report
-    assert report["device"] == "cpu" and report["torch"] == torch.__version__
-    assert report["command"] == "pytest tiny bench"
-    assert report["sizes"] == TINY
-    assert report["cpu_threads"] == 1  # the CPU default, see run_bench
-    assert any("peak_mem_bytes is None" in n for n in report["notes"])
-    text = bench.format_table(report["results"])
-    assert text.splitlines()[0].split()[:4] == ["config", "prec", "step", "ms"]
+def test_table_shows_bytes_with_units_and_numbers_the_notes(tiny_rows):
+    text = bench.format_table(tiny_rows)
+    header, _, first, *rest = text.splitlines()
+    assert header.split()[:4] == ["config", "prec", "step", "ms"]
+    assert "peak" in header.split() and "act" in header.split()
+    fp32 = tiny_rows[0]
+    assert f" {format_bytes(fp32['activation_bytes'])} " in first  # memory's formatter
+    assert first.split()[4] == "-"  # no peak on a CPU
     assert "[1] TF32 is an NVIDIA GPU mode" in text
-    assert list(tmp_path.iterdir()) == [path]
-
-
-@pytest.mark.parametrize("damage, message", [
-    (lambda r: r.pop("torch"), "missing top-level key 'torch'"),
-    (lambda r: r["results"].clear(), "'results' is empty"),
-    (lambda r: r["results"][0].pop("step_ms"), r"results\[0\] lacks 'step_ms'"),
-    (lambda r: r["results"][1].update(precision="fp64"), "unknown precision 'fp64'"),
-    (lambda r: r["results"][2].update(step_ms="fast"), "not of the expected type"),
-    (lambda r: r["results"][2].update(activation_bytes=1.5), "not of the expected"),
-    (lambda r: r["results"][0].update(step_ms=0), "step_ms must be > 0"),
-])
-def test_load_results_names_what_is_wrong(tiny_report, tmp_path, damage, message):
-    report = json.loads(json.dumps(tiny_report))
-    damage(report)
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(report))
-    with pytest.raises(ValueError, match=message):
-        bench.load_results(path)
-    with pytest.raises(ValueError, match=message):
-        bench.save_results(report, tmp_path / "never.json")
-    assert not (tmp_path / "never.json").exists()
-
-
-def test_load_results_refuses_a_file_that_is_not_json(tmp_path):
-    path = tmp_path / "bench_x.json"
-    path.write_text("{not json")
-    with pytest.raises(ValueError, match="cannot read bench results"):
-        bench.load_results(path)
-    with pytest.raises(ValueError, match="cannot read bench results"):
-        bench.load_results(tmp_path / "missing.json")
-
-
-def test_recorded_results_reads_every_bench_file(tiny_report, tmp_path):
-    bench.save_results(tiny_report, tmp_path / bench.results_filename("NVIDIA H200"))
-    (tmp_path / "other.json").write_text("{}")
-    assert [r["command"] for r in bench.recorded_results(tmp_path)] == [
-        "pytest tiny bench"]
-    assert bench.results_filename("NVIDIA H200") == "bench_h200.json"
-    name = "NVIDIA A100-SXM4-80GB"
-    assert bench.results_filename(name) == "bench_a100_sxm4_80gb.json"
-
-
-def test_every_results_file_in_the_repo_is_valid():
-    for report in bench.recorded_results():
-        assert report["device"] == "cuda" and report["gpu"]
 
 
 def test_ratios_are_against_the_same_configs_fp32():
@@ -256,7 +235,7 @@ def test_bf16_is_faster_and_smaller_on_a_tensor_core_gpu(cuda_rows):
 def test_tf32_mode_really_changes_cuda_matmuls():
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("TF32 needs compute capability 8.0+")
-    from amp_lessons.train import tf32_mode
+    from amp_lessons.precision import tf32_mode
 
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(1024, 1024, device="cuda", generator=g)
@@ -268,12 +247,42 @@ def test_tf32_mode_really_changes_cuda_matmuls():
     assert err_tf32 > 10 * err_fp32
 
 
-def test_results_dir_is_the_clones_and_falls_back_to_the_working_folder(
-    tmp_path, monkeypatch
-):
-    assert bench.find_results_dir() == bench.RESULTS_DIR
-    assert bench.RESULTS_DIR.parts[-2:] == ("notebooks", "results")
-    monkeypatch.setattr(bench, "__file__", str(tmp_path / "site" / "amp_lessons" /
-                                               "bench.py"))
-    monkeypatch.chdir(tmp_path)
-    assert bench.find_results_dir() == tmp_path / "results"
+# -- the speed/memory panel's measurement ---------------------------------------------
+
+
+def test_measure_speed_memory_counts_memory_exactly_and_times_each_precision():
+    rows = bench.measure_speed_memory(16, 4, ("fp32", "bf16"), iters=2,
+                                      optimizer="sgd_momentum")
+    assert [r["precision"] for r in rows] == ["fp32", "bf16"]
+    model = MLP((16,) * 4)
+    x = torch.randn(4, 16)
+    weights = sum(p.nbytes for p in model.parameters())
+    for row, dtype in zip(rows, (None, torch.bfloat16), strict=True):
+        m = row["memory"]
+        assert m["weights"] == m["gradients"] == row["param_bytes"] == weights
+        assert m["optimizer_state"] == weights  # one momentum buffer per parameter
+        assert row["activation_bytes"] == activation_bytes(model, x, dtype)
+        assert len(row["times_ms"]) == 2 and row["step_ms"] > 0
+        assert row["peak_mem_bytes"] is None  # CPU: not tracked
+    # a spent budget: each precision still gets its warm-up and ONE timed step
+    rows = bench.measure_speed_memory(16, 4, ("fp32", "bf16"), iters=3,
+                                      budget_ms=0)
+    assert [len(r["times_ms"]) for r in rows] == [1, 1]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"width": 0}, "width must be a positive int"),
+    ({"warmup": -1}, "warmup must be an int >= 0"),
+    ({"precisions": ()}, "no precision chosen"),
+    ({"precisions": ("fp8",)}, "unknown precision"),
+    ({"optimizer": "lion"}, "unknown optimizer 'lion'"),
+])
+def test_measure_speed_memory_refuses_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        bench.measure_speed_memory(**kwargs)
+
+
+def test_measure_leaves_the_global_rng_alone():
+    state = torch.random.get_rng_state()
+    bench.measure_speed_memory(16, 4, ("fp32",), time_steps=False)
+    assert torch.equal(torch.random.get_rng_state(), state)

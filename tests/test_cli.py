@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from amp_lessons import bench
+from amp_lessons import bench_results
 from amp_lessons.__main__ import main
 
 TINY_BENCH = ["--mlp-width", "32", "--mlp-batch", "8", "--gpt-layers", "1",
@@ -112,7 +112,7 @@ def test_bench_prints_a_table_and_writes_json(capsys, tmp_path):
     assert main(["bench", "--device", "cpu", "--json", str(path), *TINY_BENCH]) == 0
     out = capsys.readouterr().out
     assert "speedup" in out and f"wrote {path}" in out
-    report = bench.load_results(path)
+    report = bench_results.load_results(path)
     assert report["command"].startswith("python -m amp_lessons bench --device cpu")
     assert report["sizes"]["mlp"]["width"] == 32
     assert len(report["results"]) == 8

@@ -1,11 +1,13 @@
+import pytest
 import torch
 
 from amp_lessons.device import (
     cpu_matmul_emulated,
     cuda_bf16_native,
     describe_machine,
-    pick_device,
+    device_present,
     read_cpu_flags,
+    resolve_device,
     what_this_means,
 )
 
@@ -13,7 +15,7 @@ from amp_lessons.device import (
 def test_report_matches_running_torch():
     report = describe_machine()
     assert report.torch_version == torch.__version__
-    assert report.device_type == pick_device()
+    assert report.device_type == resolve_device().type
     assert report.cpu_capability == torch.backends.cpu.get_cpu_capability()
     if not torch.cuda.is_available():
         assert report.compute_capability is None and not report.tensor_cores
@@ -91,3 +93,29 @@ def test_meaning_without_a_gpu_does_not_promise_recorded_results():
                   tensor_cores=False)
     text = " ".join(what_this_means(cpu))
     assert "recorded GPU results if notebooks/results/ has any" in text
+
+
+@pytest.mark.parametrize("name", ["tpu", "npu", "cuda:x"])
+def test_unknown_device_lists_the_valid_ones(name):
+    with pytest.raises(ValueError, match="unknown device.*auto, cpu, cuda"):
+        resolve_device(name)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_says_what_to_use_and_is_not_present():
+    with pytest.raises(RuntimeError, match="CUDA was asked for.*--device cpu"):
+        resolve_device("cuda")
+    assert device_present("cpu") and not device_present("cuda")
+
+
+def test_resolve_device_accepts_the_course_devices_only():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device().type == ("cuda" if torch.cuda.is_available() else
+                                     "mps" if device_present("mps") else "cpu")
+    with pytest.raises(ValueError, match="device must be a string"):
+        resolve_device(torch.device("cpu"))
+    assert not device_present("xpu")  # not a course device: a ValueError inside
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        with pytest.raises(RuntimeError, match=f"only {n} CUDA device"):
+            resolve_device(f"cuda:{n}")

@@ -14,6 +14,7 @@ from amp_lessons.formats import (
     from_bits,
     neighbours,
     relative_error,
+    resolve_format,
     round_to,
     torch_bits,
     zones,
@@ -459,6 +460,21 @@ def test_zones_are_where_rounding_puts_values(name):
 
 
 # ---- bad input ---------------------------------------------------------------------
+
+
+def test_resolve_format_is_the_one_lookup():
+    assert resolve_format("fp16") is FORMATS["fp16"]
+    odd = Format("odd", 4, 3, has_inf=False, dtype=None)
+    assert resolve_format(odd) is odd  # a Format is taken as it is
+    assert resolve_format("tf32").dtype is None
+    for bad in ("FP16", "float16", torch.float16, None):
+        with pytest.raises(ValueError, match=r"unknown format .*; pass one of fp32, "
+                           r"tf32, fp16, bf16, fp8_e4m3, fp8_e5m2 \(or a Format"):
+            resolve_format(bad)
+    with pytest.raises(ValueError, match="tf32 has no torch storage dtype .* pick one "
+                       "of fp32, fp16, bf16, fp8_e4m3, fp8_e5m2"):
+        resolve_format("tf32", castable=True)
+    assert resolve_format("bf16", castable=True).dtype is torch.bfloat16
 
 
 def test_unknown_format_names_the_valid_ones():

@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from amp_lessons import grading
+from amp_lessons.tooling import grading
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = grading.course_notebooks(ROOT / "notebooks")

@@ -242,7 +242,7 @@ def test_swamping_depends_on_the_gap():
     "call, words",
     [
         (lambda: cast_outcome(torch.ones(2), fmt="float16"), "fp16, bf16"),
-        (lambda: cast_outcome(torch.ones(2), fmt="tf32"), "not a storage dtype"),
+        (lambda: cast_outcome(torch.ones(2), fmt="tf32"), "no torch storage dtype"),
         (lambda: underflow_fraction(torch.ones(2), scale=0.0), "positive"),
         (lambda: underflow_fraction(torch.ones(2), scale=-2.0), "positive"),
         (lambda: underflow_fraction(torch.ones(2), scale=math.inf), "finite"),

@@ -1,7 +1,7 @@
 """Start JupyterLab on the course, safely: loopback only, with a token, offline.
 
-`make lab` runs ``python -m amp_lessons.lab``; the browser test starts the server with
-the same `lab_command`, so what is tested is what students run.
+`make lab` runs ``python -m amp_lessons.tooling.lab``; the browser test starts the
+server with the same `lab_command`, so what is tested is what students run.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+# amp_lessons/tooling/lab.py -> the repository's notebooks/
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 # Settings overrides for the lab: news and update checks off (no pop-up asking, no
 # request to a website). A folder of our own, so nothing is written into the venv.
 LAB_SETTINGS = Path(__file__).resolve().parent / "lab_settings"
@@ -56,11 +57,13 @@ def lab_command(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m amp_lessons.lab [FOLDER]``: the course, or FOLDER (e.g. student/)."""
+    """``python -m amp_lessons.tooling.lab [FOLDER]``: the course, or FOLDER (e.g.
+    student/)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1 or (args and not Path(args[0]).is_dir()):
-        print("usage: python -m amp_lessons.lab [FOLDER]  (FOLDER: a directory of "
-              "notebooks; default: the course's notebooks/)", file=sys.stderr)
+        print("usage: python -m amp_lessons.tooling.lab [FOLDER]  (FOLDER: a "
+              "directory of notebooks; default: the course's notebooks/)",
+              file=sys.stderr)
         return 2
     return subprocess.call(lab_command(root_dir=Path(args[0]).resolve() if args
                                        else None))

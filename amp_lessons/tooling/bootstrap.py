@@ -1,10 +1,10 @@
 """Set up the course's virtual environment: `make lab` and `make test` start here.
 
-Run as a plain script (``python3 amp_lessons/bootstrap.py``) by the system Python, so it
-uses the standard library only and old-Python-safe syntax: a Python that is too old must
-get a sentence, not a SyntaxError. It creates ``.venv`` inside the repository, installs
-requirements.txt plus the package (and extras when asked), and remembers what it
-installed so the second run takes a second.
+Run as a plain script (``python3 amp_lessons/tooling/bootstrap.py``) by the system
+Python, so it uses the standard library only and old-Python-safe syntax: a Python that
+is too old must get a sentence, not a SyntaxError. It creates ``.venv`` inside the
+repository, installs requirements.txt plus the package (and extras when asked), and
+remembers what it installed so the second run takes a second.
 """
 
 import hashlib
@@ -15,7 +15,8 @@ import sys
 import venv
 
 MIN_PYTHON = (3, 10)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# amp_lessons/tooling/bootstrap.py -> the repository, three levels up
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV = os.path.join(ROOT, ".venv")
 
 
@@ -24,7 +25,7 @@ def fail(message):
     sys.exit(1)
 
 
-def check_python():
+def require_python():
     if sys.version_info[:2] < MIN_PYTHON:
         fail(
             "this course needs Python {}.{} or newer, and `{}` is Python {}.\n"
@@ -95,7 +96,7 @@ def pip_install(extras):
 
 def main(argv):
     extras = [e for arg in argv for e in arg.split(",") if e]
-    check_python()
+    require_python()
     create_venv()
     stamp = os.path.join(VENV, ".amp_lessons_installed")
     if os.path.exists(stamp):

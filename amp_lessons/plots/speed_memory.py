@@ -1,0 +1,170 @@
+"""Step time and memory, part by part, per precision (notebook 06): the picture of
+``bench.measure_speed_memory`` rows and of recorded bench reports.
+
+The speed/memory explorer (``amp_lessons.widgets``) reuses one figure per layout and
+redraws its data with ``_clear_data`` and ``_draw_speed_memory``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from amp_lessons.memory import byte_unit
+from amp_lessons.plots._render import _figure
+
+MEMORY_PARTS = {  # MemoryBreakdown field -> legend label, colour
+    "weights": ("weights (fp32)", "#4c72b0"),
+    "gradients": ("gradients (fp32)", "#55a868"),
+    "optimizer_state": ("optimizer state (fp32)", "#8172b2"),
+    "buffers": ("buffers", "#937860"),
+    "activations": ("activations kept for backward", "#dd8452"),
+    "weight_copies": ("autocast weight copies", "#c44e52"),
+}
+
+
+def _rows_of(results) -> list[dict]:
+    rows = results["results"] if isinstance(results, dict) else list(results)
+    if not rows:
+        raise ValueError("no results to plot: pass measure_speed_memory() rows, "
+                         "bench rows, or a bench report")
+    for r in rows:
+        if not isinstance(r, dict) or "precision" not in r:
+            raise ValueError("each result must be a dict with at least 'precision' "
+                             "(rows of measure_speed_memory or bench)")
+    return rows
+
+
+def _parts_of(row: dict) -> dict[str, int]:
+    """Memory parts of a row: the full breakdown, or what a bench row records."""
+    if "memory" in row:
+        return {k: row["memory"][k] for k in MEMORY_PARTS if row["memory"].get(k)}
+    parts = {}
+    if row.get("param_bytes") is not None:
+        parts["weights"] = row["param_bytes"]
+    if row.get("activation_bytes") is not None:
+        parts["saved"] = row["activation_bytes"]
+    return parts
+
+
+_PART_LABELS = {**{k: v[0] for k, v in MEMORY_PARTS.items()},
+                "saved": "saved for backward (activations + weight copies)",
+                "peak": "allocator peak (CUDA)"}
+_PART_COLORS = {**{k: v[1] for k, v in MEMORY_PARTS.items()}, "saved": "#dd8452"}
+
+
+def _speed_layout(bars: Sequence[int]) -> tuple[Figure, list[tuple]]:
+    """A figure with a (time, memory) pair of axes per config, `bars` rows each."""
+    body = sum(0.45 * n + 0.95 for n in bars)
+    fig = _figure(body + 0.45 + 1.05, left=0.6, right=0.25, top=0.45, bottom=1.05)
+    grid = fig.add_gridspec(len(bars), 2, width_ratios=(1, 1.5), wspace=0.06,
+                            hspace=0.95 / (body / len(bars)), height_ratios=bars)
+    pairs = []
+    for i in range(len(bars)):
+        t_ax = fig.add_subplot(grid[i, 0])
+        pairs.append((t_ax, fig.add_subplot(grid[i, 1], sharey=t_ax)))
+    return fig, pairs
+
+
+def _clear_data(fig: Figure, pairs: list[tuple]) -> None:
+    """Remove bars, dots and labels, keeping the axes (their ticks are reused)."""
+    for pair in pairs:
+        for ax in pair:
+            for artist in [*ax.patches, *ax.lines, *ax.texts]:
+                artist.remove()
+            ax.containers.clear()
+    for legend in list(fig.legends):
+        legend.remove()
+
+
+def _time_panel(ax, group: list[dict]) -> None:
+    ys = list(range(len(group)))
+    timed = [r for r in group if r.get("step_ms") is not None]
+    for y, r in zip(ys, group, strict=True):
+        if r.get("step_ms") is None:
+            ax.text(0.03, y, "not timed", va="center", fontsize=9, color="0.4",
+                    transform=ax.get_yaxis_transform())
+            continue
+        times = r.get("times_ms") or []
+        ax.barh(y, r["step_ms"], color="#4c72b0", height=0.6)
+        ax.plot(times, [y] * len(times), "o", color="black", ms=3)
+        ax.text(max([r["step_ms"], *times]), y, f"  {r['step_ms']:.3g} ms",
+                va="center", fontsize=9)
+    top = max((max([r["step_ms"], *(r.get("times_ms") or [])]) for r in timed),
+              default=1.0)
+    ax.set_xlim(0, top * 1.5)
+    ax.tick_params(axis="x", bottom=bool(timed), labelbottom=bool(timed))
+    counts = sorted({len(r.get("times_ms") or []) for r in timed})
+    steps = f" of {'/'.join(map(str, counts))} step{'s' * (counts != [1])}"
+    ax.set_xlabel(f"step time, ms (bar: median{steps if counts else ''}; dots: each "
+                  "step)", fontsize=9)
+    ax.set_yticks(ys, [r["precision"] for r in group])
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+
+
+def _memory_panel(ax, group: list[dict]) -> dict[str, object]:
+    parts = [_parts_of(r) for r in group]
+    peak = max([sum(p.values()) for p in parts]
+               + [r.get("peak_mem_bytes") or 0 for r in group])
+    unit, size = byte_unit(peak)
+    handles: dict[str, object] = {}
+    lefts = [0.0] * len(group)
+    for part in dict.fromkeys(k for p in parts for k in p):  # one barh per part
+        widths = [p.get(part, 0) / size for p in parts]
+        handles[part] = ax.barh(range(len(group)), widths, left=lefts, height=0.6,
+                                color=_PART_COLORS[part])
+        lefts = [a + b for a, b in zip(lefts, widths, strict=True)]
+    for y, (r, left) in enumerate(zip(group, lefts, strict=True)):
+        ax.text(left, y, f" {left:.3g} {unit}", va="center", fontsize=9)
+        if r.get("peak_mem_bytes"):
+            (handles["peak"],) = ax.plot([r["peak_mem_bytes"] / size], [y], "|",
+                                         color="black", ms=18, mew=2)
+    ax.set_xlim(0, peak / size * 1.25 if peak else 1)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
+    ax.set_xlabel(f"memory ({unit})", fontsize=9)
+    ax.tick_params(axis="y", labelleft=False)
+    return handles
+
+
+def _draw_speed_memory(fig: Figure, pairs: list[tuple], rows: list[dict],
+                       title: str | None = None) -> None:
+    configs = list(dict.fromkeys(r.get("config", "mlp") for r in rows))
+    handles: dict[str, object] = {}
+    for i, (config, (t_ax, m_ax)) in enumerate(zip(configs, pairs, strict=True)):
+        group = [r for r in rows if r.get("config", "mlp") == config]
+        _time_panel(t_ax, group)
+        handles.update(_memory_panel(m_ax, group))
+        t_ax.set_ylim(len(group) - 0.5, -0.5)  # first row on top, no autoscaling
+        first = group[0]
+        what = (f"MLP {first['layers']} x Linear({first['width']}), batch "
+                f"{first['batch']}, {first['optimizer']}, measured on "
+                f"{first['device']}" if "width" in first
+                else f"{config}: recorded bench")
+        t_ax.set_title(title if title and i == 0 else what, loc="left", fontsize=11)
+    fig.legend(list(handles.values()), [_PART_LABELS[k] for k in handles],
+               loc="lower center", ncol=3, fontsize=8, frameon=False)
+
+
+def _speed_groups(rows: list[dict]) -> list[int]:
+    configs = list(dict.fromkeys(r.get("config", "mlp") for r in rows))
+    return [sum(r.get("config", "mlp") == c for r in rows) for c in configs]
+
+
+def plot_speed_memory(results, *, title: str | None = None) -> Figure:
+    """Bars of measured step time (left) and memory by part (right) per precision.
+
+    `results`: rows of ``measure_speed_memory`` (memory split into weights,
+    gradients, optimizer state, activations, autocast weight copies), or the rows
+    or the whole report of ``bench`` (a recorded GPU run), whose memory is the
+    parameters plus the bytes saved for backward, with the allocator's peak drawn
+    as a black tick where recorded. One row of panels per config.
+
+    Example:
+        >>> fig = plot_speed_memory(measure_speed_memory(64, 16, ("fp32", "bf16")))
+    """
+    rows = _rows_of(results)
+    fig, pairs = _speed_layout(_speed_groups(rows))
+    _draw_speed_memory(fig, pairs, rows, title)
+    return fig

@@ -1,0 +1,100 @@
+"""Teaching the course: student edition, autograding, metadata lint and offline slides.
+
+One module per step: ``course`` (the nbgrader course and its runs), ``rehearsal``
+(the course graded against itself), ``lint`` (metadata and leaks), ``slides``
+(offline decks) and ``cli`` (the command line). The names below are re-exported so
+``from amp_lessons.tooling import grading`` reaches all of them.
+
+The instructor's side of the notebooks, built on the real nbgrader. Each lesson
+notebook is one nbgrader assignment named after it (``02_underflow``), so a class can
+be given and graded one lesson at a time; ``grade_id``\\s are unique across the course.
+Everything generated lands in git-ignored folders: ``build/course/`` (the nbgrader
+course: config, gradebook, submissions), ``student/`` (the edition to hand out) and
+``build/slides/`` (reveal.js decks that load nothing from the internet).
+
+Example (what ``make student``, ``make grade`` and ``make slides`` run)::
+
+    python -m amp_lessons.grading student            # -> student/02_underflow.ipynb ...
+    python -m amp_lessons.grading submit alice ~/Downloads/alice/*.ipynb
+    python -m amp_lessons.grading autograde          # -> gradebook, printed as a table
+    python -m amp_lessons.grading rehearse           # solved = full marks, blank = 0
+    python -m amp_lessons.grading lint               # nbgrader + slideshow metadata
+    python -m amp_lessons.grading slides             # -> build/slides/*.slides.html
+
+Not covered here: nbgrader's exchange (release/collect on a shared JupyterHub); its
+own commands work unchanged in ``build/course`` (see notebooks/INSTRUCTORS.md).
+"""
+
+from amp_lessons.tooling.grading.cli import main
+from amp_lessons.tooling.grading.course import (
+    BUILD_DIR,
+    CELL_TIMEOUT_S,
+    CODE_STUB,
+    COURSE_DIR,
+    COURSE_ID,
+    NOTEBOOKS_DIR,
+    ROOT,
+    STUDENT_DIR,
+    NotebookScore,
+    autograde,
+    autograded_path,
+    build_course,
+    course_notebooks,
+    export_student_edition,
+    format_scores,
+    generate_student_edition,
+    graded_notebooks,
+    is_graded,
+    is_solution_cell,
+    is_test_cell,
+    jupyter_env,
+    locate,
+    nbgrader_config,
+    nbgrader_meta,
+    read_scores,
+    run_nbgrader,
+    submit,
+)
+from amp_lessons.tooling.grading.lint import (
+    GRADE_ID_PATTERN,
+    HIDDEN_MARKERS,
+    LEAK_MIN_CHARS,
+    SLIDE_TYPES,
+    SOLUTION_MARKERS,
+    lint_course,
+    lint_notebook,
+    lint_slides,
+    lint_student_edition,
+)
+from amp_lessons.tooling.grading.rehearsal import (
+    BLANK_STUDENT,
+    REFERENCE_STUDENT,
+    REHEARSAL_MARK,
+    Rehearsal,
+    blank_run_problems,
+    rehearse,
+    solved_run_problems,
+)
+from amp_lessons.tooling.grading.slides import (
+    SLIDES_DIR,
+    copy_slide_assets,
+    execute_notebooks,
+    export_slides,
+    offline_problems,
+    slides_exporter,
+)
+
+__all__ = [
+    "BLANK_STUDENT", "BUILD_DIR", "CELL_TIMEOUT_S", "CODE_STUB", "COURSE_DIR",
+    "COURSE_ID", "GRADE_ID_PATTERN", "HIDDEN_MARKERS", "LEAK_MIN_CHARS",
+    "NOTEBOOKS_DIR", "REFERENCE_STUDENT", "REHEARSAL_MARK", "ROOT", "SLIDES_DIR",
+    "SLIDE_TYPES", "SOLUTION_MARKERS", "STUDENT_DIR", "NotebookScore", "Rehearsal",
+    "autograde", "autograded_path", "blank_run_problems", "build_course",
+    "locate", "copy_slide_assets", "course_notebooks", "execute_notebooks",
+    "export_slides", "export_student_edition", "format_scores",
+    "generate_student_edition", "graded_notebooks", "is_graded", "is_solution_cell",
+    "is_test_cell", "jupyter_env", "lint_course", "lint_notebook", "lint_slides",
+    "lint_student_edition", "main", "nbgrader_config", "nbgrader_meta",
+    "offline_problems", "read_scores", "rehearse", "run_nbgrader",
+    "slides_exporter", "solved_run_problems", "submit",
+]

@@ -1,0 +1,100 @@
+"""The command line: ``python -m amp_lessons.grading [--course DIR] student|submit|
+autograde|grades|rehearse|lint|slides`` (what ``make student``, ``make grade`` and
+``make slides`` run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from amp_lessons.tooling.grading import course, lint, rehearsal, slides
+
+
+def _report(problems: list[str], ok: str) -> int:
+    for problem in problems:
+        print("PROBLEM:", problem)
+    print(ok if not problems else f"{len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m amp_lessons.grading",
+        description="Student edition, autograding, lint and offline slides.")
+    parser.add_argument("--notebooks", type=Path, default=course.NOTEBOOKS_DIR,
+                        help="the lesson notebooks (default: notebooks/)")
+    parser.add_argument("--course", type=Path, default=course.COURSE_DIR,
+                        help="the nbgrader course folder (default: build/course)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("student", help="generate the student edition")
+    p.add_argument("--out", type=Path, default=course.STUDENT_DIR)
+    p = sub.add_parser("submit", help="file a student's returned notebooks")
+    p.add_argument("student")
+    p.add_argument("files", nargs="+", type=Path)
+    p = sub.add_parser("autograde", help="autograde all submissions, print the scores")
+    p.add_argument("--student", default="*")
+    sub.add_parser("grades", help="print the gradebook")
+    p = sub.add_parser("rehearse", help="solved -> full marks, blank -> zero, in a "
+                       "scratch course (never --course)")
+    p.add_argument("--dir", type=Path, default=None,
+                   help="the scratch course (default: a new build/rehearsal-*)")
+    sub.add_parser("lint", help="nbgrader and slideshow metadata of every notebook")
+    p = sub.add_parser("slides", help="offline reveal.js decks into build/slides")
+    p.add_argument("--out", type=Path, default=slides.SLIDES_DIR)
+    p.add_argument("--no-execute", action="store_true",
+                   help="export the code only, without running the lessons first")
+    args = parser.parse_args(argv)
+    notebooks = course.course_notebooks(args.notebooks)
+    if not notebooks:
+        parser.error(f"no notebooks in {args.notebooks}")
+
+    if args.command == "student":
+        problems = lint.lint_course(notebooks)
+        if problems:
+            return _report(problems, "")
+        course.build_course(notebooks, args.course)
+        course.generate_student_edition(args.course)
+        written = course.export_student_edition(args.course, args.out)
+        for source in notebooks:
+            problems += lint.lint_student_edition(source, args.out / source.name)
+        print(f"student edition: {len(written)} notebooks in {args.out}")
+        return _report(problems, f"hand out {args.out} (zip it, or see INSTRUCTORS.md)")
+    if args.command == "submit":
+        for dest in course.submit(args.student, args.files, args.course):
+            print("filed", dest)
+        return 0
+    if args.command == "autograde":
+        course.autograde(args.course, args.student)
+        print(course.format_scores(course.read_scores(args.course)))
+        return 0
+    if args.command == "grades":
+        print(course.format_scores(course.read_scores(args.course)))
+        return 0
+    if args.command == "rehearse":
+        if not course.graded_notebooks(args.notebooks):
+            print("no graded notebooks yet")
+            return 0
+        result = rehearsal.rehearse(notebooks, args.dir)
+        print(course.format_scores(result.scores))
+        print(f"({result.seconds:.0f} s; executed notebooks in "
+              f"{result.course_dir / 'autograded'})")
+        return _report(result.problems, "solved: full marks; blank: zero; all good")
+    if args.command == "lint":
+        problems = lint.lint_course(notebooks)
+        for path in notebooks:
+            problems += lint.lint_slides(path)
+        return _report(problems, f"{len(notebooks)} notebooks: metadata fine")
+    if args.command == "slides":
+        decks = slides.export_slides(notebooks, args.out, execute=not args.no_execute)
+        problems = [p for deck in decks for p in slides.offline_problems(deck)]
+        print(f"{len(decks)} decks in {args.out}; open one in a browser, press s for "
+              "the speaker notes")
+        return _report(problems, "no network needed")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

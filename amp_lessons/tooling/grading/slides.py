@@ -1,0 +1,220 @@
+"""Offline slide decks: each lesson as a reveal.js deck that loads nothing from the
+internet (reveal.js and MathJax copied beside it), and a check that it really does not.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from html.parser import HTMLParser
+from importlib.util import find_spec
+from pathlib import Path
+
+import nbformat
+
+from amp_lessons.tooling.grading.course import CELL_TIMEOUT_S, SLIDES_DIR, jupyter_env
+
+# The stock reveal template loads jQuery, require.js, mermaid and reveal.js from CDNs.
+# This one keeps its layout and CSS (inlined by nbconvert) and loads only local files.
+SLIDES_TEMPLATE = r"""{%- extends 'index.html.j2' -%}
+{% block html_head_js %}{% endblock html_head_js %}
+{% block jupyter_widgets %}{% endblock jupyter_widgets %}
+{% block html_head_js_mathjax %}
+<script type="text/x-mathjax-config">
+// jupyter-server-mathjax ships the STIX-Web fonts only
+MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null,
+                                 webFont: "STIX-Web", imageFont: null},
+                    // Chromium draws MathJax's hidden MathML copy too: keep one
+                    menuSettings: {assistiveMML: false}});
+</script>
+{{ super() }}
+{% endblock html_head_js_mathjax %}
+{% block html_head_css %}
+<style type="text/css">
+/* Lesson cells are long: no scaling to a fixed 960x700 stage; each slide fills the
+   window from the top and scrolls (wheel, trackpad, or the space bar's neighbours). */
+.reveal .slides { text-align: left; }
+.reveal .slides section:not(.stack) {
+  height: 100%; overflow-y: auto; box-sizing: border-box; padding: 24px 48px 48px;
+}
+</style>
+{% endblock html_head_css %}
+{% block footer_js %}
+<script src="{{ resources.reveal.url_prefix }}/dist/reveal.js"></script>
+<script src="{{ resources.reveal.url_prefix }}/plugin/notes/notes.js"></script>
+<script>
+Reveal.initialize({
+  controls: true, progress: true, history: true, slideNumber: "c/t",
+  transition: "{{ resources.reveal.transition }}",
+  width: "100%", height: "100%", margin: 0, minScale: 1, maxScale: 1, center: false,
+  plugins: [RevealNotes]
+});
+// MathJax cannot measure math on hidden slides: lay it out again once it shows
+// (queued, so it runs after MathJax's first pass whenever that ends)
+function renderMath() {
+  if (window.MathJax && MathJax.Hub) {
+    MathJax.Hub.Queue(["Rerender", MathJax.Hub, Reveal.getCurrentSlide()]);
+  }
+}
+Reveal.on("ready", renderMath);
+Reveal.on("slidechanged", renderMath);
+</script>
+{% endblock footer_js %}
+"""
+ASSETS = "_assets"  # beside the .slides.html files
+MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"  # one jupyter-server-mathjax ships
+WIDGET_NOTE = "[interactive widget: open this lesson in JupyterLab to use it]"
+
+
+def _package_dir(name: str, inside: str) -> Path:
+    spec = find_spec(name)  # locates the files without importing the package
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"{name} is not installed; it ships the {inside} the "
+                           "offline slides use: pip install -e '.[instructor]'")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def copy_slide_assets(out_dir: Path) -> Path:
+    """Copy reveal.js (from sphinx-revealjs) and MathJax 2 (from jupyter-server-mathjax)
+    into ``out_dir/_assets``: the decks need no network.
+
+    Example: ``copy_slide_assets(Path("build/slides"))`` -> ``build/slides/_assets``
+    with ``reveal.js/dist/reveal.js`` and ``mathjax/MathJax.js``.
+    """
+    reveal = _package_dir("sphinx_revealjs", "reveal.js") / "_static" / "revealjs"
+    mathjax = _package_dir("jupyter_server_mathjax", "MathJax") / "static"
+    assets = Path(out_dir) / ASSETS
+    shutil.rmtree(assets, ignore_errors=True)
+    keep = ["dist/reveal.js", "dist/reveal.css", "dist/reset.css",
+            "dist/theme/white.css", "plugin/notes/notes.js", "LICENSE"]
+    for rel in keep:
+        (assets / "reveal.js" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(reveal / rel, assets / "reveal.js" / rel)
+    shutil.copytree(reveal / "dist/theme/fonts/source-sans-pro",
+                    assets / "reveal.js/dist/theme/fonts/source-sans-pro")
+    shutil.copytree(mathjax, assets / "mathjax")
+    return assets
+
+
+def slides_exporter():
+    """An nbconvert SlidesExporter that points every script and style at ``_assets``."""
+    from nbconvert import SlidesExporter
+
+    return SlidesExporter(
+        raw_template=SLIDES_TEMPLATE,
+        reveal_url_prefix=f"{ASSETS}/reveal.js",
+        reveal_theme="white",  # its font ships locally; "simple" imports Google Fonts
+        reveal_transition="none",
+        mathjax_url=f"{ASSETS}/mathjax/MathJax.js?config={MATHJAX_CONFIG}",
+        embed_images=True,
+    )
+
+
+def _without_live_widgets(nb):
+    """Widgets need a kernel (or a CDN script): show a note in their place."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "application/vnd.jupyter.widget-view+json" in data:
+                output["data"] = {"text/plain": WIDGET_NOTE}
+    return nb
+
+
+def execute_notebooks(notebooks: Sequence[Path], out_dir: Path) -> list[Path]:
+    """Run the notebooks (one nbconvert call; each runs in its own folder, so its
+    ``results/`` resolves) and write the executed copies into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [Path(p).resolve() for p in notebooks]
+    command = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook",
+               "--execute", f"--ExecutePreprocessor.timeout={CELL_TIMEOUT_S}",
+               f"--output-dir={out_dir.resolve()}", *map(str, paths)]
+    result = subprocess.run(command, env=jupyter_env(out_dir), capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise RuntimeError("a notebook failed to execute for the slides:\n"
+                           f"{(result.stdout + result.stderr)[-4000:]}")
+    return [out_dir / p.name for p in paths]
+
+
+def export_slides(notebooks: Sequence[Path], out_dir: Path = SLIDES_DIR,
+                  execute: bool = False) -> list[Path]:
+    """``jupyter nbconvert --to slides`` for each notebook, offline, into ``out_dir``.
+
+    With ``execute=True`` each lesson runs first, so the deck shows what this machine
+    measured; otherwise the deck shows the code only. Open ``NN_x.slides.html`` in a
+    browser: arrows move, ``s`` opens the speaker notes.
+
+    Example: ``export_slides(course_notebooks())`` ->
+    ``[build/slides/00_welcome.slides.html, ...]``.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copy_slide_assets(out_dir)
+    sources = list(map(Path, notebooks))
+    if execute:
+        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+            ran = execute_notebooks(sources, Path(tmp))
+            nbs = [nbformat.read(p, as_version=4) for p in ran]
+    else:
+        nbs = [nbformat.read(p, as_version=4) for p in sources]
+    exporter = slides_exporter()
+    written = []
+    for path, nb in zip(sources, nbs, strict=True):
+        resources = {"metadata": {"name": path.stem, "path": str(path.parent)}}
+        body, _ = exporter.from_notebook_node(_without_live_widgets(nb), resources)
+        dest = out_dir / f"{path.stem}.slides.html"
+        dest.write_text(body, encoding="utf-8")
+        written.append(dest)
+    return written
+
+
+class _Links(HTMLParser):
+    """Collects the URLs a page loads: script src, link href, img src."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag in ("script", "img", "iframe", "source") and attrs.get("src"):
+            self.urls.append(attrs["src"])
+        if tag == "link" and attrs.get("href"):
+            self.urls.append(attrs["href"])
+
+
+_REMOTE = re.compile(r"^(https?:)?//", re.I)
+_CSS_REMOTE = re.compile(r"(@import\s+(url\()?|url\()\s*['\"]?(https?:)?//", re.I)
+
+
+def offline_problems(html: Path) -> list[str]:
+    """What a slide deck would fetch from the network, or miss on disk (empty: fine).
+
+    Checks every script, stylesheet and image the page loads, the inline styles, and
+    the local stylesheets it links (for remote ``@import``/``url()``).
+    """
+    html = Path(html)
+    text = html.read_text(encoding="utf-8")
+    parser = _Links()
+    parser.feed(text)
+    problems = []
+    for url in parser.urls:
+        if _REMOTE.match(url):
+            problems.append(f"{html.name} loads {url} from the network")
+        elif not url.startswith(("data:", "#")):
+            local = html.parent / url.split("?")[0].split("#")[0]
+            if not local.exists():
+                problems.append(f"{html.name} loads {url}, missing at {local}")
+            elif local.suffix == ".css" and _CSS_REMOTE.search(local.read_text()):
+                problems.append(f"{local.name} (linked by {html.name}) imports a "
+                                "remote stylesheet or font")
+    for style in re.findall(r"<style[^>]*>(.*?)</style>", text, re.S | re.I):
+        if _CSS_REMOTE.search(style):
+            problems.append(f"{html.name}: an inline style imports from the network")
+    return problems
