@@ -263,7 +263,7 @@ def test_readme_table_shows_each_lessons_study_time():
                     if line.startswith(f"| {path.name[:2]} |")), None)
         assert row is not None, f"README: no row for {path.name}"
         stated = stated_minutes(read(path))
-        assert stated and f"{stated[0]} min" in row, (
+        assert stated and f"| {stated[0]} min" in row, (
             f"README row of {path.name} must show its core study time, {stated} min")
 
 
