@@ -432,3 +432,49 @@ def torch_bits(value: float, fmt: str | Format) -> int:
     fmt = resolve_format(fmt, castable=True)
     stored = torch.tensor(float(value), dtype=torch.float32).to(fmt.dtype)
     return stored.view(_INT_VIEW[fmt.bits]).item() & (2**fmt.bits - 1)
+
+
+# One signed integer type per element size: a view as integers is the stored bits.
+_INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def tensor_bits(t: torch.Tensor) -> torch.Tensor:
+    """A copy of the raw bits of `t`, as a same-size signed integer tensor.
+
+    Compared with ``torch.equal``, bits tell apart what values do not: nan equals
+    the same nan, and -0.0 differs from 0.0. A copy, so a snapshot of a parameter
+    stays as it was when the parameter is updated in place.
+
+    Example:
+        >>> tensor_bits(torch.tensor([1.0, -0.0, 0.0])).tolist()
+        [1065353216, -2147483648, 0]
+        >>> nan = torch.tensor(float("nan"))
+        >>> torch.equal(nan, nan), torch.equal(tensor_bits(nan), tensor_bits(nan))
+        (False, True)
+    """
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"tensor_bits needs a torch.Tensor, got {type(t).__name__}")
+    if t.element_size() not in _INT_OF_SIZE or t.is_complex():
+        raise ValueError(
+            f"tensor_bits handles real tensors of 1, 2, 4 or 8 bytes per element; "
+            f"got {t.dtype}"
+        )
+    return t.detach().contiguous().view(_INT_OF_SIZE[t.element_size()]).clone()
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when `a` and `b` have the same shape, dtype and stored bits.
+
+    The one test of "bit-identical" in the course: a nan matches only the same nan
+    pattern, and -0.0 does not match 0.0.
+
+    Example:
+        >>> same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+        False
+        >>> nan = torch.tensor([float("nan")])
+        >>> same_bits(nan, nan.clone()), same_bits(nan, nan.half())
+        (True, False)
+    """
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(tensor_bits(a), tensor_bits(b))

@@ -129,7 +129,7 @@ def _storage_ptr(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-def _check_inputs(inputs) -> tuple[tuple, torch.device]:
+def _validate_inputs(inputs) -> tuple[tuple, torch.device]:
     if isinstance(inputs, torch.Tensor):
         return (inputs,), inputs.device
     if isinstance(inputs, tuple | list):
@@ -142,7 +142,7 @@ def _check_inputs(inputs) -> tuple[tuple, torch.device]:
     )
 
 
-def _check_dtype(dtype) -> torch.dtype | None:
+def _validate_dtype(dtype) -> torch.dtype | None:
     """The autocast dtype, or None for a plain run (None or torch.float32)."""
     if dtype is None or dtype is torch.float32:
         return None
@@ -202,8 +202,8 @@ def _saved_storages(
         raise RuntimeError(
             "autograd saves nothing under torch.inference_mode(); measure outside it"
         )
-    args, device = _check_inputs(inputs)
-    autocast_dtype = _check_dtype(dtype)
+    args, device = _validate_inputs(inputs)
+    autocast_dtype = _validate_dtype(dtype)
     state_ptrs = _model_state_ptrs(model)
     parameter_ptrs = {_storage_ptr(p) for p in model.parameters()}
 
@@ -362,7 +362,7 @@ def memory_breakdown(
     saved = saved_storages(model, inputs, dtype)
     params = list(model.parameters())
     return MemoryBreakdown(
-        dtype=_check_dtype(dtype),
+        dtype=_validate_dtype(dtype),
         optimizer=optimizer,
         weights=sum(p.nbytes for p in params),
         buffers=sum(b.nbytes for b in model.buffers()),
@@ -389,6 +389,6 @@ def compare_precisions(
     out = {}
     for dtype in dtypes:
         if dtype not in names:
-            _check_dtype(dtype)  # raises the explanatory error
+            _validate_dtype(dtype)  # raises the explanatory error
         out[names[dtype]] = memory_breakdown(model, inputs, dtype, optimizer)
     return out

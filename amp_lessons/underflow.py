@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from amp_lessons.formats import Format, resolve_format, zones
 
 
-def _check_scale(scale: float) -> float:
+def _validate_scale(scale: float) -> float:
     if isinstance(scale, bool) or not isinstance(scale, int | float):
         raise ValueError(f"scale must be a positive number, got {scale!r}")
     if not math.isfinite(scale) or scale <= 0:
@@ -116,8 +116,8 @@ def _scaled(grads: torch.Tensor, scale: float) -> torch.Tensor:
     grads = grads.detach().flatten().float().cpu()
     if not torch.isfinite(grads).all():
         raise ValueError("grads contain inf or nan: pass finite gradient values")
-    # float32 times the scale, as checks.py and a scaled fp32 backward would compute
-    return grads[grads != 0] * _check_scale(scale)
+    # float32 times the scale, as a scaled fp32 backward and lesson 02's grader compute
+    return grads[grads != 0] * _validate_scale(scale)
 
 
 def cast_outcome(
@@ -256,10 +256,10 @@ def train_pure_fp16(
     so it flushes to 0 even with a loss scale.
     """
     if scale is not None:
-        scale = _check_scale(scale)
+        scale = _validate_scale(scale)
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
         raise ValueError(f"num_steps must be a positive int, got {num_steps!r}")
-    _check_scale(lr)
+    _validate_scale(lr)
     model, x, y = pure_fp16_task(seed)
     losses = []
     for _ in range(num_steps):

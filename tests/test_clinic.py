@@ -1,5 +1,5 @@
 """Tests for amp_lessons.clinic: each reproduction against the same thing written
-directly with torch, and the clinic's symptoms against checks.SYMPTOMS."""
+directly with torch, and the symptoms (clinic.SYMPTOMS) against what torch raises."""
 
 import math
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from amp_lessons import autocast as ac
 from amp_lessons import clinic as cl
 from amp_lessons import train as tr
-from amp_lessons.checks import SYMPTOMS
+from amp_lessons.clinic import SYMPTOMS
 
 fp16, bf16 = torch.float16, torch.bfloat16
 

@@ -16,6 +16,8 @@ from amp_lessons.formats import (
     relative_error,
     resolve_format,
     round_to,
+    same_bits,
+    tensor_bits,
     torch_bits,
     zones,
 )
@@ -370,6 +372,54 @@ def test_from_bits_reads_strings_and_explains_bad_fields():
         from_bits("0", "01111", "000000000x", "fp16")
     with pytest.raises(ValueError, match=r"sign needs an integer in \[0, 2\)"):
         from_bits(2, 0, 0, "fp16")
+
+
+# ---- the bit-equality oracle: tensor_bits, same_bits --------------------------------
+
+
+def test_tensor_bits_tell_nan_and_signed_zero_apart():
+    nan = torch.tensor(math.nan)
+    assert torch.equal(tensor_bits(nan), tensor_bits(nan.clone()))
+    zeros = tensor_bits(torch.tensor([-0.0, 0.0]))
+    assert zeros[0] != zeros[1]
+    half = torch.tensor([1.0, -2.0], dtype=torch.float16)
+    assert tensor_bits(half).dtype is torch.int16
+    assert tensor_bits(half).tolist() == [15360, -16384]  # 0x3C00, 0xC000
+    assert tensor_bits(torch.tensor([1.0], dtype=torch.float64)).dtype is torch.int64
+    for name in SMALL_NAMES:  # agrees with torch_bits, read one value at a time
+        x = torch.tensor([0.1, -3.0], dtype=torch.float32).to(FORMATS[name].dtype)
+        mask = 2 ** FORMATS[name].bits - 1
+        assert [b & mask for b in tensor_bits(x).tolist()] == [
+            torch_bits(0.1, name), torch_bits(-3.0, name)]
+
+
+def test_tensor_bits_is_a_snapshot_not_a_view():
+    weight = torch.ones(3)
+    before = tensor_bits(weight)
+    weight.mul_(2.0)  # an optimizer step updates parameters in place
+    assert not torch.equal(before, tensor_bits(weight))
+    grad = torch.ones(4, 4).t()  # not contiguous
+    assert tensor_bits(grad).tolist() == tensor_bits(grad.contiguous()).tolist()
+
+
+def test_same_bits_is_bit_identity():
+    a = torch.tensor([1.0, math.nan, -0.0, math.inf])
+    assert same_bits(a, a.clone())
+    assert not torch.equal(a, a.clone())  # the values test fails on the nan
+    assert not same_bits(a, torch.tensor([1.0, math.nan, 0.0, math.inf]))  # -0.0
+    assert not same_bits(a, a.double())  # same values, other dtype
+    assert not same_bits(a, a.reshape(2, 2))  # same bits, other shape
+    other_nan = torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32)
+    assert not same_bits(a[1:2], other_nan)  # a nan matches only the same nan
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    assert not same_bits(x / 3.0, x * (1 / 3.0))  # a last-bit difference is seen
+
+
+def test_tensor_bits_explains_bad_input():
+    with pytest.raises(ValueError, match="needs a torch.Tensor, got list"):
+        tensor_bits([1.0])
+    with pytest.raises(ValueError, match="real tensors"):
+        tensor_bits(torch.zeros(2, dtype=torch.complex64))
 
 
 # ---- neighbours, relative error, zones ----------------------------------------------

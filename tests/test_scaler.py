@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from amp_lessons import scaler as scaler_module
+from amp_lessons.formats import tensor_bits
 from amp_lessons.scaler import (
     LossScaler,
     next_scale,
@@ -47,12 +48,6 @@ OPTIMIZERS: dict[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]] = {
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """The raw bits of a tensor, so that nan == nan and -0.0 != 0.0 when compared."""
-    as_int = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    return t.detach().contiguous().view(as_int[t.element_size()]).clone()
 
 
 class Mismatch(AssertionError):
@@ -90,8 +85,8 @@ def grad_bits(p: torch.Tensor) -> Any:
     if p.grad is None:
         return None
     if p.grad.is_sparse:
-        return (bits(p.grad._indices()), bits(p.grad._values()))
-    return bits(p.grad)
+        return (tensor_bits(p.grad._indices()), tensor_bits(p.grad._values()))
+    return tensor_bits(p.grad)
 
 
 def snapshot(scaler, model, optimizers, returned) -> dict[str, Any]:
@@ -101,11 +96,14 @@ def snapshot(scaler, model, optimizers, returned) -> dict[str, Any]:
         "growth_tracker": scaler._get_growth_tracker(),
         "state_dict": scaler.state_dict(),
         "returned": returned,
-        "params": [bits(p) for p in model.parameters()],
+        "params": [tensor_bits(p) for p in model.parameters()],
         "grads": [grad_bits(p) for p in model.parameters()],
         "optimizer_state": [
             {
-                i: {k: bits(v) if torch.is_tensor(v) else v for k, v in s.items()}
+                i: {
+                    k: tensor_bits(v) if torch.is_tensor(v) else v
+                    for k, v in s.items()
+                }
                 for i, s in state.items()
             }
             for state in states
@@ -582,7 +580,7 @@ def test_unscale_grads_matches_torch_kernel(dtype, scale, bad):
     torch._amp_foreach_non_finite_check_and_unscale_(theirs, found_inf, inv_scale)
     found = unscale_grads_(grads, inv_scale)
     assert bool(found) == bool(found_inf) == (bad is not None)
-    assert_same([bits(g) for g in theirs], [bits(g) for g in grads])
+    assert_same([tensor_bits(g) for g in theirs], [tensor_bits(g) for g in grads])
 
 
 def torch_update_rule(scale, tracker, found_inf, growth, backoff, interval):

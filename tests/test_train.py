@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from amp_lessons import models
 from amp_lessons import precision as pr
 from amp_lessons import train as tr
+from amp_lessons.plots import plot_losses
 from amp_lessons.precision import PRECISIONS
 from amp_lessons.train import TrainConfig, train
 
@@ -400,7 +401,7 @@ def test_plot_losses_draws_each_run_and_marks_skipped_steps():
 
     runs = {"fp32": [record(1, 1.0), record(2, 0.5), record(3, 0.25)],
             "fp16": [record(1, 1.1, skipped=True), record(2, 0.6), record(3, 0.3)]}
-    fig = tr.plot_losses(runs)
+    fig = plot_losses(runs)
     ax = fig.axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert set(lines) == {"fp32", "fp16", "fp16: skipped step"}
@@ -411,15 +412,15 @@ def test_plot_losses_draws_each_run_and_marks_skipped_steps():
     assert ax.get_yscale() == "log"
     fig.savefig(io.BytesIO(), format="png")  # it renders, headless, without pyplot
     with pytest.raises(ValueError, match="at least one run"):
-        tr.plot_losses({})
+        plot_losses({})
     with pytest.raises(ValueError, match="run 'bf16': expected a non-empty list"):
-        tr.plot_losses({"bf16": [0.5, 0.4]})
+        plot_losses({"bf16": [0.5, 0.4]})
 
 
 def test_plot_losses_of_a_real_run():
     result = quiet_train(TrainConfig(precision="fp16", init_scale=2.0**40,
                                      device="cpu", num_steps=12, batch_size=16))
-    fig = tr.plot_losses({"fp16": result.records})
+    fig = plot_losses({"fp16": result.records})
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     assert list(lines["fp16"].get_ydata()) == result.losses
     assert len(lines["fp16: skipped step"].get_xdata()) == result.num_skipped > 0

@@ -7,6 +7,7 @@ per picture, in lesson order:
 
 * ``number_lines``: ``plot_number_line``, ``plot_format_ranges`` (notebook 01);
 * ``gradients``: ``plot_gradient_histogram`` (02), ``plot_scale_trajectory`` (03);
+* ``training``: ``plot_losses`` (05);
 * ``speed_memory``: ``plot_speed_memory`` (06);
 * ``_render``: fixed-size figures, ``figure_png`` and blitting, shared with
   ``amp_lessons.widgets``, whose explorers redraw these pictures.
@@ -19,9 +20,10 @@ from amp_lessons.plots._render import DPI, WIDTH_IN, ZONE_COLORS, figure_png
 from amp_lessons.plots.gradients import plot_gradient_histogram, plot_scale_trajectory
 from amp_lessons.plots.number_lines import plot_format_ranges, plot_number_line
 from amp_lessons.plots.speed_memory import MEMORY_PARTS, plot_speed_memory
+from amp_lessons.plots.training import plot_losses
 
 __all__ = [
     "DPI", "MEMORY_PARTS", "WIDTH_IN", "ZONE_COLORS", "figure_png",
-    "plot_format_ranges", "plot_gradient_histogram", "plot_number_line",
+    "plot_format_ranges", "plot_gradient_histogram", "plot_losses", "plot_number_line",
     "plot_scale_trajectory", "plot_speed_memory",
 ]

@@ -1,10 +1,11 @@
-"""Checking the twin against torch: one scripted run per scaler, compared bit for bit.
+"""Our scaler against torch's: one scripted run per scaler, compared bit for bit.
 
 Notebook 03 trains the same tiny fp16-autocast model twice, with
 ``torch.amp.GradScaler`` and with ``amp_lessons.scaler.LossScaler``, pokes an inf or nan
 into a gradient on cue, and compares what each step left behind. This is that
 harness, small enough to read in the lesson; tests/test_scaler.py holds the wider one
-(several optimizers, clipping, accumulation, resume, misuse).
+(several optimizers, clipping, accumulation, resume, misuse). Bits are read with the
+course's one bit-equality oracle, ``amp_lessons.formats.tensor_bits``.
 """
 
 from __future__ import annotations
@@ -16,25 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from amp_lessons.formats import tensor_bits
 from amp_lessons.scaler import LossScaler  # noqa: F401  (used in the examples)
 
-__all__ = ["bits", "first_difference", "scripted_run"]
-
-# One integer type per element size: a view as integers compares the stored bits.
-_INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """A copy of the raw bits of ``t``, so that nan == nan and -0.0 != 0.0.
-
-    Example:
-        >>> bits(torch.tensor([1.0, -0.0, 0.0])).tolist()
-        [1065353216, -2147483648, 0]
-        >>> nan = torch.tensor(float("nan"))
-        >>> torch.equal(nan, nan), torch.equal(bits(nan), bits(nan))
-        (False, True)
-    """
-    return t.detach().contiguous().view(_INT_OF_SIZE[t.element_size()]).clone()
+__all__ = ["first_difference", "scripted_run"]
 
 
 def scripted_run(
@@ -52,7 +38,7 @@ def scripted_run(
     ``x.shape[1] -> 16 -> y.shape[1]``, initialised from ``seed`` (the caller's random
     state is left alone). Each snapshot holds ``scale`` (the scale used),
     ``skipped`` (the weights did not move), ``state_dict`` (as a string), and the
-    ``bits`` of every gradient after unscaling, weight and Adam state tensor.
+    ``tensor_bits`` of every gradient after unscaling, weight and Adam state tensor.
 
     Example:
         >>> gen = torch.Generator().manual_seed(0)
@@ -89,16 +75,19 @@ def scripted_run(
         scaler.scale(loss).backward()
         if step in inject:
             model[0].weight.grad[0, 0] = inject[step]
-        used, before = scaler.get_scale(), [bits(p) for p in model.parameters()]
+        used = scaler.get_scale()
+        before = [tensor_bits(p) for p in model.parameters()]
         scaler.step(optimizer)
         scaler.update()
+        after = [tensor_bits(p) for p in model.parameters()]
+        adam = [t for state in optimizer.state.values() for t in state.values()]
         history.append({
             "scale": used,
-            "skipped": all(map(torch.equal, before, map(bits, model.parameters()))),
+            "skipped": all(map(torch.equal, before, after)),
             "state_dict": repr(scaler.state_dict()),
-            "grads": [bits(p.grad) for p in model.parameters()],
-            "params": [bits(p) for p in model.parameters()],
-            "adam": [bits(t) for s in optimizer.state.values() for t in s.values()],
+            "grads": [tensor_bits(p.grad) for p in model.parameters()],
+            "params": after,
+            "adam": [tensor_bits(t) for t in adam],
         })
         optimizer.zero_grad(set_to_none=True)
     return history
@@ -108,7 +97,8 @@ def first_difference(
     theirs: list[dict[str, Any]], ours: list[dict[str, Any]]
 ) -> tuple[int, str] | None:
     """``(step, key)`` where two ``scripted_run`` histories first differ; None if every
-    snapshot is identical (tensors compared with ``torch.equal``, so use ``bits``).
+    snapshot is identical (tensors compared with ``torch.equal``: snapshot them with
+    ``tensor_bits``).
 
     Example:
         >>> same = [{"scale": 8.0, "params": [torch.tensor([1, 2])]}]

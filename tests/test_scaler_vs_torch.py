@@ -1,5 +1,5 @@
-"""amp_lessons.twin, notebook 03's harness: equal runs compare equal, and a planted or
-real difference is found at the step and key where it is."""
+"""amp_lessons.scaler_vs_torch, notebook 03's harness: equal runs compare equal, and a
+planted or real difference is found at the step and key where it is."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from amp_lessons import scaler as scaler_module
-from amp_lessons import twin
+from amp_lessons import scaler_vs_torch
 from amp_lessons.scaler import LossScaler
-from amp_lessons.twin import bits, first_difference, scripted_run
+from amp_lessons.scaler_vs_torch import first_difference, scripted_run
 
 INJECT = {3: math.inf, 7: math.nan}
 KWARGS = {"init_scale": 2.0**16, "growth_interval": 2}
@@ -80,13 +80,6 @@ def test_first_difference_catches_a_wrong_update_rule(data, runs):
     assert step <= 3 and key in {"scale", "state_dict"}
 
 
-def test_bits_tell_nan_and_signed_zero_apart():
-    assert torch.equal(bits(torch.tensor(math.nan)), bits(torch.tensor(math.nan)))
-    assert not torch.equal(bits(torch.tensor(-0.0)), bits(torch.tensor(0.0)))
-    half = torch.tensor([1.0, -2.0], dtype=torch.float16)
-    assert bits(half).dtype is torch.int16 and bits(half).tolist() == [15360, -16384]
-
-
 def test_run_is_reproducible_and_leaves_the_global_seed_alone(data):
     torch.manual_seed(123)
     expected = torch.rand(3)
@@ -109,5 +102,5 @@ def test_bad_input_raises_value_error(data, runs):
 
 
 def test_docstring_examples_run():
-    results = doctest.testmod(twin)
+    results = doctest.testmod(scaler_vs_torch)
     assert results.attempted >= 10 and results.failed == 0

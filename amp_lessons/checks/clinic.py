@@ -1,0 +1,59 @@
+"""Lesson 07's grader: the cause behind each of the clinic's symptoms. The symptoms,
+causes and clues are the lesson's own, in `amp_lessons.clinic`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from amp_lessons.checks._engine import (
+    Raised,
+    Row,
+    answered_row,
+    call_student,
+    cut,
+    grade,
+)
+from amp_lessons.clinic import CAUSES, DIAGNOSES, SYMPTOMS
+
+__all__ = ["check_clinic_diagnosis"]
+
+
+def _clinic_rows(diagnose: Callable, hidden: bool) -> list[Row]:
+    answers = {symptom: call_student(diagnose, symptom) for symptom in SYMPTOMS}
+    rows = []
+    if not hidden:
+        bad = [s for s, a in answers.items() if a not in CAUSES]
+        hint = "return one of the keys of CAUSES for every symptom in SYMPTOMS; "
+        hint += "not a key: " + "; ".join(
+            f"#{SYMPTOMS.index(s) + 1} -> {cut(str(answers[s]), 30)!r}" for s in bad
+        )
+        case = f"all {len(SYMPTOMS)} symptoms answered"
+        rows.append(answered_row(case, bad, hint, "keys of CAUSES", "not keys"))
+    chosen = DIAGNOSES[5:] if hidden else DIAGNOSES[:5]
+    first = 6 if hidden else 1
+    for number, (symptom, cause, clue) in enumerate(chosen, start=first):
+        got = answers[symptom]
+        ok = got == cause
+        if isinstance(got, Raised):
+            hint = got.hint
+        elif got not in CAUSES:
+            hint = f"{got!r} is not a key of CAUSES. Clue: {clue}"
+        else:
+            hint = f"not {got!r}. Clue: {clue}"
+        shown = cut(str(got), 24)
+        rows.append(Row(f"#{number} {symptom}", cause, shown, ok, "" if ok else hint))
+    return rows
+
+
+def check_clinic_diagnosis(
+    diagnose: Callable[[str], str], hidden: bool = False
+) -> None:
+    """Check `diagnose(symptom) -> str`: the CAUSES key behind each of SYMPTOMS.
+
+    Visible cases grade the first five symptoms (and that every symptom gets a valid
+    key); hidden cases the other five.
+
+    Example:
+        >>> check_clinic_diagnosis(lambda symptom: "fp16_overflow")
+    """
+    grade("check_clinic_diagnosis", diagnose, hidden, _clinic_rows)

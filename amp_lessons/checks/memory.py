@@ -1,0 +1,135 @@
+"""Lesson 06's grader: the bytes that weights, gradients and Adam's state keep in fp32
+training and in AMP, measured on a real model."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from amp_lessons.checks._engine import (
+    Raised,
+    Row,
+    call_student,
+    cut,
+    grade,
+    type_hint,
+)
+
+__all__ = ["check_memory_budget"]
+
+
+_BUDGET_PARTS = ("weights", "grads", "adam_state")
+
+
+def _measure_budget(n_params: int, amp: bool) -> dict[str, int]:
+    """Bytes kept by a real n-parameter model after one Adam step, fp32 or AMP."""
+    model = nn.Linear(n_params, 1, bias=False)
+    optimizer = torch.optim.Adam(model.parameters())
+    # scale 1: the default 65536 would overflow this one-sample fp16 backward
+    scaler = torch.amp.GradScaler("cpu", init_scale=1.0, enabled=amp)
+    with torch.amp.autocast("cpu", dtype=torch.float16, enabled=amp):
+        loss = model(torch.ones(1, n_params)).float().sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    params = list(model.parameters())
+    states = [optimizer.state[p] for p in params]
+    return {
+        "weights": sum(p.nbytes for p in params),
+        "grads": sum(p.grad.nbytes for p in params),
+        # the moments; Adam's 4-byte step counter per tensor is left out
+        "adam_state": sum(
+            s[k].nbytes for s in states for k in ("exp_avg", "exp_avg_sq")
+        ),
+    }
+
+
+def _memory_budget(n_params: int) -> dict[str, dict[str, int]]:
+    built = min(n_params, 4096)  # bytes grow exactly linearly: build small, scale
+    budget = {}
+    for regime in ("fp32", "amp"):
+        measured = _measure_budget(built, amp=regime == "amp")
+        budget[regime] = {k: v * n_params // built for k, v in measured.items()}
+    return budget
+
+
+def _memory_hint(n: int, regime: str, part: str, expected: int, got: Any) -> str:
+    if not isinstance(got, int | float) or isinstance(got, bool):
+        return type_hint(got, "an int number of bytes")
+    if got == expected * 8:
+        return "count bytes, not bits (a float32 is 4 bytes)"
+    if regime == "amp" and got * 2 == expected:
+        return {
+            "weights": "AMP keeps fp32 master weights: autocast makes fp16 copies "
+            "on the fly for the forward, the stored weights stay float32",
+            "grads": "param.grad has the parameter's dtype: the weights are float32, "
+            "so their grads are float32 too, even with AMP",
+            "adam_state": "Adam's moments live next to the float32 master weights: "
+            "still float32 with AMP",
+        }[part]
+    if regime == "amp" and part == "weights" and got == expected * 3 // 2:
+        return (
+            "autocast's fp16 weight copies last only for the forward pass (the "
+            "cache is cleared when autocast exits): not kept after the step"
+        )
+    if part == "adam_state" and got * 2 == expected:
+        return "Adam keeps TWO moments per parameter (exp_avg and exp_avg_sq)"
+    if part == "adam_state" and got == expected * 3 // 2:
+        return "adam_state is the two moments only: do not count the weights again"
+    return f"{part}: {n:_} parameters x bytes per value x values per parameter"
+
+
+def _memory_rows(memory_budget: Callable, hidden: bool) -> list[Row]:
+    rows = []
+    for n in (1, 124_439_808, 7_000_000_000) if hidden else (1000, 1_000_000):
+        expected = _memory_budget(n)
+        got = call_student(memory_budget, n)
+        for regime in ("fp32", "amp"):
+            for part in _BUDGET_PARTS:
+                want = expected[regime][part]
+                try:
+                    answer = got[regime][part]
+                except Exception:
+                    answer = got if isinstance(got, Raised) else None
+                ok = isinstance(answer, int | float) and not isinstance(answer, bool)
+                ok = ok and answer == want
+                if isinstance(answer, int | float) and math.isfinite(answer):
+                    shown = f"{int(answer):_}"
+                else:
+                    shown = cut(str(answer), 22)
+                hint = ""
+                if answer is None:
+                    hint = "return {'fp32': {...}, 'amp': {...}}, each with keys "
+                    hint += ", ".join(_BUDGET_PARTS)
+                elif not ok:
+                    hint = _memory_hint(n, regime, part, want, answer)
+                rows.append(
+                    Row(
+                        f"n={n:_} {regime} {part.removesuffix('_state')}",
+                        f"{want:_}",
+                        shown,
+                        ok,
+                        hint,
+                    )
+                )
+    return rows
+
+
+def check_memory_budget(
+    memory_budget: Callable[[int], dict[str, dict[str, int]]], hidden: bool = False
+) -> None:
+    """Check `memory_budget(n_params) -> {"fp32": {...}, "amp": {...}}` in bytes.
+
+    Each inner dict has "weights", "grads" and "adam_state" (Adam's two moments) for
+    plain fp32 training and for AMP with fp32 master weights. Expected by training a
+    real model (one Adam step, fp32 and fp16 autocast + GradScaler) and summing the
+    `nbytes` of its tensors; large n is built small and scaled, bytes being linear.
+
+    Example:
+        >>> check_memory_budget(memory_budget)  # 1000 -> weights 4000 in both
+    """
+    grade("check_memory_budget", memory_budget, hidden, _memory_rows)

@@ -1,0 +1,218 @@
+"""Lesson 05's first grader: the calls of an AMP training step in their order, each
+ordering rule shown with the error torch raises when it is broken, and the student's
+order run against the reference loop with a real `torch.amp.GradScaler`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from amp_lessons.checks._engine import Row, answer_of_type, grade
+from amp_lessons.formats import same_bits
+
+__all__ = ["AMP_STEPS", "check_amp_step_order"]
+
+
+_ZERO, _FWD, _BWD = (
+    "zero_grad",
+    "forward under autocast",
+    "scaler.scale(loss).backward()",
+)
+_UNSCALE, _CLIP = "scaler.unscale_(optimizer)", "clip_grad_norm_"
+_STEP, _UPDATE = "scaler.step(optimizer)", "scaler.update()"
+AMP_STEPS: tuple[str, ...] = (_UPDATE, _CLIP, _FWD, _STEP, _ZERO, _BWD, _UNSCALE)
+"""The vocabulary `amp_step_order()` must put in order (shown here shuffled)."""
+_REFERENCE_ORDER = (_ZERO, _FWD, _BWD, _UNSCALE, _CLIP, _STEP, _UPDATE)
+_SHORT = dict(
+    zip(
+        _REFERENCE_ORDER,
+        ("zero_grad", "forward", "backward", "unscale_", "clip", "step", "update"),
+        strict=True,
+    )
+)
+
+
+def _live_error(action: Callable[[torch.amp.GradScaler, Any], None]) -> str:
+    """The message torch raises for a misuse, reproduced on a one-parameter model."""
+    param = nn.Parameter(torch.ones(1))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale((param * 2).sum()).backward()
+    try:
+        action(scaler, optimizer)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+def _order_rules() -> list[tuple[str, str, str]]:
+    """(first, then, why) pairs that any correct AMP loop satisfies."""
+    update_first = _live_error(lambda s, o: s.update())
+    unscale_late = _live_error(lambda s, o: (s.step(o), s.unscale_(o)))
+    return [
+        (_FWD, _BWD, "backward needs the loss that the forward pass computes"),
+        (_BWD, _UNSCALE, "unscale_ divides the gradients that backward just made; "
+         "before backward there is nothing (or last step's grads) to unscale"),
+        (_UNSCALE, _CLIP, "clip_grad_norm_ before unscale_ clips the SCALED grads: "
+         "their norm is ~scale times too big, so clipping shrinks the real grads to "
+         "almost nothing"),
+        (_CLIP, _STEP, "clipping after the step changes nothing: the optimizer "
+         "already used the unclipped grads"),
+        (_UNSCALE, _STEP, f"unscale_ after step fails: {unscale_late}"),
+        (_STEP, _UPDATE, f"update() needs the inf checks that step records; called "
+         f"first it fails: {update_first}"),
+    ]  # fmt: skip
+
+
+def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
+    got = answer_of_type(
+        amp_step_order, list | tuple, "list", "a list of the names in AMP_STEPS"
+    )
+    order = list(got)
+    unknown = [s for s in order if s not in AMP_STEPS]
+    missing = [s for s in AMP_STEPS if s not in order]
+    twice = sorted({s for s in order if order.count(s) > 1})
+    complete = not (unknown or missing or twice)
+    hint = "; ".join(
+        f"{what}: {', '.join(map(repr, items))}"
+        for what, items in (
+            ("not in AMP_STEPS", unknown),
+            ("missing", missing),
+            ("more than once", twice),
+        )
+        if items
+    )
+    rows = [
+        Row(
+            "each of the 7 steps once",
+            "yes",
+            "yes" if complete else "no",
+            complete,
+            hint,
+        )
+    ]
+    if hidden:
+        return rows + _order_run_rows(order if complete else None)
+    for first, then, why in _order_rules():
+        where = "before"
+        if first not in order or then not in order:
+            where = "missing"
+        elif order.index(first) > order.index(then):
+            where = "after"
+        label = f"{_SHORT[first]} before {_SHORT[then]}"
+        rows.append(Row(label, "before", where, where == "before", why))
+    ok = _ZERO in order and not (
+        _BWD in order
+        and _STEP in order
+        and order.index(_BWD) < order.index(_ZERO) < order.index(_STEP)
+    )
+    where = "missing" if _ZERO not in order else f"position {order.index(_ZERO) + 1}"
+    rows.append(
+        Row(
+            "zero_grad not in bwd..step",
+            "1 or 7",
+            where,
+            ok,
+            "zero_grad between backward and step wipes the grads you just "
+            "computed. Put it first (the seed's loop) or last with "
+            "set_to_none=True (nanoGPT's): both are fine",
+        )
+    )
+    return rows
+
+
+def _order_run(order: Sequence[str], overflow: bool) -> Any:
+    """Run an order of AMP_STEPS for 3 iterations on a tiny model; return its state."""
+    torch.manual_seed(7)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=2)
+    gen = torch.Generator().manual_seed(8)
+    state: dict[str, Any] = {"loss": None}
+
+    def forward(x: torch.Tensor, y: torch.Tensor) -> None:
+        with torch.amp.autocast("cpu", dtype=torch.float16):
+            state["loss"] = F.mse_loss(model(x), y)
+
+    def backward() -> None:
+        if state["loss"] is None:
+            raise RuntimeError("backward before any forward: there is no loss yet")
+        scaler.scale(state["loss"]).backward()
+
+    for i in range(3):
+        x = torch.randn(8, 4, generator=gen)
+        y = torch.randn(8, 2, generator=gen) * (1e6 if overflow and i == 1 else 1)
+        actions = {
+            _ZERO: lambda: optimizer.zero_grad(set_to_none=True),
+            _FWD: lambda x=x, y=y: forward(x, y),
+            _BWD: backward,
+            _UNSCALE: lambda: scaler.unscale_(optimizer),
+            _CLIP: lambda: nn.utils.clip_grad_norm_(model.parameters(), 0.05),
+            _STEP: lambda: scaler.step(optimizer),
+            _UPDATE: scaler.update,
+        }
+        for name in order:
+            actions[name]()
+    return [p.detach().clone() for p in model.parameters()] + [scaler.get_scale()]
+
+
+def _order_run_rows(order: list[str] | None) -> list[Row]:
+    rows = []
+    for case, overflow in (
+        ("your order run 3 iterations", False),
+        ("same, overflow at iteration 2", True),
+    ):
+        expected = _order_run(_REFERENCE_ORDER, overflow)
+        if order is None:
+            rows.append(
+                Row(
+                    case, "same params", "not run", False, "fix the list of steps first"
+                )
+            )
+            continue
+        try:
+            got = _order_run(order, overflow)
+        except Exception as exc:
+            rows.append(
+                Row(
+                    case,
+                    "same params",
+                    f"raised {type(exc).__name__}",
+                    False,
+                    f"running your order raised: {exc}",
+                )
+            )
+            continue
+        ok = all(same_bits(a, b) for a, b in zip(got[:-1], expected[:-1], strict=True))
+        ok = ok and got[-1] == expected[-1]
+        rows.append(
+            Row(
+                case,
+                "same params",
+                "same params" if ok else "differ",
+                ok,
+                "your order trains the model differently from scale -> "
+                "backward -> unscale_ -> clip -> step -> update",
+            )
+        )
+    return rows
+
+
+def check_amp_step_order(
+    amp_step_order: Callable[[], list[str]], hidden: bool = False
+) -> None:
+    """Check `amp_step_order() -> list[str]`: the names of AMP_STEPS in loop order.
+
+    Visible cases check each ordering rule (with the real error torch raises when it
+    is broken); hidden cases run the student's order on a tiny fp16-autocast model
+    with clipping, and with an overflow, and compare the parameters bit for bit with
+    the reference loop. zero_grad may come first or last.
+
+    Example:
+        >>> check_amp_step_order(lambda: ["zero_grad", "forward under autocast", ...])
+    """
+    grade("check_amp_step_order", amp_step_order, hidden, _order_rows)

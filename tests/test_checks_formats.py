@@ -1,0 +1,188 @@
+"""Lesson 01's graders (amp_lessons.checks.formats): each passes its reference
+solution, rejects each known-wrong answer with its own hint, says "not attempted" for
+the stub, and expects what torch's float16 does."""
+
+import math
+
+import torch
+from grader_harness import grader_tests
+
+from amp_lessons.checks import (
+    check_decode_fp16,
+    check_fp16_spacing,
+    check_round_to_fp16,
+)
+from amp_lessons.checks import formats as graders
+from amp_lessons.checks._engine import same_float
+
+# --- reference solutions (copy into the solution cells) -------------------------
+
+
+def decode_fp16(bits):
+    sign = -1.0 if bits >> 15 else 1.0
+    exponent = (bits >> 10) & 0x1F  # 5 bits, bias 15
+    mantissa = bits & 0x3FF  # 10 bits
+    if exponent == 0x1F:  # all ones: inf or nan
+        return sign * math.inf if mantissa == 0 else math.nan
+    if exponent == 0:  # subnormal (or zero): no implicit 1, exponent 1 - 15
+        return sign * mantissa * 2.0**-24
+    return sign * (1 + mantissa / 1024) * 2.0 ** (exponent - 15)
+
+
+def round_to_fp16(x):
+    if math.isnan(x) or math.isinf(x) or x == 0:
+        return x
+    exponent = max(math.frexp(abs(x))[1] - 1, -14)  # subnormals share 2**-14's step
+    step = 2.0 ** (exponent - 10)  # 10 mantissa bits
+    rounded = round(abs(x) / step) * step  # Python's round() ties to even
+    if rounded > 65504:  # 65520 and above round past the largest fp16
+        rounded = math.inf
+    return math.copysign(rounded, x)
+
+
+def fp16_spacing(x):
+    h = torch.tensor(x, dtype=torch.float16)
+    above = torch.nextafter(h, torch.tensor(math.inf, dtype=torch.float16))
+    return (above.float() - h.float()).item()
+
+
+# --- known-wrong answers, each with a fragment of the hint it must get ------------
+
+
+def decode_no_implicit_one(bits):
+    e, m = (bits >> 10) & 0x1F, bits & 0x3FF
+    if e == 0x1F:
+        return decode_fp16(bits)
+    return (-1.0 if bits >> 15 else 1.0) * (m / 1024) * 2.0 ** (max(e, 1) - 15)
+
+
+def decode_bias_127(bits):
+    e, m = (bits >> 10) & 0x1F, bits & 0x3FF
+    if e in (0, 0x1F):
+        return decode_fp16(bits)
+    return (-1.0 if bits >> 15 else 1.0) * (1 + m / 1024) * 2.0 ** (e - 127)
+
+
+def decode_subnormal_as_normal(bits):
+    e, m = (bits >> 10) & 0x1F, bits & 0x3FF
+    if e == 0 and m:
+        return (-1.0 if bits >> 15 else 1.0) * (1 + m / 1024) * 2.0**-15
+    return decode_fp16(bits)
+
+
+def decode_no_nan(bits):
+    e = (bits >> 10) & 0x1F
+    return (-1.0 if bits >> 15 else 1.0) * math.inf if e == 0x1F else decode_fp16(bits)
+
+
+def round_truncate(x):
+    if x == 0 or math.isinf(x) or abs(x) >= 65520:
+        return round_to_fp16(x)
+    step = 2.0 ** (max(math.frexp(abs(x))[1] - 1, -14) - 10)
+    return math.copysign(math.floor(abs(x) / step) * step, x)
+
+
+def round_overflow_at_max(x):
+    return math.copysign(math.inf, x) if abs(x) > 65504 else round_to_fp16(x)
+
+
+def round_flush_subnormals(x):
+    return 0.0 if abs(x) < 2.0**-14 else round_to_fp16(x)
+
+
+def round_ties_away(x):
+    if x == 0 or math.isinf(x):
+        return x
+    step = 2.0 ** (max(math.frexp(abs(x))[1] - 1, -14) - 10)
+    rounded = math.floor(abs(x) / step + 0.5) * step
+    return math.copysign(math.inf if rounded > 65504 else rounded, x)
+
+
+def spacing_fp32(x):
+    return 2.0 ** (math.frexp(fp16_value(x))[1] - 1 - 23) if x else 2.0**-149
+
+
+def spacing_normal_formula(x):
+    h = fp16_value(x)
+    return 2.0 ** (math.frexp(h)[1] - 1 - 10) if h else 2.0**-24
+
+
+def spacing_at_x(x):
+    return 2.0 ** (math.frexp(x)[1] - 1 - 10) if x >= 2**-14 else 2.0**-24
+
+
+def spacing_next_value(x):
+    return fp16_value(x) + fp16_spacing(x)
+
+
+def fp16_value(x):
+    return torch.tensor(x, dtype=torch.float16).item()
+
+
+# (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
+CASES = {
+    "decode": (
+        check_decode_fp16,
+        decode_fp16,
+        [
+            (decode_no_implicit_one, False, "implicit leading 1"),
+            (decode_bias_127, False, "bias 127"),
+            (decode_subnormal_as_normal, False, "no implicit 1, value = m * 2^-24"),
+            (decode_no_nan, False, "any other mantissa, nan"),
+            (decode_no_nan, True, "any other mantissa, nan"),
+        ],
+    ),
+    "round": (
+        check_round_to_fp16,
+        round_to_fp16,
+        [
+            (round_truncate, False, "rounds to the NEAREST"),
+            (round_overflow_at_max, False, "only >= 65520 becomes inf"),
+            (round_flush_subnormals, False, "only |x| <= 2^-25 rounds to 0"),
+            (round_ties_away, False, "ties to the even neighbour"),
+            (round_ties_away, True, "ties to the even neighbour"),
+            (lambda x: x, False, "you returned x unchanged"),
+        ],
+    ),
+    "spacing": (
+        check_fp16_spacing,
+        fp16_spacing,
+        [
+            (spacing_fp32, False, "fp32's spacing"),
+            (spacing_normal_formula, False, "stays 2^-24 all the way down"),
+            (spacing_at_x, True, "not at x"),
+            (spacing_next_value, False, "not the next number itself"),
+        ],
+    ),
+}
+(
+    test_reference_passes,
+    test_wrong_answer_rejected_with_hint,
+    test_stub_is_not_attempted,
+) = grader_tests(CASES)
+
+
+# --- the expected answers agree with PyTorch and with the course's facts ---------
+
+
+def test_decode_cases_cover_every_kind_of_fp16():
+    values = [graders._fp16_from_bits(b) for b in graders._DECODE_CASES]
+    assert any(math.isnan(v) for v in values) and math.inf in values
+    assert 2.0**-24 in values and 65504.0 in values and -2.0 in values
+    assert any(str(v) == "-0.0" for v in values)
+
+
+def test_round_cases_are_exact_in_float32_and_match_torchs_cast():
+    # torch rounds a Python float to fp16 via float32; the ties and edges must be
+    # exact there, and the plain-Python rounding must agree with torch's cast
+    for x in (1 + 2**-11, 1 + 3 * 2**-11, 65519.0, 65520.0, 2049.0, 2.0**-25):
+        assert torch.tensor(x, dtype=torch.float32).item() == x
+    for x in graders._ROUND_CASES + graders._ROUND_HIDDEN:
+        assert same_float(round_to_fp16(torch.tensor(x).item()), graders._fp16(x))
+
+
+def test_spacing_examples_from_the_docstring():
+    assert graders._fp16_spacing(1.0) == 2.0**-10
+    assert graders._fp16_spacing(2048.0) == 2.0
+    assert graders._fp16_spacing(0.0) == 2.0**-24
+    assert graders._fp16_spacing(2047.9) == 2.0  # rounds to 2048 first

@@ -1,0 +1,189 @@
+"""Lesson 05's graders (amp_lessons.checks.step_order, amp_lessons.checks.train_step):
+reference, known-wrong answers with their hints, the stub, and reference runs with a
+real torch.amp.GradScaler that overflow, back off and grow."""
+
+import torch
+import torch.nn.functional as F
+from grader_harness import grader_tests, other_correct_test
+
+from amp_lessons.checks import AMP_STEPS, check_amp_step_order, check_amp_train_step
+from amp_lessons.checks import train_step as graders
+
+# --- reference solutions (copy into the solution cells) -------------------------
+
+
+def amp_step_order():
+    return [
+        "zero_grad",
+        "forward under autocast",
+        "scaler.scale(loss).backward()",
+        "scaler.unscale_(optimizer)",
+        "clip_grad_norm_",
+        "scaler.step(optimizer)",
+        "scaler.update()",
+    ]
+
+
+def amp_train_step(model, optimizer, scaler, x, y, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast(x.device.type, dtype=torch.float16):
+        loss = F.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+# --- known-wrong answers, each with a fragment of the hint it must get ------------
+
+
+def order_clip_first():
+    return [
+        "zero_grad",
+        "forward under autocast",
+        "scaler.scale(loss).backward()",
+        "clip_grad_norm_",
+        "scaler.unscale_(optimizer)",
+        "scaler.step(optimizer)",
+        "scaler.update()",
+    ]
+
+
+def order_update_first():
+    order = amp_step_order()
+    order[5], order[6] = order[6], order[5]
+    return order
+
+
+def order_zero_grad_between():
+    order = amp_step_order()[1:]
+    order.insert(3, "zero_grad")  # after unscale_, before clip
+    return order
+
+
+def order_nanogpt():
+    return amp_step_order()[1:] + ["zero_grad"]
+
+
+def order_missing_unscale():
+    return [s for s in amp_step_order() if s != "scaler.unscale_(optimizer)"]
+
+
+def train_no_unscale(model, optimizer, scaler, x, y, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        loss = F.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def train_optimizer_step(model, optimizer, scaler, x, y, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        loss = F.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    scaler.update()
+    return loss.item()
+
+
+def train_no_update(model, optimizer, scaler, x, y, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        loss = F.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    return loss.item()
+
+
+def train_unscaled_backward(model, optimizer, scaler, x, y, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        loss = F.mse_loss(model(x), y)
+    loss.backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def order_zero_grad_after_forward():
+    order = amp_step_order()[1:]
+    order.insert(1, "zero_grad")  # between forward and backward: still correct
+    return order
+
+
+# (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
+CASES = {
+    "order": (
+        check_amp_step_order,
+        amp_step_order,
+        [
+            (order_clip_first, False, "clips the SCALED grads"),
+            (order_update_first, False, "No inf checks were recorded"),
+            (order_zero_grad_between, False, "wipes the grads"),
+            (order_zero_grad_between, True, "trains the model differently"),
+            (order_missing_unscale, False, "missing: 'scaler.unscale_(optimizer)'"),
+        ],
+    ),
+    "train": (
+        check_amp_train_step,
+        amp_train_step,
+        [
+            (train_no_unscale, False, "ran on the SCALED grads"),
+            (train_optimizer_step, False, "optimizer.step() ran on inf/nan grads"),
+            (train_optimizer_step, True, "optimizer.step() ran on inf/nan grads"),
+            (train_no_update, False, "call scaler.update()"),
+            (train_unscaled_backward, False, "backward on the SCALED loss"),
+        ],
+    ),
+}
+(
+    test_reference_passes,
+    test_wrong_answer_rejected_with_hint,
+    test_stub_is_not_attempted,
+) = grader_tests(CASES)
+test_other_correct_answers_pass = other_correct_test(
+    [
+        (check_amp_step_order, order_nanogpt, "nanogpt-order"),
+        (
+            check_amp_step_order,
+            order_zero_grad_after_forward,
+            "zero-grad-after-forward",
+        ),
+    ]
+)
+
+
+# --- the expected answers agree with PyTorch and with the course's facts ---------
+
+
+def test_check_leaves_the_global_random_state_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    check_amp_train_step(amp_train_step)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_train_cases_include_real_overflow_and_growth():
+    runs = {
+        c.name: graders._run_train_case(amp_train_step, c) for c in graders._TRAIN_CASES
+    }
+    assert runs["1 step, overflow (scale 2**40)"][1] == 2.0**39  # skipped, backed off
+    assert runs["3 steps, growth_interval 2"][1] == 2.0**11  # grew once
+    adam = graders._run_train_case(amp_train_step, graders._TRAIN_HIDDEN[0])
+    assert adam[1] == 2.0**15  # the overflow at step 2 of 3 was seen
+
+
+def test_steps_for_the_notebook_list_every_step():
+    assert set(AMP_STEPS) == set(amp_step_order())

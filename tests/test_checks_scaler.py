@@ -1,0 +1,185 @@
+"""Lesson 03's graders (amp_lessons.checks.scaler): reference, known-wrong answers with
+their hints, the stub, and expectations from a real torch.amp.GradScaler, which the
+lesson's `amp_lessons.scaler.next_scale` must agree with."""
+
+import math
+import random
+
+import torch
+from grader_harness import grader_tests, other_correct_test
+
+from amp_lessons.checks import check_unscale, check_update_rule
+from amp_lessons.checks import scaler as graders
+from amp_lessons.scaler import next_scale
+
+# --- reference solutions (copy into the solution cells) -------------------------
+
+
+def update_scale(
+    scale,
+    growth_tracker,
+    found_inf,
+    growth_factor=2.0,
+    backoff_factor=0.5,
+    growth_interval=2000,
+):
+    if found_inf:
+        return scale * backoff_factor, 0
+    growth_tracker += 1
+    if growth_tracker == growth_interval:
+        grown = torch.tensor(scale * growth_factor, dtype=torch.float32).item()
+        return (grown if math.isfinite(grown) else scale), 0
+    return scale, growth_tracker
+
+
+def unscale_grads(grads, scale):
+    inv_scale = 1.0 / scale  # float64 reciprocal; mul_ rounds it to float32
+    found_inf = False
+    for g in grads:
+        found_inf = found_inf or not torch.isfinite(g).all().item()
+        g.mul_(inv_scale)
+    return found_inf
+
+
+# --- known-wrong answers, each with a fragment of the hint it must get ------------
+
+
+def update_no_tracker_reset_on_inf(scale, tracker, found_inf, *args, **kwargs):
+    new_scale, new_tracker = update_scale(scale, tracker, found_inf, *args, **kwargs)
+    return new_scale, (tracker if found_inf else new_tracker)
+
+
+def update_grows_on_inf(scale, tracker, found_inf, growth_factor=2.0, *args, **kw):
+    if found_inf:
+        return scale * growth_factor, 0
+    return update_scale(scale, tracker, found_inf, growth_factor, *args, **kw)
+
+
+def update_off_by_one(
+    scale,
+    tracker,
+    found_inf,
+    growth_factor=2.0,
+    backoff_factor=0.5,
+    growth_interval=2000,
+):
+    if found_inf:
+        return scale * backoff_factor, 0
+    if tracker == growth_interval:  # checks before counting this step
+        return scale * growth_factor, 0
+    return scale, tracker + 1
+
+
+def update_no_reset_after_growth(scale, tracker, found_inf, *args, **kwargs):
+    new_scale, new_tracker = update_scale(scale, tracker, found_inf, *args, **kwargs)
+    return new_scale, (tracker + 1 if new_scale > scale else new_tracker)
+
+
+def update_unbounded_growth(
+    scale,
+    tracker,
+    found_inf,
+    growth_factor=2.0,
+    backoff_factor=0.5,
+    growth_interval=2000,
+):
+    if found_inf:
+        return scale * backoff_factor, 0
+    if tracker + 1 == growth_interval:
+        return scale * growth_factor, 0
+    return scale, tracker + 1
+
+
+def unscale_not_in_place(grads, scale):
+    found_inf = any(not torch.isfinite(g).all() for g in grads)
+    grads = [g * (1.0 / scale) for g in grads]
+    return found_inf
+
+
+def unscale_divide(grads, scale):
+    for g in grads:
+        g.div_(scale)
+    return any(not torch.isfinite(g).all() for g in grads)
+
+
+def unscale_misses_nan(grads, scale):
+    found_inf = any(torch.isinf(g).any() for g in grads)
+    for g in grads:
+        g.mul_(1.0 / scale)
+    return bool(found_inf)
+
+
+def unscale_skips_on_inf(grads, scale):
+    if any(not torch.isfinite(g).all() for g in grads):
+        return True
+    for g in grads:
+        g.mul_(1.0 / scale)
+    return False
+
+
+# (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
+CASES = {
+    "update": (
+        check_update_rule,
+        update_scale,
+        [
+            (update_no_tracker_reset_on_inf, False, "growth_tracker goes back to 0"),
+            (update_grows_on_inf, False, "never grow on an overflow step"),
+            (update_off_by_one, False, "torch counts this step"),
+            (update_no_reset_after_growth, False, "after growing, reset"),
+            (update_unbounded_growth, True, "stored in float32"),
+        ],
+    ),
+    "unscale": (
+        check_unscale,
+        unscale_grads,
+        [
+            (unscale_not_in_place, False, "unscale IN PLACE"),
+            (unscale_divide, False, "you divided by scale"),
+            (unscale_misses_nan, False, "nan counts too"),
+            (unscale_skips_on_inf, False, "even when an inf/nan is found"),
+        ],
+    ),
+}
+(
+    test_reference_passes,
+    test_wrong_answer_rejected_with_hint,
+    test_stub_is_not_attempted,
+) = grader_tests(CASES)
+test_other_correct_answers_pass = other_correct_test(
+    [
+        (check_update_rule, lambda *a, **k: list(update_scale(*a, **k)), "list"),
+        (check_unscale, lambda g, s: torch.tensor(unscale_grads(g, s)), "tensor-bool"),
+    ]
+)
+
+
+# --- the expected answers agree with PyTorch and with the course's facts ---------
+
+
+def test_next_scale_matches_gradscaler_on_random_states():
+    # the grader's expectation is a real GradScaler; the lesson's rule must agree
+    rng = random.Random(0)
+    cases = list(graders._UPDATE_CASES + graders._UPDATE_HIDDEN)
+    for _ in range(40):
+        interval = rng.choice([1, 2, 3, 5])
+        cases.append(
+            (
+                2.0 ** rng.randint(-5, 127),
+                rng.randrange(interval),
+                rng.random() < 0.3,
+                {"growth_factor": rng.choice([2.0, 3.0]), "growth_interval": interval},
+            )
+        )
+    for scale, tracker, found_inf, factors in cases:
+        settings = {**graders._DEFAULTS, **factors}
+        assert graders._torch_update(scale, tracker, found_inf, **factors) == (
+            next_scale(scale, tracker, found_inf, **settings)
+        )
+
+
+def test_unscale_cases_tell_division_from_multiplication():
+    x = graders._unscale_cases(hidden=False)[1][1][0]
+    assert not torch.equal(x / 3.0, x * (1 / 3.0))
+    unscaled, found = graders._torch_unscale([x], 3.0)
+    assert torch.equal(unscaled[0], x * (1 / 3.0)) and not found
