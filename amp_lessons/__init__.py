@@ -9,10 +9,14 @@ torch bit for bit) and ``scaler_bench``, ``autocast`` (04: the per-op dtype tabl
 the precision table, autocast context, scaler factory, TF32), ``models`` (MLP, GPT,
 synthetic data), ``train`` (05: the loop and checkpoints), ``memory`` (06), ``bench``
 (06: timing, the benchmark) with ``bench_results`` (06: recorded results), ``clinic``
-(07), ``quiz`` (08); beside them ``plots`` (every plot), ``widgets`` (the explorers)
-and ``checks`` (the exercise graders, a package: ``_engine`` plus one module per
-lesson). Course tooling lives apart in ``tooling`` (``bootstrap``, ``lab``,
-``grading``); ``grading`` here is its command-line entry point.
+(07), ``quiz`` (08), ``fp8`` (11: per-tensor scales and a Float8Linear from scratch)
+with ``fp8_vs_torchao`` (11: checks it against torchao), ``fp8_scaling`` (11: delayed
+and rowwise scales) and ``bench_fp8`` (the bench's fp8 row); beside them ``plots``
+(every plot), ``widgets`` (the explorers) and ``checks`` (the exercise graders, a
+package: ``_engine`` plus one module per lesson). Course tooling lives apart in
+``tooling`` (``bootstrap``, ``lab``, ``grading``); ``grading`` here is its command-line
+entry point. ``gpu_check`` is the whole GPU proof in one run (``python -m amp_lessons
+gpu-check``), with ``gpu_report`` (its goals and one-page summary).
 
 Import the module you need, e.g. ``from amp_lessons.formats import decompose``; nothing
 heavy is imported here.

@@ -1,4 +1,4 @@
-"""Command line: ``python -m amp_lessons train|bench`` (installed as ``amp-lessons``).
+"""Command line: ``python -m amp_lessons train|bench|gpu-check`` (or ``amp-lessons``).
 
 Examples::
 
@@ -6,6 +6,7 @@ Examples::
     python -m amp_lessons train --precision fp16 --scaler ours --checkpoint run.pt
     python -m amp_lessons bench --device cpu --json out.json
     python -m amp_lessons bench --device cuda --record  # notebooks/results/bench_*
+    python -m amp_lessons gpu-check  # the whole GPU proof, <= 8 min (exit 2 without)
 
 Mistakes (an unknown precision, CUDA asked without CUDA, a scaler with bf16, ...) end
 with one line on stderr saying what to do instead, and exit status 2.
@@ -37,10 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="The real AMP loop (amp_lessons.train) on a built-in synthetic "
                     "task: nothing is downloaded."))
     _add_bench(commands.add_parser(
-        "bench", help="time fp32/tf32/fp16/bf16 training steps and measure memory "
-                      "(--json for a results file)",
+        "bench", help="time fp32/tf32/fp16/bf16 (and fp8 on Ada/Hopper GPUs) "
+                      "training steps and measure memory (--json for a results file)",
         description="Step time, peak memory, saved activations, TFLOP/s and MFU for "
                     "fp32 (TF32 off), tf32, fp16 and bf16, side by side."))
+    _add_gpu_check(commands.add_parser(
+        "gpu-check", help="the whole GPU proof in one run: gpu tests, the bench, "
+                          "lessons 00/04/06/07 and a summary (CUDA only)",
+        description="On a CUDA GPU, within one time budget: every gpu-marked test, "
+                    "the bench on both configs in every precision (recorded as "
+                    "bench_<gpu>.json), lessons 00, 04, 06 and 07 executed (copies in "
+                    "executed/), and the one-page summary gpu_check_<gpu>.md. Without "
+                    "CUDA it exits with status 2 at once and writes nothing."))
     return parser
 
 
@@ -95,8 +104,11 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
     p.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS),
                    help="which models (default: both)")
-    p.add_argument("--precisions", nargs="+", default=list(PRECISIONS),
-                   help="which precisions (default: all four)")
+    p.add_argument("--precisions", nargs="+", default=None, metavar="PRECISION",
+                   help=f"any of {', '.join(PRECISIONS)}, fp8 (fp8: torchao, "
+                        "compiled, on a GPU of compute capability 8.9+; --precision "
+                        "fp8 works too) (default: all four, plus fp8 where it can "
+                        "run)")
     p.add_argument("--warmup", type=int, default=None,
                    help="untimed steps first (default: 3 on cpu, 5 on cuda)")
     p.add_argument("--iters", type=int, default=None,
@@ -117,6 +129,18 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", action="store_true",
                    help="also write notebooks/results/bench_<device>.json, the "
                         "file lesson 06 shows")
+
+
+def _add_gpu_check(p: argparse.ArgumentParser) -> None:
+    from amp_lessons.gpu_check import BUDGET_S
+
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="where the results go (default: notebooks/results)")
+    p.add_argument("--budget", type=float, default=BUDGET_S, metavar="SECONDS",
+                   help="total time budget; each step gets its share (default: "
+                        "%(default).0f, sized for one H100/H200)")
+    p.add_argument("--plan", action="store_true",
+                   help="print the steps and their time limits; run nothing")
 
 
 SIZE_FLAGS = (
@@ -201,6 +225,9 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         args.iters, command=command,
         progress=lambda s: print(f"  measuring {s}", file=sys.stderr, flush=True),
         threads=args.threads)
+    if not report["results"]:  # e.g. --precision fp8 on a CPU
+        raise ValueError("; ".join(f"{s['precision']} cannot run here: {s['reason']}"
+                                   for s in report["skipped"]) or "nothing to bench")
     print(f"bench on {report['device']} ({report['device_name']}), torch "
           f"{report['torch']}, {report['warmup']} warm-up + {report['iters']} timed "
           f"steps, median; {report['cpu_threads']} CPU thread(s)")
@@ -220,6 +247,28 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from amp_lessons import gpu_check
+
+    if args.budget <= 0:
+        raise ValueError(f"--budget must be > 0 seconds, got {args.budget:g}")
+    command = shlex.join(["python", "-m", "amp_lessons", *argv])
+    if args.plan:
+        import tempfile
+        from pathlib import Path
+
+        from amp_lessons.bench_results import RESULTS_DIR
+
+        info = gpu_check.gpu_info() or {"name": "a CUDA GPU (none here)"}
+        steps = gpu_check.plan_steps(info, Path(args.out or RESULTS_DIR),
+                                     Path(tempfile.gettempdir()) / "amp_gpu_check",
+                                     command)
+        print(f"gpu-check plan on {info['name']}, budget {args.budget:.0f} s:")
+        print(gpu_check.format_plan(steps, args.budget))
+        return 0
+    return gpu_check.run_gpu_check(args.out, args.budget, command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 2 a usage mistake).
 
@@ -236,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return run_train(args)
+        if args.command == "gpu-check":
+            return run_gpu_check(args, argv)
         return run_bench(args, argv)
     except torch.OutOfMemoryError as e:
         print(f"error: out of GPU memory ({str(e).splitlines()[0]}). Fix: lower the "

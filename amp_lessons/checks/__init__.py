@@ -14,8 +14,8 @@ a test cell that writes to stderr zero, so warnings are silenced inside each che
 The engine (rows, the table, calling the student's function, grading) is `_engine`;
 each lesson's graders are one module, named after the lesson's own module: `formats`
 (01), `underflow` (02), `scaler` (03), `autocast` (04), `step_order` and `train_step`
-(05), `memory` (06), `clinic` (07), `quiz` (08). Notebooks import every grader from
-here: ``from amp_lessons.checks import check_decode_fp16``.
+(05), `memory` (06), `clinic` (07), `quiz` (08), `fp8` (11). Notebooks import every
+grader from here: ``from amp_lessons.checks import check_decode_fp16``.
 
 Example:
     >>> def decode_fp16(bits):
@@ -39,6 +39,7 @@ from amp_lessons.checks.formats import (
     check_fp16_spacing,
     check_round_to_fp16,
 )
+from amp_lessons.checks.fp8 import check_fp8_cast
 from amp_lessons.checks.memory import check_memory_budget
 from amp_lessons.checks.quiz import check_quick_check
 from amp_lessons.checks.scaler import check_unscale, check_update_rule
@@ -60,6 +61,7 @@ __all__ = [
     "check_clinic_diagnosis",
     "check_decode_fp16",
     "check_fp16_spacing",
+    "check_fp8_cast",
     "check_memory_budget",
     "check_quick_check",
     "check_round_to_fp16",

@@ -135,6 +135,11 @@ def jupyter_env(course_dir: Path) -> dict[str, str]:
     return env
 
 
+# Never copied into a course: gpu-check's executed/ copies are the solved lessons with
+# their outputs, so a student edition carrying them would hand out every solution.
+NOT_SHIPPED = (".ipynb_checkpoints", "executed")
+
+
 def _support_dirs(notebooks_dir: Path) -> list[Path]:
     """Folders beside the notebooks that they read at run time (e.g. ``results/``)."""
     return sorted(p for p in Path(notebooks_dir).iterdir() if p.is_dir()
@@ -165,7 +170,7 @@ def build_course(notebooks: Sequence[Path], course_dir: Path = COURSE_DIR) -> Pa
         shutil.copy(path, dest / path.name)
         for folder in _support_dirs(path.parent):
             shutil.copytree(folder, dest / folder.name,
-                            ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+                            ignore=shutil.ignore_patterns(*NOT_SHIPPED))
     return course_dir
 
 
