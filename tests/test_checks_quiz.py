@@ -35,6 +35,10 @@ def quiz_one_wrong():
     return {**quick_check_answers(), "autocast_scope": "a", "bf16_scaler": "d"}
 
 
+def quiz_older_gpus():
+    return {**quick_check_answers(), "where_fastest": "b"}
+
+
 # (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
 CASES = {
     "quiz": (
@@ -43,6 +47,9 @@ CASES = {
         [
             (quiz_all_a, False, "the docs advise against wrapping backward"),
             (quiz_one_wrong, True, "its advantage is range, not precision"),
+            # P100: fp16 at 2x fp32; consumer Pascal: 1/64 (the option is wrong both
+            # ways, and the hint says so)
+            (quiz_older_gpus, True, "twice its fp32 rate (21.2 vs 10.6 TFLOPS)"),
         ],
     ),
 }

@@ -28,7 +28,11 @@ Example:
 Not covered here: free-text answers; every exercise is a function with checkable output.
 """
 
-from amp_lessons.checks.autocast import AUTOCAST_OPS, check_autocast_dtypes
+from amp_lessons.checks.autocast import (
+    AUTOCAST_DEVICES,
+    AUTOCAST_OPS,
+    check_autocast_dtypes,
+)
 from amp_lessons.checks.clinic import check_clinic_diagnosis
 from amp_lessons.checks.formats import (
     check_decode_fp16,
@@ -49,6 +53,7 @@ from amp_lessons.checks.underflow import (
 
 __all__ = [
     "AMP_STEPS",
+    "AUTOCAST_DEVICES",
     "AUTOCAST_OPS",
     "check_amp_step_order",
     "check_amp_train_step",
