@@ -27,9 +27,12 @@ def test_other_exception_is_a_failed_case_with_its_message(capsys):
     assert err == ""
 
 
-def test_not_callable_is_a_value_error():
-    with pytest.raises(ValueError, match="expects the function you wrote"):
+def test_not_callable_is_a_failed_case_with_a_table(capsys):
+    # an AssertionError with a table, like every other mistake, not a ValueError
+    with pytest.raises(AssertionError, match="1 of 1 cases failed"):
         checks.check_decode_fp16(None)
+    out, err = capsys.readouterr()
+    assert "expects the function itself" in out and "FAIL" in out and err == ""
 
 
 def test_warnings_in_student_code_stay_off_stderr(capsys):

@@ -60,7 +60,7 @@ CASES = {
         [
             (autocast_cuda_style, True, "CUDA's autocast would run it in float32"),
             (autocast_everything_low, False, "runs in the dtype of its input"),
-            (autocast_everything_low, False, "on its float32 list"),
+            (autocast_everything_low, False, "on autocast's float32 list"),
             (autocast_everything_low, False, "type promotion"),
             (autocast_strings, False, "not strings"),
         ],

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from amp_lessons.checks._engine import (
+    NOT_SHOWN,
     Row,
     answer_of_type,
     answered_row,
@@ -80,28 +81,33 @@ def _autocast_dtypes(name: str) -> tuple[torch.dtype, str]:
 
 
 def _autocast_hint(name: str, expected: torch.dtype, why: str, got: Any) -> str:
+    # explains the dtype the student chose; the right one is never printed
     if isinstance(got, str):
-        return f"use dtype objects such as torch.{show_value(expected)}, not strings"
+        return "use dtype objects such as torch.float32, not strings"
     if got is None:
         return f"add an entry for {name!r}"
-    if got == torch.float16:
-        return "this is bf16 autocast: its lower precision is torch.bfloat16"
+    if not isinstance(got, torch.dtype):
+        return f"give a torch.dtype for {name!r}, e.g. torch.float32"
+    if got is torch.float16:
+        return "this is bf16 autocast: it never produces float16"
+    said = f"you said {show_value(got)}"
     op = name.split("(")[0]
     if why == "low":
         return (
-            "autocast casts its float32 inputs down and runs it in bfloat16: "
-            "matmul-like ops (matmul, linear, conv, bmm) are on its lower-precision "
-            "list"
+            f"{said}, as if autocast left {op} alone; but matmul-like ops (matmul, "
+            "linear, conv, bmm) are exactly what its lower-precision list is for: it "
+            "casts their float32 inputs down"
         )
     if why == "fp32":
         return (
-            "autocast casts its bfloat16 input UP and runs it in float32: losses and "
-            "a few precision-hungry reductions (prod, cdist) are on its float32 list"
+            f"{said}, as if {op} followed its input; but losses and a few "
+            "precision-hungry reductions (prod, cdist) are on autocast's float32 "
+            "list: it casts a low-precision input UP"
         )
     if why == "promote":
         return (
-            "its inputs are bfloat16 and float32; an op on neither autocast list "
-            "follows type promotion, and bfloat16 + float32 gives float32"
+            f"{said}; but this op is on neither autocast list, and its inputs have "
+            "two different dtypes: type promotion decides"
         )
     note = ""
     if op in _CUDA_FP32_ONLY:
@@ -110,8 +116,8 @@ def _autocast_hint(name: str, expected: torch.dtype, why: str, got: Any) -> str:
             "differ, which is why lesson 04 reads them from the running torch)"
         )
     return (
-        f"{op} is on neither of CPU autocast's lists: it runs in the dtype of its "
-        f"input, here {show_value(expected)}{note}"
+        f"{said}; but {op} is on neither of CPU autocast's lists: it runs in the "
+        f"dtype of its input; which dtype does its input have here?{note}"
     )
 
 
@@ -130,10 +136,10 @@ def _autocast_rows(predict_autocast_dtypes: Callable, hidden: bool) -> list[Row]
             continue
         expected, why = _autocast_dtypes(name)
         answer = got.get(name)
-        ok = answer == expected
+        ok = isinstance(answer, torch.dtype) and answer is expected
         hint = "" if ok else _autocast_hint(name, expected, why, answer)
-        shown = "missing" if answer is None else show_value(answer)
-        rows.append(Row(name, show_value(expected), shown, ok, hint))
+        shown = "missing" if answer is None else show_value(answer, 24)
+        rows.append(Row(name, NOT_SHOWN, shown, ok, hint))
     return rows
 
 
@@ -145,7 +151,8 @@ def check_autocast_dtypes(
     Each op runs live on tiny float32 CPU tensors inside
     `torch.amp.autocast("cpu", dtype=torch.bfloat16)`, so the expected dtypes are
     those of the installed torch. The visible cases grade the first six ops; the
-    hidden cases the other six.
+    hidden cases the other six. The table says right or wrong and explains the dtype
+    chosen; it never prints the right one.
 
     Example:
         >>> check_autocast_dtypes(lambda: {"matmul(x, w)": torch.bfloat16, ...})
