@@ -1,6 +1,7 @@
 """Lesson 04's grader (amp_lessons.checks.autocast): reference, known-wrong answers with
 their hints, the stub, and expected dtypes read live from this torch's CPU autocast."""
 
+import pytest
 import torch
 from grader_harness import grader_tests
 
@@ -60,7 +61,7 @@ CASES = {
         [
             (autocast_cuda_style, True, "CUDA's autocast would run it in float32"),
             (autocast_everything_low, False, "runs in the dtype of its input"),
-            (autocast_everything_low, False, "on autocast's float32 list"),
+            (autocast_everything_low, False, "ops it will not run in low precision"),
             (autocast_everything_low, False, "type promotion"),
             (autocast_strings, False, "not strings"),
         ],
@@ -81,3 +82,16 @@ def test_autocast_expectations_are_read_live_and_mix_dtypes():
     assert dtypes == predict_autocast_dtypes()  # this torch's CPU autocast lists
     assert dtypes["matmul(x, w)"] is torch.bfloat16
     assert dtypes["mse_loss(linear(x, w), linear(y, w))"] is torch.float32
+
+
+# --- fair grading: right or wrong, and why the chosen dtype is wrong; never the dtype
+
+
+def test_visible_table_never_prints_the_right_dtype(capsys):
+    with pytest.raises(AssertionError):
+        check_autocast_dtypes(autocast_everything_low)  # wrong wherever float32 is
+    out = capsys.readouterr().out
+    assert "float32" not in out
+    rows = [line for line in out.splitlines() if line.strip().startswith(AUTOCAST_OPS)]
+    assert rows and all("(not shown)" in line for line in rows)
+    assert "you said bfloat16" in out

@@ -20,6 +20,7 @@ grader with parameters beyond (function, hidden) needs an entry in VARIANTS.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import importlib
 import inspect
@@ -182,7 +183,8 @@ VALUES = {
     "tensor nan": torch.tensor(nan), "tensor 3": torch.zeros(3),
     "tensor empty": torch.zeros(0), "tensor f64": torch.zeros((), dtype=torch.float64),
     "tensor int 2x2": torch.zeros(2, 2, dtype=torch.int64),
-    "tensor complex": torch.tensor(1 + 1j), "tensor meta": torch.empty(1, device="meta"),
+    "tensor complex": torch.tensor(1 + 1j),
+    "tensor meta": torch.empty(1, device="meta"),
     "tensor bool": torch.tensor(True), "function": lambda: None,
     "generator": (i for i in range(2)), "Ellipsis": ..., "dtype": torch.float16,
     "class": type, "module": torch, "path": pathlib.Path("."),
@@ -199,8 +201,9 @@ EXCEPTIONS = {
     "KeyError": KeyError("k"), "OverflowError": OverflowError(),
     "RuntimeError": RuntimeError("bad"), "custom BaseException": CustomBase(),
     "broken message": BrokenMessage(),
-    "ExceptionGroup": ExceptionGroup("two", [ValueError(), KeyError()]),
 }
+if hasattr(builtins, "ExceptionGroup"):  # Python 3.11+
+    EXCEPTIONS["ExceptionGroup"] = builtins.ExceptionGroup("two", [ValueError()])
 
 
 def returning(value):

@@ -83,7 +83,7 @@ def _autocast_dtypes(name: str) -> tuple[torch.dtype, str]:
 def _autocast_hint(name: str, expected: torch.dtype, why: str, got: Any) -> str:
     # explains the dtype the student chose; the right one is never printed
     if isinstance(got, str):
-        return "use dtype objects such as torch.float32, not strings"
+        return "use dtype objects (torch.bfloat16, torch.float32), not strings"
     if got is None:
         return f"add an entry for {name!r}"
     if not isinstance(got, torch.dtype):
@@ -95,14 +95,13 @@ def _autocast_hint(name: str, expected: torch.dtype, why: str, got: Any) -> str:
     if why == "low":
         return (
             f"{said}, as if autocast left {op} alone; but matmul-like ops (matmul, "
-            "linear, conv, bmm) are exactly what its lower-precision list is for: it "
-            "casts their float32 inputs down"
+            "linear, conv, bmm) are exactly what its lower-precision list is for"
         )
     if why == "fp32":
         return (
-            f"{said}, as if {op} followed its input; but losses and a few "
-            "precision-hungry reductions (prod, cdist) are on autocast's float32 "
-            "list: it casts a low-precision input UP"
+            f"{said}, as if {op} followed its low-precision input; but losses and a "
+            "few precision-hungry reductions (prod, cdist) are on the other autocast "
+            "list, the one for ops it will not run in low precision"
         )
     if why == "promote":
         return (
