@@ -5,7 +5,9 @@ point answers, and every path computed from __file__ lands in this repository.""
 import ast
 import importlib.util
 import json
+import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +131,22 @@ def test_old_grading_names_reach_the_tooling_package():
 
     assert grading.rehearse is tooling_grading.rehearse
     assert grading.lint_course is tooling_grading.lint_course
+
+
+def test_student_edition_files_get_the_users_umask(tmp_path):
+    # a results file written 0600 (as bench --record did) was copied 0600
+    from amp_lessons.tooling.grading.course import export_student_edition
+
+    lesson = tmp_path / "course" / "release" / "06_speed_memory"
+    (lesson / "results").mkdir(parents=True)
+    for path in (lesson / "06_speed_memory.ipynb", lesson / "results" / "bench.json"):
+        path.write_text("{}")
+        path.chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        export_student_edition(tmp_path / "course", tmp_path / "student")
+    finally:
+        os.umask(old)
+    for name in ("06_speed_memory.ipynb", "results/bench.json"):
+        mode = stat.S_IMODE((tmp_path / "student" / name).stat().st_mode)
+        assert mode == 0o644, (name, oct(mode))
