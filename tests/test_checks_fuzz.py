@@ -35,6 +35,8 @@ from amp_lessons import checks
 from amp_lessons.clinic import CAUSES
 from amp_lessons.quiz import QUESTIONS
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest.py
+
 CHECK_NAMES = sorted(n for n in checks.__all__ if n.startswith("check_"))
 
 # graders with parameters beyond (function, hidden): the ways notebooks call them
