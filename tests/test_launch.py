@@ -332,6 +332,10 @@ def test_ctrl_c_stops_the_lab_cleanly(tmp_path):
         os.write(master, b"\x03")  # and an impatient second one
         code = launcher.wait(timeout=120)
     finally:  # only if the test failed midway: end what it started, by id
+        # (the server runs in its own session: killing the launcher alone would
+        # leave it running, so its tree is collected first)
+        with contextlib.suppress(psutil.Error):
+            started += psutil.Process(launcher.pid).children(recursive=True)
         if launcher.poll() is None:
             launcher.kill()
         for process in started:
