@@ -15,6 +15,7 @@ with one line on stderr saying what to do instead, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 import time
@@ -25,9 +26,16 @@ from amp_lessons.precision import PRECISIONS, SCALERS
 from amp_lessons.train import TASKS
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, reporting a usage mistake in one line like every other mistake."""
+
+    def error(self, message: str):  # argparse's hook; it must not return
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``amp-lessons`` argument parser with its ``train`` and ``bench`` commands."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m amp_lessons",
         description="AMP from the bits up: run the course's training loop or its "
                     "speed/memory benchmark.")
@@ -53,6 +61,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _integer(text: str, low: int, high: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < low or (high is not None and value >= high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high})"
+        raise argparse.ArgumentTypeError(f"must be an integer {bound}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (steps, batch sizes, model sizes, threads)."""
+    return _integer(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0 (intervals where 0 means never)."""
+    return _integer(text, 0)
+
+
+def seed_int(text: str) -> int:
+    """An argparse type: a seed torch's generators take, 0 <= seed < 2**63."""
+    return _integer(text, 0, 2**63)
+
+
+def _finite(text: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number {bound}, got {text}"
+            + (" (inf or nan would make every weight NaN)"
+               if not math.isfinite(value) else ""))
+    return value
+
+
+def finite_positive_float(text: str) -> float:
+    """An argparse type: a finite float > 0 (learning rate, loss scale)."""
+    return _finite(text, positive=True)
+
+
+def finite_non_negative_float(text: str) -> float:
+    """An argparse type: a finite float >= 0 (--clip, where 0 turns clipping off)."""
+    return _finite(text, positive=False)
+
+
 def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=TASKS, default="spirals",
                    help="spirals: 3-class MLP (seconds on a CPU); gpt: small "
@@ -61,37 +119,37 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
     p.add_argument("--precision", default="bf16",
                    help=f"{', '.join(PRECISIONS)} (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=200, help="optimizer steps "
-                   "(default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=128,
+    p.add_argument("--steps", type=positive_int, default=200, help="optimizer steps "
+                   "in all, a resumed run's included (default: %(default)s)")
+    p.add_argument("--batch-size", type=positive_int, default=128,
                    help="examples (or sequences) per micro-batch (default: "
                         "%(default)s)")
-    p.add_argument("--accum", type=int, default=1,
+    p.add_argument("--accum", type=positive_int, default=1,
                    help="micro-batches per optimizer step (default: %(default)s)")
-    p.add_argument("--lr", type=float, default=None,
+    p.add_argument("--lr", type=finite_positive_float, default=None,
                    help="AdamW learning rate (default: 1e-2 spirals, 3e-3 gpt)")
-    p.add_argument("--clip", type=float, default=1.0,
+    p.add_argument("--clip", type=finite_non_negative_float, default=1.0,
                    help="max gradient norm, applied after unscale_; 0 turns clipping "
                         "off (default: %(default)s)")
     p.add_argument("--scaler", choices=SCALERS, default="auto",
                    help="auto: torch.amp.GradScaler for fp16 only; ours: "
                         "amp_lessons.scaler.LossScaler; none: fp16 unscaled "
                         "(default: %(default)s)")
-    p.add_argument("--init-scale", type=float, default=2.0**16,
+    p.add_argument("--init-scale", type=finite_positive_float, default=2.0**16,
                    help="initial loss scale (default: %(default)g)")
-    p.add_argument("--growth-interval", type=int, default=2000,
+    p.add_argument("--growth-interval", type=positive_int, default=2000,
                    help="clean steps before the scale doubles (default: %(default)s)")
     p.add_argument("--checkpoint", metavar="PATH", default=None,
                    help="save model, optimizer, scaler, step and RNG states here "
                         "(atomically) at the end")
-    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+    p.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="N",
                    help="also save every N steps")
     p.add_argument("--resume", action="store_true",
                    help="continue from --checkpoint (bit-exact on a CPU)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=10, metavar="N",
+    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--log-every", type=non_negative_int, default=10, metavar="N",
                    help="print every N steps (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads for torch (default: 1 for the tiny spirals "
                         "model on a CPU, where thread hand-offs cost more than the "
                         "math; torch's own default otherwise)")
@@ -109,18 +167,18 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                         "compiled, on a GPU of compute capability 8.9+; --precision "
                         "fp8 works too) (default: all four, plus fp8 where it can "
                         "run)")
-    p.add_argument("--warmup", type=int, default=None,
+    p.add_argument("--warmup", type=non_negative_int, default=None,
                    help="untimed steps first (default: 3 on cpu, 5 on cuda)")
-    p.add_argument("--iters", type=int, default=None,
+    p.add_argument("--iters", type=positive_int, default=None,
                    help="timed steps; the median is reported (default: 8 on cpu, "
                         "20 on cuda)")
     sizes = p.add_argument_group(
         "sizes", "override the device's defaults (cpu: tiny; cuda: the recipe's "
                  "4096-wide MLP at batch 512 and a 12 x 768 GPT at T=1024)")
     for flag, config, key in SIZE_FLAGS:
-        sizes.add_argument(flag, type=int, default=None, metavar="N",
+        sizes.add_argument(flag, type=positive_int, default=None, metavar="N",
                            help=f"{config} {key}")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads for torch while measuring (default: 1 on a CPU, "
                         "where the tiny models lose more to thread hand-offs than "
                         "they gain)")
@@ -160,7 +218,13 @@ def run_train(args: argparse.Namespace) -> int:
 
     from amp_lessons.device import resolve_device
     from amp_lessons.precision import make_scaler, resolve_precision
-    from amp_lessons.train import TrainConfig, train, validate_config
+    from amp_lessons.train import (
+        TrainConfig,
+        train,
+        validate_checkpoint_path,
+        validate_config,
+        validate_resume,
+    )
 
     config = TrainConfig(
         task=args.task, device=args.device, precision=args.precision,
@@ -174,6 +238,8 @@ def run_train(args: argparse.Namespace) -> int:
     device = resolve_device(config.device)
     p = resolve_precision(config.precision, device, warn=False)
     make_scaler(p, device, config.scaler)
+    validate_checkpoint_path(config)  # a path we could not write: say so now, not
+    validate_resume(config)  # at the end; and a resume with nothing left to train
     threads = args.threads
     if threads is None and config.task == "spirals" and device.type == "cpu":
         threads = 1
@@ -209,6 +275,7 @@ def _mean(xs: Sequence[float]) -> float:
 def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from amp_lessons import bench, bench_results
     from amp_lessons.device import resolve_device
+    from amp_lessons.output_files import validate_output_path
 
     overrides: dict[str, dict[str, int]] = {}
     for flag, config, key in SIZE_FLAGS:
@@ -220,6 +287,12 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise ValueError("--record writes notebooks/results/bench_<gpu>.json, the GPU "
                          "results lesson 06 shows on machines without one; run it "
                          "with --device cuda, or use --json PATH for this device")
+    # every file this run will write, checked before the minutes of measuring
+    paths = [validate_output_path(args.json, "--json")] if args.json else []
+    if args.record:
+        name = bench.device_name(resolve_device(args.device))
+        record = bench_results.RESULTS_DIR / bench_results.results_filename(name)
+        paths.append(validate_output_path(record, "--record"))
     report = bench_results.bench_report(
         args.device, args.configs, args.precisions, overrides, args.warmup,
         args.iters, command=command,
@@ -238,10 +311,6 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"skipped {skip['precision']}: {skip['reason']}")
     for note in report["notes"]:
         print(f"note: {note}")
-    paths = [args.json] if args.json else []
-    if args.record:
-        paths.append(bench_results.RESULTS_DIR
-                     / bench_results.results_filename(report["device_name"]))
     for path in paths:
         print(f"wrote {bench_results.save_results(report, path)}")
     return 0

@@ -15,7 +15,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from amp_lessons.bench import (
     run_bench,
 )
 from amp_lessons.device import resolve_device
+from amp_lessons.output_files import write_atomically
 
 SCHEMA = "amp_lessons.bench/1"
 FLOPS_NOTE = (
@@ -111,24 +111,15 @@ def results_filename(device_name: str) -> str:
 
 
 def save_results(report: dict, path: str | os.PathLike) -> Path:
-    """Validate and write a report as JSON (atomically: temporary file + rename).
+    """Validate and write a report as JSON (atomically: temporary file + rename, with
+    the user's umask).
 
     Example: ``save_results(bench_report("cpu"), "out.json")``.
     """
     validate_report(report, "the report")
     validate_destination(report, path)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, indent=1, allow_nan=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    text = json.dumps(report, indent=1, allow_nan=False) + "\n"
+    return write_atomically(path, lambda f: f.write(text.encode()))
 
 
 REQUIRED_TOP = {"device": str, "torch": str, "date": str, "command": str,

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ import torch.nn.functional as F
 
 from amp_lessons.device import resolve_device
 from amp_lessons.models import GPT, MLP, make_spirals, make_tokens
+from amp_lessons.output_files import validate_output_path, write_atomically
 from amp_lessons.precision import (
     Precision,
     SlowOnThisDeviceWarning,
@@ -149,11 +149,19 @@ def validate_config(config: TrainConfig) -> None:
         value = getattr(config, name)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    if config.lr is not None and not config.lr > 0:
-        raise ValueError(f"lr must be > 0, got {config.lr!r}")
-    if config.clip is not None and not config.clip > 0:
-        raise ValueError(f"clip must be > 0 (or None for no clipping), got "
-                         f"{config.clip!r}")
+    if config.lr is not None and not _finite_positive(config.lr):
+        raise ValueError(f"lr must be a finite number > 0, got {config.lr!r} (an "
+                         "infinite or NaN learning rate makes every weight NaN)")
+    if config.clip is not None and not _finite_positive(config.clip):
+        raise ValueError(f"clip must be a finite number > 0 (or None for no "
+                         f"clipping), got {config.clip!r}")
+    if not (isinstance(config.weight_decay, int | float)
+            and math.isfinite(config.weight_decay) and config.weight_decay >= 0):
+        raise ValueError(f"weight_decay must be a finite number >= 0, got "
+                         f"{config.weight_decay!r}")
+    if (not isinstance(config.seed, int) or isinstance(config.seed, bool)
+            or not 0 <= config.seed < 2**63):
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {config.seed!r}")
     if not (config.init_scale > 0 and math.isfinite(config.init_scale)):
         raise ValueError(f"init_scale must be a finite number > 0, got "
                          f"{config.init_scale!r}")
@@ -161,6 +169,41 @@ def validate_config(config: TrainConfig) -> None:
         raise ValueError("resume=True needs checkpoint_path (--checkpoint PATH)")
     if config.checkpoint_every and not config.checkpoint_path:
         raise ValueError("checkpoint_every needs checkpoint_path (--checkpoint PATH)")
+
+
+def _finite_positive(x: Any) -> bool:
+    return (isinstance(x, int | float) and not isinstance(x, bool)
+            and math.isfinite(x) and x > 0)
+
+
+def validate_checkpoint_path(config: TrainConfig) -> None:
+    """Refuse, before any training, a checkpoint path the run could not write at the
+    end (a directory, a folder without write permission, ...).
+
+    Example: ``validate_checkpoint_path(TrainConfig(checkpoint_path="/tmp"))`` raises
+    "--checkpoint /tmp is a directory; give a file name inside it, e.g. /tmp/run.pt".
+    """
+    if config.checkpoint_path:
+        validate_output_path(config.checkpoint_path, "--checkpoint")
+
+
+def validate_resume(config: TrainConfig) -> dict | None:
+    """The checkpoint a ``resume=True`` run continues from, once it is known to fit:
+    ours, written with the same settings, and at a step below ``num_steps``.
+
+    Example: resuming a 150-step checkpoint with ``num_steps=100`` raises "... is
+    already at step 150 ... nothing to train".
+    """
+    if not config.resume:
+        return None
+    path = config.checkpoint_path
+    saved = load_checkpoint(path)
+    _refuse_incompatible_resume(saved["config"], config, path)
+    if saved["step"] >= config.num_steps:
+        raise ValueError(f"{path} is already at step {saved['step']}, and --steps "
+                         f"{config.num_steps} is the total to reach: nothing to "
+                         f"train. Pass --steps above {saved['step']} to continue.")
+    return saved
 
 
 def validate_model(model: nn.Module, precision: Precision,
@@ -305,24 +348,19 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx,
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
     """``torch.save`` to a temporary file, then rename: a crash leaves no half file.
 
+    The file gets the user's umask; a killed save's leftover is cleaned up by the
+    next one (``amp_lessons.output_files``).
+
     Example: ``save_checkpoint("run.pt", {"model": model.state_dict()})``.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic on POSIX and Windows
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda f: torch.save(state, f))
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
     """Read a checkpoint written by ``train`` (tensors and plain data only).
+
+    Anything else (another program's .pt, a truncated file, a dict that lacks what
+    ``train`` saves) is refused with one line saying what is wrong.
 
     Example: ``load_checkpoint("run.pt")["step"]`` -> ``100``.
     """
@@ -332,13 +370,41 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
                                 "(with --checkpoint) to create it")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle errors come in many types
-        raise ValueError(f"{path} is not a readable checkpoint ({e}); delete it or "
-                         "point --checkpoint elsewhere") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} was not written by amp_lessons.train "
-                         f"(expected format {CHECKPOINT_FORMAT!r})")
+    except Exception as e:  # pickle errors come in many types, some many lines long
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(f"{path} is not a readable checkpoint ({reason[:120]}); "
+                         "delete it or point --checkpoint elsewhere") from None
+    problem = _checkpoint_problem(state)
+    if problem:
+        raise ValueError(f"{path} is not a checkpoint written by amp_lessons.train "
+                         f"({problem}); point --checkpoint at one, or at a new path "
+                         "to start a new run")
     return state
+
+
+_CHECKPOINT_PARTS = {"step": int, "config": dict, "model": dict, "optimizer": dict,
+                     "scaler": dict, "data_rng": torch.Tensor,
+                     "torch_rng": torch.Tensor, "records": list}
+
+
+def _checkpoint_problem(state: Any) -> str:
+    """What makes `state` not one of ours ("" when it is)."""
+    if not isinstance(state, dict):
+        return f"it holds a {type(state).__name__}, not a dict"
+    if state.get("format") != CHECKPOINT_FORMAT:
+        return f"format {state.get('format')!r}, expected {CHECKPOINT_FORMAT!r}"
+    for key, kind in _CHECKPOINT_PARTS.items():
+        if not isinstance(state.get(key), kind):
+            return f"{key!r} is missing or not a {kind.__name__}"
+    if "cuda_rng" not in state or not (state["cuda_rng"] is None
+                                       or isinstance(state["cuda_rng"], list)):
+        return "'cuda_rng' is missing or not a list of states"
+    names = {f.name for f in fields(StepRecord)}
+    if not all(isinstance(r, dict) and set(r) == names for r in state["records"]):
+        return "its step records do not have the fields of StepRecord"
+    if state["step"] != len(state["records"]):
+        return f"step {state['step']} but {len(state['records'])} step records"
+    return ""
 
 
 CHECKPOINT_FORMAT = "amp_lessons.train/1"
@@ -383,10 +449,8 @@ def train(config: TrainConfig, model: nn.Module | None = None,
     scaler_enabled = precision.needs_scaler and config.scaler != "none"
     if model is not None:
         validate_model(model, precision, scaler_enabled)
-    saved = None
-    if config.resume:
-        saved = load_checkpoint(config.checkpoint_path)
-        _refuse_incompatible_resume(saved["config"], config, config.checkpoint_path)
+    validate_checkpoint_path(config)
+    saved = validate_resume(config)
 
     # -- nothing was touched above; from here on we build and train --
     notes = [n for n in [slow_note(precision, device)] if n]
@@ -405,7 +469,13 @@ def train(config: TrainConfig, model: nn.Module | None = None,
     ctx = autocast_context(precision, device)
     records: list[StepRecord] = []
     if saved is not None:
-        _restore(saved, model, optimizer, scaler, task, device)
+        try:
+            _restore(saved, model, optimizer, scaler, task, device)
+        except (RuntimeError, ValueError, KeyError, TypeError) as e:
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ValueError(f"{config.checkpoint_path}: its saved state does not fit "
+                             f"this run ({reason[:120]}); start a new run with another "
+                             "--checkpoint path") from None
         records = [StepRecord(**r) for r in saved["records"]]
 
     def checkpoint() -> None:

@@ -258,7 +258,7 @@ CASES = {
         (gan_no_update, False, "scaler.update() once at the end"),
         (gan_returns_none, False, "return the two losses as Python floats"),
         (gan_scaled_losses, False, "the reference iteration"),
-        (gan_exits, False, "your function raised SystemExit"),
+        (gan_exits, False, "your function called exit() or sys.exit()"),
         (gan_returns_nasty, False, "return the two losses as Python floats"),
         (gan_breaks_the_optimizers, False, "the models or optimizers could not"),
         (gan_two_updates, True, "counts every iteration twice"),

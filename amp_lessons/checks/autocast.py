@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from amp_lessons.autocast import autocast_rules
 from amp_lessons.checks._engine import (
+    NOT_SHOWN,
     Row,
     answer_of_type,
     answered_row,
@@ -92,49 +93,47 @@ def _autocast_dtypes(name: str, device: str = "cpu") -> tuple[torch.dtype, str]:
 def _autocast_hint(
     name: str, expected: torch.dtype, why: str, got: Any, device: str = "cpu"
 ) -> str:
+    # explains the dtype the student chose; the right one is never printed
     low = AUTOCAST_DEVICES[device]
     low_name, where = show_value(low), device.upper()
     if isinstance(got, str):
-        return f"use dtype objects such as torch.{show_value(expected)}, not strings"
+        return "use dtype objects (torch.bfloat16, torch.float32), not strings"
     if got is None:
         return f"add an entry for {name!r} under {device!r}"
-    if got in AUTOCAST_DEVICES.values() and got != low:
-        return (
-            f"this is {where}'s {low_name} autocast: its lower precision is "
-            f"torch.{low_name}"
-        )
+    if not isinstance(got, torch.dtype):
+        return f"give a torch.dtype for {name!r} under {device!r}, e.g. torch.float32"
+    if got in AUTOCAST_DEVICES.values() and got is not low:
+        return (f"this is {where}'s {low_name} autocast: it never produces "
+                f"{show_value(got)}")
+    said = f"you said {show_value(got)}"
     op = name.split("(")[0]
     if why == "low":
         return (
-            f"autocast casts its float32 inputs down and runs it in {low_name}: "
-            "matmul-like ops (matmul, linear, conv, bmm) are on its lower-precision "
-            "list, on both devices"
+            f"{said}, as if autocast left {op} alone; but matmul-like ops (matmul, "
+            "linear, conv, bmm) are exactly what its lower-precision list is for, on "
+            "both devices"
         )
     if why == "fp32":
-        note = (
-            f" ({op} is on CUDA's float32 list but not on the CPU's: the two lists "
-            "differ)"
-            if device == "cuda" and op in _CUDA_FP32_ONLY
-            else ""
-        )
+        note = " (the CPU and CUDA lists differ)" if op in _CUDA_FP32_ONLY else ""
         return (
-            f"{where} autocast casts its {low_name} input UP and runs it in float32: "
-            "losses and precision-hungry reductions are on its float32 list" + note
+            f"{said}, as if {op} followed its low-precision input; but losses and "
+            f"precision-hungry reductions are on {where} autocast's other list, the "
+            "one for ops it will not run in low precision" + note
         )
     if why == "promote":
         return (
-            f"its inputs are {low_name} and float32; an op on neither autocast list "
-            f"follows type promotion, and {low_name} + float32 gives float32"
+            f"{said}; but this op is on neither autocast list, and its inputs have "
+            "two different dtypes: type promotion decides"
         )
     note = ""
-    if device == "cpu" and op in _CUDA_FP32_ONLY:
+    if op in _CUDA_FP32_ONLY:
         note = (
-            " (CUDA's autocast would run it in float32: the CPU and CUDA lists "
-            "differ, which is why lesson 04 reads them from the running torch)"
+            " (the CPU and CUDA lists differ, which is why lesson 04 reads them from "
+            "the running torch)"
         )
     return (
-        f"{op} is on neither of {where} autocast's lists: it runs in the dtype of its "
-        f"input, here {show_value(expected)}{note}"
+        f"{said}; but {op} is on neither of {where} autocast's lists: it runs in the "
+        f"dtype of its input; which dtype does its input have here?{note}"
     )
 
 
@@ -172,10 +171,10 @@ def _autocast_rows(predict_autocast_dtypes: Callable, hidden: bool) -> list[Row]
                 continue
             expected, why = _autocast_dtypes(name, device)
             answer = per_device[device].get(name)
-            ok = answer == expected
+            ok = isinstance(answer, torch.dtype) and answer is expected
             hint = "" if ok else _autocast_hint(name, expected, why, answer, device)
-            shown = "missing" if answer is None else show_value(answer)
-            rows.append(Row(f"{device}: {name}", show_value(expected), shown, ok, hint))
+            shown = "missing" if answer is None else show_value(answer, 24)
+            rows.append(Row(f"{device}: {name}", NOT_SHOWN, shown, ok, hint))
     return rows
 
 
@@ -190,7 +189,8 @@ def check_autocast_dtypes(
     `torch.amp.autocast("cuda", dtype=torch.float16)` (on fake CUDA tensors without a
     GPU: the installed torch's CUDA autocast kernels, no data), so the expected dtypes
     are those of the installed torch. The visible cases grade the first six ops on
-    both devices; the hidden cases the other six.
+    both devices; the hidden cases the other six. The table says right or wrong and
+    explains the dtype chosen; it never prints the right one.
 
     Example:
         >>> check_autocast_dtypes(lambda: {"cpu": {"matmul(x, w)": torch.bfloat16,

@@ -9,7 +9,14 @@ from typing import Any
 
 import torch
 
-from amp_lessons.checks._engine import Raised, Row, call_student, grade, type_hint
+from amp_lessons.checks._engine import (
+    Raised,
+    Row,
+    call_student,
+    grade,
+    let_interrupt_through,
+    type_hint,
+)
 from amp_lessons.formats import same_bits
 from amp_lessons.fp8 import E4M3, E5M2, amax, cast_to_fp8, scale_from_amax
 
@@ -106,7 +113,8 @@ def _rows(fn: Callable, hidden: bool) -> list[Row]:
             if not isinstance(data, torch.Tensor):
                 raise TypeError
             scale = float(scale)
-        except (TypeError, ValueError, RuntimeError):
+        except BaseException as exc:  # not two values, or ones that raise (or exit)
+            let_interrupt_through(exc)
             hint = type_hint(got, "a tuple (x_fp8, scale): an fp8 tensor and its scale")
             got_text = str(got) if isinstance(got, Raised) else type(got).__name__
             rows.append(Row(label, shown, got_text, False, hint))

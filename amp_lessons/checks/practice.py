@@ -23,7 +23,15 @@ import torch
 from torch import nn
 
 from amp_lessons import nan_hunt, practice
-from amp_lessons.checks._engine import NotAttempted, Raised, Row, call_student, cut
+from amp_lessons.checks._engine import (
+    NotAttempted,
+    Raised,
+    Row,
+    call_student,
+    cut,
+    let_interrupt_through,
+    show_value,
+)
 from amp_lessons.checks._engine import grade as _grade
 from amp_lessons.clinic import RunInFp32
 from amp_lessons.scaler import LossScaler
@@ -58,12 +66,10 @@ def _call(fn: Callable, *args: Any) -> Any:
 
 
 def _show(value: Any, width: int = 24) -> str:
-    """repr for a table cell, even of an object whose repr raises."""
-    try:
-        text = str(value) if isinstance(value, Raised) else repr(value)
-    except Exception:
-        text = f"<{type(value).__name__}>"
-    return cut(text, width)
+    """repr for a table cell, even of an object whose repr raises (or exits)."""
+    if isinstance(value, Raised):
+        return cut(f"raised {type(value.exc).__name__}", width)
+    return show_value(value, width)
 
 
 # ---- check_gan_step ----------------------------------------------------------------
@@ -140,7 +146,8 @@ def _pair(got: Any) -> tuple[float, float] | None:
                     value = value.item()
                 values.append(float(value))
             return values[0], values[1]
-    except Exception:  # a __float__ or __len__ that raises is just a wrong answer
+    except BaseException as exc:  # a __float__ or __len__ that raises (or exits)
+        let_interrupt_through(exc)  # is just a wrong answer
         return None
     return None
 
@@ -193,7 +200,7 @@ def _describe_gan(run: Any) -> str:
 def _gan_hint(case: _GanCase, got: Any) -> str:
     if isinstance(got, Raised):
         for fragment, hint in _GAN_ERRORS.items():
-            if fragment in str(got.exc):
+            if fragment in got.message:
                 return f"{cut(got.hint, 120).rstrip('.')}. {hint[0].upper()}{hint[1:]}"
         return got.hint
     if isinstance(got, tuple):

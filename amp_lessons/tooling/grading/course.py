@@ -213,11 +213,14 @@ def export_student_edition(course_dir: Path = COURSE_DIR,
                          if p.is_dir()):
         for item in lesson.iterdir():
             dest = out_dir / item.name
+            # copyfile: the contents only, so each file gets the user's umask, not
+            # the mode it had (a results file written 0600 would stay private)
             if item.is_dir():
                 shutil.rmtree(dest, ignore_errors=True)
-                shutil.copytree(item, dest)
+                shutil.copytree(item, dest, copy_function=shutil.copyfile)
             else:
-                shutil.copy(item, dest)
+                dest.unlink(missing_ok=True)  # a new file, so a new mode
+                shutil.copyfile(item, dest)
                 if item.suffix == ".ipynb":
                     written.append(dest)
     return sorted(written)
