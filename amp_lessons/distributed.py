@@ -426,8 +426,25 @@ def launch(args: Sequence[str], nproc: int = 2, timeout: float = 120,
 
 
 def _kill_group(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)  # torchrun and all its workers
+    """End torchrun and its workers, which run in sessions of their own."""
+    if process.poll() is not None:
+        return
+    try:
+        import psutil  # installed with jupyter; without it torchrun's SIGTERM does it
+
+        workers = psutil.Process(process.pid).children(recursive=True)
+    except Exception:
+        workers = []
+    process.terminate()  # torchrun passes SIGTERM on to its workers
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+    for worker in workers:
+        try:
+            worker.kill()
+        except Exception:
+            pass  # already gone
 
 
 def _is_noise(line: str) -> bool:
