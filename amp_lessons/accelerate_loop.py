@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from amp_lessons.train import Task, TrainConfig, resolve_device
+from amp_lessons.device import resolve_device
+from amp_lessons.train import Task, TrainConfig
 
 # the course's precisions -> Accelerate's mixed_precision values
 MIXED_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}

@@ -311,7 +311,10 @@ def save_sharded(path: str | os.PathLike, world: World, model: nn.Module,
         if path.exists():
             path.rename(old)
         tmp.rename(path)
-        shutil.rmtree(old, ignore_errors=True)
+        if old.is_dir():
+            shutil.rmtree(old)
+        elif old.exists():
+            old.unlink()  # a single-file checkpoint this run replaced
     world.barrier()
 
 

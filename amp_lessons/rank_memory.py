@@ -185,7 +185,8 @@ def measure_ranks(sizes: Sequence[int] = (2, 64, 64, 3), seed: int = 0
     import torch.distributed as dist
 
     from amp_lessons.distributed import World, wrap_model
-    from amp_lessons.train import MLP, PRECISIONS, autocast_context
+    from amp_lessons.models import MLP
+    from amp_lessons.precision import PRECISIONS, autocast_context
 
     rank, world_size = dist.get_rank(), dist.get_world_size()
     device = torch.device("cpu")

@@ -9,7 +9,8 @@ import torch
 
 from amp_lessons import distributed
 from amp_lessons.distributed import World, launch, start_world, world_of, wrap_model
-from amp_lessons.train import MLP, PRECISIONS, autocast_context
+from amp_lessons.models import MLP
+from amp_lessons.precision import PRECISIONS, autocast_context
 
 CPU = torch.device("cpu")
 

@@ -9,6 +9,7 @@ import torch
 
 from amp_lessons import rank_memory
 from amp_lessons.distributed import launch
+from amp_lessons.models import MLP
 from amp_lessons.rank_memory import (
     expected_bytes,
     held_bytes,
@@ -16,7 +17,6 @@ from amp_lessons.rank_memory import (
     paper_table,
     shard_rows,
 )
-from amp_lessons.train import MLP
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
