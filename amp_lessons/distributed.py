@@ -221,12 +221,13 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
     return []
 
 
-def mixed_precision_policy(precision: Any):
+def mixed_precision_policy(precision: Any, root: bool = False):
     """FSDP2's policy for a course precision (an ``amp_lessons`` Precision).
 
-    fp16/bf16: parameters all-gathered in that dtype, gradients reduced in fp32, the
-    model's output cast to fp32 so the loss is computed in fp32 (what autocast does
-    for ``cross_entropy``). fp32/tf32: no casting at all.
+    fp16/bf16: parameters all-gathered in that dtype, gradients reduced in fp32, and
+    for the root module only (``root=True``) the output cast to fp32, so the loss is
+    computed in fp32 as autocast does for ``cross_entropy``; inner units hand bf16
+    on to the next. fp32/tf32: no casting at all.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -234,7 +235,7 @@ def mixed_precision_policy(precision: Any):
         return MixedPrecisionPolicy()
     return MixedPrecisionPolicy(param_dtype=precision.dtype,
                                 reduce_dtype=torch.float32,
-                                output_dtype=torch.float32)
+                                output_dtype=torch.float32 if root else None)
 
 
 def wrap_model(model: nn.Module, world: World, precision: Any,
@@ -261,10 +262,9 @@ def wrap_model(model: nn.Module, world: World, precision: Any,
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(world.device.type, (world.world_size,))
-    policy = mixed_precision_policy(precision)
     for unit in shard_units(model):
-        fully_shard(unit, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
+        fully_shard(unit, mesh=mesh, mp_policy=mixed_precision_policy(precision))
+    fully_shard(model, mesh=mesh, mp_policy=mixed_precision_policy(precision, True))
     return model, nullcontext()
 
 

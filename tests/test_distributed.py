@@ -136,3 +136,15 @@ def test_launch_kills_a_run_past_its_timeout():
     with pytest.raises(TimeoutError, match="ran past 3 s"):
         launch(["-n", "1", "import time; time.sleep(60)"], nproc=1, timeout=3,
                stream=None, module="timeit")
+
+
+def test_fsdp2_bf16_trains_the_gpt_task_in_one_process(one_thread):
+    # inner units hand bf16 on (LayerNorm gets bf16 in, bf16 weight); only the root
+    # casts its output to fp32 for the loss
+    from amp_lessons.train import TrainConfig, train
+
+    result = train(TrainConfig(task="gpt", device="cpu", precision="bf16",
+                               distributed="fsdp2", num_steps=3, batch_size=4,
+                               n_layer=1, n_embd=32, block_size=16))
+    assert result.world_size == 1 and len(result.records) == 3
+    assert all(r.loss == r.loss for r in result.records)  # finite, not NaN
