@@ -205,6 +205,8 @@ def run_train(args: argparse.Namespace) -> int:
         across = (f" | {config.distributed} over {world_size} process(es), "
                   f"{config.batch_size // world_size} examples each"
                   if config.distributed != "none" else "")
+        if config.distributed == "fsdp2" and p.autocast:
+            across += " | FSDP2 casts with MixedPrecisionPolicy instead of autocast"
         print(f"train {config.task} on {device} | {p.name}: {p.summary} | "
               f"{config.num_steps} steps of {config.batch_size} x "
               f"{config.accum_steps} micro-batch(es){across}", flush=True)

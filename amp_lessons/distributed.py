@@ -274,6 +274,45 @@ def unwrap(model: nn.Module) -> nn.Module:
         "DistributedDataParallel" else model
 
 
+@dataclass
+class Observed:
+    """One module with a weight, seen during a forward: dtypes in and out."""
+
+    name: str
+    weight: torch.dtype  # the weight's dtype while the module ran
+    input: torch.dtype
+    output: torch.dtype
+
+
+def observe_dtypes(model: nn.Module, ctx: Any, x: torch.Tensor
+                   ) -> tuple[list[Observed], torch.dtype]:
+    """Run one forward under ``ctx`` and record, for every module that has its own
+    ``weight``, the weight's dtype while it ran and the dtypes going in and out;
+    return those records and the model output's dtype.
+
+    Under autocast every weight stays fp32 and each op picks its dtype; under FSDP2's
+    bf16 policy the weights themselves are bf16 while their unit runs. Example:
+    ``observe_dtypes(GPT(64, 16, 1, 2, 32), autocast_ctx, x)[0][2]`` ->
+    ``Observed('blocks.0.ln1', float32, float32, float32)``.
+    """
+    seen: list[Observed] = []
+    handles = []
+    for name, module in unwrap(model).named_modules():
+        if isinstance(getattr(module, "weight", None), torch.Tensor):
+            def record(module, args, output, name=name) -> None:
+                seen.append(Observed(name, module.weight.dtype, args[0].dtype,
+                                     output.dtype))
+            # prepend: run before FSDP2's own hook frees the unit's low-precision copy
+            handles.append(module.register_forward_hook(record, prepend=True))
+    try:
+        with torch.no_grad(), ctx:
+            output = model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen, output.dtype
+
+
 # ---------------------------------------------------------------------------
 # Checkpoints with torch.distributed.checkpoint
 # ---------------------------------------------------------------------------

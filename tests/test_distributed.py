@@ -148,3 +148,23 @@ def test_fsdp2_bf16_trains_the_gpt_task_in_one_process(one_thread):
                                n_layer=1, n_embd=32, block_size=16))
     assert result.world_size == 1 and len(result.records) == 3
     assert all(r.loss == r.loss for r in result.records)  # finite, not NaN
+
+
+def test_observe_dtypes_autocast_per_op_policy_per_unit():
+    from amp_lessons.models import GPT
+
+    torch.manual_seed(0)
+    x = torch.randint(64, (2, 16))
+    bf16 = PRECISIONS["bf16"]
+    seen, out = distributed.observe_dtypes(GPT(64, 16, 1, 2, 32),
+                                           autocast_context(bf16, CPU), x)
+    by = {o.name: o for o in seen}
+    assert {o.weight for o in seen} == {torch.float32}  # autocast casts op inputs
+    assert by["blocks.0.attn.qkv"].output is torch.bfloat16  # a matmul: low
+    assert by["blocks.0.ln1"].output is torch.float32  # LayerNorm on fp32: kept
+    assert out is torch.bfloat16
+    with world_of("fsdp2", CPU) as world:
+        model, ctx = wrap_model(GPT(64, 16, 1, 2, 32), world, bf16, None)
+        seen, out = distributed.observe_dtypes(model, ctx, x)
+    assert {o.weight for o in seen} == {o.output for o in seen} == {torch.bfloat16}
+    assert out is torch.float32  # the root's output_dtype
