@@ -491,4 +491,4 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 def _is_noise(line: str) -> bool:
     # torchrun's banner about OMP_NUM_THREADS, repeated for every launch
-    return line.startswith(("*****", "Setting OMP_NUM_THREADS"))
+    return not line.strip() or line.startswith(("*****", "Setting OMP_NUM_THREADS"))

@@ -243,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     measured = sorted((m for ms in gathered for m in ms),
                       key=lambda m: (m["mode"], m["precision"], m["rank"]))
+    print(f"bytes each rank holds after one AdamW step ({world.world_size} ranks):")
     print(format_table(rows_from(measured)))
     wrong = [m for m in measured if m["held"] != m["expected"]]
     for m in wrong:
