@@ -67,9 +67,9 @@ def fsdp2_unsupported_reason(device_type: str = "cpu") -> str | None:
                 f"2.6; this is {torch.__version__}. Upgrade torch, or use "
                 "--distributed ddp.")
     if device_type == "cpu" and version < FSDP2_CPU_MIN_TORCH:
-        return (f"FSDP2 on a CPU needs torch 2.7 or newer (earlier releases require a "
-                f"GPU stream); this is {torch.__version__}. Upgrade torch, run on a "
-                "GPU, or use --distributed ddp.")
+        return (f"FSDP2 on a CPU needs torch 2.7 or newer (2.6 sets up its streams "
+                f"for GPUs only); this is {torch.__version__}. Upgrade torch, run on "
+                "a GPU, or use --distributed ddp.")
     return None
 
 
@@ -270,8 +270,9 @@ def wrap_model(model: nn.Module, world: World, precision: Any,
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The module inside a DDP wrapper (FSDP2 changes the module in place)."""
-    return getattr(model, "module", model) if type(model).__name__ == \
-        "DistributedDataParallel" else model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return model.module if isinstance(model, DDP) else model
 
 
 @dataclass

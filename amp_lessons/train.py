@@ -397,7 +397,8 @@ def train(config: TrainConfig, model: nn.Module | None = None,
     is saved atomically; ``resume=True`` continues from it and reproduces the
     uninterrupted run bit for bit on a CPU. Distributed runs save a sharded (DCP)
     checkpoint directory instead, which a run with another number of processes can
-    resume.
+    resume. Their result holds the wrapped model (DDP or FSDP2), whose process
+    group ended with the run.
 
     ``model``: your own module for the task (default: the built-in one); it must take
     the task's inputs (spirals: (B, 2) floats; gpt: (B, T) token ids).
