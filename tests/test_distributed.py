@@ -124,8 +124,11 @@ def test_read_meta_explains_wrong_paths(tmp_path):
 @pytest.mark.slow
 def test_launch_streams_the_output_of_every_rank():
     lines = []
-    run = launch(["-n", "1", "-r", "1", "import os; print('rank', os.environ['RANK'])"],
-                 nproc=2, timeout=60, stream=lines.append, module="timeit")
+    # one write per line: print() writes the text and the newline separately, and
+    # two unbuffered processes sharing one pipe could interleave them
+    say = "import os, sys; sys.stdout.write('rank ' + os.environ['RANK'] + '\\n')"
+    run = launch(["-n", "1", "-r", "1", say], nproc=2, timeout=60,
+                 stream=lines.append, module="timeit")
     assert run.returncode == 0, run.output
     assert {"rank 0", "rank 1"} <= set(lines)
     assert run.command[:3] == [sys.executable, "-m", "torch.distributed.run"]
