@@ -4,6 +4,8 @@ Examples::
 
     python -m amp_lessons train --device cpu --precision bf16
     python -m amp_lessons train --precision fp16 --scaler ours --checkpoint run.pt
+    torchrun --standalone --nproc_per_node=2 -m amp_lessons train --distributed ddp \
+        --precision bf16 --json run.json   # lesson 10: one process per device
     python -m amp_lessons bench --device cpu --json out.json
     python -m amp_lessons bench --device cuda --record  # notebooks/results/bench_*
     python -m amp_lessons gpu-check  # the whole GPU proof, <= 8 min (exit 2 without)
@@ -15,13 +17,16 @@ with one line on stderr saying what to do instead, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import shlex
 import sys
 import time
 import warnings
 from collections.abc import Sequence
 
+from amp_lessons.distributed import MODES, World
 from amp_lessons.precision import PRECISIONS, SCALERS
 from amp_lessons.train import TASKS
 
@@ -122,8 +127,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=positive_int, default=200, help="optimizer steps "
                    "in all, a resumed run's included (default: %(default)s)")
     p.add_argument("--batch-size", type=positive_int, default=128,
-                   help="examples (or sequences) per micro-batch (default: "
-                        "%(default)s)")
+                   help="examples (or sequences) per micro-batch, all processes "
+                        "together: the global batch, split evenly over them "
+                        "(default: %(default)s)")
     p.add_argument("--accum", type=positive_int, default=1,
                    help="micro-batches per optimizer step (default: %(default)s)")
     p.add_argument("--lr", type=finite_positive_float, default=None,
@@ -145,7 +151,16 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="N",
                    help="also save every N steps")
     p.add_argument("--resume", action="store_true",
-                   help="continue from --checkpoint (bit-exact on a CPU)")
+                   help="continue from --checkpoint (bit-exact on a CPU; a ddp/fsdp2 "
+                        "checkpoint resumes with any number of processes)")
+    p.add_argument("--distributed", choices=MODES, default="none",
+                   help="none: one process; ddp or fsdp2: one process per device, "
+                        "launched by torchrun --standalone --nproc_per_node=N -m "
+                        "amp_lessons train ... (gloo on a CPU, nccl on CUDA; "
+                        "default: %(default)s)")
+    p.add_argument("--json", metavar="FILE", default=None,
+                   help="rank 0 writes {world_size, distributed, precision, losses: "
+                        "[[step, loss], ...], skipped_steps, final_scale} here")
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--log-every", type=non_negative_int, default=10, metavar="N",
                    help="print every N steps (default: %(default)s)")
@@ -217,6 +232,7 @@ def run_train(args: argparse.Namespace) -> int:
     import torch
 
     from amp_lessons.device import resolve_device
+    from amp_lessons.output_files import validate_output_path, write_atomically
     from amp_lessons.precision import make_scaler, resolve_precision
     from amp_lessons.train import (
         TrainConfig,
@@ -232,7 +248,8 @@ def run_train(args: argparse.Namespace) -> int:
         accum_steps=args.accum, lr=args.lr, clip=args.clip or None,
         init_scale=args.init_scale, growth_interval=args.growth_interval,
         seed=args.seed, log_every=args.log_every, checkpoint_path=args.checkpoint,
-        checkpoint_every=args.checkpoint_every, resume=args.resume)
+        checkpoint_every=args.checkpoint_every, resume=args.resume,
+        distributed=args.distributed)
     # the checks train() starts with, run first so a mistake prints no header
     validate_config(config)
     device = resolve_device(config.device)
@@ -240,6 +257,8 @@ def run_train(args: argparse.Namespace) -> int:
     make_scaler(p, device, config.scaler)
     validate_checkpoint_path(config)  # a path we could not write: say so now, not
     validate_resume(config)  # at the end; and a resume with nothing left to train
+    if args.json:
+        validate_output_path(args.json, "--json")
     threads = args.threads
     if threads is None and config.task == "spirals" and device.type == "cpu":
         threads = 1
@@ -247,15 +266,29 @@ def run_train(args: argparse.Namespace) -> int:
         if threads < 1:
             raise ValueError(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    print(f"train {config.task} on {device} | {p.name}: {p.summary} | "
-          f"{config.num_steps} steps of {config.batch_size} x {config.accum_steps} "
-          "micro-batch(es)", flush=True)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    World(config.distributed, rank, world_size).check_batch(config.batch_size)
+    if rank == 0:
+        across = (f" | {config.distributed} over {world_size} process(es), "
+                  f"{config.batch_size // world_size} examples each"
+                  if config.distributed != "none" else "")
+        if config.distributed == "fsdp2" and p.autocast:
+            across += " | FSDP2 casts with MixedPrecisionPolicy instead of autocast"
+        print(f"train {config.task} on {device} | {p.name}: {p.summary} | "
+              f"{config.num_steps} steps of {config.batch_size} x "
+              f"{config.accum_steps} micro-batch(es){across}", flush=True)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = train(config, log=lambda line: print(line, flush=True))
+    if result.rank:
+        return 0  # rank 0 reports for all
     for w in caught:
         print(f"note: {w.message}", file=sys.stderr)
+    if args.json:
+        text = json.dumps(run_summary(result))
+        write_atomically(args.json, lambda f: f.write(text.encode()))
     losses = result.losses
     first, last = _mean(losses[:10]), _mean(losses[-10:])
     print(f"done in {time.perf_counter() - t0:.1f} s on {result.device}: loss "
@@ -266,6 +299,24 @@ def run_train(args: argparse.Namespace) -> int:
     if config.checkpoint_path:
         print(f"checkpoint: {config.checkpoint_path} (step {len(result.records)})")
     return 0
+
+
+def run_summary(result) -> dict:
+    """What ``--json`` writes: the run as plain data, the same in every mode.
+
+    ``losses`` are ``[step, loss]`` pairs, each the mean over the global batch;
+    ``skipped_steps`` the steps whose update the scaler skipped; ``final_scale`` is
+    None without a scaler. Example: ``{"world_size": 2, "distributed": "ddp",
+    "precision": "fp16", "losses": [[1, 1.09], ...], "skipped_steps": [1],
+    "final_scale": 32768.0}``.
+    """
+    scaler = result.scaler
+    return {"world_size": result.world_size,
+            "distributed": result.config.distributed,
+            "precision": result.config.precision,
+            "losses": [[r.step, r.loss] for r in result.records],
+            "skipped_steps": [r.step for r in result.records if r.skipped],
+            "final_scale": scaler.get_scale() if scaler.is_enabled() else None}
 
 
 def _mean(xs: Sequence[float]) -> float:

@@ -14,8 +14,9 @@ a test cell that writes to stderr zero, so warnings are silenced inside each che
 The engine (rows, the table, calling the student's function, grading) is `_engine`;
 each lesson's graders are one module, named after the lesson's own module: `formats`
 (01), `underflow` (02), `scaler` (03), `autocast` (04), `step_order` and `train_step`
-(05), `memory` (06), `clinic` (07), `quiz` (08), `practice` (09), `fp8` (11). Notebooks
-import every grader from here: ``from amp_lessons.checks import check_decode_fp16``.
+(05), `memory` (06), `clinic` (07), `quiz` (08), `practice` (09), `distributed` (10),
+`fp8` (11). Notebooks import every grader from here:
+``from amp_lessons.checks import check_decode_fp16``.
 
 Example:
     >>> def decode_fp16(bits):
@@ -34,6 +35,7 @@ from amp_lessons.checks.autocast import (
     check_autocast_dtypes,
 )
 from amp_lessons.checks.clinic import check_clinic_diagnosis
+from amp_lessons.checks.distributed import check_rank_bytes
 from amp_lessons.checks.formats import (
     check_decode_fp16,
     check_fp16_spacing,
@@ -67,6 +69,7 @@ __all__ = [
     "check_gan_step",
     "check_memory_budget",
     "check_quick_check",
+    "check_rank_bytes",
     "check_round_to_fp16",
     "check_underflow_fraction",
     "check_unscale",
