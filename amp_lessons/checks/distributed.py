@@ -11,7 +11,16 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from amp_lessons.checks._engine import Raised, Row, call_student, grade, type_hint
+from amp_lessons.checks._engine import (
+    NOT_SHOWN,
+    Raised,
+    Row,
+    as_float,
+    call_student,
+    grade,
+    show_value,
+    type_hint,
+)
 from amp_lessons.rank_memory import expected_bytes, shard_rows
 
 __all__ = ["check_rank_bytes"]
@@ -81,16 +90,18 @@ def _rows(rank_bytes: Callable, hidden: bool) -> list[Row]:
         want = _expected(shape, mode, world_size, rank)
         case = f"{mode} {'x'.join(map(str, shape))} N={world_size} r={rank}"
         got = call_student(rank_bytes, shape, mode, world_size, rank)
-        number = isinstance(got, int | float) and not isinstance(got, bool)
-        if not number or isinstance(got, Raised):
-            rows.append(Row(case, f"{want:_}", "raised" if isinstance(got, Raised)
-                            else type(got).__name__, False,
+        # visible cases never print the answer (it is the exercise); hidden ones may
+        expected = f"{want:_}" if hidden else NOT_SHOWN
+        value = None if isinstance(got, Raised) else as_float(got)
+        if value is None or type(got) not in (int, float):  # no int/float look-alikes
+            rows.append(Row(case, expected, show_value(got, 22), False,
                             type_hint(got, "an int number of bytes")))
             continue
-        ok = got == want
-        shown = f"{int(got):_}" if math.isfinite(got) and got == int(got) else repr(got)
-        rows.append(Row(case, f"{want:_}", shown, ok,
-                        "" if ok else _hint(shape, mode, world_size, rank, got)))
+        ok = value == want
+        shown = (f"{int(value):_}" if math.isfinite(value) and value == int(value)
+                 else repr(value))
+        rows.append(Row(case, expected, shown, ok,
+                        "" if ok else _hint(shape, mode, world_size, rank, value)))
     return rows
 
 
