@@ -181,6 +181,28 @@ def run_in_one_kernel(notebooks: Sequence, cwd: Path, pause_s: float = 0.0,
     return run
 
 
+@dataclass
+class LessonRun:
+    """A lesson run twice with pauses (`paused_twice`), and the notebook with the
+    outputs of its first pass (what the slide test renders)."""
+
+    run: KernelRun
+    executed: nbformat.NotebookNode
+
+
+def paused_twice(path: Path, cache: dict, pause_s: float = 300.0) -> LessonRun:
+    """Run All with `pause_s` before every cell, then Run All again, in one kernel;
+    kept in `cache` (conftest's session-wide ``lesson_runs``), so that the path
+    tests and the slide test run each lesson once between them."""
+    path = Path(path)
+    if path not in cache:
+        first = nbformat.read(path, as_version=4)
+        again = nbformat.read(path, as_version=4)
+        run = run_in_one_kernel([first, again], path.parent, pause_s=pause_s)
+        cache[path] = LessonRun(run, first)
+    return cache[path]
+
+
 def answer_wrongly(nb) -> int:
     """Replace the stub ``raise NotImplementedError()`` in each solution cell of a
     student edition by ``return None``, a wrong answer; returns how many."""

@@ -14,6 +14,7 @@ that raises) proves the detector can fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -154,8 +155,9 @@ def write_fixture(folder: Path) -> Path:
 
 # --- fixtures --------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def browser():
+@contextlib.contextmanager
+def launch_chromium():
+    """Debian's Chromium under Playwright (skips, or fails under CI, without it)."""
     require_browser()
     from playwright.sync_api import sync_playwright
 
@@ -172,6 +174,12 @@ def browser():
                                     env=env)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with launch_chromium() as browser:
+        yield browser
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ edition with its exercises unsolved or answered wrongly.
 nbval runs each notebook once, straight through, as fast as it can: none of these
 paths. The kernels here are driven by `student_paths` (nbclient, in this process).
 To keep CI short, the first two paths share one kernel per lesson: Run All with the
-clock jumping 5 minutes before every cell, then Run All again. An error in the first
+clock jumping 5 minutes before every cell, then Run All again (conftest's
+``lesson_runs`` keeps it for the slide test too). An error in the first
 pass is a pause problem (or a plain failure, which nbval reports too); an error only
 in the second is a re-run problem. The fixture notebooks below prove each test can
 fail, and that the clock jump leaves a cell's own timing alone.
@@ -19,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from student_paths import (
-    KernelRun,
+    paused_twice,
     run_in_one_kernel,
     unsolved_path,
     unsolved_path_problems,
@@ -42,21 +43,9 @@ def report(capsys, text: str) -> None:
 # Paths 1 and 2: Run All with pauses, then Run All again, in one kernel per lesson
 
 
-@pytest.fixture(scope="module")
-def paused_runs() -> dict[Path, KernelRun]:
-    return {}  # filled on first use: one kernel per lesson serves both tests
-
-
-def paused_twice(path: Path, runs: dict[Path, KernelRun]) -> KernelRun:
-    if path not in runs:
-        nb = nbformat.read(path, as_version=4)
-        runs[path] = run_in_one_kernel([nb, nb], path.parent, pause_s=PAUSE_S)
-    return runs[path]
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_lesson_survives_five_minute_pauses(path, paused_runs, capsys):
-    run = paused_twice(path, paused_runs)
+def test_lesson_survives_five_minute_pauses(path, lesson_runs, capsys):
+    run = paused_twice(path, lesson_runs, PAUSE_S).run
     report(capsys, f"{path.name}: Run All with pauses {run.pass_seconds(1):.1f} s, "
                    f"again {run.pass_seconds(2):.1f} s (kernel {run.seconds:.1f} s)")
     errors = run.errors(pass_no=1)
@@ -66,8 +55,8 @@ def test_lesson_survives_five_minute_pauses(path, paused_runs, capsys):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_lesson_runs_twice_in_one_kernel(path, paused_runs):
-    run = paused_twice(path, paused_runs)
+def test_lesson_runs_twice_in_one_kernel(path, lesson_runs):
+    run = paused_twice(path, lesson_runs, PAUSE_S).run
     errors = run.errors(pass_no=2)
     first = run.errors(pass_no=1)
     assert not errors, (f"{path.name} fails on the second Run All in the same kernel:\n"
