@@ -117,19 +117,47 @@ def course_decks(tmp_path_factory, lesson_runs) -> dict[Path, Path]:
                                      path.stem, out, exporter) for path in NOTEBOOKS}
 
 
+@pytest.fixture(scope="module")
+def visits(course_decks, page) -> dict:
+    return {}  # path -> what each slide showed, filled on first use
+
+
+def seen_in(path: Path, course_decks, page, visits, capsys=None) -> list[dict]:
+    if path not in visits:
+        start = time.perf_counter()
+        visits[path] = seen = visit(page, course_decks[path])
+        zoomed = [float(s["zoom"]) for s in seen if s["zoom"] and float(s["zoom"]) < 1]
+        if capsys is not None:
+            with capsys.disabled():
+                print(f"\n{course_decks[path].name}: {len(seen)} slides, {len(zoomed)} "
+                      f"shrunk to fit (smallest zoom {min(zoomed, default=1)}), "
+                      f"rendered in {time.perf_counter() - start:.1f} s")
+    return visits[path]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_no_slide_overflows_and_no_solution_shows_early(path, course_decks, page,
-                                                        capsys):
-    deck = course_decks[path]
-    start = time.perf_counter()
-    seen = visit(page, deck)
-    zoomed = [s for s in seen if s["zoom"] and float(s["zoom"]) < 1]
-    with capsys.disabled():
-        print(f"\n{deck.name}: {len(seen)} slides, {len(zoomed)} shrunk to fit "
-              f"(smallest zoom {min((float(s['zoom']) for s in zoomed), default=1)}),"
-              f" rendered in {time.perf_counter() - start:.1f} s")
-    problems = overflows(deck, seen)
-    problems += solution_shown_early(nbformat.read(path, as_version=4), deck, seen)
+def test_no_slide_overflows(path, course_decks, page, visits, capsys):
+    seen = seen_in(path, course_decks, page, visits, capsys)
+    problems = overflows(course_decks[path], seen)
+    assert not problems, "\n".join(problems)
+
+
+# Lessons whose own cells show an exercise's answer before asking for it: a content
+# fix for the lesson's author, recorded here so the deck test stays on for the rest.
+KNOWN_LEAKS = {
+    "09_amp_in_practice": "cell 3 prints inspect.getsource(practice.gan_step), the "
+                          "answer cell 11 then asks the student to write",
+}
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_LEAKS[p.stem]))
+    if p.stem in KNOWN_LEAKS else p for p in NOTEBOOKS if grading.is_graded(p)],
+    ids=lambda p: p.stem)
+def test_no_exercise_slide_shows_its_solution(path, course_decks, page, visits):
+    seen = seen_in(path, course_decks, page, visits)
+    problems = solution_shown_early(nbformat.read(path, as_version=4),
+                                    course_decks[path], seen)
     assert not problems, "\n".join(problems)
 
 
@@ -154,8 +182,8 @@ def test_checks_catch_a_deck_laid_out_as_before(tmp_path, page, lesson_runs):
 
 def test_overflow_check_catches_a_slide_too_long_to_cut(tmp_path, page):
     nb = nbformat.v4.new_notebook()
-    long_code = "\n".join(f"x_{i} = {i}  # one statement, no blank line to cut at"
-                          for i in range(60))
+    rows = "".join(f"    'row {i}': {i},\n" for i in range(60))
+    long_code = "table = {\n" + rows + "}  # one statement: nowhere to cut it"
     nb.cells = [nbformat.v4.new_markdown_cell("# A fixture deck"),
                 nbformat.v4.new_code_cell(long_code)]
     nb.cells[0].metadata["slideshow"] = {"slide_type": "slide"}

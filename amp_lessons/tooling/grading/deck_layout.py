@@ -14,6 +14,7 @@ Not covered here: choosing where a lesson's sections start (the notebook's own
 
 from __future__ import annotations
 
+import ast
 import copy
 import html
 import re
@@ -174,27 +175,34 @@ def _output_parts(output) -> list:
                                     lambda t: output_height(shown(t)) + OUT_AREA)]
 
 
+def _statements(source: str) -> list[str]:
+    """The cell's top-level statements, each with the comments and blank lines above
+    it (IPython's ``%magic`` lines count as statements); one piece if it does not
+    parse."""
+    lines = source.splitlines(keepends=True)
+    plain = "".join("pass\n" if line.lstrip().startswith(("%", "!")) else line
+                    for line in lines)
+    try:
+        body = ast.parse(plain).body
+    except SyntaxError:
+        return [source]
+    ends = [n.end_lineno for n in body][:-1]  # what follows a statement: the next's
+    return ["".join(lines[a:b]) for a, b in zip([0, *ends], [*ends, len(lines)],
+                                                strict=True)]
+
+
 def _code_parts(source: str) -> list[str]:
-    """Code too long for a slide, cut where a top-level statement follows a blank
-    line; fitting code comes back whole (and no code: nothing)."""
+    """Code too long for a slide, cut between top-level statements (a loop stays
+    whole); fitting code comes back whole, and no code as nothing."""
     if not source.strip():
         return []
-    lines = source.splitlines(keepends=True)
 
     def height(text):
         return text_height(text, CODE_LH, ROOM_W - 16) + CODE_CELL
 
     if height(source) <= BUDGET_H:
         return [source]
-    statements, current = [], []
-    for i, line in enumerate(lines):
-        starts = i > 0 and not lines[i - 1].strip() and line[:1] not in " \t#\n"
-        if starts and current:
-            statements.append("".join(current))
-            current = []
-        current.append(line)
-    statements.append("".join(current))
-    return [part.strip("\n") for part in _pack("", statements, "", height)]
+    return [part.strip("\n") for part in _pack("", _statements(source), "", height)]
 
 
 def _pieces(cell) -> list:
