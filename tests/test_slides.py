@@ -43,10 +43,16 @@ async () => {
     await mathDone();
     await new Promise(requestAnimationFrame);
     const notes = [...slide.querySelectorAll("aside.notes")];
+    // content cut off inside a box that clips or scrolls (a long printed line)
+    const clipped = [...slide.querySelectorAll("*")].filter((e) =>
+      e.scrollWidth > e.clientWidth + 2 && e.clientWidth > 0
+      && !e.closest("aside.notes") && getComputedStyle(e).overflowX !== "visible")
+      .map((e) => `${e.tagName.toLowerCase()}.${[...e.classList].join(".")} `
+                  + `${e.scrollWidth} px in ${e.clientWidth}`);
     const heading = slide.querySelector("h1, h2, h3, p.amp-continued");
     seen.push({h: at.h, v: at.v, content: slide.scrollHeight, room: slide.clientHeight,
                wide: slide.scrollWidth, width: slide.clientWidth,
-               zoom: slide.dataset.ampZoom || null,
+               zoom: slide.dataset.ampZoom || null, clipped,
                title: heading ? heading.innerText.slice(0, 70) : "",
                text: slide.innerText, notes: notes.map((n) => n.innerText).join("\n")});
   }
@@ -72,11 +78,16 @@ def visit(page, deck: Path) -> list[dict]:
 
 def overflows(deck: Path, seen: list[dict]) -> list[str]:
     """Slides whose content is taller or wider than the stage (at the smallest zoom
-    the deck allows)."""
-    return [f"{deck.name} slide {s['h']}/{s['v']} ({s['title']!r}): content "
-            f"{s['content']} x {s['wide']} px on a {s['width']} x {s['room']} slide "
-            f"(zoom {s['zoom']})" for s in seen
-            if s["content"] > s["room"] + 1 or s["wide"] > s["width"] + 1]
+    the deck allows), or cut off inside a box (a printed line too long)."""
+    found = []
+    for s in seen:
+        where = f"{deck.name} slide {s['h']}/{s['v']} ({s['title']!r})"
+        if s["content"] > s["room"] + 1 or s["wide"] > s["width"] + 1:
+            found.append(f"{where}: content {s['content']} x {s['wide']} px on a "
+                         f"{s['width']} x {s['room']} slide (zoom {s['zoom']})")
+        if s["clipped"]:
+            found.append(f"{where}: cut off on the right: {s['clipped'][:3]}")
+    return found
 
 
 def solution_shown_early(source, deck: Path, seen: list[dict]) -> list[str]:

@@ -317,10 +317,28 @@ def cut_to_fit(nb):
     return nb
 
 
+def _join_streams(nb) -> None:
+    """One printout per stream: a kernel may send a cell's prints in several
+    messages, which would show as separate blocks with gaps between them."""
+    for cell in nb.cells:
+        joined = []
+        for output in cell.get("outputs", []):
+            last = joined[-1] if joined else None
+            if last is not None and output.get("output_type") == "stream" == \
+                    last.get("output_type") and output.get("name") == last.get("name"):
+                last["text"] += output["text"]
+            else:
+                joined.append(output)
+        if cell.cell_type == "code":
+            cell.outputs = joined
+
+
 def lay_out_deck(nb):
     """The lesson as the deck shows it: exercises stubbed, solutions behind them,
     proof cells dropped, slides cut to fit. Works on a copy."""
-    nb = cut_to_fit(present_exercises(copy.deepcopy(nb)))
+    nb = copy.deepcopy(nb)
+    _join_streams(nb)
+    nb = cut_to_fit(present_exercises(nb))
     for i, cell in enumerate(nb.cells):  # new cells get random ids: the same deck twice
         cell["id"] = f"slide-cell-{i}"  # must be the same file
     return nb

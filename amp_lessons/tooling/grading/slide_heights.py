@@ -30,7 +30,7 @@ HEADING = {1: (60.0, 24.6, 50.0), 2: (38.4, 16.3, 39.2), 3: (31.2, 13.3, 35.6),
            4: (28.0, 11.5, 32.0)}  # line height, character width, margins
 CODE_LH, CODE_CHAR_W, CODE_CELL = 22.75, 11.45, 32.3  # CODE_CELL: box and margins
 OUT_LH, OUT_PAD, OUT_AREA, IMG_PAD = 22.8, 16.0, 27.0, 32.0
-OUT_W = 0.9 * ROOM_W - 16  # nbconvert's CSS: an output <pre> is 90% wide
+OUT_W = ROOM_W - 90  # a printed line's room, measured (output area, 100% wide)
 ROW_LH, ROW_PAD = 32.0, 4.0  # table rows
 OUTPUT_ONLY = "amp-output-only"  # tag: nbconvert drops this cell's input
 

@@ -48,6 +48,8 @@ MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null,
 .reveal .amp-fit { display: flow-root; }
 .reveal .jp-InputPrompt, .reveal .jp-OutputPrompt { display: none; }
 .reveal .jp-OutputArea-output img { max-height: __IMG_MAX_H__px; width: auto; }
+.reveal div.jp-OutputArea-output > pre { width: auto; }  /* nbconvert's 90% wraps */
+.reveal div.highlight > pre { box-sizing: border-box; }  /* its padding inside */
 .reveal p.amp-continued { color: #777; font-style: italic; margin: 0 0 8px; }
 </style>
 {% endblock html_head_css %}
