@@ -17,8 +17,10 @@ The pictures are ``amp_lessons.plots``'; every redraw renders one to PNG bytes s
 by an ``ipywidgets.Image``: the bytes change when the picture does, which is what
 tests and the browser test check. To keep a redraw under ~300 ms on a 2-core CPU, a
 widget renders the static part of its figure (zones, ticks, labels) once and then
-paints only what moves (matplotlib blitting); sliders act on release, so a fast drag
-does not queue up redraws. Each widget times its own redraw (``last_redraw_ms``,
+paints only what moves (matplotlib blitting); the speed panel, whose bars and axes
+all move, leaves its words (title, legend) to HTML, since text is most of what
+matplotlib spends drawing. Sliders act on release, so a fast drag does not queue up
+redraws. Each widget times its own redraw (``last_redraw_ms``,
 ``last_redraw_cpu_ms``).
 
 Not covered here: interactive (zoomable) matplotlib backends, fp8 training.
@@ -46,6 +48,7 @@ from amp_lessons.plots.speed_memory import (
     _draw_speed_memory,
     _speed_groups,
     _speed_layout,
+    legend_html,
 )
 from amp_lessons.underflow import CastOutcome, cast_outcome, log2_histogram
 
@@ -405,7 +408,8 @@ class SpeedMemoryExplorer(_Panel):
     Controls: ``width`` and ``batch`` (SelectionSliders), ``precision_boxes`` (a
     dict precision -> Checkbox), ``optimizer`` (Dropdown: adam, sgd), ``time_box``
     (Checkbox: time steps on each change; memory is always measured). Outputs:
-    ``stats`` (HTML table), ``image`` (PNG of ``plot_speed_memory``). ``results``
+    ``stats`` (HTML table), ``image`` (PNG of ``plot_speed_memory``'s bars and axes),
+    with its title in ``caption`` and its legend in ``legend`` (HTML). ``results``
     holds the rows of ``measure_speed_memory`` behind the picture: every number is
     measured in this redraw. `budget_ms` bounds the timing (see
     ``measure_speed_memory``).
@@ -457,6 +461,8 @@ class SpeedMemoryExplorer(_Panel):
                                          indent=False,
                                          layout=widgets.Layout(width="110px"))
         self.stats = widgets.HTML()
+        # the picture's words, drawn by the browser (see _draw_speed_memory)
+        self.caption, self.legend = widgets.HTML(), widgets.HTML()
         self.results: list[dict] = []
         self._figures: dict[tuple, tuple] = {}
         super().__init__([
@@ -465,6 +471,8 @@ class SpeedMemoryExplorer(_Panel):
                           *self.precision_boxes.values(), self.time_box]),
             self.stats,
         ])
+        *controls, image = self.children
+        self.children = (*controls, self.caption, image, self.legend)
         for control in (self.width, self.batch, self.optimizer, self.time_box,
                         *self.precision_boxes.values()):
             control.observe(lambda _: self.redraw(), "value")
@@ -499,11 +507,15 @@ class SpeedMemoryExplorer(_Panel):
 
         key = tuple(_speed_groups(rows))
         if key not in self._figures:
-            fig, pairs = _speed_layout(key)
+            fig, pairs = _speed_layout(key, words=False)
             self._figures[key] = (fig, pairs, FigureCanvasAgg(fig))
         fig, pairs, canvas = self._figures[key]
         _clear_data(fig, pairs)
-        _draw_speed_memory(fig, pairs, rows)
+        words = _draw_speed_memory(fig, pairs, rows, words=False)
+        title = html.escape(words["titles"][0])
+        self.caption.value = f'<b style="font-size:13px">{title}</b>'
+
+        self.legend.value = legend_html(words["parts"], words["notes"][0])
         canvas.draw()
         return _encode_png(canvas.buffer_rgba(), canvas.get_width_height())
 

@@ -23,6 +23,13 @@ def no_pyplot_figures():
     assert plt.get_fignums() == before
 
 
+@pytest.fixture(scope="session")
+def lesson_runs() -> dict:
+    """Each lesson run once for the whole session (student_paths.paused_twice): the
+    path tests check the run, the slide test renders its outputs."""
+    return {}
+
+
 @pytest.fixture(scope="module")
 def grads():
     """4000 gradient-like values spread evenly over 2^-40 .. 2^0, both signs, and

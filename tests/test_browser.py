@@ -6,14 +6,18 @@ Needs Debian's Chromium (`apt-get install chromium`; Playwright's own browser
 download is not used) and the `playwright` package (the `dev` extra). Without them the
 tests skip, except under CI=true, where they fail: CI must prove the widgets work.
 
-Run alone with `pytest -m browser`; each test prints its latency table and where the
-screenshots went, pass or fail. The fixture notebook (a slider and a dropdown driving a
-matplotlib plot in an Output widget, plus a copy whose callback does nothing and one
-that raises) proves the detector can fail.
+Run alone with `pytest -m browser`; each test prints its latency table, the machine's
+load and where the screenshots went, pass or fail. Each widget must redraw within
+GOAL_MS (300 ms), the fastest of REPEATS tries of each move: meant for a machine doing
+nothing else, as CI's is; the fastest of three keeps one unlucky try from failing it.
+The fixture notebook (a slider and a dropdown driving a matplotlib plot in an Output
+widget, plus a copy whose callback does nothing and one that raises) proves the
+detector can fail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,6 +35,7 @@ from browser_driver import (
     assert_redrew,
     error_outputs,
     exercise_cell,
+    fastest_of,
     layout_problems,
     open_and_run,
     screenshot_cell,
@@ -48,10 +53,14 @@ VIEWPORT = {"width": 1280, "height": 800}
 CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
                  "--disable-quic"]
-# The goal is 300 ms (reported, not asserted). The bound is generous: on 2 cores
-# shared with other jobs (load ~8) the speed panel's first width change took 2.96 s.
+# Every move of a course widget must redraw within GOAL_MS, its fastest of REPEATS
+# tries (each control is moved away and back REPEATS times): one slow redraw can be
+# another program's doing, the fastest is the widget's own. Every single move must
+# redraw within MAX_REDRAW_MS, a generous bound: on 2 cores shared with other jobs
+# (load ~8) the speed panel's first width change once took 2.96 s.
 MAX_REDRAW_MS = 5000
 GOAL_MS = 300
+REPEATS = 3
 
 # A notebook "has widgets" when a code cell calls a package `*_explorer()` (STYLE.md:
 # those return widgets) or uses ipywidgets itself; the browser must then find a control
@@ -154,8 +163,9 @@ def write_fixture(folder: Path) -> Path:
 
 # --- fixtures --------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def browser():
+@contextlib.contextmanager
+def launch_chromium():
+    """Debian's Chromium under Playwright (skips, or fails under CI, without it)."""
     require_browser()
     from playwright.sync_api import sync_playwright
 
@@ -172,6 +182,12 @@ def browser():
                                     env=env)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with launch_chromium() as browser:
+        yield browser
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +314,7 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
         assert not error_outputs(page), "\n".join(error_outputs(page))
         cells = widget_cells(page)
         assert cells, f"{path.name} builds a widget but none rendered a control"
-        moves, layout = [], []
+        moves, fastest, layout = [], [], []
         start = time.monotonic()
         for index in cells:
             name = f"{path.stem}_cell{index}"
@@ -307,18 +323,27 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
             page.locator(".jp-Notebook .jp-Cell").nth(index).evaluate(
                 "(e) => e.scrollIntoView({block: 'start'})")
             page.screenshot(path=shots / f"{name}_viewport.png")
-            moves += exercise_cell(page, index)
+            runs = [exercise_cell(page, index) for _ in range(REPEATS)]
+            moves += [m for run in runs for m in run]
+            fastest += fastest_of(runs)
             screenshot_cell(page, index, shots / f"{name}_after.png")
             layout += [f"cell {index}: {p}" for p in layout_problems(page, index)]
         warnings = [t[:300] for t in stderr_texts(page)]
         kernel_log = course_lab.log()[log_start:]
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         report(capsys, [f"{path.name}: ran in {run_s:.1f} s, widgets exercised in "
-                        f"{time.monotonic() - start:.1f} s"]
-               + [str(m) for m in moves] + [latency_summary(moves)]
+                        f"{time.monotonic() - start:.1f} s (load {load} on "
+                        f"{os.cpu_count()} cores)"]
+               + [str(m) for m in moves] + [f"all: {latency_summary(moves)}",
+                                            f"fastest of {REPEATS}: "
+                                            f"{latency_summary(fastest)}"]
                + [f"layout: {p}" for p in layout]
                + [f"stderr shown: {w!r}" for w in warnings]
                + [f"screenshots: {shots}"])
         assert_redrew(moves, MAX_REDRAW_MS)
+        slow = [str(m) for m in fastest if (m.plot_ms or 0) > GOAL_MS]
+        assert not slow, (f"redraws slower than {GOAL_MS} ms even at their fastest of "
+                          f"{REPEATS} (load {load}):\n" + "\n".join(slow))
         assert not off_machine, f"the page fetched from off this machine: {off_machine}"
         assert "Traceback" not in kernel_log, kernel_log[-3000:]
         assert not layout, "hard to read at 1280 x 800:\n" + "\n".join(layout)

@@ -130,3 +130,28 @@ def test_plot_speed_memory_bars_are_the_rows():
     assert [p.get_width() for p in fig.axes[1].patches] == [1.0, 1.0]
     with pytest.raises(ValueError, match="no results"):
         P.plot_speed_memory([])
+
+
+def test_speed_memory_words_can_be_left_to_the_caller():
+    from amp_lessons.plots import speed_memory as S
+
+    rows = measure_speed_memory(16, 4, ("fp32", "bf16"), iters=2)
+    full = P.plot_speed_memory(rows)
+    assert full.legends and full.axes[0].get_title(loc="left").startswith("MLP 3 x")
+    fig, pairs = S._speed_layout([2], words=False)
+    words = S._draw_speed_memory(fig, pairs, rows, words=False)
+    (t_ax, m_ax), = pairs
+    assert not fig.legends and t_ax.get_title(loc="left") == ""
+    assert t_ax.get_xlabel() == "step time (ms)"
+    # what the figure leaves out comes back, for the panel's HTML
+    assert words["titles"] == [full.axes[0].get_title(loc="left")]
+    assert words["notes"] == ["bar: median of 2 steps; dots: each step"]
+    assert words["parts"] == [k for k in P.MEMORY_PARTS if any(
+        r["memory"][k] for r in rows)]  # bf16's weight copies included
+    key = S.legend_html(words["parts"], words["notes"][0])
+    labels = [t.get_text() for t in full.legends[0].get_texts()]
+    assert [label for label in labels if label in key] == labels
+    assert "bar: median of 2 steps" in key
+    # the same bars either way
+    assert [p.get_width() for p in t_ax.patches] == [
+        p.get_width() for p in full.axes[0].patches]

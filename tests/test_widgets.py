@@ -213,6 +213,10 @@ def test_speed_panel_memory_is_measured_exactly(panel):
         assert 1 <= len(rows[name]["times_ms"]) <= w.iters
         assert rows[name]["step_ms"] > 0
     assert "fp32" in w.stats.value and "weight copies" in w.stats.value
+    # the picture's words are HTML: its title and the key of every part it drew
+    assert f"Linear({width}), batch 8" in w.caption.value
+    assert "autocast weight copies" in w.legend.value
+    assert "median of" in w.legend.value
 
 
 def test_speed_panel_table_shows_what_was_measured():
@@ -255,6 +259,7 @@ def test_speed_panel_controls_redraw(panel):
     assert w.last_redraw_cpu_ms < MAX_REDRAW_MS * 2  # it trains 3 models
     w.optimizer.value = "sgd"
     assert all(r["memory"]["optimizer_state"] == 0 for r in w.results)
+    assert "optimizer state" not in w.legend.value  # no state: not in the key
     w.precision_boxes["fp16"].value = False
     assert [r["precision"] for r in w.results] == ["fp32", "bf16"]
     w.time_box.value = False

@@ -2,8 +2,10 @@
 
 One module per step: ``course`` (the nbgrader course and its runs), ``rehearsal``
 (the course graded against itself), ``lint`` (metadata and leaks), ``slides``
-(offline decks) and ``cli`` (the command line). The names below are re-exported so
-``from amp_lessons.tooling import grading`` reaches all of them.
+(offline decks; ``deck_layout`` stubs their exercises and cuts their slides to the
+stage, from ``slide_heights``' estimates) and ``cli`` (the command line). The names
+below are re-exported so ``from amp_lessons.tooling import grading`` reaches all of
+them.
 
 The instructor's side of the notebooks, built on the real nbgrader. Each lesson
 notebook is one nbgrader assignment named after it (``02_underflow``), so a class can
@@ -79,6 +81,7 @@ from amp_lessons.tooling.grading.slides import (
     SLIDES_DIR,
     copy_slide_assets,
     execute_notebooks,
+    export_deck,
     export_slides,
     offline_problems,
     slides_exporter,
@@ -91,7 +94,7 @@ __all__ = [
     "SLIDE_TYPES", "SOLUTION_MARKERS", "STUDENT_DIR", "NotebookScore", "Rehearsal",
     "autograde", "autograded_path", "blank_run_problems", "build_course",
     "locate", "copy_slide_assets", "course_notebooks", "execute_notebooks",
-    "export_slides", "export_student_edition", "format_scores",
+    "export_deck", "export_slides", "export_student_edition", "format_scores",
     "generate_student_edition", "graded_notebooks", "is_graded", "is_solution_cell",
     "is_test_cell", "jupyter_env", "lint_course", "lint_notebook", "lint_slides",
     "lint_student_edition", "main", "nbgrader_config", "nbgrader_meta",

@@ -4,6 +4,7 @@ internet (reveal.js and MathJax copied beside it), and a check that it really do
 
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 
+from amp_lessons.tooling.grading import deck_layout, slide_heights
 from amp_lessons.tooling.grading.course import CELL_TIMEOUT_S, SLIDES_DIR, jupyter_env
 
 # The stock reveal template loads jQuery, require.js, mermaid and reveal.js from CDNs.
@@ -35,12 +37,20 @@ MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null,
 {% endblock html_head_js_mathjax %}
 {% block html_head_css %}
 <style type="text/css">
-/* Lesson cells are long: no scaling to a fixed 960x700 stage; each slide fills the
-   window from the top and scrolls (wheel, trackpad, or the space bar's neighbours). */
+/* A fixed 1280 x 720 stage that reveal.js scales to the window, so a slide that fits
+   here fits on any screen (deck_layout cuts the slides for this stage). No prompts:
+   "In [12]:" costs a tenth of the width. */
 .reveal .slides { text-align: left; }
 .reveal .slides section:not(.stack) {
-  height: 100%; overflow-y: auto; box-sizing: border-box; padding: 24px 48px 48px;
+  height: 100%; overflow: hidden; box-sizing: border-box;
+  padding: __PAD_Y__px __PAD_X__px;
 }
+.reveal .amp-fit { display: flow-root; }
+.reveal .jp-InputPrompt, .reveal .jp-OutputPrompt { display: none; }
+.reveal .jp-OutputArea-output img { max-height: __IMG_MAX_H__px; width: auto; }
+.reveal div.jp-OutputArea-output > pre { width: auto; }  /* nbconvert's 90% wraps */
+.reveal div.highlight > pre { box-sizing: border-box; }  /* its padding inside */
+.reveal p.amp-continued { color: #777; font-style: italic; margin: 0 0 8px; }
 </style>
 {% endblock html_head_css %}
 {% block footer_js %}
@@ -50,21 +60,56 @@ MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null,
 Reveal.initialize({
   controls: true, progress: true, history: true, slideNumber: "c/t",
   transition: "{{ resources.reveal.transition }}",
-  width: "100%", height: "100%", margin: 0, minScale: 1, maxScale: 1, center: false,
-  plugins: [RevealNotes]
+  width: __STAGE_W__, height: __STAGE_H__, margin: 0, minScale: 0.2, maxScale: 3,
+  center: false, plugins: [RevealNotes]
 });
-// MathJax cannot measure math on hidden slides: lay it out again once it shows
-// (queued, so it runs after MathJax's first pass whenever that ends)
-function renderMath() {
-  if (window.MathJax && MathJax.Hub) {
-    MathJax.Hub.Queue(["Rerender", MathJax.Hub, Reveal.getCurrentSlide()]);
+// A slide that still runs past the stage is shrunk to fit (CSS zoom), never below
+// __MIN_ZOOM__: past that it would be hard to read, so it overflows and the deck test
+// (tests/test_slides.py) fails instead.
+function fitSlide(slide) {
+  if (!slide || slide.classList.contains("stack")) return;
+  let box = slide.querySelector(":scope > .amp-fit");
+  if (!box) {
+    box = document.createElement("div");
+    box.className = "amp-fit";
+    [...slide.childNodes].forEach((n) => {
+      if (!(n.matches && n.matches("aside.notes"))) box.appendChild(n);
+    });
+    slide.insertBefore(box, slide.firstChild);
   }
+  box.style.zoom = 1;
+  const css = getComputedStyle(slide);
+  const roomH = slide.clientHeight - parseFloat(css.paddingTop)
+    - parseFloat(css.paddingBottom);
+  const roomW = slide.clientWidth - parseFloat(css.paddingLeft)
+    - parseFloat(css.paddingRight);
+  const zoom = Math.max(__MIN_ZOOM__, Math.min(1, roomH / box.scrollHeight,
+                                                roomW / box.scrollWidth));
+  box.style.zoom = zoom;
+  slide.dataset.ampZoom = zoom.toFixed(3);
 }
-Reveal.on("ready", renderMath);
-Reveal.on("slidechanged", renderMath);
+// MathJax cannot measure math on hidden slides: lay it out again once it shows
+// (queued, so it runs after MathJax's first pass whenever that ends), then refit
+function showSlide() {
+  const slide = Reveal.getCurrentSlide();
+  fitSlide(slide);
+  if (!(window.MathJax && MathJax.Hub)) return;
+  if (slide.querySelector('script[type^="math/"]')) {
+    MathJax.Hub.Queue(["Rerender", MathJax.Hub, slide]);
+  }
+  MathJax.Hub.Queue([fitSlide, slide]);  // after the first typesetting too
+}
+Reveal.on("ready", showSlide);
+Reveal.on("slidechanged", showSlide);
+document.addEventListener("load", (e) => {  // a picture decoded late
+  if (e.target.tagName === "IMG") fitSlide(Reveal.getCurrentSlide());
+}, true);
 </script>
 {% endblock footer_js %}
 """
+for _name in ("STAGE_W", "STAGE_H", "PAD_X", "PAD_Y", "IMG_MAX_H", "MIN_ZOOM"):
+    SLIDES_TEMPLATE = SLIDES_TEMPLATE.replace(f"__{_name}__",
+                                              str(getattr(slide_heights, _name)))
 ASSETS = "_assets"  # beside the .slides.html files
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"  # one jupyter-server-mathjax ships
 WIDGET_NOTE = "[interactive widget: open this lesson in JupyterLab to use it]"
@@ -103,8 +148,13 @@ def copy_slide_assets(out_dir: Path) -> Path:
 def slides_exporter():
     """An nbconvert SlidesExporter that points every script and style at ``_assets``."""
     from nbconvert import SlidesExporter
+    from traitlets.config import Config
 
+    # deck_layout tags the cells that show a cut-off output without its code again
+    config = Config({"TagRemovePreprocessor": {
+        "enabled": True, "remove_input_tags": {slide_heights.OUTPUT_ONLY}}})
     return SlidesExporter(
+        config=config,
         raw_template=SLIDES_TEMPLATE,
         reveal_url_prefix=f"{ASSETS}/reveal.js",
         reveal_theme="white",  # its font ships locally; "simple" imports Google Fonts
@@ -164,14 +214,20 @@ def export_slides(notebooks: Sequence[Path], out_dir: Path = SLIDES_DIR,
     else:
         nbs = [nbformat.read(p, as_version=4) for p in sources]
     exporter = slides_exporter()
-    written = []
-    for path, nb in zip(sources, nbs, strict=True):
-        resources = {"metadata": {"name": path.stem, "path": str(path.parent)}}
-        body, _ = exporter.from_notebook_node(_without_live_widgets(nb), resources)
-        dest = out_dir / f"{path.stem}.slides.html"
-        dest.write_text(body, encoding="utf-8")
-        written.append(dest)
-    return written
+    return [export_deck(nb, path.stem, out_dir, exporter)
+            for path, nb in zip(sources, nbs, strict=True)]
+
+
+def export_deck(nb, name: str, out_dir: Path, exporter=None) -> Path:
+    """One lesson (a notebook node, executed or not) as ``out_dir/<name>.slides.html``,
+    laid out by ``deck_layout``; ``out_dir`` needs the assets (`copy_slide_assets`).
+    """
+    exporter = exporter or slides_exporter()
+    deck = deck_layout.lay_out_deck(_without_live_widgets(copy.deepcopy(nb)))
+    body, _ = exporter.from_notebook_node(deck, {"metadata": {"name": name}})
+    dest = Path(out_dir) / f"{name}.slides.html"
+    dest.write_text(body, encoding="utf-8")
+    return dest
 
 
 class _Links(HTMLParser):

@@ -1,0 +1,165 @@
+"""A student's path never breaks (COURSE.md, truth rules): every lesson passes with
+five-minute pauses between cells, Run All twice in one kernel, and as the student
+edition with its exercises unsolved or answered wrongly.
+
+nbval runs each notebook once, straight through, as fast as it can: none of these
+paths. The kernels here are driven by `student_paths` (nbclient, in this process).
+To keep CI short, the first two paths share one kernel per lesson: Run All with the
+clock jumping 5 minutes before every cell, then Run All again (conftest's
+``lesson_runs`` keeps it for the slide test too). An error in the first
+pass is a pause problem (or a plain failure, which nbval reports too); an error only
+in the second is a re-run problem. The fixture notebooks below prove each test can
+fail, and that the clock jump leaves a cell's own timing alone.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from student_paths import (
+    paused_twice,
+    run_in_one_kernel,
+    unsolved_path,
+    unsolved_path_problems,
+)
+
+from amp_lessons.tooling import grading
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = grading.course_notebooks(ROOT / "notebooks")
+GRADED = [p for p in NOTEBOOKS if grading.is_graded(p)]
+PAUSE_S = 300.0  # a five-minute pause before every cell
+
+
+def report(capsys, text: str) -> None:
+    with capsys.disabled():
+        print("\n" + text)
+
+
+# ---------------------------------------------------------------------------------
+# Paths 1 and 2: Run All with pauses, then Run All again, in one kernel per lesson
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_lesson_survives_five_minute_pauses(path, lesson_runs, capsys):
+    run = paused_twice(path, lesson_runs, PAUSE_S).run
+    report(capsys, f"{path.name}: Run All with pauses {run.pass_seconds(1):.1f} s, "
+                   f"again {run.pass_seconds(2):.1f} s (kernel {run.seconds:.1f} s)")
+    errors = run.errors(pass_no=1)
+    assert not errors, (f"{path.name} fails when the student pauses {PAUSE_S:.0f} s "
+                        "before each cell (no assert may compare the clock across "
+                        "cells):\n" + "\n".join(errors))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_lesson_runs_twice_in_one_kernel(path, lesson_runs):
+    run = paused_twice(path, lesson_runs, PAUSE_S).run
+    errors = run.errors(pass_no=2)
+    first = run.errors(pass_no=1)
+    assert not errors, (f"{path.name} fails on the second Run All in the same kernel:\n"
+                        + "\n".join(errors)
+                        + (f"\n(the first pass failed too: {first})" if first else ""))
+
+
+# ---------------------------------------------------------------------------------
+# Path 3: the student edition, unsolved, then answered wrongly
+
+
+@pytest.fixture(scope="module")
+def student_edition(tmp_path_factory) -> dict[str, Path]:
+    """The student edition of every graded lesson, made the way `make student` makes
+    it (nbgrader generate_assignment in an nbgrader course)."""
+    if not GRADED:
+        pytest.skip("no lesson has graded exercises")
+    course = grading.build_course(GRADED, tmp_path_factory.mktemp("student-course"))
+    return {p.stem: p for p in grading.generate_student_edition(course)}
+
+
+@pytest.mark.parametrize("path", GRADED, ids=lambda p: p.stem)
+def test_student_edition_runs_unsolved_and_answered_wrongly(path, student_edition,
+                                                            capsys):
+    released = student_edition[path.stem]
+    run, answers = unsolved_path(released)
+    report(capsys, f"{path.name}: unsolved {run.pass_seconds(1):.1f} s, answered "
+                   f"wrongly {run.pass_seconds(2):.1f} s ({answers} answers)")
+    assert answers == sum(grading.is_solution_cell(c) for c in
+                          nbformat.read(released, as_version=4).cells), (
+        "a solution cell of the student edition has no stub to answer")
+    problems = unsolved_path_problems(run)
+    assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------------
+# Each test can fail: fixture notebooks with the defect it looks for
+
+
+def notebook(*sources: str, graded: dict[int, str] | None = None):
+    """A notebook of code cells; `graded` marks cells as nbgrader solution or test."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    for index, kind in (graded or {}).items():
+        nb.cells[index].metadata["nbgrader"] = {
+            "grade": kind == "test", "solution": kind == "solution", "locked": False,
+            "grade_id": f"g{index}", "schema_version": 3,
+            **({"points": 1} if kind == "test" else {})}
+    return nb
+
+
+def test_pauses_catch_a_wall_time_assert_across_cells(tmp_path):
+    nb = notebook(
+        "import time\nfrom time import perf_counter\n"
+        "start, start_from_name = time.perf_counter(), perf_counter()",
+        # times its own work: a pause before the cell must not show up in it
+        "t0 = time.monotonic()\nsum(range(10**5))\nassert time.monotonic() - t0 < 30",
+        "assert time.perf_counter() - start < 60, 'the lesson took over a minute'",
+        "assert perf_counter() - start_from_name < 60  # imported by name",
+        "assert time.time_ns() > 0")
+    start = time.perf_counter()
+    plain = run_in_one_kernel([nb], tmp_path)
+    paused = run_in_one_kernel([nb], tmp_path, pause_s=PAUSE_S)
+    assert plain.errors() == []
+    failed = {c.index for c in paused.cells if c.error}
+    assert failed == {2, 3}, paused.errors()
+    assert "the lesson took over a minute" in paused.cells[2].error
+    assert time.perf_counter() - start < 60  # simulated: nothing waited 5 minutes
+
+
+def test_second_run_catches_state_left_by_the_first(tmp_path):
+    nb = notebook(
+        "import decimal\nassert decimal.getcontext().prec == 28  # the default",
+        "decimal.getcontext().prec = 6  # a later cell changes global state")
+    run = run_in_one_kernel([nb, nb], tmp_path)
+    assert run.errors(pass_no=1) == []
+    assert [c.index for c in run.cells if c.error] == [0]
+    assert run.cells[2].pass_no == 2 and "AssertionError" in run.cells[2].error
+
+
+def test_unsolved_path_catches_cells_that_use_the_students_function(tmp_path):
+    stub = "    # YOUR CODE HERE\n    raise NotImplementedError()"
+    edition = notebook(
+        f"def double(x):\n{stub}",                                   # 0 solution
+        "assert double(2) == 4",                                      # 1 test
+        "print(double(5))",                                          # 2 uses it
+        "try:\n    y = double(2)\nexcept NotImplementedError:\n    y = 4\n"
+        "assert y == 4",                                              # 3 only if wrong
+        f"def half(x):\n{stub}",                                     # 4 solution
+        "assert True  # grades nothing",                             # 5 test
+        "print('a later cell of its own')",                          # 6 fine
+        graded={0: "solution", 1: "test", 4: "solution", 5: "test"})
+    released = tmp_path / "99_fixture.ipynb"
+    nbformat.write(edition, released)
+    run, answers = unsolved_path(released)
+    assert answers == 2
+    found = unsolved_path_problems(run)
+    text = "\n".join(found)
+    assert len(found) == 4, text
+    uses = "cell 2 ('print(double(5))'), exercises"
+    assert f"{uses} unsolved: NotImplementedError" in text
+    assert f"{uses} answered wrongly" not in text  # print(None) runs
+    assert "cell 3 ('try:'), exercises answered wrongly: AssertionError" in text
+    assert "cell 3 ('try:'), exercises unsolved" not in text
+    assert text.count("cell 5 ('assert True  # grades nothing')") == 2
+    assert "cell 6" not in text and "cell 1 " not in text
