@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from amp_lessons.checks._pristine import CHECK_DONE, CHECK_START, verify_pristine
+
 __all__ = [
     "NotAttempted",
     "Raised",
@@ -141,7 +143,29 @@ def grade(
     hidden: bool,
     make_rows: Callable[[Callable, bool], list[Row]],
 ) -> None:
-    """Run one check: build its rows, print the table, raise if any case failed."""
+    """Run one check: build its rows, print the table, raise if any case failed.
+
+    The grading code must be pristine before the student's function runs and still
+    after it (`verify_pristine`); the verdict is raised as a `sys.audit` event that
+    the grading sandbox's guard reads where the notebook cannot reach it.
+    """
+    passed = False
+    sys.audit(CHECK_START, title)
+    try:
+        verify_pristine()
+        _run_rows(title, fn, hidden, make_rows)
+        verify_pristine()  # the student's function ran: is the grader still ours?
+        passed = True
+    finally:
+        sys.audit(CHECK_DONE, title, hidden is True, passed)
+
+
+def _run_rows(
+    title: str,
+    fn: Callable,
+    hidden: bool,
+    make_rows: Callable[[Callable, bool], list[Row]],
+) -> None:
     if not callable(fn):
         raise ValueError(
             f"{title} expects the function you wrote, e.g. {title}(my_function); "

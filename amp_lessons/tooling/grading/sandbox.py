@@ -113,13 +113,13 @@ def _probe() -> tuple[list[str] | None, str]:
             break  # without a user namespace bwrap needs root
         args = _isolation(user_namespace)
         command = [bwrap, *args, *_system_mounts(), "--", sys.executable, "-c",
-                   "import os; print(os.getpid())"]
+                   "print('sandboxed')"]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
             errors.append("bwrap did not answer in 60 s")
             continue
-        if done.returncode == 0 and done.stdout.strip() == "1":
+        if done.returncode == 0 and done.stdout.strip() == "sandboxed":
             return args, ""
         errors.append(done.stderr.strip()[-300:] or f"exit {done.returncode}")
     return None, ("bwrap cannot create its sandbox here (" + "; ".join(errors) +
@@ -220,7 +220,7 @@ def run_notebook(nb: nbformat.NotebookNode, input_dir: Path, *,
         os.mkfifo(fifo, 0o600)
         key = secrets.token_hex(32)
         if sandbox:
-            command, env = bwrap_command(package, Path(input_dir), fifo), None
+            command, env = bwrap_command(package, Path(input_dir).resolve(), fifo), None
             paths = {"input_dir": INPUT_DIR, "workdir": WORK_DIR, "fifo": FIFO,
                      "private_dir": PRIVATE_DIR, "package_root": str(PACKAGE_DIR.parent)}
         else:
