@@ -56,7 +56,7 @@ _BUILTINS = ("__import__", "callable", "getattr", "isinstance", "issubclass", "l
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set on every class defined in Python
 # captured at import, before any solution cell can rebind the builtins
 _type, _builtin_type = type, types.BuiltinFunctionType
-_fresh: dict[tuple[str, str], tuple[dict[str, types.CodeType], set[str]]] = {}
+_fresh: dict[tuple[str, str], tuple[dict, set, dict]] = {}
 
 
 def seal(folder: Path = PACKAGE) -> dict[str, str]:
@@ -73,9 +73,10 @@ def _module_name(path: Path) -> str:
     return package if path.stem == "__init__" else f"{package}.{path.stem}"
 
 
-def _compiled(path: Path, digest: str) -> tuple[dict[str, types.CodeType], set[str]]:
-    """Every code object compiled from ``path`` by qualname, and its top-level
-    undecorated ``def``/``class`` names (compiled once per file content)."""
+def _compiled(path: Path, digest: str) -> tuple[dict, set, dict]:
+    """Every code object compiled from ``path`` by qualname, its top-level
+    undecorated ``def``/``class`` names, and the names its top-level imports bind
+    (``{name: (module, attribute or None)}``); parsed once per file content."""
     if (str(path), digest) not in _fresh:
         source = path.read_text()
         codes, stack = {}, [compile(source, str(path), "exec")]
@@ -83,11 +84,40 @@ def _compiled(path: Path, digest: str) -> tuple[dict[str, types.CodeType], set[s
             code = stack.pop()
             codes.setdefault(code.co_qualname, code)
             stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        top = {node.name for node in ast.parse(source).body
+        body = ast.parse(source).body
+        top = {node.name for node in body
                if isinstance(node, ast.FunctionDef | ast.ClassDef)
                and not node.decorator_list}
-        _fresh[(str(path), digest)] = codes, top
+        imports = {}  # name bound at the top -> (module, attribute or None)
+        for node in body:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        imports[alias.asname] = (alias.name, None)
+                    else:
+                        imports[alias.name.split(".")[0]] = (alias.name.split(".")[0],
+                                                              None)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level \
+                    and node.module != "__future__":
+                for alias in node.names:
+                    imports[alias.asname or alias.name] = (node.module, alias.name)
+        _fresh[(str(path), digest)] = codes, top, imports
     return _fresh[(str(path), digest)]
+
+
+def _import_problems(module: types.ModuleType, imports: dict) -> list[str]:
+    """Each imported name still the object its import gives (a solution cell may
+    rebind ``amp_lessons.checks.quiz.grade`` rather than the engine's)."""
+    problems, namespace, modules = [], vars(module), sys.__dict__["modules"]
+    for name, (source, attr) in imports.items():
+        origin = dict.get(modules, source)
+        if origin is None:
+            continue
+        expected = origin if attr is None else vars(origin).get(attr, namespace)
+        if expected is not namespace and dict.get(namespace, name) is not expected:
+            problems.append(f"{module.__name__}.{name} is not {source}"
+                            + (f".{attr}" if attr else ""))
+    return problems
 
 
 def _function_problems(module: types.ModuleType, codes: dict, top: set) -> list[str]:
@@ -178,7 +208,9 @@ def tampering() -> list[str]:
                 Path(where).resolve() != path:
             problems.append(f"sys.modules[{name!r}] is not loaded from {path}")
             continue
-        problems += _function_problems(module, *_compiled(path, digests[path.name]))
+        codes, top, imports = _compiled(path, digests[path.name])
+        problems += _function_problems(module, codes, top)
+        problems += _import_problems(module, imports)
         if path.stem == "__init__":
             problems += _reexport_problems(module)
     return problems

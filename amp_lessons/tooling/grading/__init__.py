@@ -88,7 +88,6 @@ from amp_lessons.tooling.grading.rehearsal import (
     solved_run_problems,
 )
 from amp_lessons.tooling.grading.review import scan_source
-from amp_lessons.tooling.grading.testcells import fix_test_cells, lint_test_cells
 from amp_lessons.tooling.grading.sandbox import run_notebook, sandbox_problem
 from amp_lessons.tooling.grading.slides import (
     SLIDES_DIR,
@@ -98,6 +97,7 @@ from amp_lessons.tooling.grading.slides import (
     offline_problems,
     slides_exporter,
 )
+from amp_lessons.tooling.grading.testcells import fix_test_cells, lint_test_cells
 
 __all__ = [
     "BLANK_STUDENT", "BUILD_DIR", "CELL_TIMEOUT_S", "CODE_STUB", "COURSE_DIR",

@@ -167,8 +167,8 @@ def grade_one(course_dir: Path, student: str, lesson: str, *, sandboxed: bool = 
                          f"({(errors or log.splitlines() or ['?'])[-1][-200:]}); "
                          "scored 0")
         except subprocess.TimeoutExpired:
-            flags.append(f"timeout: nbgrader did not finish in {timeout * 2 + 120:g} s; "
-                         "scored 0")
+            flags.append(f"timeout: nbgrader did not finish in {timeout * 2 + 120:g} "
+                         "s; scored 0")
     _zero(course_dir, student, lesson)
     review.write_review(course_dir, student, lesson, flags)
     return Outcome(student, lesson, False, flags)

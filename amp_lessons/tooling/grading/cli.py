@@ -43,7 +43,7 @@ def _autograde(args) -> int:
                                        sandboxed=not args.unsafe_no_sandbox,
                                        timeout=args.timeout)
     except RuntimeError as exc:
-        print(f"make grade: {exc}", file=sys.stderr)
+        print(f"autograde: {exc}", file=sys.stderr)
         return 2
     finally:
         print(_table(args.course))

@@ -304,7 +304,8 @@ def format_scores(scores: Sequence[NotebookScore],
     if not scores:
         return "(no graded submissions yet)"
     flags = flags or {}
-    rows = [f"{'student':<16} {'lesson':<24} {'score':>12}" + ("  review" * bool(flags))]
+    head = f"{'student':<16} {'lesson':<24} {'score':>12}"
+    rows = [head + ("  review" if flags else "")]
     for s in scores:
         row = f"{s.student:<16} {s.notebook:<24} {s.score:>5g} / {s.max_score:g}"
         note = flags.get((s.student, s.notebook))

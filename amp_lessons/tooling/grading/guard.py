@@ -39,8 +39,6 @@ import os
 import sys
 
 CONFIG_ENV = "AMP_GUARD_CONFIG"  # path of the JSON config the runner writes
-CHECK_START = "amp_lessons.check.start"  # raised by checks._engine.grade: (title,)
-CHECK_DONE = "amp_lessons.check"  # ... and at its end: (title, hidden, passed)
 MAX_RECORDS = 400  # evidence lines per notebook; later ones are counted, not sent
 
 # Always worth a look when student code does them.
@@ -118,13 +116,25 @@ def take_snapshot() -> dict[str, tuple[object, dict]]:
 
 def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write):
     """The audit hook. ``grade`` is the real ``checks._engine.grade``; ``check_codes``
-    every code object of the checks package; ``write(bytes)`` sends one line."""
+    every code object of the checks package; ``write(bytes)`` sends one line.
+
+    Everything the hook uses is bound here, as a closure variable, before student
+    code runs: it looks up no global or builtin name at run time, so rebinding
+    ``builtins.any`` or this module's globals changes nothing in it.
+    """
     import _hashlib
     import _json
     import _thread
     import builtins
     import types
 
+    from amp_lessons.checks._pristine import CHECK_DONE, CHECK_START
+
+    _type, _str, _int, _bytes, _list, _dict, _tuple, _float = (
+        type, str, int, bytes, list, dict, tuple, float)
+    _any, _len, _vars, _id, _BaseException = any, len, vars, id, BaseException
+    startswith, split, dget = str.startswith, str.split, dict.get
+    frepr, none_type = float.__repr__, type(None)
     key = bytes.fromhex(config["key"])
     hmac_digest, quote = _hashlib.hmac_digest, _json.encode_basestring_ascii
     getframe, get_ident = sys._getframe, _thread.get_ident
@@ -141,46 +151,79 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
     package = os.path.join(os.path.realpath(config["package_root"]), "amp_lessons", "")
     protected = tuple(os.path.join(p, "") for p in config.get("protected", ()))
     writable = (workdir, "/tmp/", "/dev/null", "/dev/shm/")
+    write_flags, max_records = os.O_WRONLY | os.O_RDWR, MAX_RECORDS
+    frames, process, network, internals, file_changes = (
+        _FRAMES, _PROCESS, _NETWORK, _INTERNALS, _FILE_CHANGES)
+    secret_marks, write_modes = _SECRET_MARKS, _WRITE_MODES
+    proc_marks = ("/mem", "/environ", "/fd", "/maps")
     busy: set[int] = set()
     checks: dict[int, list[str]] = {}  # thread -> what tainted the running check
     sent = [0, 0]  # records sent, records dropped
 
+    def fingerprint(value, budget: list) -> object:
+        """Contents of plain data, identities of everything else; never calls
+        code of the value's own."""
+        budget[0] -= 1
+        kind = _type(value)
+        if budget[0] < 0:
+            return ("id", _id(value))
+        if kind is _str or kind is _int or kind is _bytes or kind is none_type or \
+                value is True or value is False:
+            return (kind, value)
+        if kind is _float:
+            return (kind, frepr(value))
+        if kind is _list or kind is _tuple:
+            return (kind, _id(value), _tuple([fingerprint(v, budget) for v in value]))
+        if kind is _dict:
+            return (kind, _id(value), _tuple([(fingerprint(k, budget),
+                                              fingerprint(v, budget))
+                                             for k, v in _dict.items(value)]))
+        return ("id", _id(value))
+
+    def data_of(namespace: dict) -> object:
+        return fingerprint(namespace, [20000])
+
+    course_data = {name: data_of(namespace) for name, (_, namespace)
+                   in snapshot.items() if startswith(name, "amp_lessons")}
+
     def encode(value) -> str:
         if value is True or value is False:
             return "true" if value else "false"
-        if type(value) is int:
-            return str(value)
-        if type(value) is str:
+        if _type(value) is _int:
+            return _str(value)
+        if _type(value) is _str:
             return quote(value[:300])
-        if type(value) is list:
-            return "[" + ",".join(encode(v) for v in value[:20]) + "]"
+        if _type(value) is _list:
+            return "[" + ",".join([encode(v) for v in value[:20]]) + "]"
+        if value is None:
+            return "null"
         return quote("?")
 
     def send(record: dict) -> None:
-        if sent[0] >= MAX_RECORDS:
+        if sent[0] >= max_records:
             sent[1] += 1
             return
         sent[0] += 1
         record["seq"] = sent[0]
-        payload = "{" + ",".join(quote(k) + ":" + encode(v)
-                                 for k, v in record.items()) + "}"
+        payload = "{" + ",".join([quote(k) + ":" + encode(v)
+                                  for k, v in record.items()]) + "}"
         data = payload.encode()
         write((hmac_digest(key, data, "sha256").hex() + " ").encode() + data + b"\n")
 
     def text(value) -> str:
-        if type(value) is str:
+        if _type(value) is _str:
             return value
-        if type(value) is bytes:
+        if _type(value) is _bytes:
             return value.decode("utf-8", "replace")
-        if type(value) is int:
+        if _type(value) is _int:
             return f"<fd {value}>"
-        return "<" + type(value).__name__ + ">"
+        return "<object>"
 
     def absolute(path: str) -> str:
-        if not str.startswith(path, "/"):
+        if not startswith(path, "/"):
             path = workdir + path
         parts: list[str] = []
-        for part in str.split(path, "/"):
+        for part in split(path, "/"):
             if part == "..":
                 if parts:
                     parts.pop()
@@ -193,10 +236,10 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
         frame = getframe(depth)
         while frame is not None:
             name = frame.f_code.co_filename
-            if type(name) is not str:
+            if _type(name) is not _str:
                 return "<odd file name>"
-            if name not in course and (str.startswith(name, cell_prefix) or not (
-                    str.startswith(name, libraries) or str.startswith(name, "<"))):
+            if name not in course and (startswith(name, cell_prefix) or not (
+                    startswith(name, libraries) or startswith(name, "<"))):
                 return name
             if innermost_only:
                 return None
@@ -207,7 +250,7 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
         frame = getframe(3)
         while frame is not None:
             name = frame.f_code.co_filename
-            if type(name) is str and name in test_cells:
+            if _type(name) is _str and name in test_cells:
                 return test_cells[name]
             frame = frame.f_back
         return None
@@ -215,85 +258,70 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
     def changes() -> list[str]:
         found = []
         for name, (module, namespace) in snapshot.items():
-            if dict.get(modules, name) is not module:
+            if dget(modules, name) is not module:
                 found.append(f"sys.modules[{name!r}] replaced")
-            now = vars(module)
+            now = _vars(module)
             for attr, value in namespace.items():
-                if dict.get(now, attr, changes) is not value:
+                if dget(now, attr, changes) is not value:
                     found.append(f"{name}.{attr} replaced")
-                    if len(found) > 10:
-                        return found
-        if dict.get(sys_dict, "audit") is not audit:
+            if name in course_data and data_of(now) != course_data[name]:
+                found.append(f"data of {name} changed")
+            if _len(found) > 10:
+                return found
+        if dget(sys_dict, "audit") is not audit:
             found.append("sys.audit replaced")
-        if dict.get(sys_dict, "modules") is not modules:
+        if dget(sys_dict, "modules") is not modules:
             found.append("sys.modules replaced")
         return found
 
-    def verdict(args) -> None:
+    def verdict(args: tuple) -> None:
         caller = getframe(2)
         check = caller.f_back
         title, hidden, passed = (args + (None, None, None))[:3]
-        make_rows = dict.get(caller.f_locals, "make_rows")
+        make_rows = dget(caller.f_locals, "make_rows")
         genuine = (
             caller.f_code is grade_code and caller.f_globals is grade_globals
             and caller.f_builtins is builtins_dict and check is not None
-            and check.f_code in check_codes and type(title) is str
+            and check.f_code in check_codes and _type(title) is _str
             and check.f_code.co_name == title
-            and type(make_rows) is function_type and make_rows.__code__ in check_codes)
+            and _type(make_rows) is function_type and make_rows.__code__ in check_codes)
         tainted = checks.pop(get_ident(), [])
         send({"kind": "check", "cell": test_cell(), "title": text(title),
               "hidden": hidden is True, "passed": passed is True,
               "genuine": genuine, "changed": changes(), "tainted": tainted[:5]})
 
-    def hook(event: str, args: tuple) -> None:
-        me = get_ident()
-        if me in busy:
-            return
-        busy.add(me)
-        try:
-            if event == CHECK_DONE:
-                verdict(args)
-            elif event == CHECK_START:
-                checks[me] = []
-            elif event in _FRAMES:
-                if me in checks and student_frame(2):
-                    what = event if event == "sys._getframe" else text(args[1])
-                    checks[me].append(what)
-            else:
-                flag(event, args)
-        except BaseException:  # never break the event, never show a hook frame
-            pass
-        finally:
-            busy.discard(me)
+    def is_text(value) -> bool:
+        kind = _type(value)
+        return kind is _str or kind is _bytes
 
     def flag(event: str, args: tuple) -> None:
         detail = None
         if event == "open":
-            path = absolute(text(args[0])) if type(args[0]) in (str, bytes) else ""
-            mode = args[1] if type(args[1]) is str else ""
-            writes = any(m in mode for m in _WRITE_MODES) or (
-                type(args[2]) is int and args[2] & (os.O_WRONLY | os.O_RDWR))
-            if writes and not str.startswith(path, writable):
+            path = absolute(text(args[0])) if is_text(args[0]) else ""
+            mode = args[1] if _type(args[1]) is _str else ""
+            writes = _any([m in mode for m in write_modes]) or (
+                _type(args[2]) is _int and args[2] & write_flags)
+            if writes and not startswith(path, writable):
                 detail = f"writes {path}"
-            elif any(m in path for m in _SECRET_MARKS) or str.startswith(
-                    path, protected) or str.startswith(path, package) or (
-                    str.startswith(path, "/proc/") and
-                    any(m in path for m in ("/mem", "/environ", "/fd", "/maps"))):
+            elif _any([m in path for m in secret_marks]) or startswith(
+                    path, protected) or startswith(path, package) or (
+                    startswith(path, "/proc/") and
+                    _any([m in path for m in proc_marks])):
                 detail = f"opens {path}"
-        elif event in _PROCESS or event in _NETWORK or event in _INTERNALS or (
-                str.startswith(event, "ctypes.")):
-            detail = event + " " + " ".join(text(a) for a in args[:2])
-        elif event in _FILE_CHANGES:
-            path = absolute(text(args[0])) if args and type(args[0]) in (str, bytes) \
-                else "?"
-            if not str.startswith(path, writable):
+        elif event in process or event in network or event in internals or (
+                startswith(event, "ctypes.")):
+            detail = event + " " + " ".join([text(a) for a in args[:2]])
+        elif event in file_changes:
+            path = absolute(text(args[0])) if args and is_text(args[0]) else "?"
+            if not startswith(path, writable):
                 detail = f"{event} {path}"
-        elif event in ("object.__setattr__", "object.__delattr__"):
+        elif event == "object.__setattr__" or event == "object.__delattr__":
             target, name = args[0], args[1]
-            if type(target) is type or type(target) is function_type:
-                detail = f"{event} {text(name)} on {type(target).__name__} " + (
-                    target.__qualname__ if type(target.__qualname__) is str else "?")
-        elif event in ("exec", "compile"):
+            if _type(target) is _type or _type(target) is function_type:
+                qualname = target.__qualname__
+                detail = f"{event} {text(name)} on " + (
+                    qualname if _type(qualname) is _str else "?")
+        elif event == "exec" or event == "compile":
             if student_frame(3, innermost_only=True):
                 detail = f"{event}() called by student code"
         if detail is None:
@@ -305,23 +333,45 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
                 running.append(detail)
             send({"kind": "event", "event": event, "detail": detail, "cell": where})
 
+    def hook(event: str, args: tuple) -> None:
+        me = get_ident()
+        if me in busy:
+            return
+        busy.add(me)
+        try:
+            if event == CHECK_DONE:
+                verdict(args)
+            elif event == CHECK_START:
+                checks[me] = []
+            elif event in frames:
+                if me in checks and student_frame(2):
+                    checks[me].append(event if event == "sys._getframe"
+                                      else text(args[1]))
+            else:
+                flag(event, args)
+        except _BaseException:  # never break the event, never show a hook frame
+            pass
+        finally:
+            busy.discard(me)
+
     send({"kind": "hello", "pid": os.getpid()})
     return hook
 
 
 def _open_channel(fifo: str):
-    fd = os.open(fifo, os.O_WRONLY | os.O_CLOEXEC)
-    first = os.fstat(fd)
-    os_write, os_fstat = os.write, os.fstat
+    os_open, os_write, os_fstat = os.open, os.write, os.fstat
+    flags, _OSError = os.O_WRONLY | os.O_CLOEXEC, OSError
+    fd = os_open(fifo, flags)
+    first = os_fstat(fd)
 
     def write(data: bytes) -> None:
         nonlocal fd
         try:
             now = os_fstat(fd)
             if (now.st_ino, now.st_dev) != (first.st_ino, first.st_dev):
-                raise OSError("replaced")
-        except OSError:  # closed or replaced by student code: open it again
-            fd = os.open(fifo, os.O_WRONLY | os.O_CLOEXEC)
+                raise _OSError("replaced")
+        except _OSError:  # closed or replaced by student code: open it again
+            fd = os_open(fifo, flags)
         os_write(fd, data)
 
     return write
@@ -333,9 +383,10 @@ def main() -> None:
     with open(path) as f:
         config = json.load(f)
     os.unlink(path)
+    from ipykernel import kernelapp
+
     import amp_lessons.checks  # noqa: F401  (and torch: what the checks rely on)
     from amp_lessons.checks import _engine
-    from ipykernel import kernelapp
 
     check_codes = set()
     for name, module in list(sys.modules.items()):

@@ -41,7 +41,8 @@ ALLOWED_IMPORTS = frozenset({
     "typing", "random", "copy", "re", "enum", "string", "textwrap", "warnings",
     "contextlib", "bisect", "heapq", "array", "amp_lessons",
 })
-FORBIDDEN_PACKAGES = ("amp_lessons.checks", "amp_lessons.tooling", "amp_lessons.grading")
+FORBIDDEN_PACKAGES = ("amp_lessons.checks", "amp_lessons.tooling",
+                      "amp_lessons.grading")
 DYNAMIC_NAMES = frozenset({
     "__import__", "exec", "eval", "compile", "globals", "locals", "vars", "setattr",
     "delattr", "open", "breakpoint", "get_ipython", "__builtins__", "__loader__",
@@ -143,8 +144,8 @@ def student_cells(nb: NotebookNode, source_nb: NotebookNode) -> list[int]:
     whose source is not one of the course's own."""
     course = {c.source for c in source_nb.cells
               if c.cell_type == "code" and not is_solution_cell(c)}
-    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-            and (is_solution_cell(c) or (c.source not in course and not is_test_cell(c)))]
+    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (
+        is_solution_cell(c) or (c.source not in course and not is_test_cell(c)))]
 
 
 def scan_notebook(nb: NotebookNode, source_nb: NotebookNode) -> list[str]:

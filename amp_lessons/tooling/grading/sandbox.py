@@ -39,9 +39,10 @@ import nbformat
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # .../amp_lessons
 INSTALL_HINT = ("install bubblewrap: `sudo apt-get install bubblewrap` (Debian, "
-                "Ubuntu), `sudo dnf install bubblewrap` (Fedora); or, on a machine "
-                "you do not mind student code running on with your rights, pass "
-                "--unsafe-no-sandbox")
+                "Ubuntu), `sudo dnf install bubblewrap` (Fedora)")
+UNSAFE_HINT = ("only on a machine you do not mind student code touching with your "
+               "rights: `make grade GRADE_ARGS=--unsafe-no-sandbox` (or `autograde "
+               "--unsafe-no-sandbox`)")
 NOTEBOOK_TIMEOUT_S = 600  # per notebook; the course's lessons each run in < 2 min
 WORK_BYTES = 512 * 2**20  # the tmpfs a notebook runs in, and /tmp
 MEMORY_BYTES = 16 * 2**30  # address space of the runner and the kernel
@@ -134,7 +135,9 @@ def sandbox_problem() -> str | None:
     args, problem = _probe()
     if args is not None:
         return None
-    return f"{problem}; {INSTALL_HINT}" if "not installed" in problem else problem
+    if "not installed" in problem:
+        problem = f"{problem}; {INSTALL_HINT}"
+    return f"{problem}. To grade anyway, {UNSAFE_HINT}"
 
 
 def bwrap_command(package_copy: Path, input_dir: Path, fifo: Path) -> list[str]:
@@ -222,7 +225,8 @@ def run_notebook(nb: nbformat.NotebookNode, input_dir: Path, *,
         if sandbox:
             command, env = bwrap_command(package, Path(input_dir).resolve(), fifo), None
             paths = {"input_dir": INPUT_DIR, "workdir": WORK_DIR, "fifo": FIFO,
-                     "private_dir": PRIVATE_DIR, "package_root": str(PACKAGE_DIR.parent)}
+                     "private_dir": PRIVATE_DIR,
+                     "package_root": str(PACKAGE_DIR.parent)}
         else:
             command = [sys.executable, "-m", "amp_lessons.tooling.grading.runner"]
             env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}

@@ -116,7 +116,8 @@ def _drop_check_imports(source: str) -> str:
             kept = [n for n in names if n and not n.startswith("check_")]
             if kept != names:
                 if kept:
-                    out.append(f"{match.group(1)}from {MODULE} import {', '.join(kept)}")
+                    indent, names = match.group(1), ", ".join(kept)
+                    out.append(f"{indent}from {MODULE} import {names}")
                 continue
         out.append(line)
     return "\n".join(out)
