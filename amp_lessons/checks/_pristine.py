@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import hashlib
 import json
 import os
@@ -56,7 +57,6 @@ _BUILTINS = ("__import__", "callable", "getattr", "isinstance", "issubclass", "l
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set on every class defined in Python
 # captured at import, before any solution cell can rebind the builtins
 _type, _builtin_type = type, types.BuiltinFunctionType
-_fresh: dict[tuple[str, str], tuple[dict, set, dict]] = {}
 
 
 def seal(folder: Path = PACKAGE) -> dict[str, str]:
@@ -73,36 +73,35 @@ def _module_name(path: Path) -> str:
     return package if path.stem == "__init__" else f"{package}.{path.stem}"
 
 
+@functools.lru_cache(maxsize=64)  # not a module-level dict: the guard sees those
 def _compiled(path: Path, digest: str) -> tuple[dict, set, dict]:
     """Every code object compiled from ``path`` by qualname, its top-level
     undecorated ``def``/``class`` names, and the names its top-level imports bind
     (``{name: (module, attribute or None)}``); parsed once per file content."""
-    if (str(path), digest) not in _fresh:
-        source = path.read_text()
-        codes, stack = {}, [compile(source, str(path), "exec")]
-        while stack:
-            code = stack.pop()
-            codes.setdefault(code.co_qualname, code)
-            stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        body = ast.parse(source).body
-        top = {node.name for node in body
-               if isinstance(node, ast.FunctionDef | ast.ClassDef)
-               and not node.decorator_list}
-        imports = {}  # name bound at the top -> (module, attribute or None)
-        for node in body:
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.asname:
-                        imports[alias.asname] = (alias.name, None)
-                    else:
-                        imports[alias.name.split(".")[0]] = (alias.name.split(".")[0],
-                                                              None)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level \
-                    and node.module != "__future__":
-                for alias in node.names:
-                    imports[alias.asname or alias.name] = (node.module, alias.name)
-        _fresh[(str(path), digest)] = codes, top, imports
-    return _fresh[(str(path), digest)]
+    source = path.read_text()
+    codes, stack = {}, [compile(source, str(path), "exec")]
+    while stack:
+        code = stack.pop()
+        codes.setdefault(code.co_qualname, code)
+        stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    body = ast.parse(source).body
+    top = {node.name for node in body
+           if isinstance(node, ast.FunctionDef | ast.ClassDef)
+           and not node.decorator_list}
+    imports = {}  # name bound at the top -> (module, attribute or None)
+    for node in body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    imports[alias.asname] = (alias.name, None)
+                else:
+                    top_name = alias.name.split(".")[0]
+                    imports[top_name] = (top_name, None)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level \
+                and node.module != "__future__":
+            for alias in node.names:
+                imports[alias.asname or alias.name] = (node.module, alias.name)
+    return codes, top, imports
 
 
 def _import_problems(module: types.ModuleType, imports: dict) -> list[str]:

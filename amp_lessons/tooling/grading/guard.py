@@ -101,6 +101,13 @@ VOLATILE_BUILTINS = frozenset({"input", "quit", "exit", "get_ipython", "display"
                                "credits", "license", "breakpoint"})
 
 
+def _watched_classes() -> tuple:
+    import torch
+
+    return (torch.Tensor, torch.nn.Module, torch.optim.Optimizer,
+            torch.amp.GradScaler, torch.autocast)
+
+
 def take_snapshot() -> dict[str, tuple[object, dict]]:
     """Each watched module and a copy of its namespace."""
     snapshot = {}
@@ -152,6 +159,7 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
     protected = tuple(os.path.join(p, "") for p in config.get("protected", ()))
     writable = (workdir, "/tmp/", "/dev/null", "/dev/shm/")
     write_flags, max_records = os.O_WRONLY | os.O_RDWR, MAX_RECORDS
+    _CLASSES = _watched_classes()
     frames, process, network, internals, file_changes = (
         _FRAMES, _PROCESS, _NETWORK, _INTERNALS, _FILE_CHANGES)
     secret_marks, write_modes = _SECRET_MARKS, _WRITE_MODES
@@ -180,11 +188,21 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
                                              for k, v in _dict.items(value)]))
         return ("id", _id(value))
 
-    def data_of(namespace: dict) -> object:
-        return fingerprint(namespace, [20000])
-
-    course_data = {name: data_of(namespace) for name, (_, namespace)
-                   in snapshot.items() if startswith(name, "amp_lessons")}
+    plain = (_list, _tuple, _dict)
+    course_data = {}  # (module, name) -> contents of the course's module-level data
+    for name, (_, namespace) in snapshot.items():
+        if startswith(name, "amp_lessons"):
+            for attr, value in namespace.items():
+                if _type(value) in plain:
+                    course_data[(name, attr)] = fingerprint(value, [20000])
+    # setting a class attribute raises no audit event: keep the classes' namespaces
+    classes = {}
+    for name, (_, namespace) in snapshot.items():
+        for value in namespace.values():
+            if _type(value) is _type and (startswith(name, "amp_lessons") or
+                                          value in _CLASSES) and \
+                    value.__module__ == name:
+                classes[f"{name}.{value.__qualname__}"] = (value, _dict(_vars(value)))
 
     def encode(value) -> str:
         if value is True or value is False:
@@ -264,8 +282,17 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
             for attr, value in namespace.items():
                 if dget(now, attr, changes) is not value:
                     found.append(f"{name}.{attr} replaced")
-            if name in course_data and data_of(now) != course_data[name]:
-                found.append(f"data of {name} changed")
+            if _len(found) > 10:
+                return found
+        for (name, attr), contents in course_data.items():
+            if fingerprint(dget(_vars(snapshot[name][0]), attr), [20000]) != contents:
+                found.append(f"the contents of {name}.{attr} changed")
+        for name, (cls, namespace) in classes.items():
+            now = _vars(cls)
+            for attr, value in namespace.items():
+                if now.get(attr, changes) is not value:
+                    found.append(f"class {name} changed")
+                    break
             if _len(found) > 10:
                 return found
         if dget(sys_dict, "audit") is not audit:

@@ -1,0 +1,395 @@
+"""Grading that student code cannot subvert: the one form of a test cell and its lint,
+`verify_pristine`, the guard's audit hook, the static scan, the tamper cross-check,
+and (slow) one grading run of lesson 08 with a solved, a blank and one submission
+per attack from issue 12.
+
+The fast tests run the hook in a child Python (an audit hook cannot be removed); the
+slow one needs bubblewrap and user namespaces, and fails rather than skips in CI.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from amp_lessons.tooling import grading
+from amp_lessons.tooling.grading import (
+    autograder,
+    cli,
+    review,
+    sandbox,
+    testcells,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = grading.course_notebooks(ROOT / "notebooks")
+GRADED = [p for p in NOTEBOOKS if grading.is_graded(p)]
+PYTHON_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def run_python(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                          capture_output=True, text=True, env=PYTHON_ENV,
+                          timeout=timeout, cwd=ROOT)
+
+
+def graded_cell(source: str, grade_id: str = "x_test"):
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": grade_id, "locked": True,
+                                 "points": 1, "schema_version": 3, "solution": False,
+                                 "task": False}
+    return cell
+
+
+# ---------------------------------------------------------------------------------
+# The one form of a test cell
+
+
+@pytest.mark.parametrize("path", GRADED, ids=lambda p: p.name)
+def test_course_test_cells_take_their_checks_from_the_package(path):
+    assert testcells.lint_test_cells(path) == []
+    nb = nbformat.read(path, as_version=4)
+    tests = [c for c in nb.cells if grading.is_test_cell(c)]
+    assert tests and all(testcells.check_calls(c.source) for c in tests)
+    for cell in nb.cells:  # no notebook name a solution cell could rebind
+        assert not re.search(r"(?<![\w.])check_\w+\s*\(", cell.source), cell.source
+
+
+def test_fix_tests_rewrites_the_old_form_once(tmp_path):
+    old = ("check_amp_step_order(amp_step_order)\n### BEGIN HIDDEN TESTS\n"
+           "check_amp_step_order(amp_step_order, hidden=True)\n### END HIDDEN TESTS")
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from amp_lessons.checks import check_unscale"),
+        nbformat.v4.new_code_cell(
+            "from amp_lessons.checks import AMP_STEPS, check_amp_step_order\nx = 1"),
+        graded_cell(old, "05_test"),
+    ])
+    path = tmp_path / "05.ipynb"
+    nbformat.write(nb, path)
+    found = "\n".join(testcells.lint_test_cells(path))
+    assert "must start with `import amp_lessons.checks as _checks`" in found
+    assert "fix-tests" in found
+    assert grading.main(["--notebooks", str(tmp_path), "fix-tests", str(path)]) == 0
+    fixed = nbformat.read(path, as_version=4)
+    assert [c.source for c in fixed.cells] == [
+        "from amp_lessons.checks import AMP_STEPS\nx = 1",  # the import-only cell went
+        "import amp_lessons.checks as _checks\n_checks.verify_pristine()\n"
+        "_checks.check_amp_step_order(amp_step_order)\n### BEGIN HIDDEN TESTS\n"
+        "_checks.check_amp_step_order(amp_step_order, hidden=True)\n"
+        "### END HIDDEN TESTS"]
+    assert testcells.lint_test_cells(path) == []
+    assert testcells.check_calls(fixed.cells[1].source) == [
+        ("check_amp_step_order", False), ("check_amp_step_order", True)]
+    assert testcells.fix_test_cells(path) == 0  # idempotent
+
+
+@pytest.mark.parametrize("source, problem", [
+    ("check_unscale(f)", "must start with"),
+    ("from amp_lessons.checks import check_unscale\ncheck_unscale(f)", "must start"),
+    ("import amp_lessons.checks as _checks\n_checks.verify_pristine()\n"
+     "check_unscale(f)", "holds only `_checks.check_*(...)` calls"),
+    ("import amp_lessons.checks as _checks\n_checks.verify_pristine()\n"
+     "f = lambda *a: 1\n_checks.check_unscale(f)", "holds only"),
+    ("import amp_lessons.checks as _checks\n_checks.verify_pristine()",
+     "calls no `_checks.check_*`"),
+])
+def test_lint_refuses_every_other_form(source, problem):
+    assert any(problem in p for p in testcells.test_cell_problems(source))
+
+
+def test_plain_assert_test_cells_stay_allowed():
+    assert testcells.test_cell_problems("assert double(2) == 4") == []
+
+
+# ---------------------------------------------------------------------------------
+# verify_pristine: the checks vouch for themselves
+
+
+def test_verify_pristine_catches_each_rebinding(monkeypatch, tmp_path):
+    import amp_lessons.checks as checks
+    from amp_lessons.checks import _engine, _pristine, quiz
+
+    assert _pristine.tampering() == []
+    checks.verify_pristine()
+    cases = [
+        (_engine, "grade", "_engine.grade is not the function in the file"),
+        (quiz, "grade", "quiz.grade is not amp_lessons.checks._engine.grade"),
+        (quiz, "_quiz_rows", "quiz._quiz_rows is not the function in the file"),
+        (checks, "check_quick_check", "check_quick_check is not its module's own"),
+        (_engine.Row, "__init__", None),  # dataclass: its methods are generated
+    ]
+    for owner, name, problem in cases:
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, name, lambda *a, **k: None)
+            if problem:
+                assert any(problem in p for p in _pristine.tampering()), name
+                with pytest.raises(AssertionError, match="grading code in this kernel"):
+                    checks.verify_pristine()
+    assert _pristine.tampering() == []
+    fake = type(sys)("amp_lessons.checks.quiz")
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "amp_lessons.checks.quiz", fake)
+        assert any("is not loaded from" in p for p in _pristine.tampering())
+    seal = tmp_path / "seal.json"
+    seal.write_text(json.dumps({**_pristine.seal(), "quiz.py": "0" * 64}))
+    monkeypatch.setenv(_pristine.SEAL_ENV, str(seal))
+    assert _pristine.tampering() == ["checks/quiz.py differs from the grader's seal"]
+    seal.write_text(json.dumps(_pristine.seal()))
+    assert _pristine.tampering() == []
+
+
+def test_verify_pristine_catches_patched_builtins_and_a_swapped_package():
+    done = run_python("""
+        import builtins, sys, types
+        import amp_lessons.checks as checks
+        from amp_lessons.checks import _pristine
+        real = builtins.isinstance
+        builtins.isinstance = lambda *a: True
+        print(_pristine.tampering())
+        builtins.isinstance = real
+        fake = types.ModuleType("amp_lessons.checks")
+        fake.__dict__.update(vars(checks))
+        fake.check_quick_check = lambda *a, **k: None
+        sys.modules["amp_lessons.checks"] = fake
+        import amp_lessons.checks as swapped
+        print(_pristine.tampering())
+    """)
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert first == "['builtins.isinstance was replaced']"
+    assert "amp_lessons.checks.check_quick_check is not its module's own" in second
+
+
+def test_every_check_reports_its_verdict_to_audit_hooks():
+    done = run_python("""
+        import sys
+        seen = []
+        sys.addaudithook(lambda e, a: seen.append((e, a)) if e.startswith(
+            "amp_lessons.check") else None)
+        from amp_lessons.checks import check_amp_step_order, AMP_STEPS
+        from amp_lessons.checks.step_order import _REFERENCE_ORDER as _ORDER
+        try:
+            check_amp_step_order(lambda: [])
+        except AssertionError:
+            pass
+        check_amp_step_order(lambda: list(_ORDER), hidden=True)
+        print(seen)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == (
+        "[('amp_lessons.check.start', ('check_amp_step_order',)), "
+        "('amp_lessons.check', ('check_amp_step_order', False, False)), "
+        "('amp_lessons.check.start', ('check_amp_step_order',)), "
+        "('amp_lessons.check', ('check_amp_step_order', True, True))]")
+
+
+# ---------------------------------------------------------------------------------
+# The guard's audit hook, in a child Python standing in for the kernel
+
+GUARD_SCRIPT = """
+import json, os, socket, sqlite3, sys
+from amp_lessons.tooling.grading import guard, sandbox
+from amp_lessons.checks import _engine
+import amp_lessons.checks, amp_lessons.quiz, amp_lessons.formats
+TEST_CELL = "import amp_lessons.checks as _checks\\n_checks.check_amp_step_order(f)"
+config = {"key": "ab" * 32, "workdir": "/tmp/work", "package_root": %(root)r,
+          "test_cells": {"7": TEST_CELL}, "course_cells": [], "protected": [%(root)r]}
+lines = []
+codes = set()
+for name, module in list(sys.modules.items()):
+    if name.startswith("amp_lessons.checks"):
+        for value in vars(module).values():
+            stack = [getattr(value, "__code__", None)]
+            while stack:
+                code = stack.pop()
+                if type(code) is type(guard.main.__code__):
+                    codes.add(code)
+                    stack += [c for c in code.co_consts if type(c) is type(code)]
+hook = guard.make_hook(config, guard.take_snapshot(), _engine.grade,
+                       frozenset(codes), lines.append)
+sys.addaudithook(hook)
+cell = guard.cell_names([TEST_CELL])[0]
+student = cell.rsplit("/", 1)[0] + "/424242.py"
+
+def run(source, name=student, **names):
+    space = {"__name__": "__main__", **names}
+    exec(compile(source, name, "exec"), space)
+    return space
+
+run('''
+import gc, socket, sqlite3, subprocess
+try: open(%(root)r + "/amp_lessons/checks/quiz.py", "a")
+except OSError: pass
+try: open("/srv/course/gradebook.db")
+except OSError: pass
+try: sqlite3.connect("/nonexistent/gradebook.db")
+except Exception: pass
+try: socket.create_connection(("127.0.0.1", 9), timeout=1)
+except OSError: pass
+gc.get_objects()
+import amp_lessons.formats as f
+type(f.FORMATS["fp16"]).__repr__ = lambda self: "x"
+''')
+open("/tmp/ok-for-course-cells", "w").close()  # a library frame: not reported
+space = run('''
+import sys
+def honest():
+    return []
+def peeking():
+    sys._getframe(1)
+    return []
+''')
+honest = space["honest"]
+for fn in (honest, space["peeking"]):
+    try:
+        run(TEST_CELL, cell, f=fn)
+    except AssertionError:
+        pass
+run('import sys\\nsys.audit("amp_lessons.check", "check_amp_step_order", False, True)')
+amp_lessons.quiz.QUESTIONS.clear()
+try:
+    run(TEST_CELL, cell, f=honest)
+except AssertionError:
+    pass
+lines.append(b"0" * 64 + b' {"kind":"check","passed":true,"seq":99}\\n')
+records, forged = sandbox.verify_records(b"".join(lines), config["key"])
+print(json.dumps({"records": records, "forged": forged}))
+"""
+
+
+@pytest.fixture(scope="module")
+def guard_records():
+    done = run_python(GUARD_SCRIPT % {"root": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_guard_reports_what_student_code_does(guard_records):
+    events = [r["detail"] for r in guard_records["records"] if r["kind"] == "event"]
+    assert f"writes {ROOT}/amp_lessons/checks/quiz.py" in events
+    assert "opens /srv/course/gradebook.db" in events
+    assert any(e.startswith("sqlite3.connect /nonexistent/gradebook.db")
+               for e in events)
+    assert any(e.startswith("socket.connect") for e in events)
+    assert any(e.startswith("gc.get_objects") for e in events)
+    assert not any("ok-for-course-cells" in e for e in events)
+    assert all(r["cell"].endswith("/424242.py") for r in guard_records["records"]
+               if r["kind"] == "event")
+
+
+def test_guard_vouches_only_for_real_untampered_checks(guard_records):
+    checks = [r for r in guard_records["records"] if r["kind"] == "check"]
+    honest, peeking, forged, after_clear = checks
+    assert (honest["cell"], honest["genuine"], honest["passed"]) == (7, True, False)
+    assert honest["tainted"] == []
+    assert peeking["genuine"] and peeking["tainted"] == ["sys._getframe"]
+    assert forged["passed"] and not forged["genuine"] and forged["cell"] is None
+    changed = after_clear["changed"]
+    assert "the contents of amp_lessons.quiz.QUESTIONS changed" in changed
+    assert "class amp_lessons.formats.Format changed" in honest["changed"]
+    assert guard_records["forged"] == 1  # the line without a valid HMAC
+
+
+# ---------------------------------------------------------------------------------
+# The static scan and the tamper cross-check
+
+ATTACKS = {
+    "shadow": "check_quick_check = lambda *a, **k: None",
+    "monkeypatch": "import amp_lessons.checks._engine as e\ne.grade = print",
+    "swap": "import sys\nsys.modules['amp_lessons.checks'] = None",
+    "write_package": "open(amp_lessons.__file__, 'a')",
+    "read_source": "import json\njson.load(open('/x/source/08/08.ipynb'))",
+    "gradebook": "import sqlite3\nsqlite3.connect('gradebook.db')",
+    "exit": "import os\nos._exit(0)",
+    "hide_errors": "get_ipython().showtraceback = lambda *a: None",
+    "frames": "import sys\nsys._getframe(1).f_back",
+    "builtins": "__builtins__.isinstance = lambda *a: True",
+    "computed_getattr": "getattr(torch, 'ma' + 'x')",
+    "exec": "exec('1')",
+    "shell": "!cat /etc/passwd",
+}
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_scan_flags_each_reach_into_grading(name):
+    flags = review.scan_source(ATTACKS[name], 5)
+    assert flags and all(f.startswith("scan: cell 5 line ") for f in flags), flags
+
+
+@pytest.mark.parametrize("path", GRADED, ids=lambda p: p.name)
+def test_scan_leaves_the_course_solutions_alone(path):
+    nb = nbformat.read(path, as_version=4)
+    assert review.scan_notebook(nb, nb) == []
+
+
+def test_student_cells_are_solutions_and_cells_not_the_courses():
+    source = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import torch"), graded_cell("assert f()")])
+    sol = nbformat.v4.new_code_cell("def f(): return 1")
+    sol.metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "s"}
+    submitted = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import torch"), sol,
+        nbformat.v4.new_code_cell("import os  # added by the student"),
+        graded_cell("assert f()")])
+    assert review.student_cells(submitted, source) == [1, 2]
+
+
+def check_cell(*reports):
+    cell = graded_cell("import amp_lessons.checks as _checks\n"
+                       "_checks.verify_pristine()\n"
+                       "_checks.check_quick_check(f)\n"
+                       "_checks.check_quick_check(f, hidden=True)", "08_test")
+    cell.outputs = [nbformat.v4.new_output("stream", text="all cases passed\n")]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    good = {"kind": "check", "cell": 0, "title": "check_quick_check", "passed": True,
+            "genuine": True, "changed": [], "tainted": []}
+    records = [{**good, "hidden": hidden, **change} for hidden, change in reports]
+    return nb, records
+
+
+@pytest.mark.parametrize("reports, why", [
+    ([(False, {}), (True, {})], None),
+    ([(False, {})], "check_quick_check never reported a verdict (hidden cases)"),
+    ([(False, {}), (True, {"passed": False})], "reported a failure, but the notebook"),
+    ([(False, {"genuine": False}), (True, {})], "not called by the real check"),
+    ([(False, {"tainted": ["sys._getframe"]}), (True, {})], "reached sys._getframe"),
+    ([(False, {"changed": ["x.y replaced"]}), (True, {})], "changed: x.y replaced"),
+    ([(False, {"cell": 3}), (True, {})], "never reported"),
+])
+def test_cross_check_fails_every_pass_no_check_vouched_for(reports, why):
+    nb, records = check_cell(*reports)
+    flags = review.cross_check(nb, records)
+    outputs = [o.output_type for o in nb.cells[0].outputs]
+    if why is None:
+        assert flags == [] and outputs == ["stream"]
+    else:
+        assert len(flags) == 1 and why in flags[0], flags
+        assert flags[0].startswith("tamper: cell 0 (08_test) scored 0")
+        assert outputs == ["stream", "error"]  # nbgrader now scores it 0
+
+
+# ---------------------------------------------------------------------------------
+# No sandbox, no grading (unless asked)
+
+
+def test_grading_refuses_without_bubblewrap_and_says_how_to_get_it(monkeypatch,
+                                                                     tmp_path):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    sandbox._probe.cache_clear()
+    try:
+        problem = sandbox.sandbox_problem()
+        assert "bubblewrap (bwrap) is not installed" in problem
+        assert "apt-get install bubblewrap" in problem
+        assert "GRADE_ARGS=--unsafe-no-sandbox" in problem
+        (tmp_path / "submitted" / "alice" / "08_quick_check").mkdir(parents=True)
+        with pytest.raises(RuntimeError, match="refusing to grade without a sandbox"):
+            autograder.autograde(tmp_path)
+        assert cli.main(["--course", str(tmp_path), "autograde"]) == 2
+    finally:
+        sandbox._probe.cache_clear()
