@@ -7,6 +7,7 @@ The fast tests run the hook in a child Python (an audit hook cannot be removed);
 slow one needs bubblewrap and user namespaces, and fails rather than skips in CI.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -393,3 +394,179 @@ def test_grading_refuses_without_bubblewrap_and_says_how_to_get_it(monkeypatch,
         assert cli.main(["--course", str(tmp_path), "autograde"]) == 2
     finally:
         sandbox._probe.cache_clear()
+
+
+# ---------------------------------------------------------------------------------
+# One grading run of lesson 08: solved, blank, and each attack of issue 12
+
+LESSON = "08_quick_check"
+STUB = "raise NotImplementedError()"
+ATTACK_CODE = {
+    # the issue's one-liner: the old test cell looked the check up in the notebook
+    "c_shadow": "check_quick_check = lambda *a, **k: None\n",
+    "d_monkeypatch": (
+        "import amp_lessons.checks._engine as engine\n"
+        "import amp_lessons.checks.quiz as quiz\n"
+        "engine.grade = quiz.grade = lambda *a, **k: None\n"),
+    "e_swap": (
+        "import sys, types\nimport amp_lessons\n"
+        "fake = types.ModuleType('amp_lessons.checks')\n"
+        "fake.verify_pristine = lambda: None\n"
+        "fake.check_quick_check = lambda *a, **k: None\n"
+        "sys.modules['amp_lessons.checks'] = amp_lessons.checks = fake\n"),
+    "f_write_package": (
+        "import amp_lessons.checks.quiz as quiz\n"
+        "try:\n"
+        "    with open(quiz.__file__, 'a') as f:\n"
+        "        f.write('\\ncheck_quick_check = lambda *a, **k: None\\n')\n"
+        "except OSError as exc:\n"
+        "    print('read-only:', exc)\n"),
+    "h_gradebook": (
+        "import sqlite3\n"
+        "try:\n"
+        "    db = sqlite3.connect({gradebook!r})\n"
+        "    db.execute('UPDATE grade SET auto_score = 0')\n"
+        "    db.commit()\n"
+        "except Exception as exc:\n"
+        "    print('no gradebook here:', exc)\n"),
+    "i_exit": "import os\nos._exit(0)\n",
+    "k_hide_errors": "get_ipython().showtraceback = lambda *a, **k: None\n",
+}
+READ_SOURCE = '''
+import ast, json, re
+
+def quick_check_answers():
+    for path in {paths!r}:
+        try:
+            cells = json.load(open(path))["cells"]
+        except OSError:
+            continue
+        text = "".join("".join(c["source"]) for c in cells)
+        return ast.literal_eval(re.search(r"return (\\{{.*?\\}})", text, re.S)[1])
+    raise FileNotFoundError("no instructor source to copy from")
+'''
+FRAMES = '''
+import sys
+
+def _force(frame, event, arg):
+    if frame.f_code.co_name == "_quiz_rows":
+        names = frame.f_locals  # one snapshot: written back after this call
+        if "ok" in names:
+            names["ok"] = True
+        if "bad" in names:
+            names["bad"] = []
+    return _force
+
+def quick_check_answers():
+    caller = sys._getframe(1)
+    while caller is not None and caller.f_code.co_name != "_quiz_rows":
+        caller = caller.f_back
+    caller.f_trace = _force
+    sys.settrace(lambda *a: None)  # scores 10/10 in a plain kernel
+    return {}
+'''
+EXPECTED_FLAG = {  # a flag each attack must raise, beside its 0
+    "c_shadow": "rebinds the name of a check (check_quick_check)",
+    "d_monkeypatch": "imports the grading code (amp_lessons.checks._engine)",
+    "e_swap": "check_quick_check never reported a verdict",
+    "f_write_package": "writes {package}/checks/quiz.py",
+    "g_read_source": "opens {course}/source/08_quick_check/08_quick_check.ipynb",
+    "h_gradebook": "sqlite3.connect {course}/gradebook.db",
+    "i_exit": "crash: DeadKernelError",
+    "j_corrupt": "corrupt: 08_quick_check.ipynb cannot be read as a notebook",
+    "k_hide_errors": "reaches .showtraceback",
+    "l_frames": "its function reached",
+}
+
+
+def tree_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def attack_run(tmp_path_factory):
+    problem = sandbox.sandbox_problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must grade in a sandbox: {problem}")
+        pytest.skip(problem)
+    base = tmp_path_factory.mktemp("attacks")
+    course = base / "course"
+    lesson = ROOT / "notebooks" / f"{LESSON}.ipynb"
+    grading.build_course([lesson], course)
+    grading.generate_student_edition(course)
+    released = course / "release" / LESSON / f"{LESSON}.ipynb"
+    paths = [str(course / "source" / LESSON / f"{LESSON}.ipynb"), str(lesson)]
+    solutions = dict(ATTACK_CODE, g_read_source=READ_SOURCE.format(paths=paths),
+                     l_frames=FRAMES)
+    files = {"a_solved": lesson, "b_blank": released}
+    for student, code in solutions.items():
+        nb = nbformat.read(released, as_version=4)
+        cell = next(c for c in nb.cells if grading.is_solution_cell(c))
+        code = code.replace("{gradebook!r}", repr(str(course / "gradebook.db")))
+        cell.source = code if "def quick_check_answers" in code else \
+            code + "\n" + cell.source
+        assert STUB in cell.source or "def quick_check_answers" in code
+        files[student] = base / student / f"{LESSON}.ipynb"
+        files[student].parent.mkdir()
+        nbformat.write(nb, files[student])
+    files["j_corrupt"] = base / "j_corrupt" / f"{LESSON}.ipynb"
+    files["j_corrupt"].parent.mkdir()
+    files["j_corrupt"].write_text('{"cells": [{"cell_type": "code", "sour')
+    for student, path in files.items():
+        grading.submit(student, [path], course)
+    before = tree_digest(sandbox.PACKAGE_DIR), tree_digest(course / "source")
+    done = subprocess.run([sys.executable, "-m", "amp_lessons.grading", "--course",
+                           str(course), "autograde"], capture_output=True, text=True,
+                          env=PYTHON_ENV, cwd=ROOT, timeout=3000)
+    after = tree_digest(sandbox.PACKAGE_DIR), tree_digest(course / "source")
+    shown = subprocess.run([sys.executable, "-m", "amp_lessons.grading", "--course",
+                            str(course), "grades", "--json"], capture_output=True,
+                           text=True, env=PYTHON_ENV, cwd=ROOT, timeout=300)
+    print(f"\n{done.stdout}\n{done.stderr[-2000:]}")
+    return course, done, json.loads(shown.stdout), before, after, sorted(files)
+
+
+@pytest.mark.slow
+def test_graded_run_ends_with_the_full_table(attack_run):
+    _, done, _, _, _, students = attack_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("student "))
+    rows = [line.split()[0] for line in lines[header + 1:header + 1 + len(students)]]
+    assert rows == students
+
+
+@pytest.mark.slow
+def test_solved_gets_full_marks_blank_zero_and_neither_is_flagged(attack_run):
+    _, _, grades, _, _, _ = attack_run
+    by_student = {g["student"]: g for g in grades}
+    solved, blank = by_student["a_solved"], by_student["b_blank"]
+    assert solved["score"] == solved["max_score"] > 0 and solved["flags"] == []
+    assert blank["score"] == 0 and blank["flags"] == []
+    assert {tuple(sorted(g)) for g in grades} == {
+        ("flags", "lesson", "max_score", "score", "student")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("student", sorted(EXPECTED_FLAG))
+def test_each_attack_scores_zero_and_is_flagged(attack_run, student):
+    course, _, grades, _, _, _ = attack_run
+    [grade] = [g for g in grades if g["student"] == student]
+    assert grade["score"] == 0 and grade["lesson"] == LESSON
+    expected = EXPECTED_FLAG[student].format(package=sandbox.PACKAGE_DIR,
+                                             course=course)
+    assert any(expected in flag for flag in grade["flags"]), grade["flags"]
+
+
+@pytest.mark.slow
+def test_package_source_and_other_grades_untouched(attack_run):
+    course, _, grades, before, after, students = attack_run
+    assert after == before  # the course package and the instructor's source
+    assert [g["student"] for g in grades] == students  # one row each, none lost
+    scores = {s.student: s.score for s in grading.read_scores(course)}
+    assert scores["a_solved"] == 10  # graded first, untouched by the later attacks

@@ -115,8 +115,9 @@ def _zero(course_dir: Path, student: str, lesson: str) -> bool:
     missing notebook); False when the lesson is not in the gradebook at all."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(f"sqlite:///{(Path(course_dir) / 'gradebook.db').resolve()}",
-                   COURSE_ID) as gb:
+    db = f"sqlite:///{(Path(course_dir) / 'gradebook.db').resolve()}"
+    with warnings.catch_warnings(), Gradebook(db, COURSE_ID) as gb:
+        warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes on new rows
         try:
             gb.update_or_create_student(student)
             submission = gb.update_or_create_submission(lesson, student)

@@ -193,7 +193,7 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
     for name, (_, namespace) in snapshot.items():
         if startswith(name, "amp_lessons"):
             for attr, value in namespace.items():
-                if _type(value) in plain:
+                if _type(value) in plain and not startswith(attr, "__"):
                     course_data[(name, attr)] = fingerprint(value, [20000])
     # setting a class attribute raises no audit event: keep the classes' namespaces
     classes = {}
