@@ -163,6 +163,7 @@ def grade_one(course_dir: Path, student: str, lesson: str, *, sandboxed: bool = 
             if done.returncode == 0:
                 return Outcome(student, lesson, True,
                                review.read_review(course_dir, student, lesson))
+            # nbgrader failed before or after our preprocessor: nothing to keep
             errors = [line for line in log.splitlines() if "[ERROR]" in line]
             flags.append(f"error: nbgrader failed on this submission "
                          f"({(errors or log.splitlines() or ['?'])[-1][-200:]}); "
@@ -239,8 +240,9 @@ def autograde(course_dir: Path = COURSE_DIR, student: str = "*", *,
             outcome.flags.append("runtime: the course's checks changed on disk while "
                                  "this submission ran")
             review.write_review(course_dir, who, lesson, outcome.flags)
-        print(f"graded {who}/{lesson}: " + ("ok" if outcome.ok else "scored 0") +
-              (f", {len(outcome.flags)} flag(s)" if outcome.flags else ""), flush=True)
+        print(f"graded {who}/{lesson}" + ("" if outcome.ok else ": not run, scored 0")
+              + (f" ({len(outcome.flags)} flag(s) to review)" if outcome.flags else ""),
+              flush=True)
         outcomes.append(outcome)
     return outcomes
 

@@ -238,6 +238,18 @@ def cross_check(nb: NotebookNode, records: list[dict]) -> list[str]:
     return flags
 
 
+SEVERITY = ("tamper", "crash", "timeout", "corrupt", "error", "output", "runtime",
+            "scan")
+
+
+def by_severity(flags: list[str]) -> list[str]:
+    """Flags that changed a score first, then what ran, then what the scan read."""
+    def rank(flag: str) -> int:
+        kind = flag.split(":", 1)[0]
+        return SEVERITY.index(kind) if kind in SEVERITY else len(SEVERITY)
+    return sorted(flags, key=rank)
+
+
 def review_path(course_dir: Path, student: str, lesson: str) -> Path:
     return Path(course_dir) / "review" / student / f"{lesson}.json"
 
@@ -247,7 +259,7 @@ def write_review(course_dir: Path, student: str, lesson: str, flags: list[str]) 
     path = review_path(course_dir, student, lesson)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"flags": flags}, indent=1))
+    tmp.write_text(json.dumps({"flags": by_severity(flags)}, indent=1))
     os.replace(tmp, path)
 
 
