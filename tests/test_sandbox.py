@@ -252,8 +252,10 @@ for fn in (honest, space["peeking"]):
         run(TEST_CELL, cell, f=fn)
     except AssertionError:
         pass
+import torch._dynamo  # wraps torch.manual_seed with torch's own code: not tampering
 run('import sys\\nsys.audit("amp_lessons.check", "check_amp_step_order", False, True)')
 amp_lessons.quiz.QUESTIONS.clear()
+run("import functools, torch\\ntorch.max = functools.wraps(torch.max)(lambda *a: 0)")
 try:
     run(TEST_CELL, cell, f=honest)
 except AssertionError:
@@ -293,6 +295,8 @@ def test_guard_vouches_only_for_real_untampered_checks(guard_records):
     assert forged["passed"] and not forged["genuine"] and forged["cell"] is None
     changed = after_clear["changed"]
     assert "the contents of amp_lessons.quiz.QUESTIONS changed" in changed
+    assert "torch.max replaced" in changed  # a student's wrapper is not torch's
+    assert not any("manual_seed" in c for c in changed)
     assert "class amp_lessons.formats.Format changed" in honest["changed"]
     assert guard_records["forged"] == 1  # the line without a valid HMAC
 
@@ -373,6 +377,12 @@ def test_cross_check_fails_every_pass_no_check_vouched_for(reports, why):
         assert len(flags) == 1 and why in flags[0], flags
         assert flags[0].startswith("tamper: cell 0 (08_test) scored 0")
         assert outputs == ["stream", "error"]  # nbgrader now scores it 0
+
+
+def test_a_cell_a_crash_kept_from_running_fails_without_a_tamper_flag():
+    nb, records = check_cell((False, {}))
+    assert review.cross_check(nb, records, "crash: DeadKernelError") == []
+    assert nb.cells[0].outputs[-1].evalue == "not run: crash: DeadKernelError"
 
 
 # ---------------------------------------------------------------------------------
@@ -528,12 +538,13 @@ def attack_run(tmp_path_factory):
                             str(course), "grades", "--json"], capture_output=True,
                            text=True, env=PYTHON_ENV, cwd=ROOT, timeout=300)
     print(f"\n{done.stdout}\n{done.stderr[-2000:]}")
-    return course, done, json.loads(shown.stdout), before, after, sorted(files)
+    return course, done, json.loads(shown.stdout), before, after, files
 
 
 @pytest.mark.slow
 def test_graded_run_ends_with_the_full_table(attack_run):
-    _, done, _, _, _, students = attack_run
+    _, done, _, _, _, files = attack_run
+    students = sorted(files)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("student "))
@@ -565,8 +576,25 @@ def test_each_attack_scores_zero_and_is_flagged(attack_run, student):
 
 @pytest.mark.slow
 def test_package_source_and_other_grades_untouched(attack_run):
-    course, _, grades, before, after, students = attack_run
+    course, _, grades, before, after, files = attack_run
     assert after == before  # the course package and the instructor's source
-    assert [g["student"] for g in grades] == students  # one row each, none lost
+    assert [g["student"] for g in grades] == sorted(files)  # one row each
     scores = {s.student: s.score for s in grading.read_scores(course)}
     assert scores["a_solved"] == 10  # graded first, untouched by the later attacks
+
+
+@pytest.mark.slow
+def test_the_frames_attack_is_real_outside_the_guard(attack_run):
+    """In a plain kernel (no guard) the trace-function solution passes every case:
+    only the guard's taint check stands between it and 10/10."""
+    from nbclient import NotebookClient
+
+    course, _, _, _, _, files = attack_run
+    nb = nbformat.read(files["l_frames"], as_version=4)
+    folder = course / "source" / LESSON
+    NotebookClient(nb, timeout=180, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    [test] = [c for c in nb.cells if grading.is_test_cell(c)]
+    text = "".join(o.get("text", "") for o in test.outputs)
+    assert [o.output_type for o in test.outputs] == ["stream"], test.outputs
+    assert "all 6 cases passed" in text and "all 5 hidden cases passed" in text

@@ -87,7 +87,7 @@ class SandboxExecute(NbGraderPreprocessor):
                     cell.outputs = []
         flags += review.scan_notebook(executed, source_nb)
         flags += review.runtime_flags(executed, run.records, run.forged)
-        flags += review.cross_check(executed, run.records)
+        flags += review.cross_check(executed, run.records, run.reason)
         review.write_review(course_dir, student, lesson, flags)
         self.log.info("%s/%s ran in %.0f s; %d flag(s)", student, lesson, run.seconds,
                       len(flags))

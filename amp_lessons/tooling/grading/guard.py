@@ -108,8 +108,14 @@ def _watched_classes() -> tuple:
             torch.amp.GradScaler, torch.autocast)
 
 
+# Outside the course package, a module-level flag or cache (a bool, a dict, None
+# that later holds a module) is rebound by the library itself: only the functions,
+# classes, modules and other objects (dtypes ...) there must keep their identity.
+_CACHE_TYPES = (bool, int, float, str, bytes, type(None), dict, list, tuple, set)
+
+
 def take_snapshot() -> dict[str, tuple[object, dict]]:
-    """Each watched module and a copy of its namespace."""
+    """Each watched module and a copy of the names in it that must not change."""
     snapshot = {}
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] in WATCHED and type(module).__name__ == "module":
@@ -117,6 +123,9 @@ def take_snapshot() -> dict[str, tuple[object, dict]]:
             if name == "builtins":
                 for key in VOLATILE_BUILTINS:
                     namespace.pop(key, None)
+            if name.split(".")[0] != "amp_lessons":
+                namespace = {k: v for k, v in namespace.items()
+                             if type(v) not in _CACHE_TYPES}
             snapshot[name] = (module, namespace)
     return snapshot
 
@@ -273,6 +282,20 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
             frame = frame.f_back
         return None
 
+    def rewrapped(new, old) -> bool:
+        """``new`` is a library's own wrapper around ``old`` (torch._dynamo, when
+        first imported, wraps torch.manual_seed so)."""
+        for _ in range(3):
+            if _type(new) is not function_type:
+                return False
+            where = new.__code__.co_filename
+            if _type(where) is not _str or not startswith(where, libraries):
+                return False
+            new = dget(new.__dict__, "__wrapped__")
+            if new is old:
+                return True
+        return False
+
     def changes() -> list[str]:
         found = []
         for name, (module, namespace) in snapshot.items():
@@ -280,7 +303,8 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
                 found.append(f"sys.modules[{name!r}] replaced")
             now = _vars(module)
             for attr, value in namespace.items():
-                if dget(now, attr, changes) is not value:
+                current = dget(now, attr, changes)
+                if current is not value and not rewrapped(current, value):
                     found.append(f"{name}.{attr} replaced")
             if _len(found) > 10:
                 return found

@@ -178,8 +178,9 @@ def runtime_flags(nb: NotebookNode, records: list[dict], forged: int) -> list[st
             where = f"cell {where}" if where is not None else \
                 f"code from {record.get('cell')}"
             flags.append(f"runtime: {where}: {record.get('detail')}")
-        elif record.get("kind") == "check" and record.get("cell") is None:
-            flags.append(f"runtime: {record.get('title')} ran outside a test cell")
+        elif record.get("kind") == "check" and not record.get("genuine"):
+            flags.append(f"runtime: a verdict for {record.get('title')} was raised by "
+                         "code that is not that check (forged?)")
     return list(dict.fromkeys(flags))[:40]
 
 
@@ -197,9 +198,14 @@ def _distrust(cell: NotebookNode, why: str) -> None:
         traceback=[f"GradingTamperError: {why}"]))
 
 
-def cross_check(nb: NotebookNode, records: list[dict]) -> list[str]:
+def cross_check(nb: NotebookNode, records: list[dict],
+                stopped: str | None = None) -> list[str]:
     """Fail (in ``nb``, in place) every test cell the notebook shows as passed whose
-    checks did not each report a genuine, untainted pass; return ``tamper`` flags."""
+    checks did not each report a genuine, untainted pass; return ``tamper`` flags.
+
+    ``stopped``: why the run ended early (a crash, a timeout). A check that then
+    never reported is a cell that did not run: it fails, without a tamper flag.
+    """
     reports: dict[int, list[dict]] = {}
     for record in records:
         if record.get("kind") == "check" and isinstance(record.get("cell"), int):
@@ -232,8 +238,11 @@ def cross_check(nb: NotebookNode, records: list[dict]) -> list[str]:
                     + [f"its function reached {', '.join(bad.get('tainted', [])[:3])}"]
                     * bool(bad.get("tainted")))
             why += " (hidden cases)" if hidden else ""
-            _distrust(cell, why)
-            flags.append(f"tamper: cell {index} ({grade_id}) scored 0: {why}")
+            if stopped and not heard:
+                _distrust(cell, f"not run: {stopped}")
+            else:
+                _distrust(cell, why)
+                flags.append(f"tamper: cell {index} ({grade_id}) scored 0: {why}")
             break
     return flags
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import re
 import secrets
 import select
 import shutil
@@ -52,6 +53,7 @@ EVIDENCE_MAX_BYTES = 2 * 2**20
 INPUT_DIR, WORK_DIR, FIFO = "/grading/input", "/grading/work", "/grading/evidence"
 PRIVATE_DIR = "/tmp/.amp-guard"
 SANDBOX_UID = 1000
+BWRAP_MIN = (0, 8)
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
         "passwd", "group", "host.conf", "fonts")
 
@@ -108,6 +110,16 @@ def _probe() -> tuple[list[str] | None, str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None, "bubblewrap (bwrap) is not installed"
+    try:
+        said = subprocess.run([bwrap, "--version"], capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{bwrap} does not run ({exc})"
+    found = re.search(r"(\d+)\.(\d+)", said)
+    if not found or tuple(map(int, found.groups())) < BWRAP_MIN:
+        return None, (f"bubblewrap {said.split()[-1] if said.split() else '?'} is "
+                      f"too old: {'.'.join(map(str, BWRAP_MIN))} or newer is needed "
+                      "(--size, --disable-userns); Debian 12 and Ubuntu 24.04 have it")
     errors = []
     for user_namespace in (True, False):
         if not user_namespace and os.geteuid() != 0:
