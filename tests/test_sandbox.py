@@ -497,13 +497,18 @@ def tree_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-@pytest.fixture(scope="module")
-def attack_run(tmp_path_factory):
+def require_sandbox() -> None:
+    """Skip without a usable bwrap; in CI (.ci/run installs it) fail instead."""
     problem = sandbox.sandbox_problem()
     if problem:
         if os.environ.get("CI"):
             pytest.fail(f"CI must grade in a sandbox: {problem}")
         pytest.skip(problem)
+
+
+@pytest.fixture(scope="module")
+def attack_run(tmp_path_factory):
+    require_sandbox()
     base = tmp_path_factory.mktemp("attacks")
     course = base / "course"
     lesson = ROOT / "notebooks" / f"{LESSON}.ipynb"
@@ -598,3 +603,54 @@ def test_the_frames_attack_is_real_outside_the_guard(attack_run):
     text = "".join(o.get("text", "") for o in test.outputs)
     assert [o.output_type for o in test.outputs] == ["stream"], test.outputs
     assert "all 6 cases passed" in text and "all 5 hidden cases passed" in text
+
+
+def tiny_notebook(*sources):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    return nb
+
+
+@pytest.mark.slow
+def test_a_notebook_past_its_time_is_stopped_with_a_reason(tmp_path):
+    require_sandbox()
+    nb = tiny_notebook("print('started')", "import time\nwhile True: time.sleep(1)")
+    run = sandbox.run_notebook(nb, tmp_path, test_cells={}, course_cells=[],
+                               protected=[], timeout=20)
+    assert run.notebook is None and run.seconds < 40
+    assert run.reason == "timeout: the notebook ran past 20 s and was stopped"
+
+
+@pytest.mark.slow
+def test_without_a_sandbox_the_guard_still_reports(tmp_path):
+    """--unsafe-no-sandbox: no protection of files, but evidence and verdicts."""
+    test = ("import amp_lessons.checks as _checks\n_checks.verify_pristine()\n"
+            "_checks.check_amp_step_order(amp_step_order)")
+    solution = ("def amp_step_order():\n"
+                "    open('/nonexistent-course/gradebook.db')\n")
+    nb = tiny_notebook(solution, test)
+    run = sandbox.run_notebook(nb, tmp_path, test_cells={1: test}, course_cells=[test],
+                               protected=[], sandbox=False, timeout=300)
+    assert run.reason is None and run.forged == 0
+    [verdict] = [r for r in run.records if r["kind"] == "check"]
+    assert verdict["cell"] == 1 and verdict["genuine"] and not verdict["passed"]
+    flags = review.runtime_flags(run.notebook, run.records, run.forged)
+    assert flags == ["runtime: cell 0: opens /nonexistent-course/gradebook.db"]
+
+
+@pytest.mark.slow
+def test_a_result_forged_through_proc_is_not_taken(tmp_path):
+    """bwrap's init holds the grader's pipe and student code can open it through
+    /proc/1/fd/1: only the runner's signed document counts."""
+    require_sandbox()
+    forge = ("import json, os\n"
+             "fake = {'notebook': {'cells': [], 'metadata': {}, 'nbformat': 4,"
+             " 'nbformat_minor': 5}, 'reason': None, 'cell': None}\n"
+             "pipe = os.open('/proc/1/fd/1', os.O_WRONLY)\n"
+             "os.write(pipe, json.dumps(fake).encode())")
+    run = sandbox.run_notebook(tiny_notebook(forge, "print('after')"), tmp_path,
+                               test_cells={}, course_cells=[], protected=[])
+    assert run.notebook is None and "the result did not verify" in run.reason
+    flags = review.runtime_flags(tiny_notebook(forge), run.records, run.forged)
+    assert "runtime: cell 0: writes /proc/1/fd/1" in flags

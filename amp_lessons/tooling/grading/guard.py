@@ -243,7 +243,7 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
         if _type(value) is _bytes:
             return value.decode("utf-8", "replace")
         if _type(value) is _int:
-            return f"<fd {value}>"
+            return _str(value)
         return "<object>"
 
     def absolute(path: str) -> str:
@@ -362,6 +362,11 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
         elif event in process or event in network or event in internals or (
                 startswith(event, "ctypes.")):
             detail = event + " " + " ".join([text(a) for a in args[:2]])
+        elif (event == "os.listdir" or event == "os.scandir") and args and \
+                is_text(args[0]):
+            path = absolute(text(args[0]))
+            if startswith(path, "/proc/") and not startswith(path, "/proc/self"):
+                detail = f"lists {path}"
         elif event in file_changes:
             path = absolute(text(args[0])) if args and is_text(args[0]) else "?"
             if not startswith(path, writable):

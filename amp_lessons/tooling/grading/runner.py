@@ -7,7 +7,9 @@ support files are, the folder to run in, the evidence FIFO, the key and the cell
 the guard needs (see ``sandbox.run_notebook``). The answer is one JSON document,
 ``{"notebook", "reason", "cell"}``, on the stdout this process started with; the
 kernel inherits a log file instead, and this process makes itself non-dumpable, so
-the kernel cannot open its file descriptors or memory through /proc. ``reason`` is
+the kernel cannot open its file descriptors or memory through /proc. The document
+comes signed (HMAC-SHA256 with the job's key, first line) so that nothing else
+written to that pipe can pass for it. ``reason`` is
 None when every cell ran (a cell that raised is still a normal run: nbgrader scores
 it), otherwise why the run stopped (the kernel died, did not start ...) and ``cell``
 the index of the cell that was running.
@@ -22,6 +24,7 @@ Example (what ``sandbox.run_notebook`` starts, inside bwrap)::
 from __future__ import annotations
 
 import ctypes
+import hmac
 import json
 import os
 import resource
@@ -117,13 +120,17 @@ def main() -> int:
     if job.get("memory_bytes"):
         limit = int(job["memory_bytes"])
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    result = os.fdopen(os.dup(1), "w")  # not inherited: dup() sets close-on-exec
+    result = os.fdopen(os.dup(1), "wb")  # not inherited: dup() sets close-on-exec
+    Path(job["private_dir"]).mkdir(mode=0o700, parents=True, exist_ok=True)
     log = os.open(Path(job["private_dir"]).parent / "runner.log",
                   os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
-    document = execute(job)
-    json.dump(document, result)
+    document = json.dumps(execute(job)).encode()
+    # Signed: bwrap's own init holds this pipe too, and student code can open that
+    # process's descriptors through /proc/1/fd; a forged or extended answer fails.
+    mac = hmac.new(bytes.fromhex(job["key"]), document, "sha256").hexdigest()
+    result.write(mac.encode() + b"\n" + document)
     result.close()
     return 0
 

@@ -268,14 +268,14 @@ def run_notebook(nb: nbformat.NotebookNode, input_dir: Path, *,
         records, forged = verify_records(evidence.data, key)
         run = Run(None, reason, None, records, forged)
         if reason is None:
-            run = _result(out, err, proc.returncode, run)
+            run = _result(out, err, proc.returncode, run, key)
         run.seconds = time.perf_counter() - start
         return run
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _result(out: bytes, err: bytes, returncode: int, run: Run) -> Run:
+def _result(out: bytes, err: bytes, returncode: int, run: Run, key: str) -> Run:
     tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
     if returncode != 0 or not out:
         run.reason = (f"crash: the sandboxed run ended with exit {returncode} and no "
@@ -284,8 +284,14 @@ def _result(out: bytes, err: bytes, returncode: int, run: Run) -> Run:
     if len(out) > RESULT_MAX_BYTES:
         run.reason = f"output too large: {len(out) / 2**20:.0f} MiB of notebook"
         return run
+    mac, _, payload = out.partition(b"\n")
+    good = hmac.new(bytes.fromhex(key), payload, "sha256").hexdigest().encode()
+    if not hmac.compare_digest(mac, good):
+        run.reason = ("crash: the result did not verify (something besides the "
+                      "runner wrote to its output); scored as not run")
+        return run
     try:
-        document = json.loads(out)
+        document = json.loads(payload)
         run.notebook = nbformat.from_dict(document["notebook"])
         nbformat.validate(run.notebook)
     except (ValueError, KeyError, TypeError, nbformat.ValidationError) as exc:
