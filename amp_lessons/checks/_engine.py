@@ -147,7 +147,10 @@ def grade(
 
     The grading code must be pristine before the student's function runs and still
     after it (`verify_pristine`); the verdict is raised as a `sys.audit` event that
-    the grading sandbox's guard reads where the notebook cannot reach it.
+    the grading sandbox's guard reads where the notebook cannot reach it. The guard
+    trusts the verdict only from this function, called directly by the check named
+    `title`, with `make_rows` (this parameter's name) a function of the checks
+    package: keep those three when changing it (tests/test_sandbox.py shows why).
     """
     passed = False
     sys.audit(CHECK_START, title)

@@ -9,6 +9,11 @@ executed by `SandboxExecute`: in bwrap (``sandbox``), in the guarded kernel
 and fails every test cell whose pass its checks did not vouch for. A corrupt file,
 a kernel that dies (``os._exit``), a timeout, or nbgrader itself failing gives that
 submission 0 with the reason as a flag, and grading goes on with the next one.
+Grading refuses to start without a working bwrap unless asked, loudly, to run
+without one (``sandboxed=False``: ``--unsafe-no-sandbox``).
+
+Not covered here: what the sandbox lets a notebook see (``sandbox``), what counts as
+tampering (``guard``, ``review``).
 
 Example (what ``make grade`` runs)::
 

@@ -1,5 +1,6 @@
 """The nbgrader course: reading the lesson notebooks, laying them out as one assignment
-each, and running nbgrader on them (student edition, submissions, autograde, scores).
+each, and running nbgrader on them (student edition, submissions, scores). Grading
+the submissions is ``autograder``'s.
 
 Everything generated lands in git-ignored folders: ``build/course/`` (config,
 gradebook, submissions) and ``student/`` (the edition to hand out).
