@@ -597,9 +597,12 @@ def test_the_frames_attack_is_real_outside_the_guard(attack_run):
     course, _, _, _, _, files = attack_run
     nb = nbformat.read(files["l_frames"], as_version=4)
     folder = course / "source" / LESSON
+    source = nbformat.read(folder / f"{LESSON}.ipynb", as_version=4)
+    [graded] = [c for c in source.cells if grading.is_test_cell(c)]
+    [test] = [c for c in nb.cells if grading.is_test_cell(c)]
+    test.source = graded.source  # with its hidden cases, as nbgrader restores it
     NotebookClient(nb, timeout=180, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(folder)}}).execute()
-    [test] = [c for c in nb.cells if grading.is_test_cell(c)]
     text = "".join(o.get("text", "") for o in test.outputs)
     assert [o.output_type for o in test.outputs] == ["stream"], test.outputs
     assert "all 6 cases passed" in text and "all 5 hidden cases passed" in text
