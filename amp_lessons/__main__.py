@@ -1,11 +1,14 @@
-"""Command line: ``python -m amp_lessons train|bench`` (installed as ``amp-lessons``).
+"""Command line: ``python -m amp_lessons train|bench|gpu-check`` (or ``amp-lessons``).
 
 Examples::
 
     python -m amp_lessons train --device cpu --precision bf16
     python -m amp_lessons train --precision fp16 --scaler ours --checkpoint run.pt
+    torchrun --standalone --nproc_per_node=2 -m amp_lessons train --distributed ddp \
+        --precision bf16 --json run.json   # lesson 10: one process per device
     python -m amp_lessons bench --device cpu --json out.json
     python -m amp_lessons bench --device cuda --record  # notebooks/results/bench_*
+    python -m amp_lessons gpu-check  # the whole GPU proof, <= 8 min (exit 2 without)
 
 Mistakes (an unknown precision, CUDA asked without CUDA, a scaler with bf16, ...) end
 with one line on stderr saying what to do instead, and exit status 2.
@@ -14,19 +17,30 @@ with one line on stderr saying what to do instead, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import shlex
 import sys
 import time
 import warnings
 from collections.abc import Sequence
 
+from amp_lessons.distributed import MODES, World
 from amp_lessons.precision import PRECISIONS, SCALERS
 from amp_lessons.train import TASKS
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, reporting a usage mistake in one line like every other mistake."""
+
+    def error(self, message: str):  # argparse's hook; it must not return
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``amp-lessons`` argument parser with its ``train`` and ``bench`` commands."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m amp_lessons",
         description="AMP from the bits up: run the course's training loop or its "
                     "speed/memory benchmark.")
@@ -37,11 +51,69 @@ def build_parser() -> argparse.ArgumentParser:
         description="The real AMP loop (amp_lessons.train) on a built-in synthetic "
                     "task: nothing is downloaded."))
     _add_bench(commands.add_parser(
-        "bench", help="time fp32/tf32/fp16/bf16 training steps and measure memory "
-                      "(--json for a results file)",
+        "bench", help="time fp32/tf32/fp16/bf16 (and fp8 on Ada/Hopper GPUs) "
+                      "training steps and measure memory (--json for a results file)",
         description="Step time, peak memory, saved activations, TFLOP/s and MFU for "
                     "fp32 (TF32 off), tf32, fp16 and bf16, side by side."))
+    _add_gpu_check(commands.add_parser(
+        "gpu-check", help="the whole GPU proof in one run: gpu tests, the bench, "
+                          "lessons 00/04/06/07 and a summary (CUDA only)",
+        description="On a CUDA GPU, within one time budget: every gpu-marked test, "
+                    "the bench on both configs in every precision (recorded as "
+                    "bench_<gpu>.json), lessons 00, 04, 06 and 07 executed (copies in "
+                    "executed/), and the one-page summary gpu_check_<gpu>.md. Without "
+                    "CUDA it exits with status 2 at once and writes nothing."))
     return parser
+
+
+def _integer(text: str, low: int, high: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < low or (high is not None and value >= high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high})"
+        raise argparse.ArgumentTypeError(f"must be an integer {bound}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (steps, batch sizes, model sizes, threads)."""
+    return _integer(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0 (intervals where 0 means never)."""
+    return _integer(text, 0)
+
+
+def seed_int(text: str) -> int:
+    """An argparse type: a seed torch's generators take, 0 <= seed < 2**63."""
+    return _integer(text, 0, 2**63)
+
+
+def _finite(text: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number {bound}, got {text}"
+            + (" (inf or nan would make every weight NaN)"
+               if not math.isfinite(value) else ""))
+    return value
+
+
+def finite_positive_float(text: str) -> float:
+    """An argparse type: a finite float > 0 (learning rate, loss scale)."""
+    return _finite(text, positive=True)
+
+
+def finite_non_negative_float(text: str) -> float:
+    """An argparse type: a finite float >= 0 (--clip, where 0 turns clipping off)."""
+    return _finite(text, positive=False)
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
@@ -52,37 +124,47 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
     p.add_argument("--precision", default="bf16",
                    help=f"{', '.join(PRECISIONS)} (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=200, help="optimizer steps "
-                   "(default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=128,
-                   help="examples (or sequences) per micro-batch (default: "
-                        "%(default)s)")
-    p.add_argument("--accum", type=int, default=1,
+    p.add_argument("--steps", type=positive_int, default=200, help="optimizer steps "
+                   "in all, a resumed run's included (default: %(default)s)")
+    p.add_argument("--batch-size", type=positive_int, default=128,
+                   help="examples (or sequences) per micro-batch, all processes "
+                        "together: the global batch, split evenly over them "
+                        "(default: %(default)s)")
+    p.add_argument("--accum", type=positive_int, default=1,
                    help="micro-batches per optimizer step (default: %(default)s)")
-    p.add_argument("--lr", type=float, default=None,
+    p.add_argument("--lr", type=finite_positive_float, default=None,
                    help="AdamW learning rate (default: 1e-2 spirals, 3e-3 gpt)")
-    p.add_argument("--clip", type=float, default=1.0,
+    p.add_argument("--clip", type=finite_non_negative_float, default=1.0,
                    help="max gradient norm, applied after unscale_; 0 turns clipping "
                         "off (default: %(default)s)")
     p.add_argument("--scaler", choices=SCALERS, default="auto",
                    help="auto: torch.amp.GradScaler for fp16 only; ours: "
                         "amp_lessons.scaler.LossScaler; none: fp16 unscaled "
                         "(default: %(default)s)")
-    p.add_argument("--init-scale", type=float, default=2.0**16,
+    p.add_argument("--init-scale", type=finite_positive_float, default=2.0**16,
                    help="initial loss scale (default: %(default)g)")
-    p.add_argument("--growth-interval", type=int, default=2000,
+    p.add_argument("--growth-interval", type=positive_int, default=2000,
                    help="clean steps before the scale doubles (default: %(default)s)")
     p.add_argument("--checkpoint", metavar="PATH", default=None,
                    help="save model, optimizer, scaler, step and RNG states here "
                         "(atomically) at the end")
-    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+    p.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="N",
                    help="also save every N steps")
     p.add_argument("--resume", action="store_true",
-                   help="continue from --checkpoint (bit-exact on a CPU)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=10, metavar="N",
+                   help="continue from --checkpoint (bit-exact on a CPU; a ddp/fsdp2 "
+                        "checkpoint resumes with any number of processes)")
+    p.add_argument("--distributed", choices=MODES, default="none",
+                   help="none: one process; ddp or fsdp2: one process per device, "
+                        "launched by torchrun --standalone --nproc_per_node=N -m "
+                        "amp_lessons train ... (gloo on a CPU, nccl on CUDA; "
+                        "default: %(default)s)")
+    p.add_argument("--json", metavar="FILE", default=None,
+                   help="rank 0 writes {world_size, distributed, precision, losses: "
+                        "[[step, loss], ...], skipped_steps, final_scale} here")
+    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--log-every", type=non_negative_int, default=10, metavar="N",
                    help="print every N steps (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads for torch (default: 1 for the tiny spirals "
                         "model on a CPU, where thread hand-offs cost more than the "
                         "math; torch's own default otherwise)")
@@ -95,20 +177,23 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
     p.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS),
                    help="which models (default: both)")
-    p.add_argument("--precisions", nargs="+", default=list(PRECISIONS),
-                   help="which precisions (default: all four)")
-    p.add_argument("--warmup", type=int, default=None,
+    p.add_argument("--precisions", nargs="+", default=None, metavar="PRECISION",
+                   help=f"any of {', '.join(PRECISIONS)}, fp8 (fp8: torchao, "
+                        "compiled, on a GPU of compute capability 8.9+; --precision "
+                        "fp8 works too) (default: all four, plus fp8 where it can "
+                        "run)")
+    p.add_argument("--warmup", type=non_negative_int, default=None,
                    help="untimed steps first (default: 3 on cpu, 5 on cuda)")
-    p.add_argument("--iters", type=int, default=None,
+    p.add_argument("--iters", type=positive_int, default=None,
                    help="timed steps; the median is reported (default: 8 on cpu, "
                         "20 on cuda)")
     sizes = p.add_argument_group(
         "sizes", "override the device's defaults (cpu: tiny; cuda: the recipe's "
                  "4096-wide MLP at batch 512 and a 12 x 768 GPT at T=1024)")
     for flag, config, key in SIZE_FLAGS:
-        sizes.add_argument(flag, type=int, default=None, metavar="N",
+        sizes.add_argument(flag, type=positive_int, default=None, metavar="N",
                            help=f"{config} {key}")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads for torch while measuring (default: 1 on a CPU, "
                         "where the tiny models lose more to thread hand-offs than "
                         "they gain)")
@@ -117,6 +202,18 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", action="store_true",
                    help="also write notebooks/results/bench_<device>.json, the "
                         "file lesson 06 shows")
+
+
+def _add_gpu_check(p: argparse.ArgumentParser) -> None:
+    from amp_lessons.gpu_check import BUDGET_S
+
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="where the results go (default: notebooks/results)")
+    p.add_argument("--budget", type=float, default=BUDGET_S, metavar="SECONDS",
+                   help="total time budget; each step gets its share (default: "
+                        "%(default).0f, sized for one H100/H200)")
+    p.add_argument("--plan", action="store_true",
+                   help="print the steps and their time limits; run nothing")
 
 
 SIZE_FLAGS = (
@@ -135,8 +232,15 @@ def run_train(args: argparse.Namespace) -> int:
     import torch
 
     from amp_lessons.device import resolve_device
+    from amp_lessons.output_files import validate_output_path, write_atomically
     from amp_lessons.precision import make_scaler, resolve_precision
-    from amp_lessons.train import TrainConfig, train, validate_config
+    from amp_lessons.train import (
+        TrainConfig,
+        train,
+        validate_checkpoint_path,
+        validate_config,
+        validate_resume,
+    )
 
     config = TrainConfig(
         task=args.task, device=args.device, precision=args.precision,
@@ -144,12 +248,17 @@ def run_train(args: argparse.Namespace) -> int:
         accum_steps=args.accum, lr=args.lr, clip=args.clip or None,
         init_scale=args.init_scale, growth_interval=args.growth_interval,
         seed=args.seed, log_every=args.log_every, checkpoint_path=args.checkpoint,
-        checkpoint_every=args.checkpoint_every, resume=args.resume)
+        checkpoint_every=args.checkpoint_every, resume=args.resume,
+        distributed=args.distributed)
     # the checks train() starts with, run first so a mistake prints no header
     validate_config(config)
     device = resolve_device(config.device)
     p = resolve_precision(config.precision, device, warn=False)
     make_scaler(p, device, config.scaler)
+    validate_checkpoint_path(config)  # a path we could not write: say so now, not
+    validate_resume(config)  # at the end; and a resume with nothing left to train
+    if args.json:
+        validate_output_path(args.json, "--json")
     threads = args.threads
     if threads is None and config.task == "spirals" and device.type == "cpu":
         threads = 1
@@ -157,15 +266,29 @@ def run_train(args: argparse.Namespace) -> int:
         if threads < 1:
             raise ValueError(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    print(f"train {config.task} on {device} | {p.name}: {p.summary} | "
-          f"{config.num_steps} steps of {config.batch_size} x {config.accum_steps} "
-          "micro-batch(es)", flush=True)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    World(config.distributed, rank, world_size).check_batch(config.batch_size)
+    if rank == 0:
+        across = (f" | {config.distributed} over {world_size} process(es), "
+                  f"{config.batch_size // world_size} examples each"
+                  if config.distributed != "none" else "")
+        if config.distributed == "fsdp2" and p.autocast:
+            across += " | FSDP2 casts with MixedPrecisionPolicy instead of autocast"
+        print(f"train {config.task} on {device} | {p.name}: {p.summary} | "
+              f"{config.num_steps} steps of {config.batch_size} x "
+              f"{config.accum_steps} micro-batch(es){across}", flush=True)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = train(config, log=lambda line: print(line, flush=True))
+    if result.rank:
+        return 0  # rank 0 reports for all
     for w in caught:
         print(f"note: {w.message}", file=sys.stderr)
+    if args.json:
+        text = json.dumps(run_summary(result))
+        write_atomically(args.json, lambda f: f.write(text.encode()))
     losses = result.losses
     first, last = _mean(losses[:10]), _mean(losses[-10:])
     print(f"done in {time.perf_counter() - t0:.1f} s on {result.device}: loss "
@@ -178,6 +301,24 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_summary(result) -> dict:
+    """What ``--json`` writes: the run as plain data, the same in every mode.
+
+    ``losses`` are ``[step, loss]`` pairs, each the mean over the global batch;
+    ``skipped_steps`` the steps whose update the scaler skipped; ``final_scale`` is
+    None without a scaler. Example: ``{"world_size": 2, "distributed": "ddp",
+    "precision": "fp16", "losses": [[1, 1.09], ...], "skipped_steps": [1],
+    "final_scale": 32768.0}``.
+    """
+    scaler = result.scaler
+    return {"world_size": result.world_size,
+            "distributed": result.config.distributed,
+            "precision": result.config.precision,
+            "losses": [[r.step, r.loss] for r in result.records],
+            "skipped_steps": [r.step for r in result.records if r.skipped],
+            "final_scale": scaler.get_scale() if scaler.is_enabled() else None}
+
+
 def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
@@ -185,6 +326,7 @@ def _mean(xs: Sequence[float]) -> float:
 def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from amp_lessons import bench, bench_results
     from amp_lessons.device import resolve_device
+    from amp_lessons.output_files import validate_output_path
 
     overrides: dict[str, dict[str, int]] = {}
     for flag, config, key in SIZE_FLAGS:
@@ -196,11 +338,20 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise ValueError("--record writes notebooks/results/bench_<gpu>.json, the GPU "
                          "results lesson 06 shows on machines without one; run it "
                          "with --device cuda, or use --json PATH for this device")
+    # every file this run will write, checked before the minutes of measuring
+    paths = [validate_output_path(args.json, "--json")] if args.json else []
+    if args.record:
+        name = bench.device_name(resolve_device(args.device))
+        record = bench_results.RESULTS_DIR / bench_results.results_filename(name)
+        paths.append(validate_output_path(record, "--record"))
     report = bench_results.bench_report(
         args.device, args.configs, args.precisions, overrides, args.warmup,
         args.iters, command=command,
         progress=lambda s: print(f"  measuring {s}", file=sys.stderr, flush=True),
         threads=args.threads)
+    if not report["results"]:  # e.g. --precision fp8 on a CPU
+        raise ValueError("; ".join(f"{s['precision']} cannot run here: {s['reason']}"
+                                   for s in report["skipped"]) or "nothing to bench")
     print(f"bench on {report['device']} ({report['device_name']}), torch "
           f"{report['torch']}, {report['warmup']} warm-up + {report['iters']} timed "
           f"steps, median; {report['cpu_threads']} CPU thread(s)")
@@ -211,13 +362,31 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"skipped {skip['precision']}: {skip['reason']}")
     for note in report["notes"]:
         print(f"note: {note}")
-    paths = [args.json] if args.json else []
-    if args.record:
-        paths.append(bench_results.RESULTS_DIR
-                     / bench_results.results_filename(report["device_name"]))
     for path in paths:
         print(f"wrote {bench_results.save_results(report, path)}")
     return 0
+
+
+def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from amp_lessons import gpu_check
+
+    if args.budget <= 0:
+        raise ValueError(f"--budget must be > 0 seconds, got {args.budget:g}")
+    command = shlex.join(["python", "-m", "amp_lessons", *argv])
+    if args.plan:
+        import tempfile
+        from pathlib import Path
+
+        from amp_lessons.bench_results import RESULTS_DIR
+
+        info = gpu_check.gpu_info() or {"name": "a CUDA GPU (none here)"}
+        steps = gpu_check.plan_steps(info, Path(args.out or RESULTS_DIR),
+                                     Path(tempfile.gettempdir()) / "amp_gpu_check",
+                                     command)
+        print(f"gpu-check plan on {info['name']}, budget {args.budget:.0f} s:")
+        print(gpu_check.format_plan(steps, args.budget))
+        return 0
+    return gpu_check.run_gpu_check(args.out, args.budget, command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -236,6 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return run_train(args)
+        if args.command == "gpu-check":
+            return run_gpu_check(args, argv)
         return run_bench(args, argv)
     except torch.OutOfMemoryError as e:
         print(f"error: out of GPU memory ({str(e).splitlines()[0]}). Fix: lower the "

@@ -180,6 +180,32 @@ def _forced_autocast(device_type: str, dtype: torch.dtype) -> Iterator[None]:
         torch.set_autocast_dtype(device_type, prev[1])
 
 
+@contextmanager
+def autocast_rules(device_type: str, dtype: torch.dtype) -> Iterator[None]:
+    """Autocast to ``dtype`` on ``device_type``, on fake tensors if there is no device.
+
+    Make the tensors inside, on ``device_type``. With the device present they are real
+    and this is ``torch.amp.autocast``; without it they are fake
+    (``FakeTensorMode``: shapes and dtypes, no data), and ops on them still go through
+    the device's real autocast kernels.
+
+    Example, on a machine without a GPU::
+
+        with autocast_rules("cuda", torch.float16):
+            a = torch.ones(2, 2, device="cuda")
+            (a @ a).dtype, torch.softmax(a, -1).dtype  # float16, float32
+    """
+    validate_autocast_args(device_type, dtype)
+    if device_present(device_type):
+        with torch.amp.autocast(device_type, dtype=dtype):
+            yield
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), _forced_autocast(device_type, dtype):
+        yield
+
+
 def error_line(exc: BaseException) -> str:
     """``"TypeName: first line of the message"``, how the tables show an error."""
     text = str(exc).strip() or type(exc).__name__

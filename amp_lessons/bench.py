@@ -22,7 +22,7 @@ Two configurations: ``"mlp"``, the PyTorch AMP recipe's model (3 x Linear 4096, 
 512, SGD, MSE): weight-heavy, where AMP has been reported to use MORE memory; and
 ``"transformer"``, a GPT where activations dominate.
 
-Not covered here: multi-GPU, torch.compile, fp8.
+Not covered here: multi-GPU. The fp8 row (torchao, compiled) is ``bench_fp8``'s.
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from amp_lessons import bench_fp8
+from amp_lessons.bench_fp8 import BENCH_PRECISIONS, FP8, default_precisions
 from amp_lessons.device import cpu_matmul_emulated, read_cpu_name, resolve_device
 from amp_lessons.memory import format_bytes
 from amp_lessons.models import GPT, MLP, make_tokens
 from amp_lessons.precision import (
-    PRECISIONS,
     autocast_context,
     make_scaler,
     resolve_precision,
@@ -273,14 +274,15 @@ def bench_one(config: str, precision: str, device: torch.device | str = "cpu",
         row["step_ms"], row["activation_bytes"], row["peak_mem_bytes"]  # 1.2, ..., None
     """
     device = resolve_device(str(device))
-    p = resolve_precision(precision, device, warn=False)
+    fp8 = precision == FP8  # bf16 autocast around torchao's fp8 Linears
+    p = resolve_precision(bench_fp8.base_precision(precision), device, warn=False)
     sizes = sizes if sizes is not None else merge_sizes(device)[config]
     if warmup < 0 or iters < 1:
         raise ValueError(f"need warmup >= 0 and iters >= 1, got {warmup}, {iters}")
     _release(device)
     try:
         times, peak, resident, act, param_bytes = _measure(config, p, device, sizes,
-                                                           warmup, iters, seed)
+                                                           warmup, iters, seed, fp8)
     finally:
         _release(device)  # the model is gone: give its memory back before the next
     step_ms = statistics.median(times)
@@ -300,14 +302,15 @@ def bench_one(config: str, precision: str, device: torch.device | str = "cpu",
         "flops_per_step": flops,
         "tflops": tflops,
         "mfu": tflops / peak_value if peak_value else None,
-        "note": _row_note(p, device),
+        "note": bench_fp8.FP8_NOTE if fp8 else _row_note(p, device),
     }
 
 
-def _measure(config, p, device, sizes, warmup, iters, seed):
+def _measure(config, p, device, sizes, warmup, iters, seed, fp8=False):
     from amp_lessons.memory import activation_bytes  # the exact saved-tensor count
 
-    model, x, y, loss_fn, optimizer = build(config, sizes, device, seed)
+    eager, x, y, loss_fn, optimizer = build(config, sizes, device, seed)
+    model = bench_fp8.prepare_fp8(eager) if fp8 else eager  # the same Parameters
     scaler, ctx = make_scaler(p, device), autocast_context(p, device)
 
     def step():
@@ -315,7 +318,7 @@ def _measure(config, p, device, sizes, warmup, iters, seed):
 
     with tf32_mode(p.tf32, device.type):
         times, resident, peak = _time_with_peak(step, device, warmup, iters)
-        act = activation_bytes(model, x, p.dtype if p.autocast else None)
+        act = activation_bytes(eager, x, p.dtype if p.autocast else None)
     param_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
     return times, peak, resident, act, param_bytes
 
@@ -355,7 +358,7 @@ def device_name(device: torch.device) -> str:
 
 
 def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
-              precisions: Sequence[str] = tuple(PRECISIONS),
+              precisions: Sequence[str] | None = None,
               sizes: dict[str, dict[str, int]] | None = None,
               warmup: int | None = None, iters: int | None = None,
               skipped: list[dict] | None = None,
@@ -363,8 +366,9 @@ def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
               threads: int | None = None) -> list[dict]:
     """Bench every config in every precision on one device; rows with ratios vs fp32.
 
-    Precisions the device cannot run (bf16 before Ampere) are left out and listed in
-    ``skipped`` when a list is passed. ``sizes`` overrides the defaults per config.
+    Precisions (default: ``default_precisions``) the device cannot run (bf16 before
+    Ampere, fp8 before 8.9) are left out and listed in ``skipped`` when a list is
+    passed. ``sizes`` overrides the defaults per config.
     ``threads``: CPU threads for torch while measuring; default 1 on a CPU, where the
     tiny default models spend longer handing work between threads than computing
     (on a busy 2-core machine 2 threads measured ~10x slower), untouched otherwise.
@@ -375,10 +379,11 @@ def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
         {r["precision"]: r["speedup_vs_fp32"] for r in rows}  # {"fp32": 1.0, ...}
     """
     dev = resolve_device(device)
+    precisions = default_precisions(dev) if precisions is None else precisions
     for name in precisions:
-        if name not in PRECISIONS:
+        if name not in BENCH_PRECISIONS:
             raise ValueError(f"unknown precision {name!r}; use one of: "
-                             f"{', '.join(PRECISIONS)}")
+                             f"{', '.join(BENCH_PRECISIONS)}")
     for config in configs:
         if config not in CONFIGS:
             raise _unknown_config(config)
@@ -388,10 +393,12 @@ def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
     iters = default_iters if iters is None else iters
     usable = []
     for name in precisions:
-        try:
-            resolve_precision(name, dev, warn=False)
+        try:  # RuntimeError: e.g. bf16 on a pre-Ampere GPU, fp8 on a CPU
+            if name == FP8 and (reason := bench_fp8.fp8_unavailable(dev)):
+                raise RuntimeError(reason)
+            resolve_precision(bench_fp8.base_precision(name), dev, warn=False)
             usable.append(name)
-        except RuntimeError as e:  # e.g. bf16 on a pre-Ampere GPU
+        except RuntimeError as e:
             if skipped is not None:
                 skipped.append({"precision": name, "reason": str(e)})
     if threads is None and dev.type == "cpu":

@@ -15,13 +15,13 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
 from amp_lessons.bench import (
+    BENCH_PRECISIONS,
     CONFIGS,
     DEFAULT_STEPS,
     device_name,
@@ -30,7 +30,7 @@ from amp_lessons.bench import (
     run_bench,
 )
 from amp_lessons.device import resolve_device
-from amp_lessons.precision import PRECISIONS
+from amp_lessons.output_files import write_atomically
 
 SCHEMA = "amp_lessons.bench/1"
 FLOPS_NOTE = (
@@ -56,7 +56,7 @@ RESULTS_DIR = find_results_dir()
 
 
 def bench_report(device: str = "auto", configs: Sequence[str] = CONFIGS,
-                 precisions: Sequence[str] = tuple(PRECISIONS),
+                 precisions: Sequence[str] | None = None,
                  sizes: dict[str, dict[str, int]] | None = None,
                  warmup: int | None = None, iters: int | None = None,
                  command: str | None = None,
@@ -111,23 +111,15 @@ def results_filename(device_name: str) -> str:
 
 
 def save_results(report: dict, path: str | os.PathLike) -> Path:
-    """Validate and write a report as JSON (atomically: temporary file + rename).
+    """Validate and write a report as JSON (atomically: temporary file + rename, with
+    the user's umask).
 
     Example: ``save_results(bench_report("cpu"), "out.json")``.
     """
     validate_report(report, "the report")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, indent=1, allow_nan=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    validate_destination(report, path)
+    text = json.dumps(report, indent=1, allow_nan=False) + "\n"
+    return write_atomically(path, lambda f: f.write(text.encode()))
 
 
 REQUIRED_TOP = {"device": str, "torch": str, "date": str, "command": str,
@@ -152,6 +144,8 @@ def load_results(path: str | os.PathLike) -> dict:
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"cannot read bench results {path}: {e}") from None
     validate_report(report, str(path))
+    if _is_inside(path, RESULTS_DIR):
+        validate_recorded(report, str(path))
     return report
 
 
@@ -177,7 +171,7 @@ def validate_report(report, where: str = "report") -> None:
             if not _is(row[key], kind):
                 raise ValueError(f"{where}: results[{i}][{key!r}] = {row[key]!r} is "
                                  "not of the expected type")
-        if row["precision"] not in PRECISIONS:
+        if row["precision"] not in BENCH_PRECISIONS:
             raise ValueError(f"{where}: results[{i}] has unknown precision "
                              f"{row['precision']!r}")
         if not (row["step_ms"] > 0 and math.isfinite(row["step_ms"])):
@@ -197,6 +191,44 @@ def _is(value, kind) -> bool:
         if k is str and isinstance(value, str):
             return True
     return False
+
+
+def validate_destination(report: dict, path: str | os.PathLike) -> None:
+    """Refuse to write a report into the recorded results unless it passes
+    ``validate_recorded``: a test's synthetic numbers never land there.
+
+    Example: ``validate_destination({"synthetic": True, ...},
+    RESULTS_DIR / "bench_x.json")`` raises ValueError; under ``/tmp`` it passes.
+    """
+    if _is_inside(path, RESULTS_DIR):
+        validate_recorded(report, str(path))
+
+
+def validate_recorded(report: dict, where: str = "report") -> None:
+    """Check the provenance a recorded GPU result must carry; raise ValueError if not.
+
+    Recorded results are real CUDA runs: ``device == "cuda"``, a GPU name, an ISO date,
+    the command that made them, and no ``"synthetic": true`` (what tests write).
+    """
+    if report.get("synthetic"):
+        raise ValueError(f"{where}: a synthetic report (made-up numbers from a test) "
+                         "never goes into the recorded results; write it elsewhere")
+    if report.get("device") != "cuda" or not report.get("gpu"):
+        raise ValueError(f"{where}: recorded results come from a CUDA GPU, this one "
+                         f"from device {report.get('device')!r}; record with "
+                         "`python -m amp_lessons gpu-check` on a GPU")
+    try:
+        dt.datetime.fromisoformat(str(report.get("date")))
+    except ValueError:
+        raise ValueError(f"{where}: date {report.get('date')!r} is not an ISO date"
+                         ) from None
+    if "amp_lessons" not in str(report.get("command")):
+        raise ValueError(f"{where}: command {report.get('command')!r} does not name "
+                         "the amp_lessons command that produced it")
+
+
+def _is_inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    return Path(path).resolve().is_relative_to(Path(folder).resolve())
 
 
 def recorded_results(folder: str | os.PathLike = RESULTS_DIR) -> list[dict]:

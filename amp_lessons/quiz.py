@@ -85,8 +85,11 @@ QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "where_fastest": ("Where does AMP speed training up the most?", {
         "a": ("On any modern CPU", "most CPUs run fp16/bf16 matmuls SLOWER than "
               "fp32 (lesson 06 measures it)"),
-        "b": ("On older GPUs without tensor cores", "there fp16 math is barely "
-              "faster; the gain is mostly memory bandwidth"),
+        "b": ("On older GPUs without tensor cores (Pascal and earlier)", "it depends "
+              "on the chip, and tensor cores beat both: a Tesla P100 runs fp16 at "
+              "twice its fp32 rate (21.2 vs 10.6 TFLOPS), while consumer Pascal cards "
+              "(GTX 10-series) run fp16 arithmetic at 1/64 of their fp32 rate, far "
+              "slower than fp32"),
         "c": ("Equally on every device", "the speed-up comes from special "
               "hardware: it depends on the device"),
         "d": ("On GPUs with tensor cores (Volta and later: V100, A100, H100)", ""),

@@ -19,13 +19,15 @@ test_scaler.py checks that parameters, optimizer state, scale and ``state_dict``
 out bit-identical to ``torch.amp.GradScaler``; notebook 03 builds the same ideas step by
 step.
 
-Not covered: optimizers that unscale inside their own fused kernel
-(``_step_supports_amp_scaling``, e.g. ``torch.optim.Adam(fused=True)``) raise
-``NotImplementedError``; like torch, ``step(closure=...)`` is refused.
+Fused optimizers (``fused=True``) unscale and skip in their own kernel: ``step()`` only
+looks for inf/nan and sets ``optimizer.grad_scale`` and ``optimizer.found_inf`` for the
+call, as torch does. Not covered: a ``step(grad_scaler=...)`` optimizer (a deprecated
+contract that calls torch's private scaler methods) and, like torch, closures.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from collections import abc, defaultdict
@@ -39,9 +41,7 @@ import torch
 __all__ = ["LossScaler", "OptState", "next_scale", "round_to_float32", "unscale_grads_"]
 
 
-# --------------------------------------------------------------------------------------
-# The two pieces of arithmetic: the update rule and the check-and-unscale pass.
-# --------------------------------------------------------------------------------------
+# ---- The arithmetic: the update rule and the check-and-unscale pass ----------------
 
 
 def round_to_float32(x: float) -> float:
@@ -107,25 +107,26 @@ def unscale_grads_(grads: list[torch.Tensor], inv_scale: torch.Tensor) -> torch.
         >>> grads
         [tensor([ 1., -2.]), tensor([-inf])]
     """
-    # The smallest and largest value of each gradient: +inf shows in the max, -inf in
-    # the min, and nan propagates into both. One read per tensor, two numbers out, and
-    # no overflow as with a norm or a sum. (After the multiply would not be exact: with
-    # a scale below 1, a finite value can grow to inf.)
-    pairs = [torch.aminmax(g) for g in grads if g.numel() > 0]  # empty: nothing to see
-    if pairs:
-        lows, highs = zip(*pairs, strict=True)
-        found_inf = torch.stack(lows + highs).isfinite().all().logical_not()
-    else:
-        found_inf = torch.zeros((), dtype=torch.bool, device=grads[0].device)
+    # Before the multiply: with a scale below 1, a finite value can grow to inf.
+    found_inf = _any_non_finite(grads)
     # One batched call, not a Python loop of mul_(): per-call overhead dominates for
     # small tensors on the CPU.
     torch._foreach_mul_(grads, inv_scale.to(grads[0].device))
     return found_inf
 
 
-# --------------------------------------------------------------------------------------
-# The per-optimizer state machine.
-# --------------------------------------------------------------------------------------
+def _any_non_finite(grads: list[torch.Tensor]) -> torch.Tensor:
+    # The smallest and largest value of each gradient: +inf shows in the max, -inf in
+    # the min, and nan propagates into both. One read per tensor, two numbers out, and
+    # no overflow as with a norm or a sum.
+    pairs = [torch.aminmax(g) for g in grads if g.numel() > 0]  # empty: nothing to see
+    if not pairs:
+        return torch.zeros((), dtype=torch.bool, device=grads[0].device)
+    lows, highs = zip(*pairs, strict=True)
+    return torch.stack(lows + highs).isfinite().all().logical_not()
+
+
+# ---- The per-optimizer state machine -------------------------------------------------
 
 
 class OptState(Enum):
@@ -141,15 +142,11 @@ class _OptimizerRecord:
     """What the scaler remembers about one optimizer until the next ``update()``."""
 
     stage: OptState = OptState.READY
-    # True if this optimizer's gradients held an inf or nan, on the scale's device;
-    # None while no gradient was checked (torch's empty "found_inf_per_device").
+    # How many devices held an inf or nan in its gradients (float32 0.0 = none, on
+    # the scale's device: a fused optimizer's found_inf); None: nothing checked yet.
     found_inf: torch.Tensor | None = None
     # The same flag read to the host by step(), so update() need not sync again.
     skipped: bool | None = None
-
-
-def _is_real_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 class LossScaler:
@@ -198,10 +195,9 @@ class LossScaler:
         self._growth_factor = growth_factor
         self._backoff_factor = backoff_factor
         self._growth_interval = growth_interval
-        # Made by the first scale() call, on the loss's device (as torch does):
-        # the float32 scale tensor that losses are multiplied by, its value as a
-        # Python float (so update() works on the host without a GPU sync) and the
-        # count of clean steps.
+        # Made by the first scale() call, on the loss's device (as torch does): the
+        # float32 scale, its value as a Python float (update() needs no GPU sync)
+        # and the count of clean steps.
         self._scale: torch.Tensor | None = None
         self._scale_value = 0.0
         self._growth_tracker: int | None = None
@@ -222,19 +218,15 @@ class LossScaler:
         """
         if not self._enabled:
             return outputs
-        per_device: dict[torch.device, torch.Tensor] = {}
 
         def apply_scale(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
                 if self._scale is None:
                     self._create_scale(value.device)
                 # By a float32 tensor, as torch does: an fp16 output stays fp16, and
-                # a changed scale needs no new graph under torch.compile.
-                if value.device not in per_device:
-                    per_device[value.device] = self._scale.to(
-                        value.device, non_blocking=True
-                    )
-                return value * per_device[value.device]
+                # a changed scale needs no new graph under torch.compile. (.to() is
+                # a no-op on the scale's own device.)
+                return value * self._scale.to(value.device, non_blocking=True)
             if isinstance(value, abc.Iterable):
                 scaled = map(apply_scale, value)
                 # Lists and tuples keep their type; other iterables come back lazy.
@@ -288,22 +280,34 @@ class LossScaler:
             )
         if record.stage is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        _refuse_fused(optimizer)
         # 1/scale in float64, rounded to float32: the number torch multiplies by.
         # A float32 division can be off by an ulp under some compiler flags.
-        inv_scale = scale.double().reciprocal().float()
+        record.found_inf = self._check_grads(
+            optimizer, scale.double().reciprocal().float()
+        )
+        record.stage = OptState.UNSCALED
+
+    def _check_grads(
+        self, optimizer: torch.optim.Optimizer, inv_scale: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """How many devices' gradients hold inf/nan (None: no gradients); unscales
+        them by ``inv_scale``, or only looks if None (a fused step, fp16 allowed)."""
+        scale = self._require_scale("unscale_")
+        flags: defaultdict[torch.device, list[torch.Tensor]] = defaultdict(list)
         # no_grad: after backward(create_graph=True) the gradients require grad.
         with torch.no_grad():
-            found_infs = [
-                unscale_grads_(grads, inv_scale).to(scale.device, non_blocking=True)
-                for grads in _gradients_by_device_and_dtype(optimizer).values()
-            ]
-        if found_infs:  # else no gradients: like torch, step() will complain
-            # One flag per (device, dtype) batch; usually there is a single batch.
-            record.found_inf = (
-                found_infs[0] if len(found_infs) == 1 else torch.stack(found_infs).any()
-            )
-        record.stage = OptState.UNSCALED
+            batches = _gradients_by_device_and_dtype(optimizer, inv_scale is None)
+            for (device, _), grads in batches.items():
+                flags[device].append(
+                    _any_non_finite(grads)
+                    if inv_scale is None
+                    else unscale_grads_(grads, inv_scale)
+                )
+        if not flags:
+            return None
+        # One 0/1 per device, summed in float32 as torch sums them.
+        per_device = [torch.stack(f).any().to(scale.device) for f in flags.values()]
+        return torch.stack(per_device).float().sum()
 
     # ---- step(): the optimizer step, skipped on inf/nan ----------------------------
 
@@ -330,7 +334,8 @@ class LossScaler:
             raise RuntimeError(
                 "step() has already been called since the last update()."
             )
-        _refuse_fused(optimizer)
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            return self._fused_step(optimizer, record, *args, **kwargs)
         if record.stage is OptState.READY:
             self.unscale_(optimizer)
         if record.found_inf is None:
@@ -338,6 +343,32 @@ class LossScaler:
         # A host sync (torch has it too): Python must know whether to call step().
         record.skipped = bool(record.found_inf.item())
         retval = None if record.skipped else optimizer.step(*args, **kwargs)
+        record.stage = OptState.STEPPED
+        return retval
+
+    def _fused_step(self, optimizer, record, *args: Any, **kwargs: Any) -> Any:
+        """The step of an optimizer that unscales and skips in its own kernel: it is
+        always called, with ``grad_scale`` (None if ``unscale_`` already ran) and
+        ``found_inf`` set on it for the call, as torch does."""
+        if "grad_scaler" in inspect.signature(optimizer.step).parameters:
+            raise NotImplementedError(
+                f"{type(optimizer).__name__}.step takes grad_scaler=, a deprecated "
+                "contract calling GradScaler's private methods. Read self.grad_scale "
+                "and self.found_inf in step() instead, as torch's fused optimizers do."
+            )
+        if record.stage is OptState.READY:
+            # Only look: the fused kernel divides by grad_scale itself.
+            record.found_inf = self._check_grads(optimizer, None)
+        if record.found_inf is None:
+            raise AssertionError("No inf checks were recorded for this optimizer.")
+        previous = getattr(optimizer, "grad_scale", None)  # the caller's: multiplied in
+        if record.stage is OptState.READY:
+            previous = self._scale * (1 if previous is None else previous)
+        optimizer.grad_scale, optimizer.found_inf = previous, record.found_inf
+        try:
+            retval = optimizer.step(*args, **kwargs)
+        finally:
+            del optimizer.grad_scale, optimizer.found_inf
         record.stage = OptState.STEPPED
         return retval
 
@@ -374,17 +405,16 @@ class LossScaler:
         self._per_optimizer_states = defaultdict(_OptimizerRecord)
 
     def _found_inf_in_any_optimizer(self) -> bool:
-        records = [
-            r for r in self._per_optimizer_states.values() if r.found_inf is not None
-        ]
-        if not records:
-            raise AssertionError("No inf checks were recorded prior to update.")
         # One skip anywhere backs off the shared scale; each optimizer has already
-        # stepped or skipped on its own flag.
-        return any(
+        # stepped or skipped on its own flag (a fused one: inside its kernel).
+        found = [
             r.skipped if r.skipped is not None else bool(r.found_inf.item())
-            for r in records
-        )
+            for r in self._per_optimizer_states.values()
+            if r.found_inf is not None
+        ]
+        if not found:
+            raise AssertionError("No inf checks were recorded prior to update.")
+        return any(found)
 
     def _set_scale(self, scale: torch.Tensor, new_scale: float | torch.Tensor) -> None:
         if isinstance(new_scale, float):
@@ -508,9 +538,7 @@ class LossScaler:
         return state
 
 
-# --------------------------------------------------------------------------------------
-# Helpers: argument checks and gathering gradients.
-# --------------------------------------------------------------------------------------
+# ---- Helpers: argument checks and gathering gradients --------------------------------
 
 
 def _validate_arguments(
@@ -518,47 +546,33 @@ def _validate_arguments(
 ) -> None:
     # torch only asserts growth_factor > 1 and backoff_factor < 1; a scale of nan or 0
     # would otherwise fail silently, many steps later.
-    if not _is_real_number(init_scale) or not (
-        0 < round_to_float32(init_scale) < math.inf
-    ):
-        raise ValueError(
-            f"init_scale must be a positive number that float32 can hold "
-            f"(up to about 3.4e38), got {init_scale!r}; 2.0**16 is the usual start."
-        )
-    if not _is_real_number(growth_factor) or not (1 < growth_factor < math.inf):
-        raise ValueError(
-            f"growth_factor must be a finite number > 1, got {growth_factor!r}; "
-            "2.0 is the usual choice."
-        )
-    if not _is_real_number(backoff_factor) or not (0 < backoff_factor < 1):
-        raise ValueError(
-            f"backoff_factor must be a number strictly between 0 and 1, got "
-            f"{backoff_factor!r}; 0.5 is the usual choice."
-        )
-    if not isinstance(growth_interval, int) or isinstance(growth_interval, bool):
-        raise ValueError(
-            f"growth_interval must be an int (a number of steps), got "
-            f"{growth_interval!r}."
-        )
-    if growth_interval < 1:
-        raise ValueError(
-            f"growth_interval must be at least 1 step, got {growth_interval}; "
-            "2000 is the usual choice."
-        )
+    def real(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
 
-
-def _refuse_fused(optimizer: torch.optim.Optimizer) -> None:
-    if getattr(optimizer, "_step_supports_amp_scaling", False):
-        raise NotImplementedError(
-            f"{type(optimizer).__name__} unscales gradients inside its own fused step "
-            "(_step_supports_amp_scaling=True, e.g. fused=True), which LossScaler "
-            "does not support. Create the optimizer with fused=False, or use "
-            "torch.amp.GradScaler."
-        )
+    rules = [
+        (real(init_scale) and 0 < round_to_float32(init_scale) < math.inf,
+         f"init_scale must be a positive number that float32 can hold (up to about "
+         f"3.4e38), got {init_scale!r}; 2.0**16 is the usual start."),
+        (real(growth_factor) and 1 < growth_factor < math.inf,
+         f"growth_factor must be a finite number > 1, got {growth_factor!r}; 2.0 is "
+         "the usual choice."),
+        (real(backoff_factor) and 0 < backoff_factor < 1,
+         f"backoff_factor must be a number strictly between 0 and 1, got "
+         f"{backoff_factor!r}; 0.5 is the usual choice."),
+        (isinstance(growth_interval, int) and not isinstance(growth_interval, bool),
+         f"growth_interval must be an int (a number of steps), got "
+         f"{growth_interval!r}."),
+        (not isinstance(growth_interval, int) or growth_interval >= 1,
+         f"growth_interval must be at least 1 step, got {growth_interval}; 2000 is "
+         "the usual choice."),
+    ]  # fmt: skip
+    for ok, message in rules:
+        if not ok:
+            raise ValueError(message)
 
 
 def _gradients_by_device_and_dtype(
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer, allow_fp16: bool = False
 ) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
     """The optimizer's gradients, one list per (device, dtype) batch for the foreach
     calls. A sparse gradient is represented by its stored values."""
@@ -571,7 +585,7 @@ def _gradients_by_device_and_dtype(
     # parameter at every step.
     batches: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for (device, dtype, layout), grads in by_kind.items():
-        if dtype == torch.float16:
+        if dtype == torch.float16 and not allow_fp16:
             # torch's words. The fp32 master weights hold the update; fp16 weights
             # would round small updates away (see notebook 02).
             raise ValueError("Attempting to unscale FP16 gradients.")

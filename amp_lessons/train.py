@@ -10,19 +10,23 @@ Notebook 05 walks through it. The loop is nanoGPT's, written with the current AP
 The precisions are ``amp_lessons.precision``'s; the models and data of the two
 built-in tasks (``"spirals"``, ``"gpt"``) are ``amp_lessons.models``'.
 
-Not covered here: distributed training, fused optimizers that take the scale
-themselves, learning-rate schedules.
+Across processes (lesson 10, ``distributed="ddp"`` or ``"fsdp2"`` under torchrun) it is
+the same loop: an ``amp_lessons.distributed.World`` wraps the model, gives each rank
+its slice of the global batch, averages the loss and checks that every rank skipped
+the same steps; with ``distributed="none"`` all of that is the identity.
+
+Not covered here: fused optimizers that take the scale themselves, learning-rate
+schedules.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from amp_lessons.device import resolve_device
+from amp_lessons.distributed import (
+    META_FILE,
+    MODES,
+    World,
+    load_sharded,
+    read_meta,
+    save_sharded,
+    start_world,
+    wrap_model,
+)
 from amp_lessons.models import GPT, MLP, make_spirals, make_tokens
+from amp_lessons.output_files import validate_output_path, write_atomically
 from amp_lessons.precision import (
     Precision,
     SlowOnThisDeviceWarning,
@@ -63,7 +78,7 @@ class TrainConfig:
     precision: str = "bf16"
     scaler: str = "auto"  # auto | torch | ours | none
     num_steps: int = 200  # optimizer steps
-    batch_size: int = 128  # per micro-batch
+    batch_size: int = 128  # per micro-batch, all processes together (the global batch)
     accum_steps: int = 1  # micro-batches per optimizer step
     lr: float | None = None  # None: 1e-2 for spirals, 3e-3 for gpt
     weight_decay: float = 0.0
@@ -82,6 +97,7 @@ class TrainConfig:
     checkpoint_path: str | None = None
     checkpoint_every: int = 0  # 0: save only at the end (when a path is given)
     resume: bool = False  # continue from checkpoint_path
+    distributed: str = "none"  # none | ddp | fsdp2 (see amp_lessons.distributed)
 
 
 # Changing these between a checkpoint and its resume changes what the saved state
@@ -116,6 +132,8 @@ class TrainResult:
     scaler: Any
     device: str
     notes: list[str] = field(default_factory=list)
+    world_size: int = 1  # processes that trained together
+    rank: int = 0  # this process among them
 
     @property
     def losses(self) -> list[float]:
@@ -149,11 +167,19 @@ def validate_config(config: TrainConfig) -> None:
         value = getattr(config, name)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    if config.lr is not None and not config.lr > 0:
-        raise ValueError(f"lr must be > 0, got {config.lr!r}")
-    if config.clip is not None and not config.clip > 0:
-        raise ValueError(f"clip must be > 0 (or None for no clipping), got "
-                         f"{config.clip!r}")
+    if config.lr is not None and not _finite_positive(config.lr):
+        raise ValueError(f"lr must be a finite number > 0, got {config.lr!r} (an "
+                         "infinite or NaN learning rate makes every weight NaN)")
+    if config.clip is not None and not _finite_positive(config.clip):
+        raise ValueError(f"clip must be a finite number > 0 (or None for no "
+                         f"clipping), got {config.clip!r}")
+    if not (isinstance(config.weight_decay, int | float)
+            and math.isfinite(config.weight_decay) and config.weight_decay >= 0):
+        raise ValueError(f"weight_decay must be a finite number >= 0, got "
+                         f"{config.weight_decay!r}")
+    if (not isinstance(config.seed, int) or isinstance(config.seed, bool)
+            or not 0 <= config.seed < 2**63):
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {config.seed!r}")
     if not (config.init_scale > 0 and math.isfinite(config.init_scale)):
         raise ValueError(f"init_scale must be a finite number > 0, got "
                          f"{config.init_scale!r}")
@@ -161,6 +187,52 @@ def validate_config(config: TrainConfig) -> None:
         raise ValueError("resume=True needs checkpoint_path (--checkpoint PATH)")
     if config.checkpoint_every and not config.checkpoint_path:
         raise ValueError("checkpoint_every needs checkpoint_path (--checkpoint PATH)")
+    if config.distributed not in MODES:
+        raise ValueError(f"unknown distributed mode {config.distributed!r}; use one "
+                         f"of: {', '.join(MODES)}")
+    if config.distributed == "fsdp2" and config.scaler == "ours":
+        raise ValueError(
+            "--scaler ours checks plain tensors, and FSDP2's gradients are DTensor "
+            "shards (its inf check would have to be reduced over the ranks). Fix: "
+            "--scaler auto (torch's GradScaler) with fsdp2, or ours with ddp/none.")
+
+
+def _finite_positive(x: Any) -> bool:
+    return (isinstance(x, int | float) and not isinstance(x, bool)
+            and math.isfinite(x) and x > 0)
+
+
+def validate_checkpoint_path(config: TrainConfig) -> None:
+    """Refuse, before any training, a checkpoint path the run could not write at the
+    end (a directory, a folder without write permission, ...).
+
+    Example: ``validate_checkpoint_path(TrainConfig(checkpoint_path="/tmp"))`` raises
+    "--checkpoint /tmp is a directory; give a file name inside it, e.g. /tmp/run.pt".
+    """
+    if config.checkpoint_path and config.distributed == "none":
+        validate_output_path(config.checkpoint_path, "--checkpoint")
+    elif config.checkpoint_path:  # a DCP folder: its metadata file must be writable
+        validate_output_path(Path(config.checkpoint_path) / META_FILE, "--checkpoint")
+
+
+def validate_resume(config: TrainConfig) -> dict | None:
+    """The checkpoint a ``resume=True`` run continues from, once it is known to fit:
+    ours, written with the same settings, and at a step below ``num_steps``.
+
+    Example: resuming a 150-step checkpoint with ``num_steps=100`` raises "... is
+    already at step 150 ... nothing to train".
+    """
+    if not config.resume:
+        return None
+    path = config.checkpoint_path
+    saved = (load_checkpoint(path) if config.distributed == "none"
+             else read_meta(path))  # a DCP folder: its shards are read by _restore
+    _refuse_incompatible_resume(saved["config"], config, path)
+    if saved["step"] >= config.num_steps:
+        raise ValueError(f"{path} is already at step {saved['step']}, and --steps "
+                         f"{config.num_steps} is the total to reach: nothing to "
+                         f"train. Pass --steps above {saved['step']} to continue.")
+    return saved
 
 
 def validate_model(model: nn.Module, precision: Precision,
@@ -305,40 +377,67 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx,
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
     """``torch.save`` to a temporary file, then rename: a crash leaves no half file.
 
+    The file gets the user's umask; a killed save's leftover is cleaned up by the
+    next one (``amp_lessons.output_files``).
+
     Example: ``save_checkpoint("run.pt", {"model": model.state_dict()})``.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic on POSIX and Windows
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda f: torch.save(state, f))
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
     """Read a checkpoint written by ``train`` (tensors and plain data only).
 
+    Anything else (another program's .pt, a truncated file, a dict that lacks what
+    ``train`` saves) is refused with one line saying what is wrong.
+
     Example: ``load_checkpoint("run.pt")["step"]`` -> ``100``.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a sharded checkpoint (written with --distributed "
+                         "ddp or fsdp2): resume it with --distributed ddp or fsdp2 "
+                         "(one process works too)")
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}: run once without --resume "
                                 "(with --checkpoint) to create it")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle errors come in many types
-        raise ValueError(f"{path} is not a readable checkpoint ({e}); delete it or "
-                         "point --checkpoint elsewhere") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} was not written by amp_lessons.train "
-                         f"(expected format {CHECKPOINT_FORMAT!r})")
+    except Exception as e:  # pickle errors come in many types, some many lines long
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(f"{path} is not a readable checkpoint ({reason[:120]}); "
+                         "delete it or point --checkpoint elsewhere") from None
+    problem = _checkpoint_problem(state)
+    if problem:
+        raise ValueError(f"{path} is not a checkpoint written by amp_lessons.train "
+                         f"({problem}); point --checkpoint at one, or at a new path "
+                         "to start a new run")
     return state
+
+
+_CHECKPOINT_PARTS = {"step": int, "config": dict, "model": dict, "optimizer": dict,
+                     "scaler": dict, "data_rng": torch.Tensor,
+                     "torch_rng": torch.Tensor, "records": list}
+
+
+def _checkpoint_problem(state: Any) -> str:
+    """What makes `state` not one of ours ("" when it is)."""
+    if not isinstance(state, dict):
+        return f"it holds a {type(state).__name__}, not a dict"
+    if state.get("format") != CHECKPOINT_FORMAT:
+        return f"format {state.get('format')!r}, expected {CHECKPOINT_FORMAT!r}"
+    for key, kind in _CHECKPOINT_PARTS.items():
+        if not isinstance(state.get(key), kind):
+            return f"{key!r} is missing or not a {kind.__name__}"
+    if "cuda_rng" not in state or not (state["cuda_rng"] is None
+                                       or isinstance(state["cuda_rng"], list)):
+        return "'cuda_rng' is missing or not a list of states"
+    names = {f.name for f in fields(StepRecord)}
+    if not all(isinstance(r, dict) and set(r) == names for r in state["records"]):
+        return "its step records do not have the fields of StepRecord"
+    if state["step"] != len(state["records"]):
+        return f"step {state['step']} but {len(state['records'])} step records"
+    return ""
 
 
 CHECKPOINT_FORMAT = "amp_lessons.train/1"
@@ -366,7 +465,10 @@ def train(config: TrainConfig, model: nn.Module | None = None,
     Everything is checked before the model, the optimizer or a checkpoint is touched.
     With ``checkpoint_path`` the state (model, optimizer, scaler, step, RNGs, records)
     is saved atomically; ``resume=True`` continues from it and reproduces the
-    uninterrupted run bit for bit on a CPU.
+    uninterrupted run bit for bit on a CPU. Distributed runs save a sharded (DCP)
+    checkpoint directory instead, which a run with another number of processes can
+    resume. Their result holds the wrapped model (DDP or FSDP2), whose process
+    group ended with the run.
 
     ``model``: your own module for the task (default: the built-in one); it must take
     the task's inputs (spirals: (B, 2) floats; gpt: (B, T) token ids).
@@ -383,57 +485,71 @@ def train(config: TrainConfig, model: nn.Module | None = None,
     scaler_enabled = precision.needs_scaler and config.scaler != "none"
     if model is not None:
         validate_model(model, precision, scaler_enabled)
-    saved = None
-    if config.resume:
-        saved = load_checkpoint(config.checkpoint_path)
-        _refuse_incompatible_resume(saved["config"], config, config.checkpoint_path)
+    validate_checkpoint_path(config)
+    saved = validate_resume(config)
 
     # -- nothing was touched above; from here on we build and train --
     notes = [n for n in [slow_note(precision, device)] if n]
     for note in notes:
         warnings.warn(note, SlowOnThisDeviceWarning, stacklevel=2)
-    torch.manual_seed(config.seed)  # model init; a checkpoint restores the state
-    task = Task(config, device)
-    if model is None:
-        model = task.make_model()
-    model.to(device)
-    lr = config.lr if config.lr is not None else task.default_lr
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr,
-                                  weight_decay=config.weight_decay)
-    scaler = make_scaler(precision, device, config.scaler, config.init_scale,
-                         config.growth_interval)
-    ctx = autocast_context(precision, device)
-    records: list[StepRecord] = []
-    if saved is not None:
-        _restore(saved, model, optimizer, scaler, task, device)
-        records = [StepRecord(**r) for r in saved["records"]]
+    world = start_world(config.distributed, device)  # mode none: a world of one
+    try:
+        world.check_batch(config.batch_size)
+        device = world.device  # under torchrun on CUDA: this rank's own GPU
+        torch.manual_seed(config.seed)  # model init; a checkpoint restores the state
+        task = Task(config, device)
+        if model is None:
+            model = task.make_model()
+        model, ctx = wrap_model(model, world, precision,
+                                autocast_context(precision, device))
+        lr = config.lr if config.lr is not None else task.default_lr
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr,
+                                      weight_decay=config.weight_decay)
+        scaler = make_scaler(precision, device, config.scaler, config.init_scale,
+                             config.growth_interval)
+        records: list[StepRecord] = []
+        if saved is not None:
+            try:
+                _restore(saved, world, model, optimizer, scaler, task, device,
+                         config.checkpoint_path)
+            except (RuntimeError, ValueError, KeyError, TypeError) as e:
+                reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise ValueError(
+                    f"{config.checkpoint_path}: its saved state does not fit this run "
+                    f"({reason[:120]}); start a new run with another --checkpoint "
+                    "path") from None
+            records = [StepRecord(**r) for r in saved["records"]]
 
-    def checkpoint() -> None:
-        save_checkpoint(config.checkpoint_path,
-                        _snapshot(config, model, optimizer, scaler, task, records))
+        def checkpoint() -> None:
+            _save(config, world, model, optimizer, scaler, task, records)
 
-    with tf32_mode(precision.tf32, device.type):
-        model.train()
-        for step in range(len(records) + 1, config.num_steps + 1):
-            t0 = time.perf_counter()
-            batches = [task.batch() for _ in range(config.accum_steps)]
-            stats = train_step(model, optimizer, scaler, ctx, batches, task.loss_fn,
-                               config.clip)
-            loss, grad_norm = stats.loss.item(), stats.grad_norm.item()  # syncs GPU
-            records.append(StepRecord(step, loss, stats.scale, stats.skipped,
-                                      grad_norm, 1e3 * (time.perf_counter() - t0)))
-            if config.log_every and (step % config.log_every == 0 or step == 1
-                                     or step == config.num_steps):
-                log(format_record(records[-1], sum(r.skipped for r in records)))
-            if (config.checkpoint_path and config.checkpoint_every
-                    and step % config.checkpoint_every == 0):
+        with tf32_mode(precision.tf32, device.type):
+            model.train()
+            for step in range(len(records) + 1, config.num_steps + 1):
+                t0 = time.perf_counter()
+                batches = [world.split(*task.batch())
+                           for _ in range(config.accum_steps)]
+                stats = train_step(model, optimizer, scaler, ctx, batches,
+                                   task.loss_fn, config.clip)
+                # the mean over the global batch; the same skip on every rank
+                loss, skipped = world.combine(stats.loss, stats.skipped)
+                grad_norm = stats.grad_norm.item()  # syncs a GPU
+                records.append(StepRecord(step, loss, stats.scale, skipped, grad_norm,
+                                          1e3 * (time.perf_counter() - t0)))
+                if world.rank == 0 and config.log_every and (
+                        step % config.log_every == 0 or step in (1, config.num_steps)):
+                    log(format_record(records[-1], sum(r.skipped for r in records)))
+                if (config.checkpoint_path and config.checkpoint_every
+                        and step % config.checkpoint_every == 0):
+                    checkpoint()
+            if config.checkpoint_path:
                 checkpoint()
-        if config.checkpoint_path:
-            checkpoint()
-        eval_loss, eval_accuracy = evaluate(model, task.eval_x, task.eval_y, ctx,
-                                            task.loss_fn)
+            eval_loss, eval_accuracy = evaluate(model, task.eval_x, task.eval_y, ctx,
+                                                task.loss_fn)
+    finally:
+        world.close()
     return TrainResult(config, records, eval_loss, eval_accuracy, model, optimizer,
-                       scaler, str(device), notes)
+                       scaler, str(device), notes, world.world_size, world.rank)
 
 
 def format_record(record: StepRecord, skipped_so_far: int) -> str:
@@ -442,6 +558,21 @@ def format_record(record: StepRecord, skipped_so_far: int) -> str:
     return (f"step {record.step:4d} | loss {record.loss:.4f} | scale "
             f"{record.scale:g} | skipped {skipped_so_far} | grad_norm "
             f"{record.grad_norm:.3g} | {record.time_ms:.1f} ms")
+
+
+def _save(config, world: World, model, optimizer, scaler, task, records) -> None:
+    """One process: ``save_checkpoint``'s single file. Several (or a distributed
+    mode): a DCP directory of shards plus the plain state as JSON."""
+    if not world.distributed:
+        save_checkpoint(config.checkpoint_path,
+                        _snapshot(config, model, optimizer, scaler, task, records))
+        return
+    meta = {"step": len(records), "config": asdict(config),
+            "world_size": world.world_size, "scaler": scaler.state_dict(),
+            "records": [asdict(r) for r in records]}
+    save_sharded(config.checkpoint_path, world, model, optimizer,
+                 {"data_rng": task.generator.get_state(),
+                  "torch_rng": torch.get_rng_state()}, meta)
 
 
 def _snapshot(config, model, optimizer, scaler, task, records) -> dict:
@@ -461,11 +592,19 @@ def _snapshot(config, model, optimizer, scaler, task, records) -> dict:
     }
 
 
-def _restore(saved, model, optimizer, scaler, task, device) -> None:
-    model.load_state_dict(saved["model"])
-    optimizer.load_state_dict(saved["optimizer"])  # moves state to the params' device
+def _restore(saved, world: World, model, optimizer, scaler, task, device,
+             path) -> None:
     if scaler.is_enabled():
         scaler.load_state_dict(saved["scaler"])
+    if world.distributed:  # saved is the JSON part; the shards are read here
+        rng = {"data_rng": task.generator.get_state(),
+               "torch_rng": torch.get_rng_state()}
+        load_sharded(path, model, optimizer, rng)
+        task.generator.set_state(rng["data_rng"])
+        torch.set_rng_state(rng["torch_rng"])
+        return
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])  # moves state to the params' device
     task.generator.set_state(saved["data_rng"])
     torch.set_rng_state(saved["torch_rng"])
     if saved["cuda_rng"] is not None and device.type == "cuda":

@@ -152,3 +152,20 @@ def test_short_dtype():
         "-",
     ]
     assert ac.short_dtype(torch.int64) == "int64"
+
+
+def test_autocast_rules_reads_each_devices_lists_with_or_without_the_device():
+    for device, low in (("cpu", BF16), ("cuda", FP16)):
+        with ac.autocast_rules(device, low):
+            a = torch.randn(2, 2, device=device)
+            mm, softmax = (a @ a).dtype, torch.softmax(a @ a, -1).dtype
+        assert mm == low  # matmul: the lower-precision list on both devices
+        # softmax of that low output: CUDA's float32 list only, as the tables say
+        assert softmax == (FP32 if device == "cuda" else low)
+        row = ac.rows_by_op(ac.autocast_dtype_table(device, low, ops=["softmax"]))
+        assert softmax == row["softmax"].low_inputs_output
+    assert not torch.is_autocast_enabled("cuda")
+    assert not torch.is_autocast_enabled("cpu")
+    with pytest.raises(ValueError, match="autocast dtype must be"), \
+            ac.autocast_rules("cpu", FP32):
+        pass

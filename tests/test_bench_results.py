@@ -110,7 +110,8 @@ def test_every_results_file_in_the_repo_is_valid(path):
     report = bench_results.load_results(path)  # the schema, or a ValueError
     assert report["device"] == "cuda" and report["gpu"]
     assert path.name == bench_results.results_filename(report["device_name"])
-    assert report["command"].startswith("python -m amp_lessons bench")
+    assert report["command"].startswith(("python -m amp_lessons bench",
+                                         "python -m amp_lessons gpu-check"))
 
 
 def test_results_dir_is_the_clones_and_falls_back_to_the_working_folder(

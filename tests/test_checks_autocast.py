@@ -1,6 +1,7 @@
 """Lesson 04's grader (amp_lessons.checks.autocast): reference, known-wrong answers with
 their hints, the stub, and expected dtypes read live from this torch's CPU autocast."""
 
+import pytest
 import torch
 from grader_harness import grader_tests
 
@@ -11,45 +12,66 @@ from amp_lessons.checks import autocast as graders
 
 
 def predict_autocast_dtypes():
-    low, f32 = torch.bfloat16, torch.float32
-    return {
-        "matmul(x, w)": low,
-        "linear(x, w)": low,
+    bf16, fp16, f32 = torch.bfloat16, torch.float16, torch.float32
+    cpu = {
+        "matmul(x, w)": bf16,
+        "linear(x, w)": bf16,
         "relu(x)": f32,
-        "relu(linear(x, w))": low,
+        "relu(linear(x, w))": bf16,
         "linear(x, w) + x": f32,
         "mse_loss(linear(x, w), linear(y, w))": f32,
-        "conv2d(img, k)": low,
-        "softmax(linear(x, w))": low,
-        "sum(linear(x, w))": low,
+        "conv2d(img, k)": bf16,
+        "softmax(linear(x, w))": bf16,
+        "sum(linear(x, w))": bf16,
         "cross_entropy(linear(x, w), t)": f32,
         "prod(linear(x, w))": f32,
-        "layer_norm(linear(x, w))": low,
+        "layer_norm(linear(x, w))": bf16,
     }
+    cuda = {name: fp16 if dtype is bf16 else dtype for name, dtype in cpu.items()}
+    for name in ("softmax(linear(x, w))", "sum(linear(x, w))",
+                 "layer_norm(linear(x, w))"):
+        cuda[name] = f32  # on CUDA's float32 list, not on the CPU's
+    return {"cpu": cpu, "cuda": cuda}
 
 
 # --- known-wrong answers, each with a fragment of the hint it must get ------------
 
+CUDA_ONLY_FP32 = ("softmax(linear(x, w))", "sum(linear(x, w))",
+                  "layer_norm(linear(x, w))")
 
-def autocast_cuda_style():
+
+def autocast_cuda_lists_on_the_cpu():
     answers = predict_autocast_dtypes()
-    for name in (
-        "softmax(linear(x, w))",
-        "sum(linear(x, w))",
-        "layer_norm(linear(x, w))",
-    ):
-        answers[name] = torch.float32
+    for name in CUDA_ONLY_FP32:
+        answers["cpu"][name] = torch.float32
+    return answers
+
+
+def autocast_cpu_lists_on_cuda():
+    answers = predict_autocast_dtypes()
+    for name in CUDA_ONLY_FP32:
+        answers["cuda"][name] = torch.float16
     return answers
 
 
 def autocast_everything_low():
-    return {name: torch.bfloat16 for name in AUTOCAST_OPS}
+    return {"cpu": {name: torch.bfloat16 for name in AUTOCAST_OPS},
+            "cuda": {name: torch.float16 for name in AUTOCAST_OPS}}
+
+
+def autocast_bf16_on_cuda():
+    answers = predict_autocast_dtypes()
+    answers["cuda"]["matmul(x, w)"] = torch.bfloat16
+    return answers
 
 
 def autocast_strings():
-    return {
-        n: str(d).removeprefix("torch.") for n, d in predict_autocast_dtypes().items()
-    }
+    return {device: {n: str(d).removeprefix("torch.") for n, d in answers.items()}
+            for device, answers in predict_autocast_dtypes().items()}
+
+
+def autocast_one_device_only():
+    return predict_autocast_dtypes()["cpu"]  # the lesson's old, CPU-only form
 
 
 # (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
@@ -58,11 +80,15 @@ CASES = {
         check_autocast_dtypes,
         predict_autocast_dtypes,
         [
-            (autocast_cuda_style, True, "CUDA's autocast would run it in float32"),
+            (autocast_cuda_lists_on_the_cpu, True,
+             "the CPU and CUDA lists differ, which is why"),
+            (autocast_cpu_lists_on_cuda, True, "(the CPU and CUDA lists differ)"),
             (autocast_everything_low, False, "runs in the dtype of its input"),
-            (autocast_everything_low, False, "on its float32 list"),
+            (autocast_everything_low, False, "ops it will not run in low precision"),
             (autocast_everything_low, False, "type promotion"),
+            (autocast_bf16_on_cuda, False, "it never produces bfloat16"),
             (autocast_strings, False, "not strings"),
+            (autocast_one_device_only, False, "one answer per device now"),
         ],
     ),
 }
@@ -77,7 +103,32 @@ CASES = {
 
 
 def test_autocast_expectations_are_read_live_and_mix_dtypes():
-    dtypes = {name: graders._autocast_dtypes(name)[0] for name in AUTOCAST_OPS}
-    assert dtypes == predict_autocast_dtypes()  # this torch's CPU autocast lists
-    assert dtypes["matmul(x, w)"] is torch.bfloat16
-    assert dtypes["mse_loss(linear(x, w), linear(y, w))"] is torch.float32
+    dtypes = {device: {name: graders._autocast_dtypes(name, device)[0]
+                       for name in AUTOCAST_OPS} for device in graders.AUTOCAST_DEVICES}
+    assert dtypes == predict_autocast_dtypes()  # this torch's CPU and CUDA lists
+    assert dtypes["cpu"]["matmul(x, w)"] is torch.bfloat16
+    assert dtypes["cuda"]["matmul(x, w)"] is torch.float16
+    assert dtypes["cpu"]["mse_loss(linear(x, w), linear(y, w))"] is torch.float32
+    differ = [n for n in AUTOCAST_OPS if (dtypes["cpu"][n] is torch.float32)
+              != (dtypes["cuda"][n] is torch.float32)]
+    assert differ == list(CUDA_ONLY_FP32)  # the lists differ, on these three
+
+
+def test_cuda_expectations_leave_no_autocast_state_behind():
+    graders._autocast_dtypes("softmax(linear(x, w))", "cuda")
+    assert not torch.is_autocast_enabled("cuda")
+    assert torch.get_autocast_dtype("cuda") is torch.float16
+
+
+# --- fair grading: right or wrong, and why the chosen dtype is wrong; never the dtype
+
+
+def test_visible_table_never_prints_the_right_dtype(capsys):
+    with pytest.raises(AssertionError):
+        check_autocast_dtypes(autocast_everything_low)  # wrong wherever float32 is
+    out = capsys.readouterr().out
+    assert "float32" not in out
+    rows = [line for line in out.splitlines()
+            if line.strip().startswith(("cpu: ", "cuda: "))]
+    assert rows and all("(not shown)" in line for line in rows)
+    assert "you said bfloat16" in out

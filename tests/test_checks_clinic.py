@@ -2,6 +2,7 @@
 their clues, the stub, and the clinic's texts (amp_lessons.clinic) quoting torch's own
 error messages."""
 
+import pytest
 from grader_harness import grader_tests
 
 from amp_lessons.checks import check_clinic_diagnosis
@@ -75,3 +76,23 @@ def test_texts_for_the_notebooks_list_everything():
     clinic = " ".join(clinic_text().split())  # undo the line wrapping
     assert all(symptom in clinic for symptom in SYMPTOMS)
     assert all(key in clinic for key in CAUSES)
+
+
+# --- fair grading: right or wrong, and what the chosen cause means; never the key ---
+
+
+def test_visible_table_never_prints_the_right_cause(capsys):
+    with pytest.raises(AssertionError):
+        check_clinic_diagnosis(diagnose_everything_overflow)
+    out = capsys.readouterr().out
+    for _, cause, _ in DIAGNOSES[:5]:
+        if cause != "fp16_overflow":  # the one this answer got right
+            assert cause not in out, cause
+    assert "'fp16_overflow' means " + CAUSES["fp16_overflow"] in " ".join(out.split())
+
+
+def test_a_key_that_is_no_cause_gets_the_clue(capsys):
+    with pytest.raises(AssertionError):
+        check_clinic_diagnosis(lambda symptom: ["fp16_overflow"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "not a key of CAUSES. Clue:" in out

@@ -2,6 +2,7 @@
 reference, known-wrong answers with their hints, the stub, and reference runs with a
 real torch.amp.GradScaler that overflow, back off and grow."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 from grader_harness import grader_tests, other_correct_test
@@ -187,3 +188,18 @@ def test_train_cases_include_real_overflow_and_growth():
 
 def test_steps_for_the_notebook_list_every_step():
     assert set(AMP_STEPS) == set(amp_step_order())
+
+
+# --- fair grading: the visible table does not print the order ----------------------
+
+
+def test_visible_order_table_does_not_give_the_order_away(capsys):
+    with pytest.raises(AssertionError):
+        check_amp_step_order(lambda: list(AMP_STEPS))  # AMP_STEPS is shuffled
+    out = capsys.readouterr().out
+    assert " before " not in out.split("hint:")[0] and "1 or 7" not in out
+    rows = [line for line in out.splitlines() if " vs " in line]
+    assert len(rows) == 6 and all("(not shown)" in row for row in rows)
+    for row in rows:  # each pair is named alphabetically, whatever its order
+        first, second = row.split()[0], row.split()[2]
+        assert first < second

@@ -1,6 +1,9 @@
 """Lesson 06's grader (amp_lessons.checks.memory): reference, known-wrong answers with
 their hints, the stub, and a budget measured on a real model."""
 
+import re
+
+import pytest
 from grader_harness import grader_tests
 
 from amp_lessons.checks import check_memory_budget
@@ -62,3 +65,32 @@ def test_memory_budget_is_measured_and_fp32_in_both_regimes():
     budget = graders._memory_budget(1000)
     assert budget["fp32"] == budget["amp"]
     assert budget["amp"] == {"weights": 4000, "grads": 4000, "adam_state": 8000}
+
+
+# --- fair grading: the visible table does not hand out the answer ------------------
+
+
+def memory_in_bits(n_params):
+    return {regime: {k: 8 * v for k, v in parts.items()}
+            for regime, parts in memory_budget(n_params).items()}
+
+
+def test_visible_table_never_prints_the_expected_bytes(capsys):
+    # n = 1000 -> 4_000 bytes of weights was printed: bytes per parameter, the answer
+    with pytest.raises(AssertionError):
+        check_memory_budget(memory_in_bits)
+    out = capsys.readouterr().out
+    numbers = set(re.findall(r"\d[\d_]*", out))
+    for n in (1000, 1_000_000):
+        for regime in memory_budget(n).values():
+            for value in regime.values():
+                assert f"{value:_}" not in numbers and str(value) not in numbers
+    rows = [line for line in out.splitlines() if line.startswith("  n=")]
+    assert len(rows) == 12 and all("(not shown)" in row for row in rows)
+    assert "count bytes, not bits" in out
+
+
+def test_hidden_table_may_print_them(capsys):
+    with pytest.raises(AssertionError):
+        check_memory_budget(memory_in_bits, hidden=True)
+    assert f"{4 * 124_439_808:_}" in capsys.readouterr().out

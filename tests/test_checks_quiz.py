@@ -1,10 +1,21 @@
 """Lesson 08's grader (amp_lessons.checks.quiz): reference, known-wrong answers with the
-reason for each wrong choice, the stub, and the questions of amp_lessons.quiz."""
+reason for each wrong choice, the stub, the questions of amp_lessons.quiz, and fair
+grading: one point per question in notebook 08, and no table that prints the right
+letter."""
 
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
 from grader_harness import grader_tests
 
 from amp_lessons.checks import check_quick_check
 from amp_lessons.quiz import QUESTIONS, QUICK_CHECK, quick_check_text
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "08_quick_check.ipynb"
 
 # --- reference solutions (copy into the solution cells) -------------------------
 
@@ -35,6 +46,10 @@ def quiz_one_wrong():
     return {**quick_check_answers(), "autocast_scope": "a", "bf16_scaler": "d"}
 
 
+def quiz_older_gpus():
+    return {**quick_check_answers(), "where_fastest": "b"}
+
+
 # (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
 CASES = {
     "quiz": (
@@ -43,6 +58,9 @@ CASES = {
         [
             (quiz_all_a, False, "the docs advise against wrapping backward"),
             (quiz_one_wrong, True, "its advantage is range, not precision"),
+            # P100: fp16 at 2x fp32; consumer Pascal: 1/64 (the option is wrong both
+            # ways, and the hint says so)
+            (quiz_older_gpus, True, "twice its fp32 rate (21.2 vs 10.6 TFLOPS)"),
         ],
     ),
 }
@@ -62,3 +80,97 @@ def test_quiz_has_one_right_choice_and_a_reason_for_every_wrong_one():
         assert sum(not why for why in reasons) == 1
     text = quick_check_text()
     assert all(qid in text for qid in QUICK_CHECK)
+
+
+# --- fair grading: one point per question, and never the right letter --------------
+
+
+def right_letter(qid):
+    return next(k for k, (_, why) in QUESTIONS[qid][1].items() if not why)
+
+
+def wrong_letter(qid):
+    return next(k for k, (_, why) in QUESTIONS[qid][1].items() if why)
+
+
+def quiz_all_wrong():
+    return {qid: wrong_letter(qid) for qid in QUESTIONS}
+
+
+VISIBLE = list(QUESTIONS)[:5]
+HIDDEN = list(QUESTIONS)[5:]
+
+
+def test_visible_table_never_prints_the_right_choice(capsys):
+    with pytest.raises(AssertionError):
+        check_quick_check(quiz_all_wrong)
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    for qid in VISIBLE:
+        choices = QUESTIONS[qid][1]
+        row = next(line for line in out.splitlines() if line.split()[:1] == [qid])
+        assert "(not shown)" in row and row.split()[-2] == wrong_letter(qid)
+        assert choices[right_letter(qid)][0] not in flat  # the right choice's text
+        chosen, why = choices[wrong_letter(qid)]
+        assert f"({wrong_letter(qid)}) {chosen}: {why}" in flat  # the chosen, explained
+
+
+@pytest.mark.parametrize("qid", QUESTIONS)
+def test_one_question_at_a_time(qid, capsys):
+    answers = quick_check_answers()
+    check_quick_check(quick_check_answers, qid)
+    check_quick_check(quick_check_answers, qid, hidden=True)
+    capsys.readouterr()
+    wrong = {**answers, qid: wrong_letter(qid)}
+    if qid in VISIBLE:  # graded where the student sees it
+        with pytest.raises(AssertionError, match="1 of 1 cases failed"):
+            check_quick_check(lambda: wrong, qid)
+    else:  # the visible case only checks that a letter was given ...
+        check_quick_check(lambda: wrong, qid)
+        assert "hidden tests" in capsys.readouterr().out
+        with pytest.raises(AssertionError, match="1 of 1 cases failed"):
+            check_quick_check(lambda: {**answers, qid: "z"}, qid)
+    with pytest.raises(AssertionError, match="1 of 1 cases failed"):  # ... these grade
+        check_quick_check(lambda: wrong, qid, hidden=True)
+    out = capsys.readouterr().out  # of wrong answers only: no right letter in it
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] == [qid]
+            and "answered" not in line]  # the letter-only row of the visible case
+    assert rows and all(row[1:3] == ["(not", "shown)"] for row in rows)
+    assert right_letter(qid) not in [row[-2] for row in rows]
+
+
+def graded_cells():
+    notebook = json.loads(NOTEBOOK.read_text())
+    return [cell for cell in notebook["cells"]
+            if cell["metadata"].get("nbgrader", {}).get("grade")]
+
+
+def test_notebook_gives_one_point_per_question_and_says_so():
+    cells = graded_cells()
+    assert [c["metadata"]["nbgrader"]["points"] for c in cells] == [1] * len(QUESTIONS)
+    asked = [re.search(r'check_quick_check\(quick_check_answers, "(\w+)"\)',
+                       "".join(c["source"])).group(1) for c in cells]
+    assert asked == list(QUESTIONS)
+    text = " ".join(" ".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())
+                    ["cells"] if c["cell_type"] == "markdown")
+    assert "one per question, one point each" in " ".join(text.split())
+
+
+def test_one_wrong_answer_costs_one_point():
+    # each graded cell, run in full (hidden tests too) as nbgrader's autograde does
+    def score(answers):
+        points = 0
+        for cell in graded_cells():
+            namespace = {"check_quick_check": check_quick_check,
+                         "quick_check_answers": answers}
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec("".join(cell["source"]), namespace)
+            except AssertionError:
+                continue
+            points += cell["metadata"]["nbgrader"]["points"]
+        return points
+
+    assert score(quick_check_answers) == 10
+    assert score(quiz_one_wrong) == 8  # one visible and one hidden question wrong
+    assert score(quiz_all_wrong) == 0

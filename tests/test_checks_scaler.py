@@ -2,15 +2,20 @@
 their hints, the stub, and expectations from a real torch.amp.GradScaler, which the
 lesson's `amp_lessons.scaler.next_scale` must agree with."""
 
+import json
 import math
 import random
+from pathlib import Path
 
+import pytest
 import torch
 from grader_harness import grader_tests, other_correct_test
 
 from amp_lessons.checks import check_unscale, check_update_rule
 from amp_lessons.checks import scaler as graders
 from amp_lessons.scaler import next_scale
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_loss_scaling.ipynb"
 
 # --- reference solutions (copy into the solution cells) -------------------------
 
@@ -135,7 +140,7 @@ CASES = {
         unscale_grads,
         [
             (unscale_not_in_place, False, "unscale IN PLACE"),
-            (unscale_divide, False, "you divided by scale"),
+            (unscale_divide, False, "you divided by scale: the right unscaling"),
             (unscale_misses_nan, False, "nan counts too"),
             (unscale_skips_on_inf, False, "even when an inf/nan is found"),
         ],
@@ -183,3 +188,24 @@ def test_unscale_cases_tell_division_from_multiplication():
     assert not torch.equal(x / 3.0, x * (1 / 3.0))
     unscaled, found = graders._torch_unscale([x], 3.0)
     assert torch.equal(unscaled[0], x * (1 / 3.0)) and not found
+
+
+# --- fair grading: bit-identity is what this exercise checks, and it says why ------
+
+
+def test_dividing_is_rejected_with_why_bit_identity_is_the_point(capsys):
+    with pytest.raises(AssertionError):
+        check_unscale(unscale_divide)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the right unscaling, rounded differently" in out
+    assert "Bit-identity is the point of this exercise" in out
+    assert "must train to the very same bits" in out
+
+
+def test_the_exercise_says_bit_identity_is_the_point_and_why():
+    notebook = json.loads(NOTEBOOK.read_text())
+    question = next("".join(c["source"]) for c in notebook["cells"]
+                    if "".join(c["source"]).startswith("## Exercise: unscale"))
+    question = " ".join(question.split())
+    assert "Bit-identity is the point here" in question
+    assert "g.div_(scale)" in question and "the very same bits" in question

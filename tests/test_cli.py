@@ -1,13 +1,18 @@
-"""``python -m amp_lessons``: help, train, bench, and one-line errors with status 2."""
+"""``python -m amp_lessons``: help, train, bench, and one-line errors with status 2:
+output paths checked before any work, bad numbers and foreign checkpoints refused,
+files written with the user's umask, and no leftovers after a killed save."""
 
+import os
 import re
+import signal
+import stat
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from amp_lessons import bench_results
+from amp_lessons import bench_results, train
 from amp_lessons.__main__ import main
 
 TINY_BENCH = ["--mlp-width", "32", "--mlp-batch", "8", "--gpt-layers", "1",
@@ -45,7 +50,7 @@ def test_a_mistake_is_one_line_on_stderr_with_status_2():
 @pytest.mark.parametrize("args, message", [
     (["--device", "tpu"], "unknown device 'tpu'; use one of: auto, cpu, cuda"),
     (["--precision", "bf16", "--scaler", "torch"], "not needed with bf16"),
-    (["--accum", "0"], "accum_steps must be a positive integer"),
+    (["--accum", "0"], "argument --accum: must be an integer >= 1, got 0"),
     (["--resume"], "resume=True needs checkpoint_path"),
 ])
 def test_train_errors(capsys, args, message):
@@ -131,3 +136,184 @@ def test_record_is_for_gpu_results_only(capsys):
         pytest.skip("this machine has CUDA")
     assert main(["bench", "--device", "cpu", "--record"]) == 2
     assert "use --json PATH" in capsys.readouterr().err
+
+
+# --- output paths, numbers and checkpoints are checked before any work ---------------
+
+
+def one_line_error(err):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def unwritable_paths(tmp_path):
+    (tmp_path / "a_file").write_text("not a folder")
+    paths = {"a directory": tmp_path, "under a file": tmp_path / "a_file" / "out",
+             "read-only /proc": "/proc/amp_lessons_out"}
+    if os.geteuid() != 0:  # root writes anywhere: the permission bits stop no one
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        paths["no write permission"] = locked / "out"
+    return paths
+
+
+@pytest.mark.parametrize("case", ["a directory", "under a file", "read-only /proc",
+                                  "no write permission"])
+def test_train_refuses_a_checkpoint_path_before_training(case, tmp_path, capsys):
+    # `train --checkpoint /tmp` trained to the end, then failed "Is a directory"
+    paths = unwritable_paths(tmp_path)
+    if case not in paths:
+        pytest.skip("running as root: permission bits do not stop root")
+    assert main(["train", "--device", "cpu", "--steps", "30",
+                 "--checkpoint", str(paths[case])]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # not even the header: nothing was trained
+    assert "--checkpoint" in one_line_error(err)
+
+
+@pytest.mark.parametrize("case", ["a directory", "under a file", "read-only /proc",
+                                  "no write permission"])
+def test_bench_refuses_a_json_path_before_measuring(case, tmp_path, capsys):
+    paths = unwritable_paths(tmp_path)
+    if case not in paths:
+        pytest.skip("running as root: permission bits do not stop root")
+    assert main(["bench", "--device", "cpu", "--json", str(paths[case]),
+                 *TINY_BENCH]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "measuring" not in err
+    assert "--json" in one_line_error(err)
+
+
+def test_a_missing_parent_folder_is_created(tmp_path, capsys):
+    path = tmp_path / "new" / "folder" / "out.json"
+    assert main(["bench", "--device", "cpu", "--json", str(path), "--configs", "mlp",
+                 "--precisions", "fp32", *TINY_BENCH]) == 0
+    assert bench_results.load_results(path)["results"]
+
+
+@pytest.mark.parametrize("args", [
+    ["--lr", "inf"], ["--lr", "nan"], ["--lr", "0"], ["--lr", "-0.001"],
+    ["--clip", "inf"], ["--clip", "-1"], ["--init-scale", "inf"],
+    ["--init-scale", "0"], ["--steps", "0"], ["--batch-size", "-8"],
+    ["--growth-interval", "0"], ["--log-every", "-1"], ["--checkpoint-every", "-2"],
+    ["--threads", "0"], ["--seed", "-1"], ["--seed", str(2**64)],
+], ids=" ".join)
+def test_train_refuses_bad_numbers_with_the_reason(args, capsys):
+    # `--lr inf` trained on NaN and exited 0
+    assert main(["train", "--device", "cpu", "--steps", "5", *args]) == 2
+    out, err = capsys.readouterr()
+    line = one_line_error(err)
+    assert f"argument {args[0]}: must be" in line and out == ""
+
+
+@pytest.mark.parametrize("args", [
+    ["--warmup", "-1"], ["--iters", "0"], ["--mlp-width", "0"], ["--gpt-batch", "-1"],
+    ["--threads", "0"],
+], ids=" ".join)
+def test_bench_refuses_bad_numbers_with_the_reason(args, capsys):
+    assert main(["bench", "--device", "cpu", *TINY_BENCH, *args]) == 2
+    out, err = capsys.readouterr()
+    assert f"argument {args[0]}: must be" in one_line_error(err) and out == ""
+
+
+class NotOurs:
+    """A pickled object of some other program: weights_only loading refuses it."""
+
+
+def foreign_checkpoints(tmp_path):
+    real = tmp_path / "real.pt"
+    assert main(["train", "--device", "cpu", "--steps", "3", "--log-every", "0",
+                 "--checkpoint", str(real)]) == 0
+    files = {}
+    files["right format, no config"] = tmp_path / "no_config.pt"
+    torch.save({"format": train.CHECKPOINT_FORMAT, "step": 3}, files[
+        "right format, no config"])
+    files["a tensor"] = tmp_path / "tensor.pt"
+    torch.save(torch.zeros(3), files["a tensor"])
+    files["truncated"] = tmp_path / "truncated.pt"
+    files["truncated"].write_bytes(real.read_bytes()[: real.stat().st_size // 2])
+    files["a foreign object"] = tmp_path / "foreign.pt"
+    torch.save({"format": train.CHECKPOINT_FORMAT, "model": NotOurs()},
+               files["a foreign object"])
+    files["text"] = tmp_path / "notes.pt"
+    files["text"].write_text("hello")
+    state = torch.load(real, weights_only=True)
+    state["records"] = state["records"][:1]
+    files["step records cut"] = tmp_path / "cut.pt"
+    torch.save(state, files["step records cut"])
+    return files
+
+
+def test_a_checkpoint_that_is_not_ours_is_refused_in_one_line(tmp_path, capsys):
+    # a dict with the right format key but no config gave a KeyError traceback
+    for case, path in foreign_checkpoints(tmp_path).items():
+        capsys.readouterr()
+        assert main(["train", "--device", "cpu", "--steps", "10", "--resume",
+                     "--checkpoint", str(path)]) == 2, case
+        out, err = capsys.readouterr()
+        line = one_line_error(err)
+        assert str(path) in line and "checkpoint" in line and out == "", case
+
+
+@pytest.mark.parametrize("steps", ["10", "4"])
+def test_resume_with_nothing_left_to_train_says_so(steps, tmp_path, capsys):
+    # `--resume --steps` at or below the saved step silently did nothing
+    path = str(tmp_path / "run.pt")
+    args = ["train", "--device", "cpu", "--log-every", "0", "--checkpoint", path]
+    assert main([*args, "--steps", "10"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--steps", steps, "--resume"]) == 2
+    out, err = capsys.readouterr()
+    line = one_line_error(err)
+    assert "already at step 10" in line and "--steps above 10" in line and out == ""
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002], ids=lambda m: f"{m:03o}")
+def test_files_are_written_with_the_users_umask(umask, tmp_path, capsys):
+    # mkstemp made them 0600 whatever the umask, and `make student` copied them so
+    old = os.umask(umask)
+    try:
+        ckpt, out = tmp_path / "run.pt", tmp_path / "out.json"
+        assert main(["train", "--device", "cpu", "--steps", "2", "--log-every", "0",
+                     "--checkpoint", str(ckpt)]) == 0
+        assert main(["bench", "--device", "cpu", "--json", str(out), "--configs",
+                     "mlp", "--precisions", "fp32", *TINY_BENCH]) == 0
+    finally:
+        os.umask(old)
+    for path in (ckpt, out):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+
+
+KILLED_SAVE = """
+import sys, time
+import torch
+from amp_lessons import train
+
+def hangs(state, f):
+    f.write(b"half a checkpoint")
+    f.flush()
+    print("writing", flush=True)
+    time.sleep(120)
+
+torch.save = hangs
+train.save_checkpoint(sys.argv[1], {"format": train.CHECKPOINT_FORMAT})
+"""
+
+
+def test_a_killed_save_leaves_nothing_after_the_next_run(tmp_path, capsys):
+    # a SIGKILL mid-save left a .tmp beside the checkpoint, for good
+    path = tmp_path / "run.pt"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_SAVE, str(path)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "writing"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stdout.close()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert main(["train", "--device", "cpu", "--steps", "2", "--log-every", "0",
+                 "--checkpoint", str(path)]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["run.pt"]

@@ -454,3 +454,16 @@ def test_rehearsal_never_wipes_a_real_course(tmp_path):
     with pytest.raises(ValueError, match="not a rehearsal folder"):
         grading.rehearse(list(notebooks.values()), course)
     assert (course / "nbgrader_config.py").exists()
+
+
+def test_the_course_leaves_out_executed_lessons_beside_the_results(tmp_path):
+    """gpu-check keeps executed copies of the solved lessons in results/executed/:
+    copied into the course, they would reach students with every solution."""
+    notebooks = write_fixture_course(tmp_path / "notebooks")
+    executed = tmp_path / "notebooks" / "results" / "executed"
+    executed.mkdir()
+    (executed / "01_good.ipynb").write_text(notebooks["good"].read_text())
+    course = grading.build_course([notebooks["good"]], tmp_path / "course")
+    copied = course / "source" / "01_good" / "results"
+    assert (copied / "recorded.json").exists()
+    assert not (copied / "executed").exists()

@@ -1,6 +1,8 @@
 """`make lab` is safe to run: the live server (started by the same `lab_command`)
 refuses requests without its token, listens on loopback only, and reaches for nothing
-on the network (no news feed, no update check). No browser needed.
+on the network (no news feed, no update check); and Ctrl-C in its terminal stops it
+cleanly (its own shutdown, kernels closed, no traceback, no runtime files left).
+No browser needed.
 
 The network check is real, not a reading of the config: every Python process of the
 server and its kernels gets an audit hook (a `sitecustomize` on PYTHONPATH) that logs
@@ -9,19 +11,34 @@ each DNS lookup or connection to anything but this machine.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import pty
 import re
+import secrets
 import socket
 import subprocess
 import sys
+import termios
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
-from lab_server import http_status, running_lab
+from lab_server import (
+    free_port,
+    http_status,
+    isolated_env,
+    running_lab,
+    write_test_settings,
+)
+
+from amp_lessons.tooling.lab import ROOT_NOTE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -250,3 +267,135 @@ def test_no_shipped_file_advertises_an_unsafe_launch():
 ])
 def test_unsafe_launch_patterns_catch_each_mistake(line):
     assert any(p.search(line) for p in UNSAFE.values()), line
+
+
+# --- Ctrl-C in the terminal stops `make lab` cleanly ---------------------------------
+
+
+def on_a_terminal(command, env, cwd):
+    """Start `command` as a terminal's foreground job: its own session, with a pty as
+    controlling terminal (so b"\\x03" written to the pty is a real Ctrl-C). Returns
+    (process, master fd, the output read so far, as a list that keeps growing)."""
+    master, slave = pty.openpty()
+
+    def controlling_terminal():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    process = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave,
+                               env=env, cwd=cwd, preexec_fn=controlling_terminal)
+    os.close(slave)
+    output: list[bytes] = []
+
+    def read():  # drain the pty, or the server blocks once its buffer is full
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: every process holding the terminal has gone
+                return
+            if not chunk:
+                return
+            output.append(chunk)
+
+    threading.Thread(target=read, daemon=True).start()
+    return process, master, output
+
+
+def test_ctrl_c_stops_the_lab_cleanly(tmp_path):
+    # Ctrl-C printed a KeyboardInterrupt traceback, SIGKILLed the server after
+    # 0.25 s and left its runtime files behind
+    psutil = pytest.importorskip("psutil")
+    env = isolated_env(tmp_path)
+    write_test_settings(Path(env["JUPYTER_CONFIG_DIR"]))
+    port, token = free_port(), secrets.token_hex(16)
+    env.update(JUPYTER_TOKEN=token, JUPYTER_PORT=str(port), BROWSER="true",
+               JUPYTER_PORT_RETRIES="0")
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    command = [sys.executable, "-m", "amp_lessons.tooling.lab", str(folder)]
+    launcher, master, output = on_a_terminal(command, env, tmp_path / "home")
+    base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"token {token}"}
+    started = []
+    try:
+        deadline = time.monotonic() + 120
+        while http_status_or_none(base + "/api/status", auth) != 200:
+            assert launcher.poll() is None, b"".join(output).decode(errors="replace")
+            assert time.monotonic() < deadline, "JupyterLab did not start"
+            time.sleep(0.3)
+        kernel = start_kernel(base, auth)
+        wait_until_ready(Path(env["JUPYTER_RUNTIME_DIR"]) / f"kernel-{kernel}.json")
+        started = psutil.Process(launcher.pid).children(recursive=True)
+        assert len(started) >= 2, started  # the server and its kernel
+        os.write(master, b"\x03")  # Ctrl-C, as the terminal sends it
+        time.sleep(0.5)
+        os.write(master, b"\x03")  # and an impatient second one
+        code = launcher.wait(timeout=120)
+    finally:  # only if the test failed midway: end what it started, by id
+        # (the server runs in its own session: killing the launcher alone would
+        # leave it running, so its tree is collected first)
+        with contextlib.suppress(psutil.Error):
+            started += psutil.Process(launcher.pid).children(recursive=True)
+        if launcher.poll() is None:
+            launcher.kill()
+        for process in started:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        launcher.wait(timeout=30)
+        os.close(master)
+    text = b"".join(output).decode(errors="replace")
+    assert code == 0, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert "Shutting down 1 kernel" in text, text  # JupyterLab's own shutdown
+    assert "Shut down this Jupyter server" not in text  # no y/n prompt raced a kill
+    assert not [p for p in started if p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE]
+    left = sorted(p.name for p in Path(env["JUPYTER_RUNTIME_DIR"]).iterdir())
+    assert not [n for n in left if n.startswith(("jpserver-", "kernel-"))], left
+    assert (ROOT_NOTE in " ".join(text.split())) == (os.geteuid() == 0)
+
+
+def start_kernel(base, auth):
+    request = urllib.request.Request(base + "/api/kernels", data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              **auth})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 201
+        return json.loads(response.read())["id"]
+
+
+def wait_until_ready(connection_file):
+    """Wait until the kernel answers, as a notebook does before its first cell."""
+    from jupyter_client import BlockingKernelClient
+
+    deadline = time.monotonic() + 60
+    while not connection_file.exists():
+        assert time.monotonic() < deadline, "the kernel wrote no connection file"
+        time.sleep(0.2)
+    client = BlockingKernelClient(connection_file=str(connection_file))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=90)
+    finally:
+        client.stop_channels()
+
+
+def http_status_or_none(url, headers):
+    try:
+        return http_status(url, headers)
+    except OSError:
+        return None  # not listening yet
+
+
+def test_allow_root_is_added_as_root_only_and_said(monkeypatch, capsys, tmp_path):
+    from amp_lessons.tooling import lab
+
+    launched = []
+    monkeypatch.setattr(lab, "run_lab", lambda command: launched.append(command) or 0)
+    for uid, added in ((0, True), (1000, False)):
+        monkeypatch.setattr(os, "geteuid", lambda uid=uid: uid)
+        assert lab.main([str(tmp_path)]) == 0
+        assert ("--allow-root" in launched[-1]) is added
+        err = capsys.readouterr().err
+        assert ("--allow-root" in err and "as root" in err) is added

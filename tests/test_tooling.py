@@ -3,9 +3,14 @@ needs only the standard library, JupyterLab is launched safely, the grading entr
 point answers, and every path computed from __file__ lands in this repository."""
 
 import ast
+import glob
 import importlib.util
 import json
+import os
 import re
+import shutil
+import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +134,264 @@ def test_old_grading_names_reach_the_tooling_package():
 
     assert grading.rehearse is tooling_grading.rehearse
     assert grading.lint_course is tooling_grading.lint_course
+
+
+def test_student_edition_files_get_the_users_umask(tmp_path):
+    # a results file written 0600 (as bench --record did) was copied 0600
+    from amp_lessons.tooling.grading.course import export_student_edition
+
+    lesson = tmp_path / "course" / "release" / "06_speed_memory"
+    (lesson / "results").mkdir(parents=True)
+    for path in (lesson / "06_speed_memory.ipynb", lesson / "results" / "bench.json"):
+        path.write_text("{}")
+        path.chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        export_student_edition(tmp_path / "course", tmp_path / "student")
+    finally:
+        os.umask(old)
+    for name in ("06_speed_memory.ipynb", "results/bench.json"):
+        mode = stat.S_IMODE((tmp_path / "student" / name).stat().st_mode)
+        assert mode == 0o644, (name, oct(mode))
+
+
+# --- the set-up, run for real on a copy of the course ------------------------------
+# Each test copies bootstrap.py, requirements.txt and pyproject.toml into a scratch
+# folder (bootstrap finds the course from its own path) and runs it as `make lab`
+# does. pip is pointed at a local, empty package index unless a test says otherwise,
+# so nothing is ever downloaded.
+
+FAKE_PYTHON = """#!{python}
+# A stand-in for .venv/bin/python: reports FAKE_VERSION, has pip unless FAKE_NO_PIP,
+# answers bootstrap's package check with FAKE_PROBLEMS, and logs every call.
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as log:
+    log.write(json.dumps(args[:4]) + "\\n")
+if args[:1] == ["-c"]:
+    print(os.environ.get("FAKE_VERSION", "3.12"))
+elif args[:3] == ["-m", "pip", "--version"]:
+    sys.exit(3 if os.environ.get("FAKE_NO_PIP") else 0)
+elif args[:1] == ["-I"]:
+    print(os.environ.get("FAKE_PROBLEMS", "[]"))
+"""
+
+
+def course_copy(tmp_path):
+    root = tmp_path / "course"
+    (root / "amp_lessons" / "tooling").mkdir(parents=True)
+    (root / "amp_lessons" / "tooling" / "bootstrap.py").write_text(
+        BOOTSTRAP.read_text())
+    for name in ("requirements.txt", "pyproject.toml"):
+        (root / name).write_text((ROOT / name).read_text())
+    (tmp_path / "index").mkdir()  # an empty package index: no wheel for anything
+    return root
+
+
+def run_bootstrap(root, *args, python=sys.executable, **env):
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    environment.update(PIP_INDEX_URL=(root.parent / "index").as_uri(),
+                       PIP_CONFIG_FILE=os.devnull, PIP_RETRIES="0", PIP_TIMEOUT="3",
+                       PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1",
+                       FAKE_LOG=str(root.parent / "calls.log"))
+    environment.update(env)
+    return subprocess.run([python, str(root / "amp_lessons/tooling/bootstrap.py"),
+                           *args], env=environment, capture_output=True, text=True,
+                          timeout=600)
+
+
+def fake_venv(root):
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    python = bin_dir / "python"
+    python.write_text(FAKE_PYTHON.format(python=sys.executable))
+    python.chmod(0o755)
+    return python
+
+
+def stamp(root, extras=""):
+    bootstrap = load_bootstrap()
+    bootstrap.ROOT = str(root)
+    (root / ".venv" / ".amp_lessons_installed").write_text(
+        bootstrap.fingerprint() + "\n" + extras)
+
+
+def calls(root):
+    log = root.parent / "calls.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] \
+        if log.exists() else []
+
+
+def stopped(result):
+    """The one message the set-up stopped with (and that it did stop)."""
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    message = result.stderr.split("set-up stopped: ", 1)[1]
+    return " ".join(message.split())
+
+
+def test_a_venv_of_python_3_9_is_refused_before_any_download(tmp_path):
+    # it downloaded 900 MB, then said "pip failed"
+    root = course_copy(tmp_path)
+    fake_venv(root)
+    message = stopped(run_bootstrap(root, FAKE_VERSION="3.9"))
+    assert message.startswith("`.venv` was made with Python 3.9, and this course "
+                              "needs Python 3.10 or newer. Remove it (`rm -rf .venv`)")
+    assert not any(call[:3] == ["-m", "pip", "install"] for call in calls(root))
+
+
+def real_python(version):
+    """A real interpreter of `version` ("2.7", "3.9") on this machine, or None."""
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(glob.glob(os.path.expanduser(
+        f"~/.pyenv/versions/{version}*/bin/python{version}")))
+    for path in filter(None, candidates):
+        try:
+            done = subprocess.run([path, "-c", "import sys; print(sys.version[:3])"],
+                                  capture_output=True, text=True, timeout=30)
+        except OSError:
+            continue
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return path
+    return None
+
+
+def test_a_real_python_3_9_venv_is_refused(tmp_path):
+    python39 = real_python("3.9")
+    if python39 is None:
+        pytest.skip("no Python 3.9 on this machine (the fake one above stands in)")
+    root = course_copy(tmp_path)
+    subprocess.run([python39, "-m", "venv", "--without-pip", str(root / ".venv")],
+                   check=True, timeout=120)
+    assert "was made with Python 3.9" in stopped(run_bootstrap(root))
+
+
+def test_python_2_gets_one_sentence_not_a_traceback(tmp_path):
+    # `import venv` at the top gave Python 2 an ImportError traceback
+    python2 = real_python("2.7")
+    if python2 is None:
+        pytest.skip("no Python 2.7 on this machine")
+    root = course_copy(tmp_path)
+    message = stopped(run_bootstrap(root, python=python2))
+    assert message.startswith("this course needs Python 3.10 or newer, and ")
+    assert "is Python 2.7" in message
+
+
+@pytest.mark.parametrize("case", ["a file", "no python", "python does not run",
+                                  "no pip"])
+def test_a_broken_venv_gets_one_clear_sentence(case, tmp_path):
+    root = course_copy(tmp_path)
+    venv_dir = root / ".venv"
+    env = {}
+    if case == "a file":
+        venv_dir.write_text("oops")
+    elif case == "no python":
+        (venv_dir / "bin").mkdir(parents=True)
+    elif case == "python does not run":
+        (venv_dir / "bin").mkdir(parents=True)
+        (venv_dir / "bin" / "python").symlink_to(tmp_path / "python3.7-was-removed")
+    else:
+        fake_venv(root)
+        env["FAKE_NO_PIP"] = "1"
+    message = stopped(run_bootstrap(root, **env))
+    assert message.startswith({
+        "a file": "`.venv` is a file, not a virtual environment.",
+        "no python": "`.venv` has no .venv/bin/python: it is not a virtual environment",
+        "python does not run": "`.venv` is broken: its python does not run",
+        "no pip": "`.venv` has no pip",
+    }[case]), message
+    assert "pip failed" not in message
+
+
+def test_a_stale_stamp_with_missing_packages_is_not_trusted(tmp_path):
+    # a stamp passed set-up although jupyter was gone: `make lab` then failed with
+    # "No module named jupyter"
+    root = course_copy(tmp_path)
+    fake_venv(root)
+    stamp(root)
+    lost = json.dumps(["the module jupyter cannot be imported"])
+    done = run_bootstrap(root, FAKE_PROBLEMS=lost)
+    assert "the set-up stamp says .venv is ready, but the module jupyter cannot be " \
+           "imported: installing again" in done.stdout
+    assert any(call[:3] == ["-m", "pip", "install"] for call in calls(root))
+
+
+def test_a_good_stamp_and_good_packages_skip_pip(tmp_path):
+    root = course_copy(tmp_path)
+    fake_venv(root)
+    stamp(root)
+    done = run_bootstrap(root)
+    assert done.returncode == 0 and done.stdout == "", done.stdout + done.stderr
+    assert [call[0] for call in calls(root)] == ["-c", "-m", "-I"]  # version, pip,
+    # the package check: and no install
+
+
+def test_the_package_check_names_a_version_out_of_range_and_a_lost_module(tmp_path):
+    bootstrap = load_bootstrap()
+    lines = ["torch>=99", "pytest>=8", "no-such-package-amp>=1"]
+    done = subprocess.run([sys.executable, "-I", "-c", bootstrap.VERIFY,
+                           str(tmp_path), json.dumps(lines),
+                           json.dumps(["jupyter", "no_such_module_amp"])],
+                          capture_output=True, text=True, timeout=120, check=True)
+    problems = json.loads(done.stdout)
+    assert f"torch {torch_version()} is installed, the course needs torch>=99" \
+        in problems
+    assert "no-such-package-amp is not installed" in problems
+    assert "the module no_such_module_amp cannot be imported" in problems
+    assert not any(p.startswith(("pytest", "the module jupyter")) for p in problems)
+    assert any(p.startswith("amp_lessons is installed from ") for p in problems)
+
+
+def torch_version():
+    return subprocess.run([sys.executable, "-I", "-c",
+                           "import importlib.metadata as m; print(m.version('torch'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def venv_with_pip(tmp_path_factory):
+    """A real, empty virtual environment with pip (made once: a few seconds)."""
+    folder = tmp_path_factory.mktemp("venv") / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True,
+                   timeout=300)
+    return folder
+
+
+def closed_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed again when the block ends
+
+
+@pytest.mark.parametrize("case", ["offline", "no wheel"])
+def test_offline_is_told_apart_from_a_missing_wheel(case, tmp_path, venv_with_pip):
+    # offline, it said a wheel was missing
+    root = course_copy(tmp_path)
+    (root / ".venv").symlink_to(venv_with_pip)
+    env = {}
+    if case == "offline":  # nothing listens there: what pip sees without a network
+        env["PIP_INDEX_URL"] = f"http://127.0.0.1:{closed_port()}/simple"
+    message = stopped(run_bootstrap(root, **env))
+    if case == "offline":
+        assert message.startswith("pip could not reach the package index "
+                                  "(http://127.0.0.1:"), message
+        assert "offline" in message and "wheel" not in message
+    else:  # a local index without the wheels: pip names the first one it lacks
+        assert message.startswith("pip found no ready-made wheel for setuptools>=64 "
+                                  "on Python "), message
+        assert "offline" not in message
+
+
+def test_a_real_venv_with_a_stale_stamp_is_checked_and_reinstalled(tmp_path,
+                                                                    venv_with_pip):
+    root = course_copy(tmp_path)
+    (root / ".venv").symlink_to(venv_with_pip)
+    stamp(root)
+    try:
+        done = run_bootstrap(root)
+    finally:
+        (venv_with_pip / ".amp_lessons_installed").unlink()
+    assert "the set-up stamp says .venv is ready, but torch is not installed" \
+        in done.stdout
+    assert "-r requirements.txt -e ." in done.stdout.split("installing: ")[1]
+    assert stopped(done).startswith("pip found no ready-made wheel for ")

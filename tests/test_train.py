@@ -424,3 +424,36 @@ def test_plot_losses_of_a_real_run():
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     assert list(lines["fp16"].get_ydata()) == result.losses
     assert len(lines["fp16: skipped step"].get_xdata()) == result.num_skipped > 0
+
+
+@pytest.mark.parametrize("field, value", [
+    ("lr", math.inf), ("lr", math.nan), ("clip", math.inf), ("weight_decay", -0.1),
+    ("weight_decay", math.nan), ("seed", -1), ("seed", 2**64),
+])
+def test_non_finite_and_out_of_range_numbers_are_refused(field, value):
+    # TrainConfig(lr=inf) trained every weight into NaN without a word
+    with pytest.raises(ValueError, match=f"{field} must be"):
+        train(TrainConfig(device="cpu", num_steps=2, **{field: value}))
+
+
+def test_train_refuses_a_checkpoint_directory_before_building_anything(tmp_path):
+    with pytest.raises(ValueError, match="is a directory; give a file name inside"):
+        train(TrainConfig(device="cpu", num_steps=2, checkpoint_path=str(tmp_path)))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_with_num_steps_at_the_saved_step_is_refused(tmp_path):
+    path = str(tmp_path / "run.pt")
+    quiet_train(TrainConfig(device="cpu", num_steps=5, checkpoint_path=path))
+    for num_steps in (5, 3):
+        with pytest.raises(ValueError, match="already at step 5.*nothing to train"):
+            train(TrainConfig(device="cpu", num_steps=num_steps, checkpoint_path=path,
+                              resume=True))
+
+
+def test_load_checkpoint_names_what_is_missing(tmp_path):
+    path = tmp_path / "no_config.pt"
+    torch.save({"format": tr.CHECKPOINT_FORMAT, "step": 0}, path)
+    with pytest.raises(ValueError, match="not a checkpoint written by amp_lessons"
+                                         r".train \('config' is missing"):
+        tr.load_checkpoint(path)

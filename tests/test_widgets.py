@@ -215,6 +215,37 @@ def test_speed_panel_memory_is_measured_exactly(panel):
     assert "fp32" in w.stats.value and "weight copies" in w.stats.value
 
 
+def test_speed_panel_table_shows_what_was_measured():
+    """The panel's table is the measured rows, and dragging the batch slider moves
+    only what the batch changes: weights stay, activations scale with it."""
+    import re
+
+    from amp_lessons.memory import byte_unit, memory_breakdown
+
+    w = W.speed_memory_explorer("cpu")
+    first = w.results
+    old, new = w.batch.value, w.batch.options[-1]
+    w.batch.value = new  # as if the slider were dragged to its end
+    for before, after in zip(first, w.results, strict=True):
+        assert after["batch"] == new
+        dtype = None if after["precision"] == "fp32" else {
+            "bf16": torch.bfloat16, "fp16": torch.float16}[after["precision"]]
+        model = MLP((after["width"],) * 4)
+        direct = memory_breakdown(model, torch.randn(new, after["width"]), dtype,
+                                  after["optimizer"]).as_dict()
+        assert after["memory"] == direct  # the panel's numbers: a direct count
+        assert after["memory"]["weights"] == before["memory"]["weights"]
+        assert after["memory"]["activations"] * old == \
+            before["memory"]["activations"] * new  # linear in the batch
+    unit, size = byte_unit(max(r["memory"]["total"] for r in w.results))
+    assert f"memory in {unit}," in w.stats.value
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", w.stats.value)
+    shown = [cells[i:i + 9] for i in range(0, len(cells), 9)]
+    assert [row[0] for row in shown] == [r["precision"] for r in w.results]
+    for row, result in zip(shown, w.results, strict=True):
+        assert row[-1] == f"{result['memory']['total'] / size:.3g}"
+
+
 def test_speed_panel_controls_redraw(panel):
     w = panel
     picture = w.image.value

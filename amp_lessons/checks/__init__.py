@@ -14,8 +14,9 @@ a test cell that writes to stderr zero, so warnings are silenced inside each che
 The engine (rows, the table, calling the student's function, grading) is `_engine`;
 each lesson's graders are one module, named after the lesson's own module: `formats`
 (01), `underflow` (02), `scaler` (03), `autocast` (04), `step_order` and `train_step`
-(05), `memory` (06), `clinic` (07), `quiz` (08). `_pristine` tells whether the
-grading code a kernel runs is still the package's own.
+(05), `memory` (06), `clinic` (07), `quiz` (08), `practice` (09), `distributed` (10),
+`fp8` (11). `_pristine` tells whether the grading code a kernel runs is still the
+package's own.
 
 A graded test cell takes its check from the package itself, never from a name in the
 notebook (a solution cell could rebind that), and first asks whether the checks are
@@ -38,14 +39,21 @@ Not covered here: free-text answers; every exercise is a function with checkable
 """
 
 from amp_lessons.checks._pristine import verify_pristine
-from amp_lessons.checks.autocast import AUTOCAST_OPS, check_autocast_dtypes
+from amp_lessons.checks.autocast import (
+    AUTOCAST_DEVICES,
+    AUTOCAST_OPS,
+    check_autocast_dtypes,
+)
 from amp_lessons.checks.clinic import check_clinic_diagnosis
+from amp_lessons.checks.distributed import check_rank_bytes
 from amp_lessons.checks.formats import (
     check_decode_fp16,
     check_fp16_spacing,
     check_round_to_fp16,
 )
+from amp_lessons.checks.fp8 import check_fp8_cast
 from amp_lessons.checks.memory import check_memory_budget
+from amp_lessons.checks.practice import check_first_overflow, check_gan_step
 from amp_lessons.checks.quiz import check_quick_check
 from amp_lessons.checks.scaler import check_unscale, check_update_rule
 from amp_lessons.checks.step_order import AMP_STEPS, check_amp_step_order
@@ -57,6 +65,7 @@ from amp_lessons.checks.underflow import (
 
 __all__ = [
     "AMP_STEPS",
+    "AUTOCAST_DEVICES",
     "AUTOCAST_OPS",
     "check_amp_step_order",
     "check_amp_train_step",
@@ -64,9 +73,13 @@ __all__ = [
     "check_choose_loss_scale",
     "check_clinic_diagnosis",
     "check_decode_fp16",
+    "check_first_overflow",
     "check_fp16_spacing",
+    "check_fp8_cast",
+    "check_gan_step",
     "check_memory_budget",
     "check_quick_check",
+    "check_rank_bytes",
     "check_round_to_fp16",
     "check_underflow_fraction",
     "check_unscale",

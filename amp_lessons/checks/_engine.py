@@ -4,8 +4,19 @@ case into a row (case, expected, got, ok, hint), print the table, pass or fail.
 A grader module (one per lesson) builds its rows with `call_student`, `float_row` and
 the formatting helpers here, and hands a row builder to `grade`, which prints the
 table to stdout, says "not attempted" for nbgrader's unsolved stub, and raises
-`AssertionError` when any case failed. Not covered here: what any exercise expects;
-that lives in the lesson's grader module.
+`AssertionError` when any case failed.
+
+Whatever the student's function returns or raises, a check ends the same way: a
+table with a hint and, unless every case passed, `AssertionError`, never another
+exception. What it raises (SystemExit and StopIteration included) is a failed case;
+only KeyboardInterrupt goes through, so the stop button still stops the cell. Answers
+are compared in their canonical form (`as_float`, `as_choice`), so an object whose
+``==`` is always true cannot pass, and shown with `show_value`, which survives any
+``repr``. Each check runs in one fixed torch state (`fixed_torch_state`: grad mode on,
+float32 default dtype on the CPU, autocast off, its own seeded RNG, deterministic
+kernels), whatever the notebook set before, and leaves the notebook's state as it
+was. Not covered here: what any exercise expects; that lives in the lesson's grader
+module.
 """
 
 from __future__ import annotations
@@ -23,24 +34,34 @@ from typing import Any
 import torch
 
 from amp_lessons.checks._pristine import CHECK_DONE, CHECK_START, verify_pristine
+from amp_lessons.checks._state import fixed_torch_state
 
 __all__ = [
+    "NOT_SHOWN",
     "NotAttempted",
     "Raised",
     "Row",
     "WrongKind",
     "answer_of_type",
     "answered_row",
+    "as_choice",
     "as_float",
     "call_student",
+    "choice_row",
     "cut",
+    "fixed_torch_state",
     "float_row",
     "grade",
+    "let_interrupt_through",
     "print_table",
     "same_float",
     "show_value",
     "type_hint",
 ]
+
+NOT_SHOWN = "(not shown)"
+"""The expected cell of a multiple-choice or matching item: the table says right or
+wrong, never the right answer."""
 
 
 @dataclass
@@ -52,6 +73,14 @@ class Row:
     got: str
     ok: bool
     hint: str = ""
+    note: str = ""  # printed under the row whether it passed or not
+
+    def __post_init__(self) -> None:
+        for name in ("case", "expected", "got", "hint", "note"):
+            value = getattr(self, name)
+            if type(value) is not str:  # a student's object must never reach print
+                setattr(self, name, show_value(value))
+        self.ok = self.ok is True
 
 
 @dataclass
@@ -59,13 +88,40 @@ class Raised:
     """What the student's function raised instead of returning a value."""
 
     exc: BaseException
+    at_call: bool = False  # raised by the call itself: the wrong number of arguments
 
     def __str__(self) -> str:
         return f"raised {type(self.exc).__name__}"
 
     @property
+    def message(self) -> str:
+        """The exception's message, however broken its ``__str__``."""
+        try:
+            text = str(self.exc)
+        except BaseException as exc:
+            let_interrupt_through(exc)
+            text = ""
+        return cut(text if type(text) is str else "", 300)
+
+    @property
     def hint(self) -> str:
-        return f"your function raised {type(self.exc).__name__}: {self.exc}"
+        name = type(self.exc).__name__
+        if self.at_call:
+            return (
+                f"the check could not call your function ({name}: {self.message}): "
+                "keep the parameters its docstring and the exercise give"
+            )
+        if isinstance(self.exc, SystemExit):
+            return (
+                "your function called exit() or sys.exit(): return the answer "
+                "instead"
+            )
+        if isinstance(self.exc, StopIteration):
+            return (
+                "your function raised StopIteration: a next(...) over a generator "
+                "found no item (give next a default, or make sure one matches)"
+            )
+        return f"your function raised {name}: {self.message}"
 
 
 class NotAttempted(Exception):
@@ -81,26 +137,55 @@ class WrongKind(Exception):
         self.row = row
 
 
+def let_interrupt_through(exc: BaseException) -> None:
+    """Re-raise `exc` if it is KeyboardInterrupt, the one exception a check lets
+    through (the stop button must stop the cell); any other is the answer's fault."""
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+
+
+def _frames(exc: BaseException) -> list:
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code)
+        tb = tb.tb_next
+    return frames
+
+
 def _is_stub(fn: Callable, exc: BaseException) -> bool:
     # The stub raises in the student's own frame; a NotImplementedError from deeper
     # down (a torch op, another unsolved helper) is a failed case, not "not attempted".
     code = getattr(fn, "__code__", None)
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return code is None or tb is None or tb.tb_frame.f_code is code
+    frames = _frames(exc)
+    return code is None or not frames or frames[-1] is code
+
+
+def _at_call(fn: Callable, exc: BaseException) -> bool:
+    # a TypeError that never entered the student's function: the arguments did not
+    # fit its parameters
+    code = getattr(fn, "__code__", None)
+    return (isinstance(exc, TypeError) and code is not None
+            and code not in _frames(exc))
 
 
 def call_student(fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """The student's return value, or `Raised` if it raised (the stub aborts)."""
+    """The student's return value, or `Raised` if it raised (the stub aborts).
+
+    Any exception is a failed case, SystemExit and StopIteration included; only
+    KeyboardInterrupt goes through (the student asked to stop). Whatever global torch
+    state the function changes (grad mode, default dtype, the RNG, ...) is put back.
+    """
     try:
-        return fn(*args, **kwargs)
+        with fixed_torch_state(seed=None):
+            return fn(*args, **kwargs)
+    except KeyboardInterrupt:
+        raise
     except NotImplementedError as exc:
         if _is_stub(fn, exc):
             raise NotAttempted() from None
         return Raised(exc)
-    except Exception as exc:  # any bug in student code is a failed case, not a crash
-        return Raised(exc)
+    except BaseException as exc:  # any bug in student code is a failed case
+        return Raised(exc, at_call=_at_call(fn, exc))
 
 
 def cut(text: str, width: int) -> str:
@@ -109,7 +194,8 @@ def cut(text: str, width: int) -> str:
 
 
 def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
-    """Print one line per case and, under each failing one, its hint."""
+    """Print one line per case and, under each failing one, its hint (and under any
+    row, its note)."""
     kind = "hidden cases" if hidden else "cases"
     print(f"{title}: {len(rows)} {kind}")
     widths = [
@@ -126,15 +212,33 @@ def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
         cells = (row.case, row.expected, row.got)
         line = "  ".join(cut(c, w).ljust(w) for c, w in zip(cells, widths, strict=True))
         print(f"  {line}  {'ok' if row.ok else 'FAIL'}")
-        if not row.ok and row.hint:
-            print(
-                textwrap.fill(
-                    row.hint,
-                    width=88,
-                    initial_indent="      hint: ",
-                    subsequent_indent="            ",
+        for label, text in (("hint", "" if row.ok else row.hint), ("note", row.note)):
+            if text:
+                print(
+                    textwrap.fill(
+                        text,
+                        width=88,
+                        initial_indent=f"      {label}: ",
+                        subsequent_indent="            ",
+                    )
                 )
-            )
+
+
+def _name_of(fn: Any) -> str:
+    name = getattr(fn, "__name__", None)
+    return name if type(name) is str and name.isidentifier() else "your function"
+
+
+def _could_not_grade(exc: BaseException) -> Row:
+    # a safety net: a grader that meets an answer it did not foresee still fails the
+    # case with a table (tests/test_checks_fuzz.py makes sure no answer gets here)
+    return Row(
+        "grading your answer", "a gradable answer",
+        f"check raised {type(exc).__name__}", False,
+        "the check could not grade what your function returned; return what the "
+        "exercise asks for (see its docstring). If your answer has that form, tell "
+        f"your instructor: {type(exc).__name__}: {Raised(exc).message}",
+    )
 
 
 def grade(
@@ -149,8 +253,9 @@ def grade(
     after it (`verify_pristine`); the verdict is raised as a `sys.audit` event that
     the grading sandbox's guard reads where the notebook cannot reach it. The guard
     trusts the verdict only from this function, called directly by the check named
-    `title`, with `make_rows` (this parameter's name) a function of the checks
-    package: keep those three when changing it (tests/test_sandbox.py shows why).
+    `title` (or `title` up to a "["), with `make_rows` (this parameter's name) a
+    function of the checks package: keep those three when changing it
+    (tests/test_sandbox.py shows why).
     """
     passed = False
     sys.audit(CHECK_START, title)
@@ -169,31 +274,39 @@ def _run_rows(
     hidden: bool,
     make_rows: Callable[[Callable, bool], list[Row]],
 ) -> None:
+    """Run one check: build its rows, print the table, raise AssertionError if any
+    case failed. The rows are built in `fixed_torch_state`, with warnings off and
+    stderr sent to stdout (nbgrader zeroes a cell that writes to stderr)."""
     if not callable(fn):
-        raise ValueError(
-            f"{title} expects the function you wrote, e.g. {title}(my_function); "
-            f"got {type(fn).__name__}. Run your solution cell first."
+        row = Row(
+            "the function you wrote", "a function", show_value(fn, 22), False,
+            f"{title} expects the function itself, e.g. {title}(my_function), not "
+            "its result; run your solution cell first",
         )
-    name = getattr(fn, "__name__", "your function")
-    # stdout only (nbgrader zeroes a cell that writes to stderr), and leave the
-    # notebook's random state as it was
-    with (
-        warnings.catch_warnings(),
-        contextlib.redirect_stderr(sys.stdout),
-        torch.random.fork_rng(devices=[]),
-    ):
-        warnings.simplefilter("ignore")
-        try:
-            rows = make_rows(fn, hidden)
-        except WrongKind as wrong:
-            rows = [wrong.row]
-        except NotAttempted:
-            message = (
-                f"not attempted: {name}() still raises NotImplementedError; write it "
-                "in its solution cell, run that cell, then run this one again"
-            )
-            print(message)
-            raise AssertionError(message) from None
+        rows = [row]
+    else:
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stderr(sys.stdout),
+            fixed_torch_state(seed=0),
+        ):
+            warnings.simplefilter("ignore")
+            try:
+                rows = make_rows(fn, hidden)
+            except WrongKind as wrong:
+                rows = [wrong.row]
+            except NotAttempted:
+                message = (
+                    f"not attempted: {_name_of(fn)}() still raises "
+                    "NotImplementedError; write it in its solution cell, run that "
+                    "cell, then run this one again"
+                )
+                print(message)
+                raise AssertionError(message) from None
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                rows = [_could_not_grade(exc)]
     print_table(title, rows, hidden)
     failed = sum(not row.ok for row in rows)
     if failed:
@@ -201,28 +314,89 @@ def _run_rows(
     print(f"all {len(rows)} {'hidden cases' if hidden else 'cases'} passed")
 
 
-def show_value(value: Any) -> str:
-    """Short, exact text for a table cell: powers of two as 2**k, floats by repr."""
+def _safe_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except BaseException as exc:  # a broken __repr__, or an int too long to print
+        let_interrupt_through(exc)
+        text = None
+    if type(text) is not str:
+        text = f"<{type(value).__name__} that cannot be shown>"
+    return text
+
+
+def show_value(value: Any, width: int | None = None) -> str:
+    """Short, exact text for a table cell: powers of two as 2**k, floats by repr;
+    any object at all, cut to `width` characters when given."""
     if isinstance(value, Raised):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value) and value != 0:
+        text = str(value)
+    elif isinstance(value, float):
+        value = float.__float__(value)  # the number, whatever a subclass overrides
         mantissa, exponent = math.frexp(abs(value))
         if mantissa == 0.5 and not -4 <= exponent - 1 <= 11:
-            return f"{'-' if value < 0 else ''}2**{exponent - 1}"
-    if isinstance(value, torch.dtype):
-        return str(value).removeprefix("torch.")
-    return repr(value)
+            text = f"{'-' if value < 0 else ''}2**{exponent - 1}"
+        else:
+            text = repr(value)
+    elif isinstance(value, torch.dtype):
+        text = str(value).removeprefix("torch.")
+    elif type(value) is int and value.bit_length() > 64:
+        text = f"an int of {len(str(value)) if value.bit_length() < 14000 else 'many'}"
+        text += " digits"
+    else:
+        text = _safe_repr(value)
+    return text if width is None else cut(text, width)
 
 
 def as_float(value: Any) -> float | None:
-    """The student's answer as a float, or None if it is not a number."""
-    if isinstance(value, bool):
+    """The student's answer as a float, or None if it is not a number (or too big
+    for one: an int past 1.8e308)."""
+    try:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, numbers.Real):  # int, float, numpy scalars
+            result = float(value)
+        elif isinstance(value, torch.Tensor) and value.numel() == 1:
+            if value.is_complex() or value.dtype is torch.bool:
+                return None
+            result = float(value.detach().cpu().item())
+        else:
+            return None
+    except BaseException as exc:  # OverflowError for a huge int, a bad __float__...
+        let_interrupt_through(exc)
         return None
-    if isinstance(value, numbers.Real):  # int, float, numpy scalars
-        return float(value)
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.item())
-    return None
+    return result if type(result) is float else None
+
+
+def as_choice(value: Any, choices: Any) -> str | None:
+    """The student's answer as one of `choices` (strings), or None: only a real str
+    counts, compared by its characters, so an object equal to everything is None.
+
+    Example: ``as_choice("b", "abcd") == "b"``, ``as_choice(["b"], "abcd") is None``.
+    """
+    if not isinstance(value, str):
+        return None
+    text = str.__str__(value)  # the characters, whatever a subclass overrides
+    return text if text in choices else None
+
+
+def choice_row(
+    case: str,
+    right: str,
+    got: Any,
+    choices: Any,
+    explain: Callable[[str], str],
+    invalid: str,
+) -> Row:
+    """One multiple-choice or matching item: right or wrong, and why the chosen
+    option is wrong (`explain(choice)`), never the right answer itself (`invalid`:
+    the hint for an answer that is not one of `choices`)."""
+    if isinstance(got, Raised):
+        return Row(case, NOT_SHOWN, str(got), False, got.hint)
+    choice = as_choice(got, choices)
+    if choice is None:
+        return Row(case, NOT_SHOWN, show_value(got, 24), False, invalid)
+    ok = choice == right
+    return Row(case, NOT_SHOWN, cut(choice, 24), ok, "" if ok else explain(choice))
 
 
 def same_float(a: float, b: float) -> bool:
@@ -236,7 +410,9 @@ def type_hint(got: Any, want: str = "a Python float") -> str:
     """The hint for an answer of the wrong type (or one that raised)."""
     if isinstance(got, Raised):
         return got.hint
-    return f"return {want}; got {type(got).__name__} {cut(repr(got), 40)}"
+    if isinstance(got, int) and not isinstance(got, bool) and as_float(got) is None:
+        return f"return {want}; got an int too large for any float ({show_value(got)})"
+    return f"return {want}; got {type(got).__name__} {show_value(got, 40)}"
 
 
 def float_row(
@@ -251,21 +427,27 @@ def float_row(
     show = show or show_value
     value = as_float(got)
     if value is None:
-        return Row(case, show(expected), show_value(got), False, type_hint(got))
+        return Row(case, show(expected), show_value(got, 24), False, type_hint(got))
     ok = same(value, expected)
     return Row(case, show(expected), show(value), ok, "" if ok else hint_of(value))
 
 
 def answer_of_type(fn: Callable, kind: Any, label: str, want: str) -> Any:
-    """Call the student's argument-free function and return its answer; when that is
-    not an instance of `kind`, the table becomes one failing row "returns a <label>"
-    (`want` says what to return instead)."""
+    """Call the student's argument-free function and return its answer as a plain
+    copy of `kind` (a dict subclass's overrides do not come along); when it is not an
+    instance of `kind`, the table becomes one failing row "returns a <label>" (`want`
+    says what to return instead)."""
     got = call_student(fn)
     if not isinstance(got, kind):
         hint = type_hint(got, want)
         raise WrongKind(
-            Row(f"returns a {label}", label, cut(repr(got), 22), False, hint)
+            Row(f"returns a {label}", label, show_value(got, 22), False, hint)
         )
+    if isinstance(got, dict):
+        return dict.copy(got)
+    if isinstance(got, list | tuple):
+        return list(list.__iter__(got) if isinstance(got, list) else
+                    tuple.__iter__(got))
     return got
 
 

@@ -1,5 +1,6 @@
-"""Lesson 04's grader: which dtype each op produces under CPU bf16 autocast, read live
-from the installed torch."""
+"""Lesson 04's grader: which dtype each op produces under CPU bf16 autocast and under
+CUDA fp16 autocast, read live from the installed torch (CUDA on fake tensors when there
+is no GPU)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from amp_lessons.autocast import autocast_rules
 from amp_lessons.checks._engine import (
+    NOT_SHOWN,
     Row,
     answer_of_type,
     answered_row,
@@ -18,16 +21,16 @@ from amp_lessons.checks._engine import (
     show_value,
 )
 
-__all__ = ["AUTOCAST_OPS", "check_autocast_dtypes"]
+__all__ = ["AUTOCAST_DEVICES", "AUTOCAST_OPS", "check_autocast_dtypes"]
 
 
-def _autocast_inputs() -> SimpleNamespace:
-    gen = torch.Generator().manual_seed(6)
+def _autocast_inputs(device: str) -> SimpleNamespace:
+    # only the dtypes matter; on fake CUDA tensors there are no values at all
     return SimpleNamespace(
-        x=torch.randn(4, 4, generator=gen), w=torch.randn(4, 4, generator=gen),
-        y=torch.randn(4, 4, generator=gen), t=torch.tensor([0, 1, 2, 3]),
-        img=torch.randn(1, 2, 5, 5, generator=gen),
-        k=torch.randn(3, 2, 3, 3, generator=gen),
+        x=torch.randn(4, 4, device=device), w=torch.randn(4, 4, device=device),
+        y=torch.randn(4, 4, device=device), t=torch.arange(4, device=device),
+        img=torch.randn(1, 2, 5, 5, device=device),
+        k=torch.randn(3, 2, 3, 3, device=device),
     )  # fmt: skip
 
 
@@ -56,98 +59,141 @@ _AUTOCAST_TABLE: dict[str, tuple[Callable, Callable]] = {
 AUTOCAST_OPS: tuple[str, ...] = tuple(_AUTOCAST_TABLE)
 """The ops whose output dtype `predict_autocast_dtypes()` must predict, in this order.
 x, w, y are float32 4x4, t int64 class indices, img and k a float32 image and kernel;
-every op runs inside `torch.amp.autocast("cpu", dtype=torch.bfloat16)`."""
+each op runs inside each of `AUTOCAST_DEVICES`' autocast regions."""
+AUTOCAST_DEVICES: dict[str, torch.dtype] = {
+    "cpu": torch.bfloat16,
+    "cuda": torch.float16,
+}
+"""The two regions predicted: ``torch.amp.autocast("cpu", dtype=torch.bfloat16)`` and
+``torch.amp.autocast("cuda", dtype=torch.float16)``."""
 _AUTOCAST_HIDDEN = set(AUTOCAST_OPS[6:])
 # ops CUDA's autocast runs in float32 but CPU's does not (from torch's autocast docs)
 _CUDA_FP32_ONLY = {"softmax", "sum", "layer_norm", "log_softmax", "exp", "cumsum"}
 
 
-def _autocast_dtypes(name: str) -> tuple[torch.dtype, str]:
-    """(output dtype, why) of one op, run live under CPU autocast.
+def _autocast_dtypes(name: str, device: str = "cpu") -> tuple[torch.dtype, str]:
+    """(output dtype, why) of one op, run live under `device`'s autocast.
 
     "why" is "low" or "fp32" when autocast itself changed the op's dtype (the op is
     on one of its lists), "promote" when mixed inputs decided it, else "follow".
     """
     make_args, op = _AUTOCAST_TABLE[name]
-    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
-        args = make_args(_autocast_inputs())
+    low = AUTOCAST_DEVICES[device]
+    with autocast_rules(device, low):
+        args = make_args(_autocast_inputs(device))
         out = op(*args).dtype
-    plain = op(*args).dtype  # the same inputs without autocast
+        with torch.amp.autocast(device, enabled=False):  # the same inputs, no autocast
+            plain = op(*args).dtype
     inputs = {a.dtype for a in args if a.is_floating_point()}
     if out != plain:
-        return out, "low" if out == torch.bfloat16 else "fp32"
+        return out, "low" if out == low else "fp32"
     return out, "promote" if len(inputs) > 1 else "follow"
 
 
-def _autocast_hint(name: str, expected: torch.dtype, why: str, got: Any) -> str:
+def _autocast_hint(
+    name: str, expected: torch.dtype, why: str, got: Any, device: str = "cpu"
+) -> str:
+    # explains the dtype the student chose; the right one is never printed
+    low = AUTOCAST_DEVICES[device]
+    low_name, where = show_value(low), device.upper()
     if isinstance(got, str):
-        return f"use dtype objects such as torch.{show_value(expected)}, not strings"
+        return "use dtype objects (torch.bfloat16, torch.float32), not strings"
     if got is None:
-        return f"add an entry for {name!r}"
-    if got == torch.float16:
-        return "this is bf16 autocast: its lower precision is torch.bfloat16"
+        return f"add an entry for {name!r} under {device!r}"
+    if not isinstance(got, torch.dtype):
+        return f"give a torch.dtype for {name!r} under {device!r}, e.g. torch.float32"
+    if got in AUTOCAST_DEVICES.values() and got is not low:
+        return (f"this is {where}'s {low_name} autocast: it never produces "
+                f"{show_value(got)}")
+    said = f"you said {show_value(got)}"
     op = name.split("(")[0]
     if why == "low":
         return (
-            "autocast casts its float32 inputs down and runs it in bfloat16: "
-            "matmul-like ops (matmul, linear, conv, bmm) are on its lower-precision "
-            "list"
+            f"{said}, as if autocast left {op} alone; but matmul-like ops (matmul, "
+            "linear, conv, bmm) are exactly what its lower-precision list is for, on "
+            "both devices"
         )
     if why == "fp32":
+        note = " (the CPU and CUDA lists differ)" if op in _CUDA_FP32_ONLY else ""
         return (
-            "autocast casts its bfloat16 input UP and runs it in float32: losses and "
-            "a few precision-hungry reductions (prod, cdist) are on its float32 list"
+            f"{said}, as if {op} followed its low-precision input; but losses and "
+            f"precision-hungry reductions are on {where} autocast's other list, the "
+            "one for ops it will not run in low precision" + note
         )
     if why == "promote":
         return (
-            "its inputs are bfloat16 and float32; an op on neither autocast list "
-            "follows type promotion, and bfloat16 + float32 gives float32"
+            f"{said}; but this op is on neither autocast list, and its inputs have "
+            "two different dtypes: type promotion decides"
         )
     note = ""
     if op in _CUDA_FP32_ONLY:
         note = (
-            " (CUDA's autocast would run it in float32: the CPU and CUDA lists "
-            "differ, which is why lesson 04 reads them from the running torch)"
+            " (the CPU and CUDA lists differ, which is why lesson 04 reads them from "
+            "the running torch)"
         )
     return (
-        f"{op} is on neither of CPU autocast's lists: it runs in the dtype of its "
-        f"input, here {show_value(expected)}{note}"
+        f"{said}; but {op} is on neither of {where} autocast's lists: it runs in the "
+        f"dtype of its input; which dtype does its input have here?{note}"
     )
 
 
 def _autocast_rows(predict_autocast_dtypes: Callable, hidden: bool) -> list[Row]:
-    got = answer_of_type(
-        predict_autocast_dtypes, dict, "dict", "a dict {op name: torch dtype}"
-    )
+    want = 'a dict {"cpu": {op name: torch dtype}, "cuda": {op name: torch dtype}}'
+    got = answer_of_type(predict_autocast_dtypes, dict, "dict", want)
+    if set(got) & set(AUTOCAST_OPS):
+        hint = f"one answer per device now: return {want}"
+        return [Row('keys "cpu" and "cuda"', "yes", "op names", False, hint)]
     rows = []
+    per_device = {
+        d: got.get(d) if isinstance(got.get(d), dict) else {} for d in AUTOCAST_DEVICES
+    }
     if not hidden:
-        bad = [n for n in AUTOCAST_OPS if not isinstance(got.get(n), torch.dtype)]
-        hint = "give a torch.dtype for every name in AUTOCAST_OPS; missing or not a "
-        hint += "dtype: " + ", ".join(bad)
-        rows.append(answered_row(f"all {len(AUTOCAST_OPS)} ops answered", bad, hint))
-    for name in AUTOCAST_OPS:
-        if (name in _AUTOCAST_HIDDEN) != hidden:
-            continue
-        expected, why = _autocast_dtypes(name)
-        answer = got.get(name)
-        ok = answer == expected
-        hint = "" if ok else _autocast_hint(name, expected, why, answer)
-        shown = "missing" if answer is None else show_value(answer)
-        rows.append(Row(name, show_value(expected), shown, ok, hint))
+        bad = [
+            f"{d}: {n}"
+            for d in AUTOCAST_DEVICES
+            for n in AUTOCAST_OPS
+            if not isinstance(per_device[d].get(n), torch.dtype)
+        ]
+        hint = (
+            f"return {want}, a torch.dtype for every name in AUTOCAST_OPS on "
+            "both devices; missing or not a dtype: "
+            + ", ".join(bad[:6])
+            + (", ..." if len(bad) > 6 else "")
+        )
+        rows.append(
+            answered_row(
+                f"all {len(AUTOCAST_OPS)} ops answered on both devices", bad, hint
+            )
+        )
+    for device in AUTOCAST_DEVICES:
+        for name in AUTOCAST_OPS:
+            if (name in _AUTOCAST_HIDDEN) != hidden:
+                continue
+            expected, why = _autocast_dtypes(name, device)
+            answer = per_device[device].get(name)
+            ok = isinstance(answer, torch.dtype) and answer is expected
+            hint = "" if ok else _autocast_hint(name, expected, why, answer, device)
+            shown = "missing" if answer is None else show_value(answer, 24)
+            rows.append(Row(f"{device}: {name}", NOT_SHOWN, shown, ok, hint))
     return rows
 
 
 def check_autocast_dtypes(
-    predict_autocast_dtypes: Callable[[], dict[str, torch.dtype]], hidden: bool = False
+    predict_autocast_dtypes: Callable[[], dict[str, dict[str, torch.dtype]]],
+    hidden: bool = False,
 ) -> None:
-    """Check `predict_autocast_dtypes() -> {op name: dtype}` for AUTOCAST_OPS.
+    """Check `predict_autocast_dtypes() -> {"cpu": {op: dtype}, "cuda": {op: dtype}}`.
 
-    Each op runs live on tiny float32 CPU tensors inside
-    `torch.amp.autocast("cpu", dtype=torch.bfloat16)`, so the expected dtypes are
-    those of the installed torch. The visible cases grade the first six ops; the
-    hidden cases the other six.
+    Each op of AUTOCAST_OPS runs live on tiny float32 tensors inside
+    `torch.amp.autocast("cpu", dtype=torch.bfloat16)` and inside
+    `torch.amp.autocast("cuda", dtype=torch.float16)` (on fake CUDA tensors without a
+    GPU: the installed torch's CUDA autocast kernels, no data), so the expected dtypes
+    are those of the installed torch. The visible cases grade the first six ops on
+    both devices; the hidden cases the other six. The table says right or wrong and
+    explains the dtype chosen; it never prints the right one.
 
     Example:
-        >>> check_autocast_dtypes(lambda: {"matmul(x, w)": torch.bfloat16, ...})
+        >>> check_autocast_dtypes(lambda: {"cpu": {"matmul(x, w)": torch.bfloat16,
+        ...     ...}, "cuda": {"matmul(x, w)": torch.float16, ...}})
     """
     grade("check_autocast_dtypes", predict_autocast_dtypes, hidden, _autocast_rows)

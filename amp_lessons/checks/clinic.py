@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from amp_lessons.checks._engine import (
-    Raised,
     Row,
     answered_row,
+    as_choice,
     call_student,
-    cut,
+    choice_row,
     grade,
+    show_value,
 )
 from amp_lessons.clinic import CAUSES, DIAGNOSES, SYMPTOMS
 
@@ -22,26 +23,28 @@ def _clinic_rows(diagnose: Callable, hidden: bool) -> list[Row]:
     answers = {symptom: call_student(diagnose, symptom) for symptom in SYMPTOMS}
     rows = []
     if not hidden:
-        bad = [s for s, a in answers.items() if a not in CAUSES]
+        bad = [s for s, a in answers.items() if as_choice(a, CAUSES) is None]
         hint = "return one of the keys of CAUSES for every symptom in SYMPTOMS; "
         hint += "not a key: " + "; ".join(
-            f"#{SYMPTOMS.index(s) + 1} -> {cut(str(answers[s]), 30)!r}" for s in bad
+            f"#{SYMPTOMS.index(s) + 1} -> {show_value(answers[s], 30)}" for s in bad
         )
         case = f"all {len(SYMPTOMS)} symptoms answered"
         rows.append(answered_row(case, bad, hint, "keys of CAUSES", "not keys"))
     chosen = DIAGNOSES[5:] if hidden else DIAGNOSES[:5]
     first = 6 if hidden else 1
     for number, (symptom, cause, clue) in enumerate(chosen, start=first):
-        got = answers[symptom]
-        ok = got == cause
-        if isinstance(got, Raised):
-            hint = got.hint
-        elif got not in CAUSES:
-            hint = f"{got!r} is not a key of CAUSES. Clue: {clue}"
-        else:
-            hint = f"not {got!r}. Clue: {clue}"
-        shown = cut(str(got), 24)
-        rows.append(Row(f"#{number} {symptom}", cause, shown, ok, "" if ok else hint))
+        rows.append(
+            choice_row(
+                f"#{number} {symptom}",
+                cause,
+                answers[symptom],
+                CAUSES,
+                # the chosen cause's meaning, and the clue: never the right key
+                lambda key, clue=clue: f"{key!r} means {CAUSES[key]}: that does not "
+                f"produce this symptom. Clue: {clue}",
+                f"not a key of CAUSES. Clue: {clue}",
+            )
+        )
     return rows
 
 
@@ -51,7 +54,8 @@ def check_clinic_diagnosis(
     """Check `diagnose(symptom) -> str`: the CAUSES key behind each of SYMPTOMS.
 
     Visible cases grade the first five symptoms (and that every symptom gets a valid
-    key); hidden cases the other five.
+    key); hidden cases the other five. A wrong key gets what it means and the
+    symptom's clue; the table never prints the right key.
 
     Example:
         >>> check_clinic_diagnosis(lambda symptom: "fp16_overflow")

@@ -3,7 +3,7 @@ training and in AMP, measured on a real model."""
 
 from __future__ import annotations
 
-import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -11,11 +11,14 @@ import torch
 from torch import nn
 
 from amp_lessons.checks._engine import (
+    NOT_SHOWN,
     Raised,
     Row,
+    as_float,
     call_student,
-    cut,
     grade,
+    let_interrupt_through,
+    show_value,
     type_hint,
 )
 
@@ -58,8 +61,9 @@ def _memory_budget(n_params: int) -> dict[str, dict[str, int]]:
 
 
 def _memory_hint(n: int, regime: str, part: str, expected: int, got: Any) -> str:
-    if not isinstance(got, int | float) or isinstance(got, bool):
+    if _as_bytes(got) is None:
         return type_hint(got, "an int number of bytes")
+    got = _as_bytes(got)
     if got == expected * 8:
         return "count bytes, not bits (a float32 is 4 bytes)"
     if regime == "amp" and got * 2 == expected:
@@ -83,6 +87,33 @@ def _memory_hint(n: int, regime: str, part: str, expected: int, got: Any) -> str
     return f"{part}: {n:_} parameters x bytes per value x values per parameter"
 
 
+def _part(got: Any, regime: str, part: str) -> Any:
+    """got[regime][part] from plain dicts, or None when it is not there."""
+    inner = dict.get(got, regime) if isinstance(got, dict) else None
+    return dict.get(inner, part) if isinstance(inner, dict) else None
+
+
+def _as_bytes(answer: Any) -> int | None:
+    """A whole number of bytes (an int, or a float with no fraction), else None."""
+    if isinstance(answer, bool):
+        return None
+    if isinstance(answer, int):
+        return int.__int__(answer)  # the number, whatever a subclass overrides
+    if isinstance(answer, numbers.Integral):  # numpy's ints
+        return _int_of(answer)
+    value = as_float(answer) if isinstance(answer, float) else None
+    return int(value) if value is not None and value.is_integer() else None
+
+
+def _int_of(answer: numbers.Integral) -> int | None:
+    try:
+        value = int(answer)
+    except BaseException as exc:
+        let_interrupt_through(exc)
+        return None
+    return value if type(value) is int else None
+
+
 def _memory_rows(memory_budget: Callable, hidden: bool) -> list[Row]:
     rows = []
     for n in (1, 124_439_808, 7_000_000_000) if hidden else (1000, 1_000_000):
@@ -91,16 +122,10 @@ def _memory_rows(memory_budget: Callable, hidden: bool) -> list[Row]:
         for regime in ("fp32", "amp"):
             for part in _BUDGET_PARTS:
                 want = expected[regime][part]
-                try:
-                    answer = got[regime][part]
-                except Exception:
-                    answer = got if isinstance(got, Raised) else None
-                ok = isinstance(answer, int | float) and not isinstance(answer, bool)
-                ok = ok and answer == want
-                if isinstance(answer, int | float) and math.isfinite(answer):
-                    shown = f"{int(answer):_}"
-                else:
-                    shown = cut(str(answer), 22)
+                answer = got if isinstance(got, Raised) else _part(got, regime, part)
+                value = _as_bytes(answer)
+                ok = value is not None and value == want
+                shown = f"{value:_}" if value is not None else show_value(answer, 22)
                 hint = ""
                 if answer is None:
                     hint = "return {'fp32': {...}, 'amp': {...}}, each with keys "
@@ -110,7 +135,8 @@ def _memory_rows(memory_budget: Callable, hidden: bool) -> list[Row]:
                 rows.append(
                     Row(
                         f"n={n:_} {regime} {part.removesuffix('_state')}",
-                        f"{want:_}",
+                        # visible: n = 1000 bytes would give away bytes per parameter
+                        f"{want:_}" if hidden else NOT_SHOWN,
                         shown,
                         ok,
                         hint,
@@ -128,6 +154,8 @@ def check_memory_budget(
     plain fp32 training and for AMP with fp32 master weights. Expected by training a
     real model (one Adam step, fp32 and fp16 autocast + GradScaler) and summing the
     `nbytes` of its tensors; large n is built small and scaled, bytes being linear.
+    The visible table does not print the expected bytes: bytes per parameter, read
+    off n = 1000, would be the whole answer.
 
     Example:
         >>> check_memory_budget(memory_budget)  # 1000 -> weights 4000 in both

@@ -13,12 +13,14 @@ from torch import nn
 from amp_lessons.checks._engine import (
     Raised,
     Row,
+    as_float,
     call_student,
     grade,
+    let_interrupt_through,
     show_value,
     type_hint,
 )
-from amp_lessons.formats import same_bits
+from amp_lessons.formats import same_bits, tensor_bits
 from amp_lessons.scaler import next_scale, round_to_float32
 
 __all__ = ["check_update_rule", "check_unscale"]
@@ -109,6 +111,33 @@ def _update_hint(case: tuple, got_scale: float, got_tracker: int) -> str:
     )
 
 
+def _as_pair(got: Any) -> tuple[float, int] | None:
+    """(scale, tracker) from a tuple or list of two numbers, the tracker a whole
+    number; None for anything else."""
+    if not isinstance(got, tuple | list):
+        return None
+    items = list(list.__iter__(got) if isinstance(got, list) else tuple.__iter__(got))
+    if len(items) != 2:
+        return None
+    scale, tracker = as_float(items[0]), as_float(items[1])
+    if scale is None or tracker is None or not tracker.is_integer():
+        return None
+    return scale, int(tracker)
+
+
+def _as_found(got: Any) -> bool | None:
+    """found_inf as a bool: a bool, or a one-element tensor; None for anything else."""
+    if isinstance(got, bool):
+        return bool.__bool__(got)
+    if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_complex():
+        try:
+            return bool(got.detach().cpu().item())
+        except BaseException as exc:  # a meta tensor has no value
+            let_interrupt_through(exc)
+            return None
+    return None
+
+
 def _update_rows(update_scale: Callable, hidden: bool) -> list[Row]:
     rows = []
     for case in _UPDATE_HIDDEN if hidden else _UPDATE_CASES:
@@ -122,13 +151,12 @@ def _update_rows(update_scale: Callable, hidden: bool) -> list[Row]:
         )
         label = f"{show_value(scale)}, {tracker}, {'inf' if found_inf else 'ok'}{extra}"
         shown = f"({show_value(expected[0])}, {expected[1]})"
-        try:
-            got_scale, got_tracker = got  # exactly two values
-            got_scale, got_tracker = float(got_scale), int(got_tracker)
-        except (TypeError, ValueError):
-            hint = type_hint(got, "a tuple (new_scale, new_tracker)")
-            rows.append(Row(label, shown, show_value(got), False, hint))
+        pair = _as_pair(got)
+        if pair is None:
+            hint = type_hint(got, "a tuple (new_scale, new_tracker): a float, an int")
+            rows.append(Row(label, shown, show_value(got, 24), False, hint))
             continue
+        got_scale, got_tracker = pair
         # the scale lives in a float32 tensor: compare in float32
         ok = round_to_float32(got_scale) == expected[0] and got_tracker == expected[1]
         hint = "" if ok else _update_hint(case, got_scale, got_tracker)
@@ -202,6 +230,13 @@ def _torch_unscale(
     return unscaled, scaler.get_scale() < scale
 
 
+_BIT_IDENTITY = (
+    "Bit-identity is the point of this exercise: LossScaler is a drop-in for "
+    "GradScaler that must train to the very same bits (lesson 03 checks it step by "
+    "step), and one differing last bit in a gradient changes every later step."
+)
+
+
 def _unscale_hint(
     grads: list[torch.Tensor], scale: float, expected: tuple, after: list, found: Any
 ) -> str:
@@ -229,19 +264,29 @@ def _unscale_hint(
         for a, g in zip(after, grads, strict=True)
     ):
         return (
-            "you divided by scale; torch multiplies by inv_scale = 1/scale computed "
-            "in float64 and rounded to float32. x / s and x * (1/s) differ in the last "
-            "bit for many x when s is not a power of two"
+            "you divided by scale: the right unscaling, rounded differently. "
+            f"{_BIT_IDENTITY} torch multiplies by inv_scale = 1/scale computed in "
+            "float64 and rounded to float32, and x / s and x * (1/s) differ in the "
+            "last bit for many x when s is not a power of two: use g.mul_(1 / scale)"
         )
     if all(
         same_bits(a, (g.double() / scale).float())
         for a, g in zip(after, grads, strict=True)
     ):
         return (
-            "you divided in float64: torch multiplies the float32 grads by the "
+            f"you divided in float64: the right unscaling, rounded differently. "
+            f"{_BIT_IDENTITY} torch multiplies the float32 grads by the "
             "float32-rounded reciprocal, g.mul_(1 / scale)"
         )
     return "multiply every grad in place by inv_scale = float32(1 / scale)"
+
+
+def _count_differences(a: torch.Tensor, ref: torch.Tensor) -> int:
+    """How many values of `a` differ from `ref` (all of them if the student's code
+    changed the tensor's shape or dtype)."""
+    if a.shape != ref.shape or a.dtype != ref.dtype:
+        return ref.numel()
+    return int((tensor_bits(a) != tensor_bits(ref)).sum())
 
 
 def _unscale_rows(unscale_grads: Callable, hidden: bool) -> list[Row]:
@@ -256,14 +301,12 @@ def _unscale_rows(unscale_grads: Callable, hidden: bool) -> list[Row]:
             continue
         same = [same_bits(a, r) for a, r in zip(mine, ref, strict=True)]
         differ = sum(
-            int((a != r).sum())
+            _count_differences(a, r)
             for a, r, s in zip(mine, ref, same, strict=True)
             if not s
         )
-        ok_type = isinstance(got, bool) or (
-            isinstance(got, torch.Tensor) and got.numel() == 1
-        )
-        found = bool(got) if ok_type else None
+        found = _as_found(got)
+        ok_type = found is not None
         ok = ok_type and found == ref_found and all(same)
         got_text = f"found_inf={found}, " + (
             "exact" if all(same) else f"{differ} differ"
@@ -284,8 +327,10 @@ def check_unscale(
     """Check `unscale_grads(grads, scale) -> bool`: unscale in place, report inf/nan.
 
     The float32 tensors in `grads` must end up bit-identical to what
-    `torch.amp.GradScaler.unscale_` leaves in `param.grad`, and the result must say
-    whether any value is inf or nan.
+    `torch.amp.GradScaler.unscale_` leaves in `param.grad` (bit-identity is the point:
+    LossScaler must match GradScaler bit for bit, so dividing, one last bit off, is
+    rejected with a hint saying why), and the result must say whether any value is
+    inf or nan.
 
     Example:
         >>> check_unscale(unscale_grads)  # ([tensor([2., inf])], 2.0) -> True

@@ -11,7 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from amp_lessons.checks._engine import Row, answer_of_type, grade
+from amp_lessons.checks._engine import (
+    NOT_SHOWN,
+    Row,
+    answer_of_type,
+    as_choice,
+    grade,
+    show_value,
+)
 from amp_lessons.formats import same_bits
 
 __all__ = ["AMP_STEPS", "check_amp_step_order"]
@@ -72,13 +79,16 @@ def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
     got = answer_of_type(
         amp_step_order, list | tuple, "list", "a list of the names in AMP_STEPS"
     )
-    order = list(got)
-    unknown = [s for s in order if s not in AMP_STEPS]
-    missing = [s for s in AMP_STEPS if s not in order]
-    twice = sorted({s for s in order if order.count(s) > 1})
+    # each name as a plain str, compared by its characters; anything else is unknown
+    order = [as_choice(s, AMP_STEPS) for s in got]
+    unknown = [show_value(s, 30) for s, name in zip(got, order, strict=True)
+               if name is None]
+    order = [name for name in order if name is not None]
+    missing = [repr(s) for s in AMP_STEPS if s not in order]
+    twice = [repr(s) for s in AMP_STEPS if order.count(s) > 1]
     complete = not (unknown or missing or twice)
     hint = "; ".join(
-        f"{what}: {', '.join(map(repr, items))}"
+        f"{what}: {', '.join(items)}"
         for what, items in (
             ("not in AMP_STEPS", unknown),
             ("missing", missing),
@@ -98,13 +108,14 @@ def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
     if hidden:
         return rows + _order_run_rows(order if complete else None)
     for first, then, why in _order_rules():
-        where = "before"
+        where = "right order"
         if first not in order or then not in order:
             where = "missing"
         elif order.index(first) > order.index(then):
-            where = "after"
-        label = f"{_SHORT[first]} before {_SHORT[then]}"
-        rows.append(Row(label, "before", where, where == "before", why))
+            where = "wrong order"
+        # the pair named alphabetically: the label must not give the order away
+        label = " vs ".join(sorted((_SHORT[first], _SHORT[then])))
+        rows.append(Row(label, NOT_SHOWN, where, where == "right order", why))
     ok = _ZERO in order and not (
         _BWD in order
         and _STEP in order
@@ -113,8 +124,8 @@ def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
     where = "missing" if _ZERO not in order else f"position {order.index(_ZERO) + 1}"
     rows.append(
         Row(
-            "zero_grad not in bwd..step",
-            "1 or 7",
+            "where zero_grad goes",
+            NOT_SHOWN,
             where,
             ok,
             "zero_grad between backward and step wipes the grads you just "
@@ -208,9 +219,10 @@ def check_amp_step_order(
     """Check `amp_step_order() -> list[str]`: the names of AMP_STEPS in loop order.
 
     Visible cases check each ordering rule (with the real error torch raises when it
-    is broken); hidden cases run the student's order on a tiny fp16-autocast model
-    with clipping, and with an overflow, and compare the parameters bit for bit with
-    the reference loop. zero_grad may come first or last.
+    is broken), saying right or wrong order without printing the order; hidden cases
+    run the student's order on a tiny fp16-autocast model with clipping, and with an
+    overflow, and compare the parameters bit for bit with the reference loop.
+    zero_grad may come first or last.
 
     Example:
         >>> check_amp_step_order(lambda: ["zero_grad", "forward under autocast", ...])

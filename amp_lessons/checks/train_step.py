@@ -169,7 +169,7 @@ def _same_run(a: Any, b: Any) -> bool:
 def _train_hint(case: _StepCase, got: Any) -> str:
     if isinstance(got, Raised):
         for fragment, hint in _TRAIN_ERRORS.items():
-            if fragment in str(got.exc):
+            if fragment in got.message:
                 return f"{got.hint.rstrip('.')}. {hint[0].upper()}{hint[1:]}"
         return got.hint
     if any(loss is None for loss in got[3]):

@@ -9,6 +9,7 @@ per picture, in lesson order:
 * ``gradients``: ``plot_gradient_histogram`` (02), ``plot_scale_trajectory`` (03);
 * ``training``: ``plot_losses`` (05);
 * ``speed_memory``: ``plot_speed_memory`` (06);
+* ``fp8``: ``plot_scaling_stream``, ``plot_row_errors`` (11);
 * ``_render``: fixed-size figures, ``figure_png`` and blitting, shared with
   ``amp_lessons.widgets``, whose explorers redraw these pictures.
 
@@ -17,6 +18,7 @@ Not covered here: interactive (zoomable) matplotlib backends.
 """
 
 from amp_lessons.plots._render import DPI, WIDTH_IN, ZONE_COLORS, figure_png
+from amp_lessons.plots.fp8 import plot_row_errors, plot_scaling_stream
 from amp_lessons.plots.gradients import plot_gradient_histogram, plot_scale_trajectory
 from amp_lessons.plots.number_lines import plot_format_ranges, plot_number_line
 from amp_lessons.plots.speed_memory import MEMORY_PARTS, plot_speed_memory
@@ -25,5 +27,6 @@ from amp_lessons.plots.training import plot_losses
 __all__ = [
     "DPI", "MEMORY_PARTS", "WIDTH_IN", "ZONE_COLORS", "figure_png",
     "plot_format_ranges", "plot_gradient_histogram", "plot_losses", "plot_number_line",
-    "plot_scale_trajectory", "plot_speed_memory",
+    "plot_row_errors", "plot_scale_trajectory", "plot_scaling_stream",
+    "plot_speed_memory",
 ]

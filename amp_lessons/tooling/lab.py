@@ -1,14 +1,21 @@
-"""Start JupyterLab on the course, safely: loopback only, with a token, offline.
+"""Start JupyterLab on the course, safely: loopback only, with a token, offline; and
+stop it cleanly on Ctrl-C.
 
 `make lab` runs ``python -m amp_lessons.tooling.lab``; the browser test starts the
-server with the same `lab_command`, so what is tested is what students run.
+server with the same `lab_command`, so what is tested is what students run. Ctrl-C
+(or a closed terminal, or SIGTERM) asks JupyterLab to shut down the way
+``jupyter server stop`` does, with SIGTERM: it closes its kernels and removes its
+runtime files itself, and the launcher waits for it, with no traceback.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 # amp_lessons/tooling/lab.py -> the repository's notebooks/
@@ -50,10 +57,71 @@ def lab_command(
         command.append(f"--ServerApp.port={port}")
     if not open_browser:
         command.append("--no-browser")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        # Jupyter refuses root without this; containers and CI often run as root.
-        command.append("--allow-root")
+    if root_note():
+        command.append("--allow-root")  # see ROOT_NOTE: root only, and said so
     return command
+
+
+ROOT_NOTE = (
+    "note: running as root (common in containers and CI), so JupyterLab is started "
+    "with --allow-root: without it Jupyter refuses to run as root. It still listens "
+    "on 127.0.0.1 only and asks for its token; as an ordinary user this flag is not "
+    "added."
+)
+
+
+def root_note() -> str | None:
+    """ROOT_NOTE when this process runs as root (then `lab_command` adds
+    --allow-root), else None.
+
+    Example: ``root_note()`` -> ``None`` for an ordinary user.
+    """
+    return ROOT_NOTE if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+
+
+SHUTDOWN_TIMEOUT_S = 60  # JupyterLab closing its kernels; then it is killed
+
+
+def run_lab(command: Sequence[str]) -> int:
+    """Run JupyterLab until it exits, or until Ctrl-C, SIGTERM or a closed terminal:
+    then send it SIGTERM (its own clean shutdown) and wait for it. Returns its exit
+    status, or 0 when the user stopped it and it shut down cleanly.
+
+    JupyterLab runs in a session of its own, so a Ctrl-C in the terminal reaches only
+    this launcher, which asks once: JupyterLab's own SIGINT handler would instead
+    ask "Shut down this Jupyter server (y/[n])?" and, in the old launcher, race a
+    SIGKILL after 0.25 s.
+    """
+    process = subprocess.Popen(list(command), start_new_session=True)
+    asked: list[float] = []
+
+    def stop(signum, frame) -> None:
+        if not asked:
+            print("\nstopping JupyterLab: it closes its kernels and removes its "
+                  "runtime files ...", file=sys.stderr, flush=True)
+            process.send_signal(signal.SIGTERM)
+            asked.append(time.monotonic())
+
+    signals = [signal.SIGINT, signal.SIGTERM] + (
+        [signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    previous = {sig: signal.signal(sig, stop) for sig in signals}
+    try:
+        while True:
+            try:
+                code = process.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if asked and time.monotonic() - asked[0] > SHUTDOWN_TIMEOUT_S:
+                    print(f"JupyterLab did not shut down within {SHUTDOWN_TIMEOUT_S}"
+                          " s; killing it", file=sys.stderr, flush=True)
+                    process.kill()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if asked:
+        print("JupyterLab stopped.", file=sys.stderr, flush=True)
+        return 0 if code in (0, -signal.SIGTERM) else code
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
               "directory of notebooks; default: the course's notebooks/)",
               file=sys.stderr)
         return 2
-    return subprocess.call(lab_command(root_dir=Path(args[0]).resolve() if args
-                                       else None))
+    note = root_note()
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    return run_lab(lab_command(root_dir=Path(args[0]).resolve() if args else None))
 
 
 if __name__ == "__main__":

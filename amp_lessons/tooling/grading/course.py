@@ -154,6 +154,11 @@ def jupyter_env(course_dir: Path) -> dict[str, str]:
     return env
 
 
+# Never copied into a course: gpu-check's executed/ copies are the solved lessons with
+# their outputs, so a student edition carrying them would hand out every solution.
+NOT_SHIPPED = (".ipynb_checkpoints", "executed")
+
+
 def _support_dirs(notebooks_dir: Path) -> list[Path]:
     """Folders beside the notebooks that they read at run time (e.g. ``results/``)."""
     return sorted(p for p in Path(notebooks_dir).iterdir() if p.is_dir()
@@ -184,7 +189,7 @@ def build_course(notebooks: Sequence[Path], course_dir: Path = COURSE_DIR) -> Pa
         shutil.copy(path, dest / path.name)
         for folder in _support_dirs(path.parent):
             shutil.copytree(folder, dest / folder.name,
-                            ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+                            ignore=shutil.ignore_patterns(*NOT_SHIPPED))
     return course_dir
 
 
@@ -227,11 +232,14 @@ def export_student_edition(course_dir: Path = COURSE_DIR,
                          if p.is_dir()):
         for item in lesson.iterdir():
             dest = out_dir / item.name
+            # copyfile: the contents only, so each file gets the user's umask, not
+            # the mode it had (a results file written 0600 would stay private)
             if item.is_dir():
                 shutil.rmtree(dest, ignore_errors=True)
-                shutil.copytree(item, dest)
+                shutil.copytree(item, dest, copy_function=shutil.copyfile)
             else:
-                shutil.copy(item, dest)
+                dest.unlink(missing_ok=True)  # a new file, so a new mode
+                shutil.copyfile(item, dest)
                 if item.suffix == ".ipynb":
                     written.append(dest)
     return sorted(written)

@@ -218,8 +218,8 @@ def cross_check(nb: NotebookNode, records: list[dict],
         grade_id = cell.metadata["nbgrader"].get("grade_id")
         mine = reports.get(index, [])
         for name, hidden in calls:
-            heard = [r for r in mine if r.get("title") == name and
-                     r.get("hidden") is hidden]
+            heard = [r for r in mine if str(r.get("title")).split("[")[0] == name
+                     and r.get("hidden") is hidden]  # check_quick_check[question]
             trusted = [r for r in heard if r.get("genuine") and r.get("passed")
                        and not r.get("changed") and not r.get("tainted")]
             if trusted:

@@ -1,0 +1,325 @@
+"""Lesson 09's graders (amp_lessons.checks.practice): reference, known-wrong answers
+with their hints, the stub, answers that raise or return anything at all, and the
+fixed state the references run in."""
+
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from grader_harness import grader_tests
+
+from amp_lessons.checks import check_first_overflow, check_gan_step
+from amp_lessons.nan_hunt import OverflowDetector
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# --- reference solutions (copy into the solution cells) -------------------------
+
+
+def gan_step(generator, discriminator, opt_g, opt_d, scaler, real, noise):
+    def bce(logits, target):
+        return F.binary_cross_entropy_with_logits(logits,
+                                                  torch.full_like(logits, target))
+
+    opt_d.zero_grad(set_to_none=True)
+    with torch.amp.autocast(real.device.type, dtype=torch.float16):
+        fake = generator(noise)
+        d_loss = bce(discriminator(real), 1.0) + bce(discriminator(fake.detach()), 0.0)
+    scaler.scale(d_loss).backward()
+    scaler.step(opt_d)
+    opt_g.zero_grad(set_to_none=True)
+    with torch.amp.autocast(real.device.type, dtype=torch.float16):
+        g_loss = bce(discriminator(fake), 1.0)
+    scaler.scale(g_loss).backward()
+    scaler.step(opt_g)
+    scaler.update()
+    return d_loss.item(), g_loss.item()
+
+
+def first_overflow(model, x):
+    seen = []
+
+    def hook(name):
+        def record(module, inputs, output):
+            if isinstance(output, torch.Tensor) and output.dtype == torch.float16:
+                if not torch.isfinite(output).all() or output.abs().max() > 65504:
+                    seen.append(name)
+        return record
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()]
+    try:
+        with torch.no_grad(), torch.amp.autocast("cpu", dtype=torch.float16):
+            model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen[0] if seen else None
+
+
+# --- known-wrong GAN steps ---------------------------------------------------------
+
+
+def _bce(logits, target):
+    return F.binary_cross_entropy_with_logits(logits, torch.full_like(logits, target))
+
+
+def _gan(generator, discriminator, opt_g, opt_d, scaler, real, noise, *,
+         scaler_g=None, updates="once", g_step="scaler", d_step="scaler",
+         extra_unscale=False, update_first=False):  # fmt: skip
+    scaler_g = scaler_g or scaler
+    if update_first:
+        scaler.update()
+    opt_d.zero_grad(set_to_none=True)
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        fake = generator(noise)
+        d_real, d_fake = discriminator(real), discriminator(fake.detach())
+        d_loss = _bce(d_real, 1.0) + _bce(d_fake, 0.0)
+    scaler.scale(d_loss).backward()
+    if extra_unscale:  # e.g. once to clip, and once more "to be sure"
+        scaler.unscale_(opt_d)
+        scaler.unscale_(opt_d)
+    if d_step == "optimizer":
+        opt_d.step()
+    else:
+        scaler.step(opt_d)
+    if updates == "each":
+        scaler.update()
+    opt_g.zero_grad(set_to_none=True)
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        g_loss = _bce(discriminator(fake), 1.0)
+    scaler_g.scale(g_loss).backward()
+    if g_step == "optimizer":
+        opt_g.step()
+    else:
+        scaler_g.step(opt_g)
+    if scaler_g is not scaler:
+        scaler_g.update()
+    if updates in ("once", "each"):
+        scaler.update()
+    return d_loss.item(), g_loss.item()
+
+
+def gan_two_updates(*args):
+    return _gan(*args, updates="each")
+
+
+_SECOND = {}
+
+
+def gan_two_scalers(*args):
+    scaler_g = _SECOND.setdefault(id(args[2]), torch.amp.GradScaler("cpu"))
+    return _gan(*args, scaler_g=scaler_g)
+
+
+def gan_new_scaler_inside(*args):
+    return _gan(*args, scaler_g=torch.amp.GradScaler("cpu"))
+
+
+def gan_update_before_step(*args):
+    return _gan(*args, update_first=True)
+
+
+def gan_unscale_twice(*args):
+    return _gan(*args, extra_unscale=True)
+
+
+def gan_optimizer_step(*args):
+    return _gan(*args, g_step="optimizer")
+
+
+def gan_optimizer_steps(*args):
+    return _gan(*args, g_step="optimizer", d_step="optimizer")
+
+
+def gan_no_update(*args):
+    return _gan(*args, updates="never")
+
+
+def gan_returns_none(*args):
+    gan_step(*args)
+
+
+def gan_scaled_losses(generator, discriminator, opt_g, opt_d, scaler, real, noise):
+    d_loss, g_loss = gan_step(generator, discriminator, opt_g, opt_d, scaler, real,
+                              noise)  # fmt: skip
+    return d_loss * 1024, g_loss * 1024
+
+
+def gan_exits(*args):
+    sys.exit(3)
+
+
+class _Nasty:
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+    def __float__(self):
+        raise RuntimeError("no float")
+
+
+def gan_returns_nasty(*args):
+    gan_step(*args)
+    return _Nasty(), _Nasty()
+
+
+def gan_breaks_the_optimizers(generator, discriminator, opt_g, *args):
+    for param in generator.parameters():
+        opt_g.state[param] = {"step": "not a tensor"}
+    return 0.0, 0.0
+
+
+# --- known-wrong overflow finders --------------------------------------------------
+
+
+def _findings(model, x, dtype=torch.float16, watch=torch.float16):
+    ctx = torch.amp.autocast("cpu", dtype=dtype or torch.bfloat16,
+                             enabled=dtype is not None)  # fmt: skip
+    with torch.no_grad(), ctx, OverflowDetector(model, dtype=watch) as detector:
+        model(x)
+    return detector.findings
+
+
+def overflow_last(model, x):
+    found = _findings(model, x)
+    return found[-1].name if found else None
+
+
+def overflow_leaves_only(model, x):
+    found = [f for f in _findings(model, x)
+             if not list(model.get_submodule(f.name).children())]  # fmt: skip
+    return found[0].name if found else None
+
+
+def overflow_in_fp32(model, x):
+    found = _findings(model, x, dtype=None, watch=None)
+    return found[0].name if found else None
+
+
+def overflow_any_dtype(model, x):
+    found = _findings(model, x, watch=None)
+    return found[0].name if found else None
+
+
+def overflow_class_name(model, x):
+    found = _findings(model, x)
+    return found[0].kind if found else None
+
+
+def overflow_finding(model, x):
+    found = _findings(model, x)
+    return found[0] if found else None
+
+
+def overflow_keeps_hooks(model, x):
+    answer = first_overflow(model, x)
+    model.register_forward_hook(lambda *a: None)
+    return answer
+
+
+def overflow_always_none(model, x):
+    return None
+
+
+def overflow_always_wo(model, x):
+    return "blocks.3.wo"
+
+
+def overflow_raises_keyboardish(model, x):
+    raise GeneratorExit("odd")
+
+
+def overflow_returns_an_array(model, x):
+    import numpy as np
+
+    return np.array(["2", "blocks.3.wo"])  # == gives an array, not a bool
+
+
+class _WeirdStr(str):
+    def __eq__(self, other):
+        raise RuntimeError("no comparing me")
+
+    __hash__ = str.__hash__
+
+
+def overflow_returns_a_weird_str(model, x):
+    return _WeirdStr(first_overflow(model, x) or "")
+
+
+CASES = {
+    "gan": (check_gan_step, gan_step, [
+        (gan_two_updates, False, "counts every iteration twice"),
+        (gan_two_scalers, False, "a second scaler for the generator"),
+        (gan_new_scaler_inside, False, "a second scaler made inside the step"),
+        (gan_update_before_step, False, "update once, at the END of the iteration"),
+        (gan_unscale_twice, False, "ran twice on one optimizer"),
+        (gan_optimizer_step, False, "opt_g.step() called directly"),
+        (gan_optimizer_steps, False, "with scaler.step, not opt.step"),
+        (gan_no_update, False, "scaler.update() once at the end"),
+        (gan_returns_none, False, "return the two losses as Python floats"),
+        (gan_scaled_losses, False, "the reference iteration"),
+        (gan_exits, False, "your function called exit() or sys.exit()"),
+        (gan_returns_nasty, False, "return the two losses as Python floats"),
+        (gan_breaks_the_optimizers, False, "the models or optimizers could not"),
+        (gan_two_updates, True, "counts every iteration twice"),
+        (gan_new_scaler_inside, True, "a second scaler made inside the step"),
+    ]),
+    "overflow": (check_first_overflow, first_overflow, [
+        (overflow_last, False, "LAST module"),
+        (overflow_in_fp32, False, "where fp32 values pass 65504"),
+        (overflow_class_name, False, "not its class name"),
+        (overflow_finding, False, "return the module's name (a str"),
+        (overflow_keeps_hooks, False, "forward hook(s) are still on the model"),
+        (overflow_always_none, False, "nothing found"),
+        (overflow_always_wo, False, "return None"),
+        (overflow_raises_keyboardish, False, "raised GeneratorExit"),
+        (overflow_returns_an_array, False, "return the module's name (a str"),
+        (overflow_returns_a_weird_str, False, "return the module's name (a str"),
+        (overflow_leaves_only, True, "only leaf modules were watched"),
+        (overflow_any_dtype, True, "an fp32 output above 65504 is fine"),
+    ]),
+}  # fmt: skip
+
+(test_reference_passes, test_wrong_answer_rejected_with_hint,
+ test_stub_is_not_attempted) = grader_tests(CASES)  # fmt: skip
+
+
+@pytest.mark.parametrize("check, reference", [(check_gan_step, gan_step),
+                                              (check_first_overflow, first_overflow)])
+def test_references_run_in_a_fixed_state(check, reference, capsys):
+    # called from a notebook in no_grad with float64 as the default dtype: the
+    # references still run with grad mode on and float32, and the state comes back
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            check(reference)
+            assert not torch.is_grad_enabled()
+        assert torch.get_default_dtype() is torch.float64
+    finally:
+        torch.set_default_dtype(old)
+    assert "passed" in capsys.readouterr().out
+
+
+def test_a_student_that_changes_global_state_does_not_break_the_next_case(capsys):
+    def sloppy(*args):
+        result = gan_step(*args)
+        torch.set_default_dtype(torch.float64)  # left behind
+        torch.set_grad_enabled(False)
+        return result
+
+    try:
+        check_gan_step(sloppy)  # every case still passes: the state is reset
+    finally:
+        torch.set_grad_enabled(True)
+    assert torch.get_default_dtype() is torch.float32
+    assert "all 3 cases passed" in capsys.readouterr().out
+
+
+def test_graders_leave_the_global_rng_alone():
+    torch.manual_seed(3)
+    expected = torch.rand(2)
+    torch.manual_seed(3)
+    check_first_overflow(first_overflow)
+    check_gan_step(gan_step, hidden=True)
+    assert torch.equal(torch.rand(2), expected)

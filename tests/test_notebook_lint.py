@@ -1,0 +1,286 @@
+"""The lessons as a student reads them: proof out of the way, study time stated.
+
+A *proof cell* is a code cell that holds an ``assert``: it verifies what the cell
+before it showed. It stays in the notebook (nbval runs it) but is collapsed in
+JupyterLab and skipped in slides, so a lesson reads as a lesson.
+
+Study time is estimated once, here, from words and cells (the rule each lesson's
+header quotes): prose at 200 words a minute, read carefully; one minute per code
+cell the student runs and reads (proof cells, collapsed, and cells that only import
+are not counted);
+two minutes per exercise point (a 2-point exercise, 4 minutes; the quick check's ten
+questions, 20). A part of a lesson is *optional* from a heading
+marked "(optional)" to the next heading of the same or a higher level that is not.
+"""
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CORE_COURSE = [p for p in NOTEBOOKS if int(p.name[:2]) <= 8]  # 00-08: COURSE.md
+
+WORDS_PER_MINUTE = 200
+MINUTES_PER_CODE_CELL = 1
+MINUTES_PER_POINT = 2
+MAX_CORE_MINUTES = 45  # per lesson
+MAX_COURSE_CORE_MINUTES = 240  # lessons 00-08 together, the core course
+RULE = ("200 words a minute of prose, 1 minute per code cell, 2 minutes per "
+        "exercise point")
+HEADER = re.compile(r"core path about (\d+) min(?:, optional parts about (\d+) min)?")
+
+
+def _python(source: str) -> str:
+    """The cell's source with IPython magics and shell lines commented out."""
+    return "\n".join("#" + line if line.lstrip().startswith(("%", "!")) else line
+                     for line in source.splitlines())
+
+
+def nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def is_proof_cell(cell) -> bool:
+    """A code cell, not an exercise's, whose source holds an ``assert`` statement."""
+    if cell["cell_type"] != "code" or nbgrader(cell):
+        return False
+    tree = ast.parse(_python("".join(cell["source"])))
+    return any(isinstance(node, ast.Assert) for node in ast.walk(tree))
+
+
+def is_collapsed(cell) -> bool:
+    meta = cell.get("metadata", {})
+    return (meta.get("jupyter", {}).get("source_hidden") is True
+            and meta.get("slideshow", {}).get("slide_type") == "skip")
+
+
+def heading(cell) -> tuple[int, str] | None:
+    """(level, text) of a markdown cell's first heading line, else None."""
+    if cell["cell_type"] != "markdown":
+        return None
+    for line in "".join(cell["source"]).splitlines():
+        match = re.match(r"(#{1,6})\s+(.*)", line)
+        if match:
+            return len(match.group(1)), match.group(2)
+    return None
+
+
+def optional_cells(nb) -> set[int]:
+    """Indices of the cells in optional parts ("(optional)" in a heading)."""
+    optional, level = set(), None
+    for i, cell in enumerate(nb["cells"]):
+        h = heading(cell)
+        if h is not None:
+            if "(optional)" in h[1].lower():
+                if level is None or h[0] <= level:
+                    level = h[0]
+            elif level is not None and h[0] <= level:
+                level = None
+        if level is not None:
+            optional.add(i)
+    return optional
+
+
+def only_imports(cell) -> bool:
+    """A code cell with nothing to read: import statements (and magics) only."""
+    body = ast.parse(_python("".join(cell["source"]))).body
+    return all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in body)
+
+
+def cell_minutes(cell) -> float:
+    """Study minutes of one cell, by the rule in this module's docstring."""
+    if cell["cell_type"] == "markdown":
+        return len("".join(cell["source"]).split()) / WORDS_PER_MINUTE
+    if cell["cell_type"] != "code" or is_proof_cell(cell) or only_imports(cell):
+        return 0.0
+    meta = nbgrader(cell)
+    if meta.get("grade"):  # the exercise's test cell carries its points
+        return MINUTES_PER_POINT * meta.get("points", 0)
+    if meta.get("solution"):  # written, not run and read: counted in the points
+        return 0.0
+    return MINUTES_PER_CODE_CELL
+
+
+def study_minutes(nb) -> tuple[float, float]:
+    """(core path, optional parts) study minutes of a notebook (a dict from JSON)."""
+    optional = optional_cells(nb)
+    core = sum(cell_minutes(c) for i, c in enumerate(nb["cells"]) if i not in optional)
+    extra = sum(cell_minutes(nb["cells"][i]) for i in optional)
+    return core, extra
+
+
+def stated_minutes(nb) -> tuple[int, int] | None:
+    """(core, optional) minutes the first cell states, None where it states none."""
+    match = HEADER.search(" ".join("".join(nb["cells"][0]["source"]).split()))
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2) or 0)
+
+
+def read(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+# ---- the lint ------------------------------------------------------------------
+
+
+def visible_proof_cells(nb) -> list[int]:
+    return [i for i, c in enumerate(nb["cells"])
+            if is_proof_cell(c) and not is_collapsed(c)]
+
+
+def hidden_lesson_cells(nb) -> list[int]:
+    """Collapsed code cells that hold no assert: lesson code a student cannot see."""
+    return [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
+            and c.get("metadata", {}).get("jupyter", {}).get("source_hidden")
+            and not is_proof_cell(c)]
+
+
+# Test technique: mocks, and code that moves a widget's controls (tests/ does that)
+TECHNIQUE = re.compile(r"\bmock\b|\.\w+\.value\s*=[^=]")
+
+
+def technique_on_core_path(nb) -> list[int]:
+    optional = optional_cells(nb)
+    return [i for i, c in enumerate(nb["cells"]) if i not in optional
+            and c["cell_type"] == "code" and TECHNIQUE.search("".join(c["source"]))]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_proof_cells_are_collapsed_and_skipped_in_slides(path):
+    nb = read(path)
+    assert not visible_proof_cells(nb), (
+        f"{path.name}: cells {visible_proof_cells(nb)} hold asserts but are shown: "
+        'set metadata "jupyter": {"source_hidden": true} and "slideshow": '
+        '{"slide_type": "skip"}, or move the lesson code to a cell of its own')
+    assert not hidden_lesson_cells(nb), (
+        f"{path.name}: cells {hidden_lesson_cells(nb)} are collapsed but hold no "
+        "assert")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_test_technique_on_the_core_path(path):
+    nb = read(path)
+    assert not technique_on_core_path(nb), (
+        f"{path.name}: cells {technique_on_core_path(nb)} patch with mock or drive a "
+        "widget: move them to tests/ or to an '(optional)' part")
+
+
+def crafted(cells) -> dict:
+    nb = nbformat.v4.new_notebook(cells=cells)
+    return json.loads(nbformat.writes(nb))
+
+
+def test_lint_rejects_a_visible_assert_cell(tmp_path):
+    show = nbformat.v4.new_code_cell("x = 1 + 1\nprint(x)")
+    proof = nbformat.v4.new_code_cell("for v in (x,):\n    assert v == 2")
+    path = tmp_path / "visible.ipynb"
+    path.write_text(json.dumps(crafted([show, proof])))
+    with pytest.raises(AssertionError, match=r"cells \[1\] hold asserts but are shown"):
+        test_proof_cells_are_collapsed_and_skipped_in_slides(path)
+    proof.metadata.update({"jupyter": {"source_hidden": True},
+                           "slideshow": {"slide_type": "skip"}})
+    path.write_text(json.dumps(crafted([show, proof])))
+    test_proof_cells_are_collapsed_and_skipped_in_slides(path)  # collapsed: fine
+    show.metadata["jupyter"] = {"source_hidden": True}  # lesson code hidden: not fine
+    path.write_text(json.dumps(crafted([show, proof])))
+    with pytest.raises(AssertionError, match=r"cells \[0\] are collapsed"):
+        test_proof_cells_are_collapsed_and_skipped_in_slides(path)
+
+
+def test_proof_cells_are_found_by_their_asserts_not_their_looks():
+    assert is_proof_cell(nbformat.v4.new_code_cell("%matplotlib inline\nassert 1"))
+    assert not is_proof_cell(nbformat.v4.new_code_cell("print('assert')  # no assert"))
+    graded = nbformat.v4.new_code_cell("assert f() == 1")
+    graded.metadata["nbgrader"] = {"grade": True, "points": 1}
+    assert not is_proof_cell(graded)  # an exercise's test cell is graded, not proof
+
+
+def test_technique_lint_sees_mocks_and_widget_driving():
+    nb = crafted([nbformat.v4.new_code_cell("explorer.slider.value = 2.0**10"),
+                  nbformat.v4.new_code_cell("with mock.patch.object(m, 'f', g): ..."),
+                  nbformat.v4.new_code_cell("assert explorer.slider.value == 1")])
+    assert technique_on_core_path(nb) == [0, 1]
+    nb["cells"].insert(0, nbformat.v4.new_markdown_cell("## Under the hood (optional)"))
+    assert technique_on_core_path(nb) == []
+
+
+# ---- study time ------------------------------------------------------------------
+
+
+def test_optional_parts_end_at_the_next_heading_of_their_level():
+    md = nbformat.v4.new_markdown_cell
+    code = nbformat.v4.new_code_cell
+    nb = crafted([md("# Title"), md("## A"), code("1"), md("### A.1 (optional)"),
+                  code("2"), md("#### deeper"), code("3"), md("### A.2"), code("4"),
+                  md("## B (optional)"), md("### B.1"), code("5"), md("## C")])
+    assert optional_cells(nb) == {3, 4, 5, 6, 9, 10, 11}
+
+
+def test_study_minutes_follow_the_stated_rule():
+    md = nbformat.v4.new_markdown_cell
+    code = nbformat.v4.new_code_cell
+    test = code("check_x(x)")
+    test.metadata["nbgrader"] = {"grade": True, "points": 2, "solution": False}
+    solution = code("def x(): ...")
+    solution.metadata["nbgrader"] = {"grade": False, "solution": True}
+    nb = crafted([md(" ".join(["word"] * 400)), code("print(1)"), code("assert 1"),
+                  code("%matplotlib inline\nimport math"), solution, test,
+                  md("## More (optional)"), code("print(2)")])
+    core, extra = study_minutes(nb)
+    assert core == 400 / 200 + 1 + 0 + 0 + 2 * 2
+    assert extra == 3 / 200 + 1
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_header_states_the_study_time_it_takes(path):
+    nb = read(path)
+    stated = stated_minutes(nb)
+    assert stated is not None, (
+        f"{path.name}: the first cell must state 'core path about N min' (and "
+        "', optional parts about M min' where there are optional parts)")
+    core, extra = study_minutes(nb)
+    for what, said, computed in (("core", stated[0], core),
+                                 ("optional", stated[1], extra)):
+        assert abs(said - computed) <= max(3, 0.15 * computed), (
+            f"{path.name}: the header says {said} min {what}; the estimate gives "
+            f"{computed:.0f} min")
+    assert core <= MAX_CORE_MINUTES, f"{path.name}: core path {core:.0f} min"
+    assert RULE in " ".join("".join(nb["cells"][0]["source"]).split()), (
+        f"{path.name}: the header must say how study time is estimated: {RULE!r}")
+
+
+def test_whole_core_path_fits_in_four_hours():
+    total = sum(study_minutes(read(p))[0] for p in CORE_COURSE)
+    assert total <= MAX_COURSE_CORE_MINUTES, f"core path {total:.0f} min"
+
+
+def test_readme_table_shows_each_lessons_study_time():
+    readme = (ROOT / "README.md").read_text()
+    for path in NOTEBOOKS:
+        row = next((line for line in readme.splitlines()
+                    if line.startswith(f"| {path.name[:2]} |")), None)
+        assert row is not None, f"README: no row for {path.name}"
+        stated = stated_minutes(read(path))
+        assert stated and f"| {stated[0]} min" in row, (
+            f"README row of {path.name} must show its core study time, {stated} min")
+
+
+def report() -> str:
+    """The estimate per lesson, for a terminal: python tests/test_notebook_lint.py."""
+    lines, total = [], 0.0
+    for path in NOTEBOOKS:
+        core, extra = study_minutes(read(path))
+        total += core if path in CORE_COURSE else 0
+        lines.append(f"{path.name:28s} core {core:5.1f} min   "
+                     f"optional {extra:5.1f} min")
+    return "\n".join([*lines, f"{'core path, lessons 00-08':28s} {total:5.1f} min"])
+
+
+if __name__ == "__main__":
+    print(report())
