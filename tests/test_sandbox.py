@@ -275,7 +275,7 @@ def guard_records():
 
 def test_guard_reports_what_student_code_does(guard_records):
     events = [r["detail"] for r in guard_records["records"] if r["kind"] == "event"]
-    assert f"writes {ROOT}/amp_lessons/checks/quiz.py" in events
+    assert f"writes code to {ROOT}/amp_lessons/checks/quiz.py" in events
     assert "opens /srv/course/gradebook.db" in events
     assert any(e.startswith("sqlite3.connect /nonexistent/gradebook.db")
                for e in events)
@@ -459,27 +459,24 @@ FRAMES = '''
 import sys
 
 def _force(frame, event, arg):
-    if frame.f_code.co_name == "_quiz_rows":
-        names = frame.f_locals  # one snapshot: written back after this call
-        if "ok" in names:
-            names["ok"] = True
-        if "bad" in names:
-            names["bad"] = []
+    if event == "return" and frame.f_code.co_name == "make_rows":
+        for row in arg:  # the check's own rows, on their way back to it
+            object.__setattr__(row, "ok", True)
     return _force
 
 def quick_check_answers():
     caller = sys._getframe(1)
-    while caller is not None and caller.f_code.co_name != "_quiz_rows":
+    while caller is not None and caller.f_code.co_name != "make_rows":
         caller = caller.f_back
     caller.f_trace = _force
-    sys.settrace(lambda *a: None)  # scores 10/10 in a plain kernel
+    sys.settrace(lambda *a: None)  # tracing on, so the frame's f_trace runs
     return {}
 '''
 EXPECTED_FLAG = {  # a flag each attack must raise, beside its 0
     "c_shadow": "rebinds the name of a check (check_quick_check)",
     "d_monkeypatch": "imports the grading code (amp_lessons.checks._engine)",
     "e_swap": "check_quick_check never reported a verdict",
-    "f_write_package": "writes {package}/checks/quiz.py",
+    "f_write_package": "writes code to {package}/checks/quiz.py",
     "g_read_source": "opens {course}/source/08_quick_check/08_quick_check.ipynb",
     "h_gradebook": "sqlite3.connect {course}/gradebook.db",
     "i_exit": "crash: DeadKernelError",
@@ -598,14 +595,18 @@ def test_the_frames_attack_is_real_outside_the_guard(attack_run):
     nb = nbformat.read(files["l_frames"], as_version=4)
     folder = course / "source" / LESSON
     source = nbformat.read(folder / f"{LESSON}.ipynb", as_version=4)
-    [graded] = [c for c in source.cells if grading.is_test_cell(c)]
-    [test] = [c for c in nb.cells if grading.is_test_cell(c)]
-    test.source = graded.source  # with its hidden cases, as nbgrader restores it
+    graded = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
+              if grading.is_test_cell(c)}
+    tests = [c for c in nb.cells if grading.is_test_cell(c)]
+    for test in tests:  # with their hidden cases, as nbgrader restores them
+        test.source = graded[test.metadata["nbgrader"]["grade_id"]]
     NotebookClient(nb, timeout=180, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(folder)}}).execute()
-    text = "".join(o.get("text", "") for o in test.outputs)
-    assert [o.output_type for o in test.outputs] == ["stream"], test.outputs
-    assert "all 6 cases passed" in text and "all 5 hidden cases passed" in text
+    assert len(tests) == len(graded) > 0
+    for test in tests:
+        text = "".join(o.get("text", "") for o in test.outputs)
+        assert [o.output_type for o in test.outputs] == ["stream"], test.outputs
+        assert "hidden case passed" in text or "hidden cases passed" in text, text
 
 
 def tiny_notebook(*sources):

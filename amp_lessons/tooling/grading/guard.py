@@ -81,9 +81,15 @@ def cell_names(sources: list[str]) -> list[str]:
 
 
 def _library_roots(package_root: str) -> tuple[str, ...]:
+    """Where library code lives: the Python installation, the venv, the course
+    package, and the code torch.compile generates (student code writing a ``.py``
+    anywhere is reported)."""
+    import tempfile
+
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              package_root}
-    return tuple(sorted(os.path.join(os.path.realpath(r), "") for r in roots if r))
+    found = sorted(os.path.join(os.path.realpath(r), "") for r in roots if r)
+    return (*found, os.path.join(tempfile.gettempdir(), "torchinductor_"))
 
 
 # The modules a check's verdict depends on: the course, torch, and the standard
@@ -149,7 +155,9 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
     _type, _str, _int, _bytes, _list, _dict, _tuple, _float = (
         type, str, int, bytes, list, dict, tuple, float)
     _any, _len, _vars, _id, _BaseException = any, len, vars, id, BaseException
-    startswith, split, dget = str.startswith, str.split, dict.get
+    _ValueError, _range = ValueError, range
+    startswith, endswith, split = str.startswith, str.endswith, str.split
+    dget = dict.get
     frepr, none_type = float.__repr__, type(None)
     key = bytes.fromhex(config["key"])
     hmac_digest, quote = _hashlib.hmac_digest, _json.encode_basestring_ascii
@@ -173,6 +181,7 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
         _FRAMES, _PROCESS, _NETWORK, _INTERNALS, _FILE_CHANGES)
     secret_marks, write_modes = _SECRET_MARKS, _WRITE_MODES
     proc_marks = ("/mem", "/environ", "/fd", "/maps")
+    code_files = (".py", ".pyc", ".so")
     busy: set[int] = set()
     checks: dict[int, list[str]] = {}  # thread -> what tainted the running check
     sent = [0, 0]  # records sent, records dropped
@@ -283,14 +292,21 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
         return None
 
     def rewrapped(new, old) -> bool:
-        """``new`` is a library's own wrapper around ``old`` (torch._dynamo, when
-        first imported, wraps torch.manual_seed so)."""
-        for _ in range(3):
+        """``new`` is a library's own wrapper around ``old``: torch._dynamo wraps
+        torch.manual_seed (``__wrapped__``) and, once torch.compile runs, patches
+        nn.Module.__init__ with a closure over the original."""
+        for _ in _range(3):
             if _type(new) is not function_type:
                 return False
             where = new.__code__.co_filename
             if _type(where) is not _str or not startswith(where, libraries):
                 return False
+            for cell in new.__closure__ or ():
+                try:
+                    if cell.cell_contents is old:
+                        return True
+                except _ValueError:  # an empty cell
+                    pass
             new = dget(new.__dict__, "__wrapped__")
             if new is old:
                 return True
@@ -352,7 +368,9 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
             mode = args[1] if _type(args[1]) is _str else ""
             writes = _any([m in mode for m in write_modes]) or (
                 _type(args[2]) is _int and args[2] & write_flags)
-            if writes and not startswith(path, writable):
+            if writes and endswith(path, code_files):
+                detail = f"writes code to {path}"  # to import it as a library?
+            elif writes and not startswith(path + "/", writable):
                 detail = f"writes {path}"
             elif _any([m in path for m in secret_marks]) or startswith(
                     path, protected) or startswith(path, package) or (
@@ -369,7 +387,7 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
                 detail = f"lists {path}"
         elif event in file_changes:
             path = absolute(text(args[0])) if args and is_text(args[0]) else "?"
-            if not startswith(path, writable):
+            if not startswith(path + "/", writable):
                 detail = f"{event} {path}"
         elif event == "object.__setattr__" or event == "object.__delattr__":
             target, name = args[0], args[1]
