@@ -41,11 +41,14 @@ endif
 
 # Teaching (notebooks/INSTRUCTORS.md): the student edition into student/, autograding
 # of what is filed in build/course/submitted/, offline slide decks into build/slides/.
+# `make grade` runs each submission in a bubblewrap sandbox (apt-get install
+# bubblewrap) and refuses without one; GRADE_ARGS=--unsafe-no-sandbox overrides that.
+GRADE_ARGS ?=
 student: setup-dev
 	$(VENV_PY) -m amp_lessons.grading student
 
 grade: setup-dev
-	$(VENV_PY) -m amp_lessons.grading autograde
+	$(VENV_PY) -m amp_lessons.grading autograde $(GRADE_ARGS)
 
 slides: setup-dev
 	$(VENV_PY) -m amp_lessons.grading slides

@@ -15,8 +15,17 @@ The engine (rows, the table, calling the student's function, grading) is `_engin
 each lesson's graders are one module, named after the lesson's own module: `formats`
 (01), `underflow` (02), `scaler` (03), `autocast` (04), `step_order` and `train_step`
 (05), `memory` (06), `clinic` (07), `quiz` (08), `practice` (09), `distributed` (10),
-`fp8` (11). Notebooks import every grader from here:
-``from amp_lessons.checks import check_decode_fp16``.
+`fp8` (11). `_pristine` tells whether the grading code a kernel runs is still the
+package's own.
+
+A graded test cell takes its check from the package itself, never from a name in the
+notebook (a solution cell could rebind that), and first asks whether the checks are
+pristine (`verify_pristine`); ``python -m amp_lessons.grading fix-tests`` writes
+this form and the grading lint refuses any other::
+
+    import amp_lessons.checks as _checks
+    _checks.verify_pristine()
+    _checks.check_decode_fp16(decode_fp16)
 
 Example:
     >>> def decode_fp16(bits):
@@ -29,6 +38,7 @@ Example:
 Not covered here: free-text answers; every exercise is a function with checkable output.
 """
 
+from amp_lessons.checks._pristine import verify_pristine
 from amp_lessons.checks.autocast import (
     AUTOCAST_DEVICES,
     AUTOCAST_OPS,
@@ -74,4 +84,5 @@ __all__ = [
     "check_underflow_fraction",
     "check_unscale",
     "check_update_rule",
+    "verify_pristine",
 ]

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from amp_lessons.checks._pristine import CHECK_DONE, CHECK_START, verify_pristine
 from amp_lessons.checks._state import fixed_torch_state
 
 __all__ = [
@@ -241,6 +242,33 @@ def _could_not_grade(exc: BaseException) -> Row:
 
 
 def grade(
+    title: str,
+    fn: Callable,
+    hidden: bool,
+    make_rows: Callable[[Callable, bool], list[Row]],
+) -> None:
+    """Run one check: build its rows, print the table, raise if any case failed.
+
+    The grading code must be pristine before the student's function runs and still
+    after it (`verify_pristine`); the verdict is raised as a `sys.audit` event that
+    the grading sandbox's guard reads where the notebook cannot reach it. The guard
+    trusts the verdict only from this function, called directly by the check named
+    `title` (or `title` up to a "["), with `make_rows` (this parameter's name) a
+    function of the checks package: keep those three when changing it
+    (tests/test_sandbox.py shows why).
+    """
+    passed = False
+    sys.audit(CHECK_START, title)
+    try:
+        verify_pristine()
+        _run_rows(title, fn, hidden, make_rows)
+        verify_pristine()  # the student's function ran: is the grader still ours?
+        passed = True
+    finally:
+        sys.audit(CHECK_DONE, title, hidden is True, passed)
+
+
+def _run_rows(
     title: str,
     fn: Callable,
     hidden: bool,

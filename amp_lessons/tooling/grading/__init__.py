@@ -1,11 +1,14 @@
 """Teaching the course: student edition, autograding, metadata lint and offline slides.
 
-One module per step: ``course`` (the nbgrader course and its runs), ``rehearsal``
-(the course graded against itself), ``lint`` (metadata and leaks), ``slides``
-(offline decks; ``deck_layout`` stubs their exercises and cuts their slides to the
-stage, from ``slide_heights``' estimates) and ``cli`` (the command line). The names
-below are re-exported so ``from amp_lessons.tooling import grading`` reaches all of
-them.
+One module per step: ``course`` (the nbgrader course and its runs), ``autograder``
+(each submission on its own, sandboxed, never stopping for a bad one), ``sandbox``
+(bubblewrap around one notebook's run), ``runner`` and ``guard`` (what runs inside:
+nbgrader's executor and the audited kernel), ``review`` (flags and tamper checks),
+``testcells`` (the one form of a graded test cell), ``rehearsal`` (the course graded
+against itself), ``lint`` (metadata and leaks), ``slides`` (offline decks;
+``deck_layout`` stubs their exercises and cuts their slides to the stage, from
+``slide_heights``' estimates) and ``cli`` (the command line). The names below are
+re-exported so ``from amp_lessons.tooling import grading`` reaches all of them.
 
 The instructor's side of the notebooks, built on the real nbgrader. Each lesson
 notebook is one nbgrader assignment named after it (``02_underflow``), so a class can
@@ -18,15 +21,24 @@ Example (what ``make student``, ``make grade`` and ``make slides`` run)::
 
     python -m amp_lessons.grading student            # -> student/02_underflow.ipynb ...
     python -m amp_lessons.grading submit alice ~/Downloads/alice/*.ipynb
-    python -m amp_lessons.grading autograde          # -> gradebook, printed as a table
+    python -m amp_lessons.grading autograde          # sandboxed -> gradebook + table
+    python -m amp_lessons.grading grades --json      # scores and review flags
     python -m amp_lessons.grading rehearse           # solved = full marks, blank = 0
     python -m amp_lessons.grading lint               # nbgrader + slideshow metadata
+    python -m amp_lessons.grading fix-tests          # test cells into the one form
     python -m amp_lessons.grading slides             # -> build/slides/*.slides.html
 
 Not covered here: nbgrader's exchange (release/collect on a shared JupyterHub); its
 own commands work unchanged in ``build/course`` (see notebooks/INSTRUCTORS.md).
 """
 
+from amp_lessons.tooling.grading.autograder import (
+    Outcome,
+    SandboxExecute,
+    autograde,
+    grade_one,
+    grades,
+)
 from amp_lessons.tooling.grading.cli import main
 from amp_lessons.tooling.grading.course import (
     BUILD_DIR,
@@ -38,7 +50,6 @@ from amp_lessons.tooling.grading.course import (
     ROOT,
     STUDENT_DIR,
     NotebookScore,
-    autograde,
     autograded_path,
     build_course,
     course_notebooks,
@@ -77,6 +88,8 @@ from amp_lessons.tooling.grading.rehearsal import (
     rehearse,
     solved_run_problems,
 )
+from amp_lessons.tooling.grading.review import scan_source
+from amp_lessons.tooling.grading.sandbox import run_notebook, sandbox_problem
 from amp_lessons.tooling.grading.slides import (
     SLIDES_DIR,
     copy_slide_assets,
@@ -86,6 +99,7 @@ from amp_lessons.tooling.grading.slides import (
     offline_problems,
     slides_exporter,
 )
+from amp_lessons.tooling.grading.testcells import fix_test_cells, lint_test_cells
 
 __all__ = [
     "BLANK_STUDENT", "BUILD_DIR", "CELL_TIMEOUT_S", "CODE_STUB", "COURSE_DIR",
@@ -99,5 +113,7 @@ __all__ = [
     "is_test_cell", "jupyter_env", "lint_course", "lint_notebook", "lint_slides",
     "lint_student_edition", "main", "nbgrader_config", "nbgrader_meta",
     "offline_problems", "read_scores", "rehearse", "run_nbgrader",
-    "slides_exporter", "solved_run_problems", "submit",
+    "slides_exporter", "solved_run_problems", "submit", "Outcome", "SandboxExecute",
+    "grade_one", "grades", "scan_source", "run_notebook", "sandbox_problem",
+    "fix_test_cells", "lint_test_cells",
 ]

@@ -1,16 +1,25 @@
 """The command line: ``python -m amp_lessons.grading [--course DIR] student|submit|
-autograde|grades|rehearse|lint|slides`` (what ``make student``, ``make grade`` and
-``make slides`` run).
+autograde|grades|rehearse|lint|fix-tests|slides`` (what ``make student``, ``make
+grade`` and ``make slides`` run).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from amp_lessons.tooling.grading import course, lint, rehearsal, slides
+from amp_lessons.tooling.grading import (
+    autograder,
+    course,
+    lint,
+    rehearsal,
+    review,
+    slides,
+    testcells,
+)
 
 
 def _report(problems: list[str], ok: str) -> int:
@@ -18,6 +27,30 @@ def _report(problems: list[str], ok: str) -> int:
         print("PROBLEM:", problem)
     print(ok if not problems else f"{len(problems)} problem(s)")
     return 1 if problems else 0
+
+
+def _table(course_dir: Path) -> str:
+    scores = course.read_scores(course_dir)
+    flags = {(s.student, s.notebook): review.short(review.read_review(
+        course_dir, s.student, s.notebook)) for s in scores}
+    return course.format_scores(scores, {k: v for k, v in flags.items() if v})
+
+
+def _autograde(args) -> int:
+    """Grade, then always print the whole table (and every flag in full)."""
+    try:
+        outcomes = autograder.autograde(args.course, args.student,
+                                       sandboxed=not args.unsafe_no_sandbox,
+                                       timeout=args.timeout)
+    except RuntimeError as exc:
+        print(f"autograde: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        print(_table(args.course))
+    for outcome in outcomes:
+        for flag in outcome.flags:
+            print(f"  {outcome.student}/{outcome.lesson}: {flag}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,14 +67,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("submit", help="file a student's returned notebooks")
     p.add_argument("student")
     p.add_argument("files", nargs="+", type=Path)
-    p = sub.add_parser("autograde", help="autograde all submissions, print the scores")
+    p = sub.add_parser("autograde", help="autograde every submission, each in its own "
+                       "bubblewrap sandbox; print the scores and what to review")
     p.add_argument("--student", default="*")
-    sub.add_parser("grades", help="print the gradebook")
+    p.add_argument("--timeout", type=float, default=autograder.NOTEBOOK_TIMEOUT_S,
+                   help="seconds each notebook may run (default %(default)g)")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run submissions with YOUR rights (no bwrap): only for a "
+                   "machine you do not mind student code touching")
+    p = sub.add_parser("grades", help="print the gradebook")
+    p.add_argument("--json", action="store_true", help="as JSON: [{student, lesson, "
+                   "score, max_score, flags}]")
     p = sub.add_parser("rehearse", help="solved -> full marks, blank -> zero, in a "
                        "scratch course (never --course)")
     p.add_argument("--dir", type=Path, default=None,
                    help="the scratch course (default: a new build/rehearsal-*)")
     sub.add_parser("lint", help="nbgrader and slideshow metadata of every notebook")
+    p = sub.add_parser("fix-tests", help="rewrite graded test cells into the one "
+                       "tamper-evident form")
+    p.add_argument("paths", nargs="*", type=Path,
+                   help="notebooks (default: every course notebook)")
     p = sub.add_parser("slides", help="offline reveal.js decks into build/slides")
     p.add_argument("--out", type=Path, default=slides.SLIDES_DIR)
     p.add_argument("--no-execute", action="store_true",
@@ -57,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(problems, "")
         course.build_course(notebooks, args.course)
         course.generate_student_edition(args.course)
+        autograder.write_seal(args.course)
         written = course.export_student_edition(args.course, args.out)
         for source in notebooks:
             problems += lint.lint_student_edition(source, args.out / source.name)
@@ -67,18 +113,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("filed", dest)
         return 0
     if args.command == "autograde":
-        course.autograde(args.course, args.student)
-        print(course.format_scores(course.read_scores(args.course)))
-        return 0
+        return _autograde(args)
     if args.command == "grades":
-        print(course.format_scores(course.read_scores(args.course)))
+        if args.json:
+            print(json.dumps(autograder.grades(args.course), indent=1))
+        else:
+            print(_table(args.course))
+        return 0
+    if args.command == "fix-tests":
+        for path in args.paths or notebooks:
+            changed = testcells.fix_test_cells(path)
+            print(f"{path}: {changed} cell(s) rewritten" if changed else
+                  f"{path}: already in the one form")
         return 0
     if args.command == "rehearse":
         if not course.graded_notebooks(args.notebooks):
             print("no graded notebooks yet")
             return 0
         result = rehearsal.rehearse(notebooks, args.dir)
-        print(course.format_scores(result.scores))
+        print(_table(result.course_dir))
+        if not result.sandboxed:
+            print("(graded without a sandbox: bwrap is not usable here)")
         print(f"({result.seconds:.0f} s; executed notebooks in "
               f"{result.course_dir / 'autograded'})")
         return _report(result.problems, "solved: full marks; blank: zero; all good")

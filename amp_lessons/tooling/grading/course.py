@@ -1,5 +1,6 @@
 """The nbgrader course: reading the lesson notebooks, laying them out as one assignment
-each, and running nbgrader on them (student edition, submissions, autograde, scores).
+each, and running nbgrader on them (student edition, submissions, scores). Grading
+the submissions is ``autograder``'s.
 
 Everything generated lands in git-ignored folders: ``build/course/`` (config,
 gradebook, submissions) and ``student/`` (the edition to hand out).
@@ -31,6 +32,16 @@ COURSE_ID = "amp_lessons"
 CELL_TIMEOUT_S = 180  # the same per-cell limit nbval gets in pyproject.toml
 # What nbgrader puts where a solution was; the student edition must still run past it.
 CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
+# nbgrader's Autograde.autograde_preprocessors (0.9), Execute replaced by ours
+AUTOGRADE_PREPROCESSORS = [
+    "amp_lessons.tooling.grading.autograder.SandboxExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 
 
 # ---------------------------------------------------------------------------------
@@ -101,6 +112,11 @@ def nbgrader_config(course_dir: Path) -> str:
         f"c.ClearSolutions.code_stub = {{'python': {CODE_STUB!r}}}",
         "c.ClearSolutions.text_stub = 'YOUR ANSWER HERE'",
         f"c.Execute.timeout = {CELL_TIMEOUT_S}",
+        "# Autograde executes each notebook in a bubblewrap sandbox, in a guarded",
+        "# kernel, then reviews it (amp_lessons/tooling/grading/autograde.py): the",
+        "# same steps as nbgrader's own list with Execute replaced.",
+        f"c.Autograde.autograde_preprocessors = {AUTOGRADE_PREPROCESSORS!r}",
+        f"c.SandboxExecute.timeout = {CELL_TIMEOUT_S}",
         "",
     ])
 
@@ -132,6 +148,9 @@ def jupyter_env(course_dir: Path) -> dict[str, str]:
                                    env.get("PATH", "")])
     paths = [str(_kernel_home(course_dir)), env.get("JUPYTER_PATH", "")]
     env["JUPYTER_PATH"] = os.pathsep.join(p for p in paths if p)
+    # nbgrader imports the sandboxed Execute from this very package
+    paths = [str(ROOT), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
 
 
@@ -256,16 +275,6 @@ def submit(student_id: str, notebooks: Iterable[Path],
     return filed
 
 
-def autograde(course_dir: Path = COURSE_DIR, student_id: str = "*") -> str:
-    """``nbgrader autograde`` every submitted lesson (of one student, or all)."""
-    submitted = Path(course_dir) / "submitted"
-    if not any(submitted.glob("*/*/*.ipynb")):
-        raise RuntimeError(f"nothing submitted in {submitted}: file notebooks with "
-                           "`python -m amp_lessons.grading submit STUDENT FILES...`")
-    return run_nbgrader(course_dir, "autograde", "*", f"--student={student_id}",
-                        "--force")
-
-
 @dataclass(frozen=True)
 class NotebookScore:
     """One student's score on one lesson, and per graded cell (grade_id -> points)."""
@@ -297,13 +306,19 @@ def read_scores(course_dir: Path = COURSE_DIR) -> list[NotebookScore]:
     return sorted(scores, key=lambda s: (s.student, s.notebook))
 
 
-def format_scores(scores: Sequence[NotebookScore]) -> str:
-    """The gradebook as a plain table (student, lesson, score / max)."""
+def format_scores(scores: Sequence[NotebookScore],
+                  flags: dict[tuple[str, str], str] | None = None) -> str:
+    """The gradebook as a plain table (student, lesson, score / max), with a last
+    column of what to review when ``flags`` maps (student, lesson) to it."""
     if not scores:
         return "(no graded submissions yet)"
-    rows = [f"{'student':<16} {'lesson':<24} {'score':>12}"]
-    rows += [f"{s.student:<16} {s.notebook:<24} {s.score:>5g} / {s.max_score:g}"
-             for s in scores]
+    flags = flags or {}
+    head = f"{'student':<16} {'lesson':<24} {'score':>12}"
+    rows = [head + ("  review" if flags else "")]
+    for s in scores:
+        row = f"{s.student:<16} {s.notebook:<24} {s.score:>5g} / {s.max_score:g}"
+        note = flags.get((s.student, s.notebook))
+        rows.append(f"{row:<55}  {note}" if note else row)
     return "\n".join(rows)
 
 

@@ -15,6 +15,7 @@ from amp_lessons.tooling.grading.course import (
     locate,
     nbgrader_meta,
 )
+from amp_lessons.tooling.grading.testcells import lint_test_cells
 
 SOLUTION_MARKERS = ("BEGIN SOLUTION", "END SOLUTION")  # nbgrader matches substrings
 HIDDEN_MARKERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
@@ -51,7 +52,8 @@ def lint_notebook(path: Path) -> list[str]:
     grade_id, points on every graded cell, test cells locked, code solution cells with
     matched BEGIN/END SOLUTION markers (without them nbgrader replaces the whole cell,
     function header included), hidden tests only in test cells with matched markers,
-    and no solution cell that is also graded (that needs a human grader).
+    no solution cell that is also graded (that needs a human grader), and test cells
+    that call a check in the one tamper-evident form (``testcells``).
     """
     nb = nbformat.read(path, as_version=4)
     problems = []
@@ -89,7 +91,7 @@ def lint_notebook(path: Path) -> list[str]:
             problems.append(f"{where}: hidden-test markers outside a graded test cell")
         problems += _marker_problems(text, SOLUTION_MARKERS, where)
         problems += _marker_problems(text, HIDDEN_MARKERS, where)
-    return problems
+    return problems + lint_test_cells(path)
 
 
 def lint_course(notebooks: Sequence[Path]) -> list[str]:

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import nbformat
 
+from amp_lessons.tooling.grading import review, sandbox
+from amp_lessons.tooling.grading.autograder import autograde
 from amp_lessons.tooling.grading.course import (
     BUILD_DIR,
     NotebookScore,
-    autograde,
     autograded_path,
     build_course,
     generate_student_edition,
@@ -85,16 +86,21 @@ class Rehearsal:
     problems: list[str]
     seconds: float
     course_dir: Path  # the scratch course: autograded/ holds every executed notebook
+    sandboxed: bool = True
 
 
-def rehearse(notebooks: Sequence[Path], course_dir: Path | None = None) -> Rehearsal:
+def rehearse(notebooks: Sequence[Path], course_dir: Path | None = None,
+             sandboxed: bool | None = None) -> Rehearsal:
     """Grade the course against itself: solved -> full marks, blank -> zero.
 
     Builds a fresh course from ``notebooks`` in ``course_dir``, generates the student
     edition of all of them, then submits each graded lesson twice: its source (solved)
     notebook as student ``reference`` and its student edition untouched as ``blank``.
-    One nbgrader call autogrades both; the gradebook and the executed notebooks are
-    then checked (see `solved_run_problems` and `blank_run_problems`).
+    Both are autograded as students' work is (`autograde`); the gradebook, the
+    review flags (neither edition may raise one) and the executed notebooks are then
+    checked (see `solved_run_problems` and `blank_run_problems`). ``sandboxed``:
+    by default in the bwrap sandbox when this machine has one, else without (the
+    course's own notebooks are not untrusted code).
 
     ``course_dir`` must be new, empty or an earlier rehearsal (never a real course:
     it is wiped); by default a fresh ``build/rehearsal-*`` folder.
@@ -121,11 +127,15 @@ def rehearse(notebooks: Sequence[Path], course_dir: Path | None = None) -> Rehea
     released = [course_dir / "release" / p.stem / p.name for p in graded]
     submit(REFERENCE_STUDENT, graded, course_dir)
     submit(BLANK_STUDENT, released, course_dir)
-    autograde(course_dir)
+    if sandboxed is None:
+        sandboxed = sandbox.sandbox_problem() is None
+    autograde(course_dir, sandboxed=sandboxed)
     scores = read_scores(course_dir)
     problems = []
     for score in scores:
         where = f"{score.notebook} ({score.student})"
+        for flag in review.read_review(course_dir, score.student, score.notebook):
+            problems.append(f"{where}: flagged for review: {flag}")
         if score.student == REFERENCE_STUDENT and score.score != score.max_score:
             lost = {k: v for k, v in score.cells.items() if v[0] != v[1]}
             problems.append(f"{where}: the solved notebook scores {score.score:g} / "
@@ -146,4 +156,5 @@ def rehearse(notebooks: Sequence[Path], course_dir: Path | None = None) -> Rehea
         for student in (REFERENCE_STUDENT, BLANK_STUDENT):
             if (student, path.stem) not in in_gradebook:
                 problems.append(f"{path.stem} ({student}): not in the gradebook")
-    return Rehearsal(scores, problems, time.perf_counter() - start, course_dir)
+    return Rehearsal(scores, problems, time.perf_counter() - start, course_dir,
+                     sandboxed)

@@ -1,0 +1,261 @@
+"""Autograde every submission on its own, in a sandbox, and never stop for one bad
+notebook: what ``make grade`` runs.
+
+For each submitted lesson of each student, one ``nbgrader autograde`` run does what
+nbgrader always does (restore the locked and test cells from the source, check the
+metadata, score the test cells, write the gradebook), except that the notebook is
+executed by `SandboxExecute`: in bwrap (``sandbox``), in the guarded kernel
+(``guard``), with a time limit; then ``review`` flags what the student's code did
+and fails every test cell whose pass its checks did not vouch for. A corrupt file,
+a kernel that dies (``os._exit``), a timeout, or nbgrader itself failing gives that
+submission 0 with the reason as a flag, and grading goes on with the next one.
+Grading refuses to start without a working bwrap unless asked, loudly, to run
+without one (``sandboxed=False``: ``--unsafe-no-sandbox``).
+
+Not covered here: what the sandbox lets a notebook see (``sandbox``), what counts as
+tampering (``guard``, ``review``).
+
+Example (what ``make grade`` runs)::
+
+    python -m amp_lessons.grading autograde             # every submission
+    python -m amp_lessons.grading autograde --student alice --timeout 300
+    python -m amp_lessons.grading grades --json
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool, Float, Integer
+
+from amp_lessons.tooling.grading import review, sandbox
+from amp_lessons.tooling.grading.course import (
+    CELL_TIMEOUT_S,
+    COURSE_DIR,
+    COURSE_ID,
+    ROOT,
+    is_test_cell,
+    jupyter_env,
+    read_scores,
+)
+from amp_lessons.tooling.grading.sandbox import NOTEBOOK_TIMEOUT_S
+from amp_lessons.tooling.grading.testcells import check_calls
+
+UNSAFE_WARNING = ("WARNING: grading WITHOUT a sandbox (--unsafe-no-sandbox): each "
+                  "submission runs with your rights and can read, change or delete "
+                  "anything you can, the gradebook and the course included. Scores "
+                  "and flags are still checked; your files are not protected.")
+SEAL_NAME = "checks.seal.json"  # the checks' sources at `make student` (release)
+
+
+class SandboxExecute(NbGraderPreprocessor):
+    """nbgrader's Execute step, done in a sandbox, then reviewed (see module doc).
+
+    The course's ``nbgrader_config.py`` puts it in place of ``Execute`` in
+    ``Autograde.autograde_preprocessors``, so a plain ``nbgrader autograde`` in the
+    course folder is sandboxed too.
+    """
+
+    sandbox = Bool(True, help="run in bwrap; False only with --unsafe-no-sandbox"
+                   ).tag(config=True)
+    notebook_timeout = Float(NOTEBOOK_TIMEOUT_S, help="seconds per notebook"
+                             ).tag(config=True)
+    timeout = Integer(CELL_TIMEOUT_S, help="seconds per cell").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        course_dir = Path(info["db_url"].removeprefix("sqlite:///"))
+        course_dir = course_dir.parent
+        lesson, student = info["assignment"], info["student"]
+        source_nb = nbformat.read(course_dir / "source" / lesson /
+                                  f"{info['notebook']}.ipynb", as_version=4)
+        test_cells = {i: c.source for i, c in enumerate(nb.cells)
+                      if is_test_cell(c) and check_calls(c.source)}
+        course_cells = [c.source for c in source_nb.cells if c.cell_type == "code"]
+        run = sandbox.run_notebook(
+            nb, Path(resources["metadata"]["path"]), test_cells=test_cells,
+            course_cells=course_cells, sandbox=self.sandbox,
+            timeout=self.notebook_timeout, cell_timeout=self.timeout,
+            protected=[str(course_dir.resolve()), str(ROOT)])
+        flags = [run.reason] if run.reason else []
+        executed = run.notebook if run.notebook is not None else nb
+        if run.notebook is None:
+            for cell in executed.cells:
+                if cell.cell_type == "code":
+                    cell.outputs = []
+        flags += review.scan_notebook(executed, source_nb)
+        flags += review.runtime_flags(executed, run.records, run.forged)
+        flags += review.cross_check(executed, run.records, run.reason)
+        review.write_review(course_dir, student, lesson, flags)
+        self.log.info("%s/%s ran in %.0f s; %d flag(s)", student, lesson, run.seconds,
+                      len(flags))
+        return executed, resources
+
+
+@dataclass
+class Outcome:
+    """One submission's grading: what happened, in one line, and its flags."""
+
+    student: str
+    lesson: str
+    ok: bool
+    flags: list[str] = field(default_factory=list)
+
+
+def nbgrader_overrides(sandboxed: bool, timeout: float) -> list[str]:
+    """Command-line config that every autograde run gets."""
+    return [f"--SandboxExecute.sandbox={sandboxed}",
+            f"--SandboxExecute.notebook_timeout={timeout}"]
+
+
+def _zero(course_dir: Path, student: str, lesson: str) -> bool:
+    """Record 0 for every graded cell of this submission (as nbgrader does for a
+    missing notebook); False when the lesson is not in the gradebook at all."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    db = f"sqlite:///{(Path(course_dir) / 'gradebook.db').resolve()}"
+    with warnings.catch_warnings(), Gradebook(db, COURSE_ID) as gb:
+        warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes on new rows
+        try:
+            gb.update_or_create_student(student)
+            submission = gb.update_or_create_submission(lesson, student)
+        except MissingEntry:
+            return False
+        for notebook in submission.notebooks:
+            for grade in notebook.grades:
+                grade.auto_score, grade.needs_manual_grade = 0, False
+        gb.db.commit()
+    return True
+
+
+def _readable(path: Path) -> str | None:
+    try:
+        nb = nbformat.read(path, as_version=4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nbformat.validate(nb)
+    except Exception as exc:  # JSON, schema, encoding: all mean "cannot grade this"
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+    return None
+
+
+def grade_one(course_dir: Path, student: str, lesson: str, *, sandboxed: bool = True,
+              timeout: float = NOTEBOOK_TIMEOUT_S) -> Outcome:
+    """Autograde one submitted lesson; a failure becomes a 0 with its reason."""
+    submitted = Path(course_dir) / "submitted" / student / lesson
+    flags = []
+    for path in sorted(submitted.glob("*.ipynb")):
+        problem = _readable(path)
+        if problem:
+            flags.append(f"corrupt: {path.name} cannot be read as a notebook "
+                         f"({problem}); scored 0")
+    if not flags:
+        command = [sys.executable, "-m", "nbgrader", "autograde", lesson,
+                   f"--student={student}", "--force",
+                   *nbgrader_overrides(sandboxed, timeout)]
+        try:
+            done = subprocess.run(command, cwd=course_dir, env=jupyter_env(course_dir),
+                                  capture_output=True, text=True,
+                                  timeout=timeout * 2 + 120)
+            log = done.stdout + done.stderr
+            if done.returncode == 0:
+                return Outcome(student, lesson, True,
+                               review.read_review(course_dir, student, lesson))
+            # nbgrader failed before or after our preprocessor: nothing to keep
+            errors = [line for line in log.splitlines() if "[ERROR]" in line]
+            flags.append(f"error: nbgrader failed on this submission "
+                         f"({(errors or log.splitlines() or ['?'])[-1][-200:]}); "
+                         "scored 0")
+        except subprocess.TimeoutExpired:
+            flags.append(f"timeout: nbgrader did not finish in {timeout * 2 + 120:g} "
+                         "s; scored 0")
+    _zero(course_dir, student, lesson)
+    review.write_review(course_dir, student, lesson, flags)
+    return Outcome(student, lesson, False, flags)
+
+
+def submissions(course_dir: Path, student: str = "*") -> list[tuple[str, str]]:
+    """(student, lesson) for every submitted lesson folder, sorted."""
+    folder = Path(course_dir) / "submitted"
+    return sorted((p.parent.name, p.name) for p in folder.glob(f"{student}/*")
+                  if p.is_dir())
+
+
+def check_package(course_dir: Path) -> list[str]:
+    """Warnings when the checks changed since the student edition was released."""
+    from amp_lessons.checks import _pristine
+
+    path = Path(course_dir) / SEAL_NAME
+    if not path.exists():
+        return []
+    sealed, now = json.loads(path.read_text()), _pristine.seal()
+    changed = sorted(n for n in set(sealed) | set(now) if sealed.get(n) != now.get(n))
+    if not changed:
+        return []
+    return [f"WARNING: amp_lessons/checks changed since `make student` "
+            f"({', '.join(changed)}): edited on purpose, or by a submission graded "
+            "without a sandbox? Grading uses the files as they are now."]
+
+
+def write_seal(course_dir: Path) -> Path:
+    """Record the checks' sources at release (`make student`)."""
+    from amp_lessons.checks import _pristine
+
+    path = Path(course_dir) / SEAL_NAME
+    path.write_text(json.dumps(_pristine.seal(), indent=1))
+    return path
+
+
+def autograde(course_dir: Path = COURSE_DIR, student: str = "*", *,
+              sandboxed: bool = True,
+              timeout: float = NOTEBOOK_TIMEOUT_S) -> list[Outcome]:
+    """Grade each submission on its own (see module docstring); print progress.
+
+    Raises RuntimeError when nothing was submitted, or when ``sandboxed`` and bwrap
+    cannot sandbox here (the message says how to install it).
+    """
+    todo = submissions(course_dir, student)
+    if not todo:
+        raise RuntimeError(f"nothing submitted in {Path(course_dir) / 'submitted'}: "
+                           "file notebooks with `python -m amp_lessons.grading submit "
+                           "STUDENT FILES...`")
+    if sandboxed:
+        problem = sandbox.sandbox_problem()
+        if problem:
+            raise RuntimeError(f"refusing to grade without a sandbox: {problem}")
+    else:
+        print(UNSAFE_WARNING, file=sys.stderr)
+    for line in check_package(course_dir):
+        print(line, file=sys.stderr)
+    from amp_lessons.checks import _pristine
+
+    before = _pristine.seal(sandbox.PACKAGE_DIR / "checks")
+    outcomes = []
+    for who, lesson in todo:
+        outcome = grade_one(course_dir, who, lesson, sandboxed=sandboxed,
+                            timeout=timeout)
+        if _pristine.seal(sandbox.PACKAGE_DIR / "checks") != before:
+            outcome.flags.append("runtime: the course's checks changed on disk while "
+                                 "this submission ran")
+            review.write_review(course_dir, who, lesson, outcome.flags)
+        print(f"graded {who}/{lesson}" + ("" if outcome.ok else ": not run, scored 0")
+              + (f" ({len(outcome.flags)} flag(s) to review)" if outcome.flags else ""),
+              flush=True)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def grades(course_dir: Path = COURSE_DIR) -> list[dict]:
+    """The gradebook with each submission's flags: what ``grades --json`` prints."""
+    return [{"student": s.student, "lesson": s.notebook, "score": s.score,
+             "max_score": s.max_score,
+             "flags": review.read_review(course_dir, s.student, s.notebook)}
+            for s in read_scores(course_dir)]
+

@@ -1,0 +1,139 @@
+"""Inside the sandbox: execute one submitted notebook the way ``nbgrader autograde``
+does (nbgrader's own ``Execute`` preprocessor), in the guarded kernel, and hand back
+only the executed notebook.
+
+The grader writes a job (JSON) to this process's stdin: the notebook, where its
+support files are, the folder to run in, the evidence FIFO, the key and the cells
+the guard needs (see ``sandbox.run_notebook``). The answer is one JSON document,
+``{"notebook", "reason", "cell"}``, on the stdout this process started with; the
+kernel inherits a log file instead, and this process makes itself non-dumpable, so
+the kernel cannot open its file descriptors or memory through /proc. The document
+comes signed (HMAC-SHA256 with the job's key, first line) so that nothing else
+written to that pipe can pass for it. ``reason`` is
+None when every cell ran (a cell that raised is still a normal run: nbgrader scores
+it), otherwise why the run stopped (the kernel died, did not start ...) and ``cell``
+the index of the cell that was running.
+
+Not covered here: scoring (nbgrader, outside, from the returned notebook).
+
+Example (what ``sandbox.run_notebook`` starts, inside bwrap)::
+
+    python -m amp_lessons.tooling.grading.runner < job.json > result.json
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hmac
+import json
+import os
+import resource
+import shutil
+import sys
+from pathlib import Path
+
+from amp_lessons.tooling.grading import guard
+
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+
+
+def _not_dumpable() -> None:
+    """Same-user processes (the kernel) can no longer ptrace us or open
+    /proc/<our pid>/fd or /mem."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def _kernelspec(home: Path) -> Path:
+    """A Jupyter data dir whose ``python3`` kernel is the guarded one."""
+    spec = home / "kernels" / "python3"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "amp_lessons.tooling.grading.guard",
+                 "-f", "{connection_file}"],
+        "display_name": "Python 3 (graded)",
+        "language": "python",
+    }))
+    return home
+
+
+def _prepare(job: dict) -> Path:
+    """The run folder: copies of the support files and the notebook; the guard's
+    config in a private folder the guard deletes; the environment the kernel gets."""
+    work = Path(job["workdir"])
+    work.mkdir(parents=True, exist_ok=True)
+    if job.get("input_dir"):
+        for item in Path(job["input_dir"]).iterdir():
+            if item.suffix == ".ipynb":
+                continue
+            copy = shutil.copytree if item.is_dir() else shutil.copy
+            copy(item, work / item.name)
+    (work / job["name"]).write_text(json.dumps(job["notebook"]))
+    private = Path(job["private_dir"])
+    private.mkdir(mode=0o700, parents=True, exist_ok=True)
+    config = private / "guard.json"
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({k: job[k] for k in ("key", "fifo", "workdir", "package_root",
+                                       "test_cells", "course_cells", "protected")}, f)
+    os.environ.update({
+        guard.CONFIG_ENV: str(config),
+        "JUPYTER_PATH": str(_kernelspec(private / "jupyter")),
+        "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
+        "JUPYTER_CONFIG_DIR": str(private / "config"),
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "IPYTHONDIR": str(private / "ipython"),
+        "MPLCONFIGDIR": str(private / "matplotlib"),
+    })
+    return work
+
+
+def execute(job: dict) -> dict:
+    """Run every cell with nbgrader's Execute; return the result document."""
+    import nbformat
+    from nbgrader.preprocessors import Execute
+
+    nb = nbformat.from_dict(job["notebook"])
+    work = _prepare(job)
+    running = {"cell": None}
+
+    class Tracked(Execute):
+        def preprocess_cell(self, cell, resources, index):
+            running["cell"] = index
+            return super().preprocess_cell(cell, resources, index)
+
+    reason = None
+    try:
+        Tracked(timeout=job["cell_timeout"]).preprocess(
+            nb, {"metadata": {"path": str(work)}})
+        running["cell"] = None
+    except Exception as exc:  # DeadKernelError, a kernel that never started, ...
+        reason = f"{type(exc).__name__}: {str(exc).strip()[:300] or 'no message'}"
+    return {"notebook": nb, "reason": reason, "cell": running["cell"]}
+
+
+def main() -> int:
+    _not_dumpable()
+    job = json.loads(sys.stdin.buffer.read())
+    sys.stdin.close()
+    if job.get("memory_bytes"):
+        limit = int(job["memory_bytes"])
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    result = os.fdopen(os.dup(1), "wb")  # not inherited: dup() sets close-on-exec
+    Path(job["private_dir"]).mkdir(mode=0o700, parents=True, exist_ok=True)
+    log = os.open(Path(job["private_dir"]).parent / "runner.log",
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    document = json.dumps(execute(job)).encode()
+    # Signed: bwrap's own init holds this pipe too, and student code can open that
+    # process's descriptors through /proc/1/fd; a forged or extended answer fails.
+    mac = hmac.new(bytes.fromhex(job["key"]), document, "sha256").hexdigest()
+    result.write(mac.encode() + b"\n" + document)
+    result.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
