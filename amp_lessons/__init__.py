@@ -7,22 +7,22 @@ One module per concept, in teaching order (the lesson that teaches it in bracket
 for bit) and ``scaler_bench``, ``autocast`` (04: the per-op dtype table) with
 ``autocast_demos`` (04: traces, regions, custom functions, casts), ``precision`` (05:
 the precision table, autocast context, scaler factory, TF32), ``models`` (MLP, GPT,
-synthetic data), ``train`` (05: the loop and checkpoints), ``memory`` (06), ``bench``
-(06: timing, the benchmark) with ``bench_results`` (06: recorded results), ``clinic``
-(07, and lesson 09's table of real-world problems), ``quiz`` (08), ``practice`` (09:
-several losses and optimizers, gradient penalty, schedulers), ``compiled`` (09:
-torch.compile), ``nan_hunt`` (09: finding the first inf), ``reproductions`` (09: the
-real-world problems reproduced), ``distributed`` (10: the loop under torchrun, DDP,
-FSDP2, DCP checkpoints) with ``rank_memory`` (10: bytes per rank) and
-``accelerate_loop`` (10: the same task under Hugging Face Accelerate), ``fp8`` (11:
-per-tensor scales and a Float8Linear from scratch) with ``fp8_vs_torchao`` (11: checks
-it against torchao), ``fp8_scaling`` (11: delayed and rowwise scales) and ``bench_fp8``
-(the bench's fp8 row); beside them ``plots`` (every plot), ``widgets`` (the explorers)
-and ``checks`` (the exercise graders, a package: ``_engine`` plus one module per
-lesson). Course tooling lives apart in ``tooling`` (``bootstrap``, ``lab``,
-``grading``); ``grading`` here is its command-line entry point. ``gpu_check`` is the
-whole GPU proof in one run (``python -m amp_lessons gpu-check``), with ``gpu_report``
-(its goals and one-page summary).
+synthetic data), ``train`` (05: the loop) with ``checkpoints`` (05: its checkpoints) and
+``output_files`` (paths checked first, atomic writes), ``memory`` (06), ``bench`` (06:
+timing, the benchmark) with ``bench_results`` (06: recorded results), ``clinic`` (07,
+and lesson 09's table of real-world problems), ``quiz`` (08), ``practice`` (09: several
+losses and optimizers, gradient penalty, schedulers), ``compiled`` (09: torch.compile),
+``nan_hunt`` (09: finding the first inf), ``reproductions`` (09: the real-world problems
+reproduced), ``distributed`` (10: the loop under torchrun, DDP, FSDP2, DCP checkpoints)
+with ``rank_memory`` (10: bytes per rank) and ``accelerate_loop`` (10: the same task
+under Hugging Face Accelerate), ``fp8`` (11: per-tensor scales and a Float8Linear from
+scratch) with ``fp8_vs_torchao`` (11: checks it against torchao), ``fp8_scaling`` (11:
+delayed and rowwise scales) and ``bench_fp8`` (the bench's fp8 row); beside them
+``plots`` (every plot), ``widgets`` (the explorers) and ``checks`` (the exercise
+graders, a package: ``_engine`` plus one module per lesson). Course tooling lives apart
+in ``tooling`` (``bootstrap``, ``lab``, ``grading``); ``grading`` here is its command-
+line entry point. ``gpu_check`` is the whole GPU proof in one run (``python -m
+amp_lessons gpu-check``), with ``gpu_report`` (its goals and one-page summary).
 
 Import the module you need, e.g. ``from amp_lessons.formats import decompose``; nothing
 heavy is imported here.

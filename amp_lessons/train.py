@@ -22,11 +22,10 @@ schedules.
 from __future__ import annotations
 
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from amp_lessons.checkpoints import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from amp_lessons.device import resolve_device
 from amp_lessons.distributed import (
     META_FILE,
@@ -46,7 +46,7 @@ from amp_lessons.distributed import (
     wrap_model,
 )
 from amp_lessons.models import GPT, MLP, make_spirals, make_tokens
-from amp_lessons.output_files import validate_output_path, write_atomically
+from amp_lessons.output_files import validate_output_path
 from amp_lessons.precision import (
     Precision,
     SlowOnThisDeviceWarning,
@@ -372,75 +372,6 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx,
     finally:
         model.train(was_training)
     return loss.item(), accuracy.item()
-
-
-def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
-    """``torch.save`` to a temporary file, then rename: a crash leaves no half file.
-
-    The file gets the user's umask; a killed save's leftover is cleaned up by the
-    next one (``amp_lessons.output_files``).
-
-    Example: ``save_checkpoint("run.pt", {"model": model.state_dict()})``.
-    """
-    write_atomically(path, lambda f: torch.save(state, f))
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict:
-    """Read a checkpoint written by ``train`` (tensors and plain data only).
-
-    Anything else (another program's .pt, a truncated file, a dict that lacks what
-    ``train`` saves) is refused with one line saying what is wrong.
-
-    Example: ``load_checkpoint("run.pt")["step"]`` -> ``100``.
-    """
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"{path} is a sharded checkpoint (written with --distributed "
-                         "ddp or fsdp2): resume it with --distributed ddp or fsdp2 "
-                         "(one process works too)")
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}: run once without --resume "
-                                "(with --checkpoint) to create it")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle errors come in many types, some many lines long
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ValueError(f"{path} is not a readable checkpoint ({reason[:120]}); "
-                         "delete it or point --checkpoint elsewhere") from None
-    problem = _checkpoint_problem(state)
-    if problem:
-        raise ValueError(f"{path} is not a checkpoint written by amp_lessons.train "
-                         f"({problem}); point --checkpoint at one, or at a new path "
-                         "to start a new run")
-    return state
-
-
-_CHECKPOINT_PARTS = {"step": int, "config": dict, "model": dict, "optimizer": dict,
-                     "scaler": dict, "data_rng": torch.Tensor,
-                     "torch_rng": torch.Tensor, "records": list}
-
-
-def _checkpoint_problem(state: Any) -> str:
-    """What makes `state` not one of ours ("" when it is)."""
-    if not isinstance(state, dict):
-        return f"it holds a {type(state).__name__}, not a dict"
-    if state.get("format") != CHECKPOINT_FORMAT:
-        return f"format {state.get('format')!r}, expected {CHECKPOINT_FORMAT!r}"
-    for key, kind in _CHECKPOINT_PARTS.items():
-        if not isinstance(state.get(key), kind):
-            return f"{key!r} is missing or not a {kind.__name__}"
-    if "cuda_rng" not in state or not (state["cuda_rng"] is None
-                                       or isinstance(state["cuda_rng"], list)):
-        return "'cuda_rng' is missing or not a list of states"
-    names = {f.name for f in fields(StepRecord)}
-    if not all(isinstance(r, dict) and set(r) == names for r in state["records"]):
-        return "its step records do not have the fields of StepRecord"
-    if state["step"] != len(state["records"]):
-        return f"step {state['step']} but {len(state['records'])} step records"
-    return ""
-
-
-CHECKPOINT_FORMAT = "amp_lessons.train/1"
 
 
 def _refuse_incompatible_resume(saved: dict, config: TrainConfig, path) -> None:
