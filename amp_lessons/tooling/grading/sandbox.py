@@ -157,11 +157,14 @@ def bwrap_command(package_copy: Path, input_dir: Path, fifo: Path) -> list[str]:
     args, problem = _probe()
     if args is None:
         raise RuntimeError(problem)
-    return [shutil.which("bwrap"), *args, *_system_mounts(),
+    # /tmp's tmpfs first: a Python or venv that lives under /tmp (a CI clone) is
+    # bound on top of it by _system_mounts, not hidden by it
+    return [shutil.which("bwrap"), *args,
+            "--size", str(WORK_BYTES), "--tmpfs", "/tmp",
+            *_system_mounts(),
             "--ro-bind", str(package_copy), str(PACKAGE_DIR),
             "--ro-bind", str(input_dir), INPUT_DIR,
             "--size", str(WORK_BYTES), "--tmpfs", WORK_DIR,
-            "--size", str(WORK_BYTES), "--tmpfs", "/tmp",
             "--size", str(WORK_BYTES), "--tmpfs", "/dev/shm",
             "--bind", str(fifo), FIFO,
             "--chdir", WORK_DIR,
