@@ -35,6 +35,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ FSDP2_MIN_TORCH = (2, 6)
 FSDP2_CPU_MIN_TORCH = (2, 7)
 CHECKPOINT_FORMAT = "amp_lessons.distributed/1"
 META_FILE = "amp_lessons.json"  # beside DCP's own .metadata and shard files
+# A one-process group's collectives complete at once; this only bounds a broken one
+ONE_PROCESS_TIMEOUT = timedelta(seconds=120)
 
 
 def fsdp2_unsupported_reason(device_type: str = "cpu") -> str | None:
@@ -190,9 +193,15 @@ def start_world(mode: str, device: torch.device) -> World:
     if owns and "RANK" in os.environ:
         torch.distributed.init_process_group(backend)  # torchrun's env:// rendezvous
     elif owns:
-        store = torch.distributed.HashStore()  # in-process: nothing to rendezvous
-        torch.distributed.init_process_group(backend, store=store, rank=0,
-                                             world_size=1)
+        # One process, nothing to rendezvous: an in-memory store, gloo on the loopback
+        # interface (by default it resolves the hostname, which a sandbox or CI machine
+        # may not resolve), and a short timeout, so a collective that cannot complete
+        # raises instead of waiting gloo's default 30 minutes.
+        if backend == "gloo" and sys.platform.startswith("linux"):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        store = torch.distributed.HashStore()
+        torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1,
+                                             timeout=ONE_PROCESS_TIMEOUT)
     return World(mode, torch.distributed.get_rank(), torch.distributed.get_world_size(),
                  device, owns)
 

@@ -61,6 +61,8 @@ def test_shard_units_are_the_layers_that_own_parameters():
 def test_ddp_world_of_one_process_wraps_and_combines():
     with world_of("ddp", CPU) as world:
         assert (world.rank, world.world_size, world.owns_group) == (0, 1, True)
+        gloo = torch.distributed.group.WORLD._get_backend(CPU)
+        assert gloo.options._timeout == distributed.ONE_PROCESS_TIMEOUT  # not 30 min
         bf16 = PRECISIONS["bf16"]
         ctx = autocast_context(bf16, CPU)
         model, ctx = wrap_model(MLP((2, 8, 3)), world, bf16, ctx)
