@@ -351,6 +351,7 @@ def check_cell(*reports):
                        "_checks.check_quick_check(f)\n"
                        "_checks.check_quick_check(f, hidden=True)", "08_test")
     cell.outputs = [nbformat.v4.new_output("stream", text="all cases passed\n")]
+    cell.execution_count = 1
     nb = nbformat.v4.new_notebook(cells=[cell])
     good = {"kind": "check", "cell": 0, "title": "check_quick_check", "passed": True,
             "genuine": True, "changed": [], "tainted": []}
@@ -383,6 +384,38 @@ def test_a_cell_a_crash_kept_from_running_fails_without_a_tamper_flag():
     nb, records = check_cell((False, {}))
     assert review.cross_check(nb, records, "crash: DeadKernelError") == []
     assert nb.cells[0].outputs[-1].evalue == "not run: crash: DeadKernelError"
+
+
+def test_a_test_cell_the_kernel_never_reached_fails_whatever_it_holds():
+    ran, not_reached = graded_cell("assert f() == 1"), graded_cell("assert f() == 1")
+    ran.execution_count = 3
+    nb = nbformat.v4.new_notebook(cells=[ran, not_reached])
+    assert review.cross_check(nb, [], "crash: DeadKernelError") == []
+    assert ran.outputs == []  # it ran without an error: nbgrader's verdict stands
+    assert [o.evalue for o in not_reached.outputs] == ["not run: crash: DeadKernelError"]
+    assert review._scored(ran) and not review._scored(not_reached)
+
+
+def test_a_run_that_could_not_start_scores_a_blank_notebook_zero(tmp_path,
+                                                                  monkeypatch):
+    """The hole a broken sandbox opened: bwrap exits at once, no cell runs, and
+    nbgrader would score every test cell without an error as passed."""
+    blank = nbformat.v4.new_notebook(cells=[
+        graded_cell("assert double(2) == 4", "a_test"),
+        graded_cell("import amp_lessons.checks as _checks\n_checks.verify_pristine()\n"
+                    "_checks.check_quick_check(f)", "b_test")])
+    blank.cells[0].execution_count = 7  # a count left over from the student's run
+    (tmp_path / "source" / "01").mkdir(parents=True)
+    nbformat.write(blank, tmp_path / "source" / "01" / "lesson.ipynb")
+    crashed = sandbox.Run(None, "crash: the sandboxed run ended with exit 1", None)
+    monkeypatch.setattr(sandbox, "run_notebook", lambda *a, **k: crashed)
+    resources = {"nbgrader": {"db_url": f"sqlite:///{tmp_path / 'gradebook.db'}",
+                              "assignment": "01", "student": "s", "notebook": "lesson"},
+                 "metadata": {"path": str(tmp_path)}}
+    executed, _ = autograder.SandboxExecute().preprocess(blank, resources)
+    assert [review._scored(c) for c in executed.cells] == [False, False]
+    assert all(c.outputs[-1].evalue.startswith("not run: crash") for c in executed.cells)
+    assert review.read_review(tmp_path, "s", "01")[0].startswith("crash: ")
 
 
 # ---------------------------------------------------------------------------------

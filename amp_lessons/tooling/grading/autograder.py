@@ -87,9 +87,9 @@ class SandboxExecute(NbGraderPreprocessor):
         flags = [run.reason] if run.reason else []
         executed = run.notebook if run.notebook is not None else nb
         if run.notebook is None:
-            for cell in executed.cells:
+            for cell in executed.cells:  # nothing ran: no cell keeps a result
                 if cell.cell_type == "code":
-                    cell.outputs = []
+                    cell.outputs, cell.execution_count = [], None
         flags += review.scan_notebook(executed, source_nb)
         flags += review.runtime_flags(executed, run.records, run.forged)
         flags += review.cross_check(executed, run.records, run.reason)

@@ -204,7 +204,9 @@ def cross_check(nb: NotebookNode, records: list[dict],
     checks did not each report a genuine, untainted pass; return ``tamper`` flags.
 
     ``stopped``: why the run ended early (a crash, a timeout). A check that then
-    never reported is a cell that did not run: it fails, without a tamper flag.
+    never reported is a cell that did not run: it fails, without a tamper flag. So
+    does every graded test cell the kernel never executed (no execution count),
+    whatever it holds.
     """
     reports: dict[int, list[dict]] = {}
     for record in records:
@@ -212,9 +214,18 @@ def cross_check(nb: NotebookNode, records: list[dict],
             reports.setdefault(record["cell"], []).append(record)
     flags = []
     for index, cell in enumerate(nb.cells):
-        calls = check_calls(cell.source) if is_test_cell(cell) else []
-        if not calls or not _scored(cell):
+        if not is_test_cell(cell) or not _scored(cell):
             continue
+        if cell.get("execution_count") is None:
+            # nbgrader scores a test cell without an error as passed, and a cell the
+            # kernel never reached has no output at all: a plain-assert cell after a
+            # crash, or every cell of a run that could not start, would score full
+            # marks on a blank notebook.
+            _distrust(cell, f"not run: {stopped or 'the kernel never reached it'}")
+            continue
+        calls = check_calls(cell.source)
+        if not calls:
+            continue  # a plain-assert cell that ran: its outputs are the verdict
         grade_id = cell.metadata["nbgrader"].get("grade_id")
         mine = reports.get(index, [])
         for name, hidden in calls:
