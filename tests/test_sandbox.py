@@ -392,7 +392,8 @@ def test_a_test_cell_the_kernel_never_reached_fails_whatever_it_holds():
     nb = nbformat.v4.new_notebook(cells=[ran, not_reached])
     assert review.cross_check(nb, [], "crash: DeadKernelError") == []
     assert ran.outputs == []  # it ran without an error: nbgrader's verdict stands
-    assert [o.evalue for o in not_reached.outputs] == ["not run: crash: DeadKernelError"]
+    not_run = [o.evalue for o in not_reached.outputs]
+    assert not_run == ["not run: crash: DeadKernelError"]
     assert review._scored(ran) and not review._scored(not_reached)
 
 
@@ -414,7 +415,8 @@ def test_a_run_that_could_not_start_scores_a_blank_notebook_zero(tmp_path,
                  "metadata": {"path": str(tmp_path)}}
     executed, _ = autograder.SandboxExecute().preprocess(blank, resources)
     assert [review._scored(c) for c in executed.cells] == [False, False]
-    assert all(c.outputs[-1].evalue.startswith("not run: crash") for c in executed.cells)
+    assert all(c.outputs[-1].evalue.startswith("not run: crash")
+               for c in executed.cells)
     assert review.read_review(tmp_path, "s", "01")[0].startswith("crash: ")
 
 

@@ -153,18 +153,8 @@ def test_no_slide_overflows(path, course_decks, page, visits, capsys):
     assert not problems, "\n".join(problems)
 
 
-# Lessons whose own cells show an exercise's answer before asking for it: a content
-# fix for the lesson's author, recorded here so the deck test stays on for the rest.
-KNOWN_LEAKS = {
-    "09_amp_in_practice": "cell 3 prints inspect.getsource(practice.gan_step), the "
-                          "answer cell 11 then asks the student to write",
-}
-
-
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_LEAKS[p.stem]))
-    if p.stem in KNOWN_LEAKS else p for p in NOTEBOOKS if grading.is_graded(p)],
-    ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if grading.is_graded(p)],
+                         ids=lambda p: p.stem)
 def test_no_exercise_slide_shows_its_solution(path, course_decks, page, visits):
     seen = seen_in(path, course_decks, page, visits)
     problems = solution_shown_early(nbformat.read(path, as_version=4),
