@@ -76,6 +76,24 @@ def fsdp2_unsupported_reason(device_type: str = "cpu") -> str | None:
     return None
 
 
+# Process groups that ended, kept until the interpreter exits. A DDP model's Reducer
+# holds its group; when the model goes after the group ended, the Reducer's last
+# reference destroys the gloo group while holding the GIL and joins gloo's worker
+# threads, one of which may still need the GIL to free a tensor of the last
+# all-reduce: a deadlock (pytorch/pytorch#56297; it hung CI in the one-process DDP
+# test). Kept here, a group is destroyed only at exit, long idle. Costs two idle
+# threads per ended group.
+_ENDED_GROUPS: list = []
+
+
+def _live_groups() -> list:
+    """Every process group torch.distributed holds now (the default one at least)."""
+    from torch.distributed import distributed_c10d
+
+    groups = getattr(getattr(distributed_c10d, "_world", None), "pg_map", None)
+    return list(groups or [torch.distributed.group.WORLD])
+
+
 @dataclass
 class World:
     """The processes of one run: who this one is, how many there are, how they talk.
@@ -125,7 +143,7 @@ class World:
 
         Example: ranks with losses 1.0 and 3.0, neither skipped -> ``(2.0, False)``.
         """
-        if not self.distributed:
+        if self.world_size == 1:  # nothing to average, no one to disagree with
             return loss.item(), skipped
         # [sum of losses, ranks that skipped, ranks that stepped]
         summary = torch.stack([loss.detach().float().reshape(()),
@@ -147,8 +165,9 @@ class World:
             torch.distributed.barrier()
 
     def close(self) -> None:
-        """End the process group if this World started it."""
+        """End the process group if this World started it (see ``_ENDED_GROUPS``)."""
         if self.owns_group and torch.distributed.is_initialized():
+            _ENDED_GROUPS.extend(_live_groups())
             torch.distributed.destroy_process_group()
             self.owns_group = False
 

@@ -70,7 +70,11 @@ def test_ddp_world_of_one_process_wraps_and_combines():
         with ctx:
             assert model(torch.randn(4, 2)).dtype is torch.bfloat16  # autocast
         assert world.combine(torch.tensor(0.5), False) == (0.5, False)
+        group = torch.distributed.group.WORLD
     assert not torch.distributed.is_initialized()
+    # kept alive, so dropping `model` (its Reducer) cannot destroy the group under the
+    # GIL while a gloo thread waits for it: the deadlock that hung CI here
+    assert any(g is group for g in distributed._ENDED_GROUPS)
 
 
 def test_fsdp2_casts_parameters_inside_the_forward_only():
