@@ -1,6 +1,7 @@
 """A student's path never breaks (COURSE.md, truth rules): every lesson passes with
 five-minute pauses between cells, Run All twice in one kernel, and as the student
-edition with its exercises unsolved or answered wrongly.
+edition with its exercises unsolved or answered wrongly, and with its optional parts
+skipped.
 
 nbval runs each notebook once, straight through, as fast as it can: none of these
 paths. The kernels here are driven by `student_paths` (nbclient, in this process).
@@ -25,6 +26,7 @@ from student_paths import (
     unsolved_path,
     unsolved_path_problems,
 )
+from test_notebook_lint import optional_cells
 
 from amp_lessons.tooling import grading
 
@@ -90,6 +92,30 @@ def test_student_edition_runs_unsolved_and_answered_wrongly(path, student_editio
         "a solution cell of the student edition has no stub to answer")
     problems = unsolved_path_problems(run)
     assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------------
+# Path 4: the core path, the optional parts skipped
+
+
+def core_path(nb):
+    """`nb` without its optional parts (the cells under an "(optional)" heading)."""
+    skipped = optional_cells(nb)
+    core = nbformat.from_dict(dict(nb))
+    core.cells = [c for i, c in enumerate(nb.cells) if i not in skipped]
+    return core
+
+
+WITH_OPTIONAL = [p for p in NOTEBOOKS if optional_cells(nbformat.read(p, 4))]
+
+
+@pytest.mark.parametrize("path", WITH_OPTIONAL, ids=lambda p: p.stem)
+def test_core_path_runs_without_the_optional_parts(path):
+    run = run_in_one_kernel([core_path(nbformat.read(path, 4))], path.parent)
+    errors = run.errors()
+    assert not errors, (f"{path.name} breaks when the student skips its optional "
+                        "parts (a later cell uses something only they define):\n"
+                        + "\n".join(errors))
 
 
 # ---------------------------------------------------------------------------------
@@ -163,3 +189,18 @@ def test_unsolved_path_catches_cells_that_use_the_students_function(tmp_path):
     assert "cell 3 ('try:'), exercises unsolved" not in text
     assert text.count("cell 5 ('assert True  # grades nothing')") == 2
     assert "cell 6" not in text and "cell 1 " not in text
+
+
+def test_core_path_catches_a_cell_that_needs_an_optional_part(tmp_path):
+    nb = notebook("x = 1",
+                  "## A detour (optional)", "y = 2",
+                  "### Inside the detour", "z = 3",
+                  "## Back on the core path", "print(x + y)")
+    for i in (1, 3, 5):
+        nb.cells[i] = nbformat.v4.new_markdown_cell(nb.cells[i].source)
+    core = core_path(nb)
+    assert [c.source for c in core.cells if c.cell_type == "code"] == ["x = 1",
+                                                                       "print(x + y)"]
+    run = run_in_one_kernel([core], tmp_path)
+    assert run_in_one_kernel([nb], tmp_path).errors() == []
+    assert len(run.errors()) == 1 and "NameError" in run.errors()[0]
