@@ -254,8 +254,15 @@ for fn in (honest, space["peeking"]):
         pass
 import torch._dynamo  # wraps torch.manual_seed with torch's own code: not tampering
 run('import sys\\nsys.audit("amp_lessons.check", "check_amp_step_order", False, True)')
+# what torch.compile does to nn.Module (wraps __init__, __setstate__): not tampering
+torch._dynamo.mutation_guard.install_generation_tagging_init()
+try:
+    run(TEST_CELL, cell, f=honest)
+except AssertionError:
+    pass
 amp_lessons.quiz.QUESTIONS.clear()
-run("import functools, torch\\ntorch.max = functools.wraps(torch.max)(lambda *a: 0)")
+run("import functools, torch\\ntorch.max = functools.wraps(torch.max)(lambda *a: 0)\\n"
+    "torch.nn.Module.__repr__ = lambda self: 'a student wrote this'")
 try:
     run(TEST_CELL, cell, f=honest)
 except AssertionError:
@@ -288,7 +295,10 @@ def test_guard_reports_what_student_code_does(guard_records):
 
 def test_guard_vouches_only_for_real_untampered_checks(guard_records):
     checks = [r for r in guard_records["records"] if r["kind"] == "check"]
-    honest, peeking, forged, after_clear = checks
+    honest, peeking, forged, compiled, after_clear = checks
+    assert compiled["genuine"] and not any("nn.modules.module.Module" in c
+                                           for c in compiled["changed"])
+    assert "class torch.nn.modules.module.Module changed" in after_clear["changed"]
     assert (honest["cell"], honest["genuine"], honest["passed"]) == (7, True, False)
     assert honest["tainted"] == []
     assert peeking["genuine"] and peeking["tainted"] == ["sys._getframe"]

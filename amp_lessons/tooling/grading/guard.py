@@ -294,7 +294,8 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
     def rewrapped(new, old) -> bool:
         """``new`` is a library's own wrapper around ``old``: torch._dynamo wraps
         torch.manual_seed (``__wrapped__``) and, once torch.compile runs, patches
-        nn.Module.__init__ with a closure over the original."""
+        nn.Module's ``__init__`` and ``__setstate__`` with closures over the
+        originals (lesson 09 compiles a model before its NaN-hunt exercise)."""
         for _ in _range(3):
             if _type(new) is not function_type:
                 return False
@@ -330,7 +331,8 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
         for name, (cls, namespace) in classes.items():
             now = _vars(cls)
             for attr, value in namespace.items():
-                if now.get(attr, changes) is not value:
+                current = now.get(attr, changes)
+                if current is not value and not rewrapped(current, value):
                     found.append(f"class {name} changed")
                     break
             if _len(found) > 10:
