@@ -212,12 +212,9 @@ def start_world(mode: str, device: torch.device) -> World:
     if owns and "RANK" in os.environ:
         torch.distributed.init_process_group(backend)  # torchrun's env:// rendezvous
     elif owns:
-        # One process, nothing to rendezvous: an in-memory store, gloo on the loopback
-        # interface (by default it resolves the hostname, which a sandbox or CI machine
-        # may not resolve), and a short timeout, so a collective that cannot complete
-        # raises instead of waiting gloo's default 30 minutes.
-        if backend == "gloo" and sys.platform.startswith("linux"):
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        # One process, nothing to rendezvous: an in-memory store, and a short timeout,
+        # so a collective that cannot complete raises instead of waiting gloo's
+        # default 30 minutes.
         store = torch.distributed.HashStore()
         torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1,
                                              timeout=ONE_PROCESS_TIMEOUT)
