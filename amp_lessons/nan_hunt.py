@@ -15,7 +15,9 @@ Not covered here: NaN in distributed runs (one rank's inf skips every rank's ste
 
 from __future__ import annotations
 
+import linecache
 import math
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterator
@@ -201,14 +203,31 @@ def anomaly_report(step: Callable[[], Any]) -> tuple[str, str] | None:
             found = re.search(r"Function '(\w+)' returned nan", str(error))
             if found is None:
                 raise
-            trace = "".join(str(w.message) for w in caught)
-            lines = [line.strip() for line in trace.splitlines() if line.strip()]
-            # The last source line before torch's own frames: the user's forward.
-            user = [line for i, line in enumerate(lines[1:], 1)
-                    if lines[i - 1].startswith("File ") and "site-packages" not in
-                    lines[i - 1]]  # fmt: skip
-            return found.group(1), (user[-1] if user else "")
+            traces = [str(w.message) for w in caught
+                      if "Traceback of forward call" in str(w.message)]
+            return found.group(1), (_forward_line(traces[-1]) if traces else "")
     return None
+
+
+_FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in ')
+
+
+def _forward_line(trace: str) -> str:
+    """The source line of the innermost frame outside installed packages (torch,
+    IPython, ...) in a traceback text: the user's forward call."""
+    lines = trace.splitlines()
+    found = ""
+    for i, text in enumerate(lines):
+        frame = _FRAME.match(text)
+        if frame is None or "site-packages" in frame["file"] or frame["file"].startswith(
+                ("<", os.path.dirname(torch.__file__))):
+            continue
+        source = lines[i + 1] if i + 1 < len(lines) else ""
+        if not source.strip() or _FRAME.match(source) or source.startswith(" ("):
+            # the trace has no source text for this frame: read it as Python would
+            source = linecache.getline(frame["file"], int(frame["line"]))
+        found = source.strip()
+    return found
 
 
 # ---- bisection ----------------------------------------------------------------------

@@ -703,3 +703,25 @@ def test_a_result_forged_through_proc_is_not_taken(tmp_path):
     assert run.notebook is None and "the result did not verify" in run.reason
     flags = review.runtime_flags(tiny_notebook(forge), run.records, run.forged)
     assert "runtime: cell 0: writes /proc/1/fd/1" in flags
+
+
+@pytest.mark.slow
+def test_torchrun_works_inside_the_sandbox(tmp_path):
+    """Lesson 10 launches torchrun, whose rendezvous looks up "localhost" and the
+    hostname: in the sandbox's empty network namespace both must name loopback (CI's
+    rehearsal once timed out there on 'Temporary failure in name resolution')."""
+    require_sandbox()
+    lookup = ("import socket\n"
+              "print(sorted({socket.getaddrinfo(h, 0)[0][4][0] for h in "
+              "('localhost', socket.gethostname())}))")
+    launch = ("import json\nfrom amp_lessons import distributed\n"
+              "done = distributed.launch(['train', '--device', 'cpu', '--distributed',"
+              " 'ddp', '--precision', 'fp32', '--steps', '2', '--batch-size', '8',"
+              " '--json', 'run.json'], timeout=90, stream=None)\n"
+              "print(done.returncode, json.load(open('run.json'))['world_size'])")
+    run = sandbox.run_notebook(tiny_notebook(lookup, launch), tmp_path,
+                               test_cells={}, course_cells=[], protected=[],
+                               timeout=180)
+    assert run.reason is None, run.reason
+    outputs = ["".join(o.get("text", "") for o in c.outputs) for c in run.notebook.cells]
+    assert outputs == ["['127.0.0.1']\n", "0 2\n"], outputs

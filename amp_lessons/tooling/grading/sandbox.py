@@ -53,6 +53,11 @@ EVIDENCE_MAX_BYTES = 2 * 2**20
 INPUT_DIR, WORK_DIR, FIFO = "/grading/input", "/grading/work", "/grading/evidence"
 PRIVATE_DIR = "/tmp/.amp-guard"
 SANDBOX_UID = 1000
+# The sandbox's own hostname and /etc/hosts: its network namespace holds only the
+# loopback interface, and torchrun (lesson 10) looks up "localhost" and the hostname
+# before it listens there; the host's /etc/hosts is not the sandbox's business
+SANDBOX_HOSTNAME = "grader"
+SANDBOX_HOSTS = f"127.0.0.1\tlocalhost {SANDBOX_HOSTNAME}\n"
 BWRAP_MIN = (0, 8)
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
         "passwd", "group", "host.conf", "fonts")
@@ -152,8 +157,12 @@ def sandbox_problem() -> str | None:
     return f"{problem}. To grade anyway, {UNSAFE_HINT}"
 
 
-def bwrap_command(package_copy: Path, input_dir: Path, fifo: Path) -> list[str]:
-    """The bwrap command line that runs the runner on one notebook."""
+def bwrap_command(package_copy: Path, input_dir: Path, fifo: Path,
+                  hosts: Path) -> list[str]:
+    """The bwrap command line that runs the runner on one notebook.
+
+    ``hosts`` is a file holding ``SANDBOX_HOSTS``, bound as the sandbox's /etc/hosts.
+    """
     args, problem = _probe()
     if args is None:
         raise RuntimeError(problem)
@@ -162,6 +171,7 @@ def bwrap_command(package_copy: Path, input_dir: Path, fifo: Path) -> list[str]:
     return [shutil.which("bwrap"), *args,
             "--size", str(WORK_BYTES), "--tmpfs", "/tmp",
             *_system_mounts(),
+            "--hostname", SANDBOX_HOSTNAME, "--ro-bind", str(hosts), "/etc/hosts",
             "--ro-bind", str(package_copy), str(PACKAGE_DIR),
             "--ro-bind", str(input_dir), INPUT_DIR,
             "--size", str(WORK_BYTES), "--tmpfs", WORK_DIR,
@@ -238,7 +248,10 @@ def run_notebook(nb: nbformat.NotebookNode, input_dir: Path, *,
         os.mkfifo(fifo, 0o600)
         key = secrets.token_hex(32)
         if sandbox:
-            command, env = bwrap_command(package, Path(input_dir).resolve(), fifo), None
+            hosts = scratch / "hosts"
+            hosts.write_text(SANDBOX_HOSTS)
+            command = bwrap_command(package, Path(input_dir).resolve(), fifo, hosts)
+            env = None
             paths = {"input_dir": INPUT_DIR, "workdir": WORK_DIR, "fifo": FIFO,
                      "private_dir": PRIVATE_DIR,
                      "package_root": str(PACKAGE_DIR.parent)}
