@@ -198,6 +198,7 @@ import json, os, socket, sqlite3, sys
 from amp_lessons.tooling.grading import guard, sandbox
 from amp_lessons.checks import _engine
 import amp_lessons.checks, amp_lessons.quiz, amp_lessons.formats
+import amp_lessons.distributed
 TEST_CELL = "import amp_lessons.checks as _checks\\n_checks.check_amp_step_order(f)"
 config = {"key": "ab" * 32, "workdir": "/tmp/work", "package_root": %(root)r,
           "test_cells": {"7": TEST_CELL}, "course_cells": [], "protected": [%(root)r]}
@@ -256,6 +257,8 @@ import torch._dynamo  # wraps torch.manual_seed with torch's own code: not tampe
 run('import sys\\nsys.audit("amp_lessons.check", "check_amp_step_order", False, True)')
 # what torch.compile does to nn.Module (wraps __init__, __setstate__): not tampering
 torch._dynamo.mutation_guard.install_generation_tagging_init()
+# a lesson's own run ends a process group, kept in distributed's runtime state
+amp_lessons.distributed._ENDED_GROUPS.append(object())
 try:
     run(TEST_CELL, cell, f=honest)
 except AssertionError:
@@ -298,6 +301,7 @@ def test_guard_vouches_only_for_real_untampered_checks(guard_records):
     honest, peeking, forged, compiled, after_clear = checks
     assert compiled["genuine"] and not any("nn.modules.module.Module" in c
                                            for c in compiled["changed"])
+    assert not any("_ENDED_GROUPS" in c for c in compiled["changed"])
     assert "class torch.nn.modules.module.Module changed" in after_clear["changed"]
     assert (honest["cell"], honest["genuine"], honest["passed"]) == (7, True, False)
     assert honest["tainted"] == []

@@ -5,10 +5,12 @@ Inside ``bwrap`` the submission sees: read-only /usr, the Python installation an
 venv; a fresh read-only copy of the course package; a read-only copy of its own
 graded folder (the notebook nbgrader sanitized, and support files such as
 ``results/``); a size-limited tmpfs to run in and another as /tmp; and one FIFO, the
-guard's evidence channel. No network (its own empty network namespace), no other
-process (its own PID namespace), no capabilities, not the gradebook, not the course
-folder, not the instructor's source, not the home directory. It is killed at the
-time limit, and with it everything it started.
+guard's evidence channel. No network (its own network namespace: loopback only,
+under its own hostname, which its /etc/hosts names, so lesson 10's torchrun can
+meet its workers there), no other process (its own PID namespace), no
+capabilities, not the gradebook, not the course folder, not the instructor's
+source, not the home directory. It is killed at the time limit, and with it
+everything it started.
 
 ``run_notebook(..., sandbox=False)`` (what ``--unsafe-no-sandbox`` does) runs the same
 runner as a plain child process with the instructor's rights: evidence and tamper
