@@ -654,7 +654,8 @@ def test_the_frames_attack_is_real_outside_the_guard(attack_run):
     assert len(tests) == len(graded) > 0
     for test in tests:
         text = "".join(o.get("text", "") for o in test.outputs)
-        assert [o.output_type for o in test.outputs] == ["stream"], test.outputs
+        # printed text only, no error (the kernel may send it in several pieces)
+        assert {o.output_type for o in test.outputs} == {"stream"}, test.outputs
         assert "hidden case passed" in text or "hidden cases passed" in text, text
 
 
