@@ -216,11 +216,13 @@ def _forward_line(trace: str) -> str:
     """The source line of the innermost frame outside installed packages (torch,
     IPython, ...) in a traceback text: the user's forward call."""
     lines = trace.splitlines()
+    installed = ("site-packages", "dist-packages")
     found = ""
     for i, text in enumerate(lines):
         frame = _FRAME.match(text)
-        if frame is None or "site-packages" in frame["file"] or frame["file"].startswith(
-                ("<", os.path.dirname(torch.__file__))):
+        if frame is None or frame["file"].startswith(
+                ("<", os.path.dirname(torch.__file__))) or any(
+                    folder in frame["file"] for folder in installed):
             continue
         source = lines[i + 1] if i + 1 < len(lines) else ""
         if not source.strip() or _FRAME.match(source) or source.startswith(" ("):

@@ -728,5 +728,6 @@ def test_torchrun_works_inside_the_sandbox(tmp_path):
                                test_cells={}, course_cells=[], protected=[],
                                timeout=180)
     assert run.reason is None, run.reason
-    outputs = ["".join(o.get("text", "") for o in c.outputs) for c in run.notebook.cells]
+    outputs = ["".join(o.get("text", "") for o in cell.outputs)
+               for cell in run.notebook.cells]
     assert outputs == ["['127.0.0.1']\n", "0 2\n"], outputs
