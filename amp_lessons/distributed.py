@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -440,6 +441,23 @@ class Launch:
     returncode: int
     output: str
     command: list[str]
+
+    def raise_for_status(self) -> None:
+        """Raise RuntimeError if the launch failed, with the workers' own error lines
+        first: torchrun's closing traceback only says which rank died and how.
+
+        Example: ``launch(["train", "--lr", "-1"]).raise_for_status()`` raises
+        ``RuntimeError: the launch failed (exit 1): ...``.
+        """
+        if self.returncode == 0:
+            return
+        lines = self.output.splitlines()
+        own = [line for line in lines if "elastic" not in line and "ChildFailed" not in
+               line and re.search(r"Error|error:|terminate|what\(\)|Abort", line)]
+        own = list(dict.fromkeys(own))  # each rank prints the same error
+        raise RuntimeError(f"the launch failed (exit {self.returncode}): "
+                           + " | ".join(own[:8])[:1500] + "\n... output's end:\n"
+                           + "\n".join(lines[-15:]))
 
 
 def launch(args: Sequence[str], nproc: int = 2, timeout: float = 120,

@@ -116,7 +116,7 @@ class KernelRun:
 def _error_of(cell) -> str | None:
     for output in cell.get("outputs", []):
         if output.get("output_type") == "error":
-            return f"{output.get('ename')}: {output.get('evalue')}"[:400]
+            return f"{output.get('ename')}: {output.get('evalue')}"[:2000]
     return None
 
 

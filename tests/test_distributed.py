@@ -140,6 +140,22 @@ def test_launch_streams_the_output_of_every_rank():
     assert run.command[:3] == [sys.executable, "-m", "torch.distributed.run"]
 
 
+def test_a_failed_launch_raises_with_the_ranks_own_error_first():
+    ok = distributed.Launch(0, "fine\n", ["torchrun"])
+    ok.raise_for_status()  # nothing to say
+    output = ("rank 1 says\nterminate called after throwing 'gloo::IoException'\n"
+              "Traceback (most recent call last):\n"
+              "  File \"/x/torch/distributed/elastic/multiprocessing/api.py\", line 9\n"
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+              "  exitcode  : -6 (pid: 7)\n")
+    with pytest.raises(RuntimeError) as failed:
+        distributed.Launch(1, output, ["torchrun"]).raise_for_status()
+    first, _, end = str(failed.value).partition("\n")
+    assert first == ("the launch failed (exit 1): terminate called after throwing "
+                     "'gloo::IoException'")
+    assert end.endswith("exitcode  : -6 (pid: 7)")
+
+
 @pytest.mark.slow
 def test_launch_kills_a_run_past_its_timeout():
     with pytest.raises(TimeoutError, match="ran past 3 s"):
