@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV_PY := .venv/bin/python
 
-.PHONY: lab test test-notebook setup setup-dev student grade slides bench gpu-check clean
+.PHONY: lab test test-newest-torch test-notebook setup setup-dev student grade slides bench \
+	gpu-check clean
 
 setup:
 	@$(PYTHON) amp_lessons/tooling/bootstrap.py
@@ -15,8 +16,24 @@ setup-dev:
 lab: setup
 	$(VENV_PY) -m amp_lessons.tooling.lab
 
+# Two workers (pytest-xdist): tests/conftest.py keeps each file, each notebook and the
+# tests that share the lesson runs whole on one worker.
+TEST_WORKERS ?= 2
 test: setup-dev
-	$(VENV_PY) -m pytest
+	$(VENV_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# The notebooks (nbval) and the parity tests (the scaler, the formats, the fp8 twin,
+# each against torch) on the newest torch requirements.txt resolves to: what a
+# newcomer's `pip install` gets. A second environment, .venv-newest, beside .venv.
+NEWEST_PY := .venv-newest/bin/python
+PARITY_TESTS := tests/test_scaler.py tests/test_scaler_vs_torch.py tests/test_formats.py \
+	tests/test_fp8.py
+test-newest-torch:
+	@test -x $(NEWEST_PY) || $(PYTHON) -m venv .venv-newest
+	$(NEWEST_PY) -m pip install -q --disable-pip-version-check --upgrade -r requirements.txt \
+		-e . 'pytest<9.2' pytest-timeout pytest-xdist
+	@$(NEWEST_PY) -c "import torch; print('newest torch:', torch.__version__)"
+	$(NEWEST_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup notebooks $(PARITY_TESTS)
 
 # One notebook under nbval, e.g. `make test-notebook NB=notebooks/02_underflow.ipynb`
 test-notebook: setup-dev
@@ -54,4 +71,4 @@ slides: setup-dev
 	$(VENV_PY) -m amp_lessons.grading slides
 
 clean:
-	rm -rf .venv student build
+	rm -rf .venv .venv-newest student build

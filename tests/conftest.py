@@ -41,8 +41,33 @@ def grads():
     return g
 
 
+# Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`), each group
+# runs whole on one worker: a test file by default, so a module-scoped fixture (the
+# course rehearsal, the attack grading) runs once; a notebook under nbval, whose cells
+# share one kernel; and the tests that share conftest's session-wide lesson runs
+# (the student paths, the slides, the site), so each lesson executes once per run.
+SHARED_FIXTURE_GROUPS = {"lesson_runs": "lesson-runs"}
+# Groups that start first, longest first (seconds on 2 cores, from .ci/run's
+# --durations): a long group started last would leave the other worker idle.
+LONG_GROUPS = {"test_grading_py": 300, "lesson-runs": 250, "test_sandbox_py": 250,
+               "test_student_paths_py": 200, "test_browser_py": 90}
+
+
+def xdist_group(item) -> str:
+    for fixture, group in SHARED_FIXTURE_GROUPS.items():
+        if fixture in getattr(item, "fixturenames", ()):
+            return group
+    return item.path.name.replace(".", "_")  # a dot would split xdist's node ids
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into node ids
 def pytest_collection_modifyitems(config, items):
-    """Skip `gpu`-marked tests cleanly where CUDA is absent."""
+    """Group the tests for pytest-xdist (above); skip `gpu`-marked tests cleanly
+    where CUDA is absent."""
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+        items.sort(key=lambda item: -LONG_GROUPS.get(xdist_group(item), 0))
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none found)")
