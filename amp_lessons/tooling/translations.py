@@ -1,0 +1,252 @@
+"""The Spanish edition: generated from the English notebooks and one gettext catalogue
+per notebook, never copied by hand.
+
+A notebook's translatable units are its markdown cells (one entry per cell, the whole
+cell) and the comments of its code cells (one entry per comment). Each entry's
+context (``msgctxt``) is the cell's id, so the catalogue follows a cell that moves, and
+an English cell that changes after its translation no longer matches: `problems`
+reports it as stale and names the cell. Code, identifiers, API names and command lines
+are never translated; nbgrader's markers (``### BEGIN SOLUTION``) and linter pragmas
+(``# noqa``) are left alone. The package's own printed strings (hints, labels, plot
+titles) are translated by gettext in the package (``amp_lessons.set_language``), which
+the generated notebook switches on in its first code cell that uses the package.
+
+Layout: ``notebooks/es/po/NAME.po`` (the catalogue) and ``notebooks/es/NAME.ipynb``
+(generated; committed, so that a student opens it without any tool).
+
+Example (``make translations``, after editing an English notebook)::
+
+    python -m amp_lessons.tooling.translations update   # new/changed cells into .po
+    # ... translate the empty and fuzzy entries of notebooks/es/po/*.po ...
+    python -m amp_lessons.tooling.translations build    # writes notebooks/es/*.ipynb
+    python -m amp_lessons.tooling.translations check    # stale or missing: exit 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import re
+import sys
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+LANGUAGE = "es"
+EDITION = NOTEBOOKS / LANGUAGE
+CATALOGUES = EDITION / "po"
+# the core path and the entry lesson: lessons 00-08 (09-11 are English only)
+TRANSLATED = re.compile(r"^(00|01|02|03|04|05|06|07|08)_.*\.ipynb$")
+# comments that are instructions to a tool, not prose for a reader
+KEEP = re.compile(r"^(#+ (BEGIN|END) (SOLUTION|HIDDEN TESTS)|# ?(noqa|type:|fmt:|ruff:|"
+                  r"pragma)|#!|# YOUR CODE HERE)")
+PRAGMA = re.compile(r"\s+# ?(noqa|type:)\S*.*$")  # a pragma after a comment's prose
+SWITCH = ('import amp_lessons\n'
+          'amp_lessons.set_language("{lang}")  # pistas y gráficos en español')
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One translatable piece: a markdown cell, or one comment of a code cell."""
+
+    cell_id: str
+    index: int  # the cell's position, to name it in messages
+    kind: str  # "markdown" or "comment"
+    text: str
+
+    @property
+    def context(self) -> str:
+        return f"{self.cell_id} {self.kind}"
+
+    def where(self, stem: str) -> str:
+        first = self.text.strip().splitlines()[0][:60] if self.text.strip() else ""
+        return f"{stem}, cell {self.index} ({self.cell_id}, {self.kind}: {first!r})"
+
+
+def english_notebooks() -> list[Path]:
+    return sorted(p for p in NOTEBOOKS.glob("*.ipynb") if TRANSLATED.match(p.name))
+
+
+def _comments(source: str) -> list[tuple[int, int, str]]:
+    """(line, column, text) of each comment token: tokenize, so a ``#`` inside a
+    string is not a comment. A cell that does not tokenize (a shell escape) has none
+    to translate."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return []
+    return [(t.start[0], t.start[1], t.string) for t in tokens
+            if t.type == tokenize.COMMENT]
+
+
+def _prose(comment: str) -> str | None:
+    """The words of a comment a reader reads (``# why: ...`` -> ``why: ...``), or
+    None for a tool's comment."""
+    if KEEP.match(comment):
+        return None
+    text = PRAGMA.sub("", comment).lstrip("#").strip()
+    return text if re.search(r"[A-Za-z]{2}", text) else None
+
+
+def units(nb) -> list[Unit]:
+    found = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and cell.source.strip():
+            found.append(Unit(cell.id, index, "markdown", cell.source))
+        elif cell.cell_type == "code":
+            for _, _, comment in _comments(cell.source):
+                text = _prose(comment)
+                if text is not None:
+                    found.append(Unit(cell.id, index, "comment", text))
+    return found
+
+
+def catalogue_path(stem: str) -> Path:
+    return CATALOGUES / f"{stem}.po"
+
+
+def _load(path: Path):
+    import polib
+
+    if path.exists():
+        return polib.pofile(str(path), wrapwidth=0)
+    po = polib.POFile(wrapwidth=0)
+    po.metadata = {"Project-Id-Version": "amp_lessons", "Language": LANGUAGE,
+                   "Content-Type": "text/plain; charset=UTF-8",
+                   "Content-Transfer-Encoding": "8bit"}
+    return po
+
+
+def update(path: Path) -> tuple[int, int]:
+    """Bring ``path``'s catalogue in line with the English notebook: a new unit gets
+    an empty entry, a changed one keeps its old translation marked fuzzy (with the old
+    English as ``previous_msgid``, as msgmerge does), a unit that is gone is dropped.
+    Returns (new, changed)."""
+    import polib
+
+    po = _load(catalogue_path(path.stem))
+    by_key = {(e.msgctxt, e.msgid): e for e in po}
+    by_context = {}
+    for entry in po:
+        by_context.setdefault(entry.msgctxt, []).append(entry)
+    fresh = polib.POFile(wrapwidth=0)
+    fresh.metadata = po.metadata
+    new = changed = 0
+    seen = set()
+    for unit in units(nbformat.read(path, as_version=4)):
+        key = (unit.context, unit.text)
+        if key in seen:
+            continue
+        seen.add(key)
+        entry = by_key.get(key)
+        if entry is None:
+            old = [e for e in by_context.get(unit.context, []) if e.msgstr]
+            entry = polib.POEntry(msgctxt=unit.context, msgid=unit.text, msgstr="")
+            if unit.kind == "markdown" and len(old) == 1:
+                entry.msgstr, entry.previous_msgid = old[0].msgstr, old[0].msgid
+                entry.flags.append("fuzzy")
+                changed += 1
+            else:
+                new += 1
+        entry.occurrences = [(f"{path.name}:cell {unit.index}", "")]
+        fresh.append(entry)
+    catalogue_path(path.stem).parent.mkdir(parents=True, exist_ok=True)
+    fresh.save(str(catalogue_path(path.stem)))
+    return new, changed
+
+
+def problems(path: Path) -> list[str]:
+    """What keeps ``path``'s Spanish edition from being complete: each unit with no
+    translation, or whose translation was made for other English (stale)."""
+    po = _load(catalogue_path(path.stem))
+    entries = {(e.msgctxt, e.msgid): e for e in po}
+    contexts = {e.msgctxt for e in po if e.msgstr}
+    found = []
+    for unit in units(nbformat.read(path, as_version=4)):
+        entry = entries.get((unit.context, unit.text))
+        if entry is not None and entry.msgstr and "fuzzy" not in entry.flags:
+            continue
+        if (entry is not None and "fuzzy" in entry.flags) or (
+                entry is None and unit.context in contexts):
+            found.append(f"stale: {unit.where(path.stem)} changed after its "
+                         "translation: run `make translations` and translate it again")
+        else:
+            found.append(f"missing: {unit.where(path.stem)} has no translation")
+    return found
+
+
+def _translate_comments(source: str, table: dict[str, str]) -> str:
+    lines = source.split("\n")
+    for row, col, comment in reversed(_comments(source)):
+        text = _prose(comment)
+        if text is None or not table.get(text):
+            continue
+        line = lines[row - 1]
+        prefix = re.match(r"#+\s*", comment).group(0)
+        pragma = PRAGMA.search(comment)
+        lines[row - 1] = (line[:col] + prefix + table[text]
+                          + (pragma.group(0) if pragma else "")
+                          + line[col + len(comment):])
+    return "\n".join(lines)
+
+
+def translate(nb, po, lang: str = LANGUAGE):
+    """The Spanish notebook: ``nb`` with its markdown and comments from ``po`` (an
+    entry that is missing or fuzzy leaves the English, which `problems` reports)."""
+    done = {(e.msgctxt, e.msgid): e.msgstr for e in po
+            if e.msgstr and "fuzzy" not in e.flags}
+    out = copy.deepcopy(nb)
+    switched = False
+    for cell in out.cells:
+        if cell.cell_type == "markdown":
+            cell.source = done.get((f"{cell.id} markdown", cell.source), cell.source)
+        elif cell.cell_type == "code":
+            context = f"{cell.id} comment"
+            table = {msgid: msgstr for (ctx, msgid), msgstr in done.items()
+                     if ctx == context}
+            cell.source = _translate_comments(cell.source, table)
+            if not switched and re.search(r"^\s*(from|import) amp_lessons", cell.source,
+                                          re.M):
+                cell.source = cell.source.rstrip("\n") + "\n" + SWITCH.format(lang=lang)
+                switched = True
+    out.metadata["language"] = lang
+    return out
+
+
+def build(path: Path) -> Path:
+    """Write ``notebooks/es/NAME.ipynb`` from the English notebook and its catalogue."""
+    nb = nbformat.read(path, as_version=4)
+    out = translate(nb, _load(catalogue_path(path.stem)))
+    target = EDITION / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(out, target)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m amp_lessons.tooling.translations",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["update", "build", "check"])
+    args = parser.parse_args(argv)
+    found = []
+    for path in english_notebooks():
+        if args.command == "update":
+            new, changed = update(path)
+            print(f"{catalogue_path(path.stem).relative_to(ROOT)}: {new} new, "
+                  f"{changed} changed (fuzzy)")
+        elif args.command == "build":
+            print(f"wrote {build(path).relative_to(ROOT)}")
+        else:
+            found += problems(path)
+    for line in found:
+        print(line)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
