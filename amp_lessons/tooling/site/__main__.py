@@ -17,8 +17,9 @@ from amp_lessons.tooling.site.execute import execute_lessons
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["execute"]:
-        parser = argparse.ArgumentParser(prog="python -m amp_lessons.tooling.site execute",
-                                         description="Execute every lesson into DIR.")
+        parser = argparse.ArgumentParser(
+            prog="python -m amp_lessons.tooling.site execute",
+            description="Execute every lesson into DIR.")
         parser.add_argument("out", type=Path)
         args = parser.parse_args(argv[1:])
         start = time.perf_counter()

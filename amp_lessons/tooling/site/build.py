@@ -37,7 +37,7 @@ project = {title!r}
 html_title = {title!r}
 extensions = ["myst_nb"]
 exclude_patterns = ["_build", ".*"]
-nb_execution_mode = "off"       # executed before, once (amp_lessons.tooling.site.execute)
+nb_execution_mode = "off"       # executed before, once (tooling.site.execute)
 nb_ipywidgets_js = {{}}           # require.js and the widget manager come from CDNs
 myst_enable_extensions = ["dollarmath"]
 html_theme = "sphinx_book_theme"
@@ -183,7 +183,8 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
         (staged / ".buildinfo").unlink(missing_ok=True)
         problems = verify.remote_problems(staged) + verify.leak_problems(staged, leaks)
         if problems:
-            raise RuntimeError("the site is not fit to publish:\n" + "\n".join(problems))
+            raise RuntimeError("the site is not fit to publish:\n"
+                               + "\n".join(problems))
         shutil.rmtree(out, ignore_errors=True)
         shutil.move(str(staged), out)
     return out

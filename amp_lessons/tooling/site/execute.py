@@ -40,8 +40,9 @@ else:
                          if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
+_now = _dt.datetime.now(_dt.timezone.utc)
 print(_json.dumps({"torch": _torch.__version__, "device": _dev, "device_name": _name,
-                   "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}))
+                   "date": _now.strftime("%Y-%m-%d %H:%M UTC")}))
 """
 
 
@@ -62,7 +63,8 @@ def execute_notebook(path: Path, out_dir: Path) -> Path:
     NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     probe = nb.cells.pop()
-    text = "".join(o.get("text", "") for o in probe.outputs if o.output_type == "stream")
+    text = "".join(o.get("text", "") for o in probe.outputs
+                   if o.output_type == "stream")
     info = json.loads(text.strip().splitlines()[-1])
     info["seconds"] = round(time.perf_counter() - start, 1)
     nb.metadata.setdefault(META_KEY, {})["executed"] = info

@@ -76,8 +76,8 @@ def clear_solution(source: str, code: bool = True) -> str:
     """The source with each solution block replaced by the stub, as nbgrader's
     ClearSolutions does (a cell without markers becomes the stub).
 
-    Example: ``"def f():\\n    ### BEGIN SOLUTION\\n    return 1\\n    ### END SOLUTION"``
-    -> ``"def f():\\n    # YOUR CODE HERE\\n    raise NotImplementedError()"``.
+    Example: a body ``### BEGIN SOLUTION`` / ``return 1`` / ``### END SOLUTION``,
+    indented 4, becomes ``# YOUR CODE HERE`` / ``raise NotImplementedError()``.
     """
     stub = CODE_STUB if code else TEXT_STUB
     if BEGIN_SOLUTION not in source:
@@ -170,7 +170,8 @@ def widget_snapshot(model_id: str, models: dict) -> list:
         state, name = model.get("state", {}), model.get("model_name", "")
         if name == "ImageModel":
             for buffer in model.get("buffers", []):
-                if buffer.get("path") == ["value"] and buffer.get("encoding") == "base64":
+                if (buffer.get("path") == ["value"]
+                        and buffer.get("encoding") == "base64"):
                     fmt = state.get("format", "png")
                     images.append((f"image/{fmt}", buffer["data"]))
         elif name in ("HTMLModel", "HTMLMathModel") and state.get("value"):
