@@ -10,7 +10,7 @@ setup:
 	@$(PYTHON) amp_lessons/tooling/bootstrap.py
 
 setup-dev:
-	@$(PYTHON) amp_lessons/tooling/bootstrap.py dev,instructor,fp8
+	@$(PYTHON) amp_lessons/tooling/bootstrap.py dev,instructor,fp8,site
 
 lab: setup
 	$(VENV_PY) -m amp_lessons.tooling.lab
