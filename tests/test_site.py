@@ -350,9 +350,11 @@ def test_offline_check_rejects_remote_scripts_styles_and_fonts(site, tmp_path):
 @pytest.fixture(scope="module")
 def served(site):
     """The site over HTTP on 127.0.0.1 (a free port), as `python -m http.server`."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
-                                directory=str(site))
-    handler.log_message = lambda *a: None
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

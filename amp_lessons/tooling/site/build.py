@@ -42,6 +42,8 @@ nb_ipywidgets_js = {{}}           # require.js and the widget manager come from 
 myst_enable_extensions = ["dollarmath"]
 html_theme = "sphinx_book_theme"
 html_theme_options = {theme_options!r}
+# unset, the theme's script logs "Got invalid theme mode" on every page
+html_context = {{"default_mode": "light"}}
 html_static_path = ["_static"]
 html_copy_source = False        # the sources hold nothing more, but copy nothing
 html_show_sourcelink = False
