@@ -258,6 +258,13 @@ def executed_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def site(executed_dir, tmp_path_factory) -> Path:
+    from importlib.util import find_spec
+
+    if not (find_spec("myst_nb") and find_spec("sphinx_book_theme")):
+        message = "the site needs the site extra: pip install -e '.[site]'"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
     return build.build_site(executed=executed_dir,
                             out=tmp_path_factory.mktemp("site") / "site")
 
@@ -291,6 +298,19 @@ def test_proof_cells_are_collapsed(site):
                      if c.metadata.get("jupyter", {}).get("source_hidden"))
         html = (site / f"{path.stem}.html").read_text()
         assert html.count('<details class="admonition hide above-input">') == hidden
+
+
+def test_widgets_show_a_picture_and_say_where_they_move(site, executed_dir):
+    shown = 0
+    for stem in STEMS:
+        nb = nbformat.read(executed_dir / f"{stem}.ipynb", as_version=4)
+        views = sum(1 for c in nb.cells for o in c.get("outputs", [])
+                    if sanitize.WIDGET_VIEW in o.get("data", {}))
+        text = verify.page_text(site / f"{stem}.html")
+        assert text.count(sanitize.WIDGET_NOTE) == views, stem
+        assert "widget-view" not in (site / f"{stem}.html").read_text()
+        shown += views
+    assert shown >= 4  # lessons 01, 02, 06 and 11 each show one
 
 
 def test_no_solution_or_hidden_test_line_anywhere(site, leaks):
