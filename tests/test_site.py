@@ -77,6 +77,24 @@ def test_repository_url_and_colab_link_come_from_pyproject(tmp_path):
     assert all("colab.research.google.com" not in p.read_text() for p in LESSONS)
 
 
+def test_refresh_puts_the_colab_line_and_cell_where_a_url_says():
+    nb = nbformat.read(LESSONS[2], as_version=4)
+    url = "https://github.com/ada/amp"
+    assert colab.refresh_notebook(nb, LESSONS[2].name, url)
+    link = colab.colab_url(LESSONS[2].name, url)
+    assert nb.cells[0].source.endswith(
+        f"{colab.BADGE_START} [open this lesson in Colab]({link}).")
+    assert nb.cells[1].id == colab.CELL_ID
+    assert nb.cells[1].source == colab.setup_cell_source(url)
+    assert not colab.refresh_notebook(nb, LESSONS[2].name, url)  # idempotent
+    # the URL removed again: the line goes, the cell says how to install
+    assert colab.refresh_notebook(nb, LESSONS[2].name, None)
+    assert nbformat.writes(nb) == nbformat.writes(nbformat.read(LESSONS[2], 4))
+    page = build.banner(nb, LESSONS[2].name, url)
+    assert f"[open this lesson in Colab]({link})" in page
+    assert "Colab" not in build.banner(nb, LESSONS[2].name, None)
+
+
 def run_cell(source: str, in_colab: bool, monkeypatch) -> tuple[str, list]:
     """Execute the set-up cell as a kernel would, with or without a fake
     ``google.colab`` module, pip stubbed: (what it printed, the commands it ran)."""
