@@ -124,16 +124,19 @@ def _mathjax() -> Path:
     return _package_dir("jupyter_server_mathjax", "MathJax") / "static"
 
 
-def write_sources(executed: dict[str, Path], src: Path) -> set[str]:
+def write_sources(executed: dict[str, Path], src: Path,
+                  notebooks_dir: Path = NOTEBOOKS_DIR) -> set[str]:
     """The Sphinx project in ``src``: sanitized lessons, index, conf, MathJax.
-    Returns the solution lines no page may show."""
-    sources = {stem: nbformat.read(NOTEBOOKS_DIR / f"{stem}.ipynb", as_version=4)
-               for stem in executed}
-    leaks = sanitize.solution_lines(sources.values())
+    Returns the solution lines no page may show: those of the lessons and of the
+    executed copies (which may come from another commit)."""
+    copies = {stem: nbformat.read(path, as_version=4)
+              for stem, path in executed.items()}
+    sources = [nbformat.read(Path(notebooks_dir) / f"{stem}.ipynb", as_version=4)
+               for stem in executed]
+    leaks = sanitize.solution_lines([*sources, *copies.values()])
     repository = repository_url()
     titles = {}
-    for stem, path in executed.items():
-        nb = nbformat.read(path, as_version=4)
+    for stem, nb in copies.items():
         page = sanitize.sanitize(nb, leaks, banner(nb, f"{stem}.ipynb", repository))
         page.cells[0].source = sanitize.strip_colab_line(page.cells[0].source,
                                                          BADGE_START)
@@ -171,7 +174,7 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
             raise FileNotFoundError("no executed copy of " + ", ".join(missing))
         src = tmp / "src"
         src.mkdir()
-        leaks = write_sources(copies, src)
+        leaks = write_sources(copies, src, notebooks_dir)
         staged = tmp / "html"
         result = subprocess.run(
             [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E",
