@@ -491,6 +491,37 @@ def test_browser_check_rejects_errors_remote_requests_and_broken_images(
     assert seen["broken_images"] == ["_images/missing.png"]
 
 
+@pytest.mark.browser
+def test_math_renders_offline_with_the_bundled_mathjax(executed_dir, browser,
+                                                       monkeypatch, tmp_path):
+    """No lesson has math today: a site whose index has one formula shows that
+    MathJax (copied beside the pages) typesets it, with no error or request out."""
+    index_page = build.index_page
+    monkeypatch.setattr(build, "index_page", lambda *a: index_page(*a).replace(
+        "Widgets are pictures here", "Math: $2^{-24}$. Widgets are pictures here"))
+    site = build.build_site(executed=executed_dir, out=tmp_path / "site")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        seen = visit(browser, f"{base}/index.html")
+        page = browser.new_page()
+        page.goto(f"{base}/index.html")
+        page.wait_for_selector(".math span.MathJax", timeout=20_000)
+        typeset = page.locator(".math span.MathJax").count()
+        page.close()
+    finally:
+        server.shutdown()
+    assert (seen["errors"], seen["remote"], typeset) == ([], [], 1)
+    assert '_static/mathjax/MathJax.js' in (site / "index.html").read_text()
+
+
 def test_build_refuses_a_missing_executed_copy(tmp_path):
     with pytest.raises(FileNotFoundError, match="no executed copy"):
         build.build_site(executed=tmp_path, out=tmp_path / "site")

@@ -48,9 +48,23 @@ html_static_path = ["_static"]
 html_copy_source = False        # the sources hold nothing more, but copy nothing
 html_show_sourcelink = False
 mathjax_path = "mathjax/MathJax.js?config={mathjax_config}"
-mathjax2_config = {{"HTML-CSS": {{"availableFonts": [], "preferredFont": None,
-                                 "webFont": "STIX-Web", "imageFont": None}},
-                   "menuSettings": {{"assistiveMML": False}}}}
+# MathJax 2 (what jupyter-server-mathjax ships): its STIX-Web fonts only; math only
+# in Sphinx's .math spans (myst-nb marks the notebook areas tex2jax_ignore)
+myst_update_mathjax = False     # its settings are MathJax 3's
+mathjax2_config = {{
+    # MathJax_Blank's url('about:blank') is a cross-origin font load Chromium logs
+    # as an error on every page with math: local() loads nothing
+    "HTML-CSS": {{"availableFonts": [], "preferredFont": None, "webFont": "STIX-Web",
+                 "imageFont": None,
+                 "styles": {{"@font-face": {{"font-family": "MathJax_Blank",
+                                            "src": "local('MathJax_Blank')"}}}}}},
+    "menuSettings": {{"assistiveMML": False}},
+    "tex2jax": {{"inlineMath": [["\\\\(", "\\\\)"]],
+                "displayMath": [["\\\\[", "\\\\]"]],
+                "processEscapes": False, "processEnvironments": False,
+                "processClass": "math",
+                "ignoreClass": "tex2jax_ignore|mathjax_ignore"}},
+}}
 suppress_warnings = ["mystnb.unknown_mime_type", "myst.header"]
 """
 
