@@ -4,14 +4,14 @@
 PYTHON ?= python3
 VENV_PY := .venv/bin/python
 
-.PHONY: lab test test-newest-torch test-notebook setup setup-dev student grade slides bench \
-	gpu-check clean
+.PHONY: lab test test-newest-torch test-notebook setup setup-dev student grade slides site \
+	bench gpu-check clean
 
 setup:
 	@$(PYTHON) amp_lessons/tooling/bootstrap.py
 
 setup-dev:
-	@$(PYTHON) amp_lessons/tooling/bootstrap.py dev,instructor,fp8
+	@$(PYTHON) amp_lessons/tooling/bootstrap.py dev,instructor,fp8,site
 
 lab: setup
 	$(VENV_PY) -m amp_lessons.tooling.lab
@@ -69,6 +69,15 @@ grade: setup-dev
 
 slides: setup-dev
 	$(VENV_PY) -m amp_lessons.grading slides
+
+# The course as an offline website in build/site/ (README, "Read it without
+# installing"): every lesson executed here first, or, with
+# SITE_ARGS="--executed DIR", built in seconds from DIR/<lesson>.ipynb executed before
+# (`python -m amp_lessons.tooling.site execute DIR` records what ran them).
+SITE_ARGS ?=
+site:
+	@$(PYTHON) amp_lessons/tooling/bootstrap.py site
+	$(VENV_PY) -m amp_lessons.tooling.site $(SITE_ARGS)
 
 clean:
 	rm -rf .venv .venv-newest student build

@@ -98,6 +98,8 @@ def cell_minutes(cell) -> float:
         return len("".join(cell["source"]).split()) / WORDS_PER_MINUTE
     if cell["cell_type"] != "code" or is_proof_cell(cell) or only_imports(cell):
         return 0.0
+    if "colab-setup" in cell.get("metadata", {}).get("tags", []):
+        return 0.0  # set-up, not study: installs the course in Colab (tooling/colab.py)
     meta = nbgrader(cell)
     if meta.get("grade"):  # the exercise's test cell carries its points
         return MINUTES_PER_POINT * meta.get("points", 0)

@@ -29,7 +29,7 @@ REMOVE = "Remove it (`rm -rf .venv`) and run the command again: it is made afres
 # modules the commands run besides the requirements' own: `make lab` runs
 # `python -m jupyter lab`, and everything imports the course's package
 COMMAND_MODULES = {"": ["jupyter", "amp_lessons"], "dev": ["pytest", "nbval"],
-                   "instructor": ["nbgrader"]}
+                   "instructor": ["nbgrader"], "site": ["myst_nb", "sphinx_book_theme"]}
 
 # what pip prints when it cannot reach the index at all
 OFFLINE_SIGNS = ("NewConnectionError", "Failed to establish a new connection",

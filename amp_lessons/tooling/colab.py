@@ -1,0 +1,174 @@
+"""Run a lesson without installing anything: Colab links and each lesson's set-up cell.
+
+The course's repository URL is written once, in ``pyproject.toml``
+(``[project.urls] Repository = "https://github.com/OWNER/REPO"``). From it come the
+"Open in Colab" links (the site's lesson pages and each notebook's first cell) and the
+first code cell of every lesson, which in Colab installs the course from that
+repository and anywhere else does nothing. A notebook cannot read pyproject.toml in
+Colab, so the cell's text is generated: ``python -m amp_lessons.tooling.colab``
+rewrites it in every lesson (``--check`` only reports the ones that disagree).
+
+Example: with ``Repository = "https://github.com/ada/amp"``,
+``colab_url("02_underflow.ipynb", "https://github.com/ada/amp")`` is
+``"https://colab.research.google.com/github/ada/amp/blob/main/notebooks/02_underflow.ipynb"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = ROOT / "pyproject.toml"
+NOTEBOOKS_DIR = ROOT / "notebooks"
+CELL_ID = "colab-setup"
+TAG = "colab-setup"
+# Tests (and anyone) can install from elsewhere, e.g. file:///path/to/the/course
+INSTALL_ENV = "AMP_LESSONS_SOURCE"
+BADGE_START = "Run it without installing:"
+
+# The cell stays tiny: outside Colab it tests one dict key and prints nothing.
+CELL_TEMPLATE = '''\
+# In Google Colab this installs the course; anywhere else it does nothing.
+# (Written from pyproject.toml by `python -m amp_lessons.tooling.colab`.)
+import os
+import subprocess
+import sys
+
+if "google.colab" in sys.modules:
+    course_source = os.environ.get("{env}", "{source}")
+    if course_source:
+        print(f"Colab: installing the course (amp_lessons) from {{course_source}}")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                        f"amp_lessons @ {{course_source}}"], check=True)
+    else:
+        print("The course's repository is not configured ([project.urls] "
+              "Repository in pyproject.toml), so Colab cannot install it: upload "
+              "the course folder, run `pip install -e <folder>`, then this lesson.")
+'''
+
+
+def _toml(path: Path) -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: pip carries tomli
+        from pip._vendor import tomli as tomllib
+    return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def repository_url(pyproject: Path = PYPROJECT) -> str | None:
+    """``[project.urls] Repository`` of pyproject.toml, without a trailing ``/`` or
+    ``.git``; None where it is not set.
+
+    Example: ``repository_url()`` is None while the course has no public home.
+    """
+    urls = _toml(pyproject).get("project", {}).get("urls", {})
+    url = next((v for k, v in urls.items() if k.lower() == "repository"), None)
+    if not url:
+        return None
+    url = url.strip().rstrip("/")
+    return url[:-4] if url.endswith(".git") else url
+
+
+def colab_url(notebook: str, repository: str | None) -> str | None:
+    """The "Open in Colab" address of ``notebooks/<notebook>`` on the main branch,
+    None without a GitHub repository (Colab opens notebooks from GitHub only)."""
+    match = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+)", repository or "")
+    if not match:
+        return None
+    owner, repo = match.groups()
+    name = Path(notebook).name
+    return ("https://colab.research.google.com/github/"
+            f"{owner}/{repo}/blob/main/notebooks/{name}")
+
+
+def install_source(repository: str | None) -> str:
+    """What pip installs the course from: ``git+<repository>``, or "" unset."""
+    return f"git+{repository}" if repository else ""
+
+
+def setup_cell_source(repository: str | None) -> str:
+    """The text of every lesson's first code cell for this repository URL."""
+    return CELL_TEMPLATE.format(env=INSTALL_ENV, source=install_source(repository))
+
+
+def badge_line(notebook: str, repository: str | None) -> str | None:
+    url = colab_url(notebook, repository)
+    return f"{BADGE_START} [open this lesson in Colab]({url})." if url else None
+
+
+def _with_badge(markdown: str, line: str | None) -> str:
+    kept = [ln for ln in markdown.rstrip("\n").split("\n")
+            if not ln.startswith(BADGE_START)]
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return "\n".join(kept + (["", line] if line else []))
+
+
+def refresh_notebook(nb, name: str, repository: str | None) -> bool:
+    """Put the set-up cell first among the code cells and the Colab line at the end of
+    the first markdown cell, both as ``repository`` says; True when ``nb`` changed."""
+    before = nbformat.writes(nb)
+    cells = [c for c in nb.cells if c.get("id") != CELL_ID]
+    cell = nbformat.v4.new_code_cell(setup_cell_source(repository))
+    cell.id = CELL_ID
+    cell.metadata = {"slideshow": {"slide_type": "skip"}, "tags": [TAG]}
+    # right after the title cell: the first code cell, outside any section
+    first_code = next((i for i, c in enumerate(cells) if c.cell_type == "code"),
+                      len(cells))
+    cells.insert(min(first_code, 1 if cells[0].cell_type == "markdown" else 0), cell)
+    if cells[0].cell_type == "markdown":
+        cells[0].source = _with_badge(cells[0].source, badge_line(name, repository))
+    nb.cells = cells
+    return nbformat.writes(nb) != before
+
+
+def notebook_problems(path: Path, repository: str | None) -> list[str]:
+    """Why a lesson's set-up cell or Colab line disagrees with pyproject (empty: ok)."""
+    nb = nbformat.read(path, as_version=4)
+    problems = []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    if not code or code[0].get("id") != CELL_ID:
+        problems.append(f"{path.name}: the first code cell is not the Colab cell")
+    elif code[0].source != setup_cell_source(repository):
+        problems.append(f"{path.name}: the Colab set-up cell is out of date")
+    if refresh_notebook(nb, path.name, repository) and not problems:
+        problems.append(f"{path.name}: the Colab line of the first cell is out of date")
+    return problems
+
+
+def lesson_notebooks(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
+    return sorted(p for p in Path(notebooks_dir).glob("*.ipynb") if p.is_file())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m amp_lessons.tooling.colab",
+        description="Write each lesson's Colab cell and link from pyproject.toml.")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a lesson disagrees")
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    args = parser.parse_args(argv)
+    repository = repository_url()
+    paths = args.notebooks or lesson_notebooks()
+    if args.check:
+        problems = [p for path in paths for p in notebook_problems(path, repository)]
+        print("\n".join(problems) or f"{len(paths)} lessons agree with pyproject.toml")
+        return 1 if problems else 0
+    changed = 0
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        if refresh_notebook(nb, path.name, repository):
+            nbformat.write(nb, path)
+            changed += 1
+    where = repository or "no repository set: the cell says how to install instead"
+    print(f"{changed} of {len(paths)} lessons rewritten ({where})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""What a reader of the site may see of an executed lesson: never a solution.
+
+- An exercise's solution cell keeps its stub and hint: what lies between
+  ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes nbgrader's stub (as its
+  ClearSolutions does), and its outputs go.
+- Hidden tests (``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN TESTS``) go from every
+  cell. A test cell keeps its visible source but not its output: it ran against the
+  reference answer, and its table shows what is right (lesson 08 names the letters).
+- Any other output that holds a line of a solution (a later cell printing the
+  package's reference function, say) is replaced by a note.
+- A widget becomes a static picture of its state (its images and HTML, read from the
+  notebook's saved widget state) and a line saying the live one runs in JupyterLab.
+- Collapsed proof cells stay collapsed (myst-nb's ``hide-input``/``hide-output`` tags);
+  the Colab set-up cell goes (the page links to Colab itself).
+
+Example: ``sanitize(nb, leaks=solution_lines(nbs))`` returns the page's notebook;
+``solution_lines`` gives the lines no page may show.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable
+
+import nbformat
+
+BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
+BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader's, as course.py
+TEXT_STUB = "YOUR ANSWER HERE"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_NOTE = ("A picture of this widget as the lesson left it. The live widget runs "
+               "in JupyterLab (or Colab): run the lesson to move it.")
+TEST_NOTE = ("This check runs your answer when you run the lesson; its table is not "
+             "shown here (it was produced by the reference answer).")
+LEAK_NOTE = ("[output not shown on the site: it contains the answer to an exercise "
+             "of the course; run the lesson to see it]")
+MIN_LEAK_CHARS = 12  # shorter lines ("else:", "return x") are not an answer
+SETUP_TAG = "colab-setup"
+
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def is_solution_cell(cell) -> bool:
+    return bool(_meta(cell).get("solution")) or BEGIN_SOLUTION in cell.source
+
+
+def is_test_cell(cell) -> bool:
+    return bool(_meta(cell).get("grade")) and not is_solution_cell(cell)
+
+
+def _between(source: str, begin: str, end: str) -> tuple[list[str], list[list[str]]]:
+    """(lines outside the begin/end blocks, the blocks' inner lines)."""
+    kept, blocks, inside = [], [], None
+    for line in source.split("\n"):
+        if inside is None and line.strip() == begin:
+            inside = []
+            kept.append(line)  # a marker the caller replaces
+        elif inside is not None and line.strip() == end:
+            blocks.append(inside)
+            inside = None
+        elif inside is not None:
+            inside.append(line)
+        else:
+            kept.append(line)
+    if inside is not None:
+        raise ValueError(f"{begin!r} without {end!r}")
+    return kept, blocks
+
+
+def clear_solution(source: str, code: bool = True) -> str:
+    """The source with each solution block replaced by the stub, as nbgrader's
+    ClearSolutions does (a cell without markers becomes the stub).
+
+    Example: a body ``### BEGIN SOLUTION`` / ``return 1`` / ``### END SOLUTION``,
+    indented 4, becomes ``# YOUR CODE HERE`` / ``raise NotImplementedError()``.
+    """
+    stub = CODE_STUB if code else TEXT_STUB
+    if BEGIN_SOLUTION not in source:
+        return stub
+    kept, _ = _between(source, BEGIN_SOLUTION, END_SOLUTION)
+    out = []
+    for line in kept:
+        if line.strip() == BEGIN_SOLUTION:
+            indent = line[: len(line) - len(line.lstrip())]
+            out.extend(indent + s for s in stub.split("\n"))
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def clear_hidden_tests(source: str) -> str:
+    kept, _ = _between(source, BEGIN_HIDDEN, END_HIDDEN)
+    return "\n".join(ln for ln in kept if ln.strip() != BEGIN_HIDDEN).rstrip("\n")
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.split())
+
+
+def secret_lines(nb) -> set[str]:
+    """Every line of a solution block or a hidden test, whitespace-normalised."""
+    lines = set()
+    for cell in nb.cells:
+        for begin, end in ((BEGIN_SOLUTION, END_SOLUTION), (BEGIN_HIDDEN, END_HIDDEN)):
+            if begin in cell.source:
+                for block in _between(cell.source, begin, end)[1]:
+                    lines.update(_normal(ln) for ln in block)
+        if is_solution_cell(cell) and BEGIN_SOLUTION not in cell.source:
+            lines.update(_normal(ln) for ln in cell.source.split("\n"))
+    return lines
+
+
+def student_text(nb) -> str:
+    """All a student edition shows before running: sources, stubs cleared."""
+    parts = []
+    for cell in nb.cells:
+        source = cell.source
+        if is_solution_cell(cell):
+            source = clear_solution(source, cell.cell_type == "code")
+        parts.append(clear_hidden_tests(source))
+    return _normal("\n".join(parts))
+
+
+def solution_lines(nbs: Iterable) -> set[str]:
+    """The lines no page may show: the non-trivial lines of every solution and hidden
+    test that the student edition of no lesson shows anyway (a signature line, the
+    check call a hidden test repeats)."""
+    nbs = list(nbs)
+    visible = "\n".join(student_text(nb) for nb in nbs)
+    return {line for nb in nbs for line in secret_lines(nb)
+            if len(line) >= MIN_LEAK_CHARS and line not in visible}
+
+
+def _output_text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    if output.get("output_type") == "error":
+        return "\n".join(output.get("traceback", []))
+    data = output.get("data", {})
+    return "\n".join(v if isinstance(v, str) else "".join(v)
+                     for k, v in data.items() if k.startswith("text/") or "json" in k)
+
+
+def leaked(text: str, leaks: set[str]) -> list[str]:
+    """The solution lines found in ``text`` (whitespace-normalised)."""
+    flat = _normal(text)
+    return sorted(line for line in leaks if line in flat)
+
+
+def _widget_models(nb) -> dict:
+    return nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+
+
+def widget_snapshot(model_id: str, models: dict) -> list:
+    """Outputs showing a widget's state: each Image widget's picture and HTML widget's
+    markup, in the order the widget lays them out, then the note."""
+    images, html, seen = [], [], set()
+
+    def walk(ref):
+        mid = ref[len("IPY_MODEL_"):] if isinstance(ref, str) else None
+        if not mid or mid in seen or mid not in models:
+            return
+        seen.add(mid)
+        model = models[mid]
+        state, name = model.get("state", {}), model.get("model_name", "")
+        if name == "ImageModel":
+            for buffer in model.get("buffers", []):
+                if (buffer.get("path") == ["value"]
+                        and buffer.get("encoding") == "base64"):
+                    fmt = state.get("format", "png")
+                    images.append((f"image/{fmt}", buffer["data"]))
+        elif name in ("HTMLModel", "HTMLMathModel") and state.get("value"):
+            html.append(state["value"])
+        for value in state.values():
+            for item in value if isinstance(value, list) else [value]:
+                walk(item)
+
+    walk("IPY_MODEL_" + model_id)
+    outputs = [nbformat.v4.new_output("display_data", data={mime: data})
+               for mime, data in images if mime in ("image/png", "image/jpeg")]
+    if html:
+        outputs.append(nbformat.v4.new_output(
+            "display_data", data={"text/html": "\n".join(html)}))
+    outputs.append(nbformat.v4.new_output("stream", name="stdout",
+                                          text=f"[{WIDGET_NOTE}]\n"))
+    return outputs
+
+
+def _tags(cell) -> list:
+    return cell.setdefault("metadata", {}).setdefault("tags", [])
+
+
+def sanitize(nb, leaks: set[str], banner: str | None = None):
+    """A copy of the executed lesson ``nb`` that a reader may see (module docstring).
+
+    ``leaks`` are the lines no output may hold (``solution_lines``); ``banner`` is
+    markdown put under the title (what executed the lesson, the Colab link).
+    """
+    nb = copy.deepcopy(nb)
+    models = _widget_models(nb)
+    cells = []
+    for cell in nb.cells:
+        if SETUP_TAG in cell.get("metadata", {}).get("tags", []):
+            continue
+        if is_solution_cell(cell):
+            cell.source = clear_solution(cell.source, cell.cell_type == "code")
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+        cell.source = clear_hidden_tests(cell.source)
+        if cell.cell_type == "code":
+            if is_test_cell(cell):
+                cell.outputs = [nbformat.v4.new_output(
+                    "stream", name="stdout", text=f"[{TEST_NOTE}]\n")]
+            outputs = []
+            for output in cell.outputs:
+                view = output.get("data", {}).get(WIDGET_VIEW)
+                if view:
+                    outputs.extend(widget_snapshot(view.get("model_id", ""), models))
+                elif leaked(_output_text(output), leaks):
+                    outputs.append(nbformat.v4.new_output(
+                        "stream", name="stdout", text=LEAK_NOTE + "\n"))
+                else:
+                    outputs.append(output)
+            cell.outputs = outputs
+            shown = cell.get("metadata", {}).get("jupyter", {})
+            if shown.get("source_hidden"):
+                _tags(cell).append("hide-input")
+            if shown.get("outputs_hidden"):
+                _tags(cell).append("hide-output")
+        cells.append(cell)
+    if banner and cells and cells[0].cell_type == "markdown":
+        cells.insert(1, nbformat.v4.new_markdown_cell(banner))
+    nb.cells = cells
+    nb.metadata.pop("widgets", None)  # no live widget: its scripts come from CDNs
+    return nb
+
+
+def strip_colab_line(markdown: str, start: str) -> str:
+    """The first cell without its "Run it without installing" line (the page has its
+    own, under the title)."""
+    return re.sub(rf"\n*^{re.escape(start)}.*$", "", markdown, flags=re.M)

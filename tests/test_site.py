@@ -1,0 +1,529 @@
+"""The static site (`make site`) and the Colab set-up cell.
+
+The site is built once per session from executed lessons: ``AMP_EXECUTED_NOTEBOOKS=DIR``
+hands over copies executed before (``python -m amp_lessons.tooling.site execute DIR``,
+as CI does), else the fixture executes every lesson itself (about 2 minutes on 2
+cores). Then every page is opened in Chromium, served from 127.0.0.1: no console
+error, no request to another host, every image loads. No line of a solution or of a
+hidden test may appear in any page or in the search index. Each check is also shown
+rejecting a site spoiled on purpose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from amp_lessons.tooling import colab
+from amp_lessons.tooling.site import build, sanitize, verify
+from amp_lessons.tooling.site.execute import executed_info
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSONS = colab.lesson_notebooks(ROOT / "notebooks")
+STEMS = [p.stem for p in LESSONS]
+
+
+# ---- the Colab set-up cell ---------------------------------------------------------
+
+def test_every_lesson_starts_with_the_colab_cell_pyproject_describes():
+    repository = colab.repository_url()
+    problems = [p for path in LESSONS
+                for p in colab.notebook_problems(path, repository)]
+    assert problems == [], "run `python -m amp_lessons.tooling.colab`:\n" + "\n".join(
+        problems)
+
+
+def test_colab_cell_check_rejects_a_stale_cell(tmp_path):
+    nb = nbformat.read(LESSONS[0], as_version=4)
+    stale = tmp_path / LESSONS[0].name
+    cell = next(c for c in nb.cells if c.get("id") == colab.CELL_ID)
+    cell.source = colab.setup_cell_source("https://github.com/someone/else")
+    nbformat.write(nb, stale)
+    assert colab.notebook_problems(stale, None) == [
+        f"{stale.name}: the Colab set-up cell is out of date"]
+    nb.cells.remove(cell)
+    nbformat.write(nb, stale)
+    assert "not the Colab cell" in colab.notebook_problems(stale, None)[0]
+
+
+def test_repository_url_and_colab_link_come_from_pyproject(tmp_path):
+    toml = tmp_path / "pyproject.toml"
+    toml.write_text('[project]\nname = "x"\n')
+    assert colab.repository_url(toml) is None
+    toml.write_text('[project]\nname = "x"\n[project.urls]\n'
+                    'Repository = "https://github.com/ada/amp.git"\n')
+    url = colab.repository_url(toml)
+    assert url == "https://github.com/ada/amp"
+    assert colab.colab_url("02_underflow.ipynb", url) == (
+        "https://colab.research.google.com/github/ada/amp/blob/main/notebooks/"
+        "02_underflow.ipynb")
+    assert colab.colab_url("02_underflow.ipynb", "https://gitlab.com/a/b") is None
+    assert colab.colab_url("02_underflow.ipynb", None) is None
+    assert 'f"amp_lessons @ {course_source}"' in colab.setup_cell_source(url)
+    assert '"git+https://github.com/ada/amp"' in colab.setup_cell_source(url)
+    # the repository's own pyproject sets none today: no link anywhere
+    assert colab.repository_url() is None
+    assert all("colab.research.google.com" not in p.read_text() for p in LESSONS)
+
+
+def test_refresh_puts_the_colab_line_and_cell_where_a_url_says():
+    nb = nbformat.read(LESSONS[2], as_version=4)
+    url = "https://github.com/ada/amp"
+    assert colab.refresh_notebook(nb, LESSONS[2].name, url)
+    link = colab.colab_url(LESSONS[2].name, url)
+    assert nb.cells[0].source.endswith(
+        f"{colab.BADGE_START} [open this lesson in Colab]({link}).")
+    assert nb.cells[1].id == colab.CELL_ID
+    assert nb.cells[1].source == colab.setup_cell_source(url)
+    assert not colab.refresh_notebook(nb, LESSONS[2].name, url)  # idempotent
+    # the URL removed again: the line goes, the cell says how to install
+    assert colab.refresh_notebook(nb, LESSONS[2].name, None)
+    assert nbformat.writes(nb) == nbformat.writes(nbformat.read(LESSONS[2], 4))
+    page = build.banner(nb, LESSONS[2].name, url)
+    assert f"[open this lesson in Colab]({link})" in page
+    assert "Colab" not in build.banner(nb, LESSONS[2].name, None)
+
+
+def run_cell(source: str, in_colab: bool, monkeypatch) -> tuple[str, list]:
+    """Execute the set-up cell as a kernel would, with or without a fake
+    ``google.colab`` module, pip stubbed: (what it printed, the commands it ran)."""
+    import io
+
+    calls = []
+    monkeypatch.setattr(subprocess, "run",
+                        lambda cmd, **kw: calls.append((cmd, kw)) or None)
+    if in_colab:
+        fake = type(sys)("google.colab")
+        monkeypatch.setitem(sys.modules, "google.colab", fake)
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(source, "<colab-cell>", "exec"), {})
+    return out.getvalue(), calls
+
+
+def test_colab_cell_does_nothing_outside_colab(monkeypatch):
+    for repository in (None, "https://github.com/ada/amp"):
+        printed, calls = run_cell(colab.setup_cell_source(repository), False,
+                                  monkeypatch)
+        assert (printed, calls) == ("", [])
+
+
+def test_colab_cell_installs_from_the_repository_in_colab(monkeypatch):
+    monkeypatch.delenv(colab.INSTALL_ENV, raising=False)
+    source = colab.setup_cell_source("https://github.com/ada/amp")
+    printed, calls = run_cell(source, True, monkeypatch)
+    assert printed.strip() == ("Colab: installing the course (amp_lessons) from "
+                               "git+https://github.com/ada/amp")
+    [(cmd, kw)] = calls
+    assert cmd[1:] == ["-m", "pip", "install", "-q",
+                       "amp_lessons @ git+https://github.com/ada/amp"]
+    assert kw == {"check": True}
+
+
+def test_colab_cell_without_repository_says_how_to_install(monkeypatch):
+    monkeypatch.delenv(colab.INSTALL_ENV, raising=False)
+    printed, calls = run_cell(colab.setup_cell_source(None), True, monkeypatch)
+    assert calls == []
+    assert "repository is not configured" in printed
+    assert "pip install -e" in printed
+    assert len(printed.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_colab_cell_really_installs_the_course_from_a_local_source(tmp_path,
+                                                                    monkeypatch):
+    """The cell's pip command, run for real in a throwaway venv, with the install
+    source pointed (AMP_LESSONS_SOURCE) at a copy of this folder: no network
+    (--no-deps: the venv only has to import the package itself)."""
+    source = tmp_path / "course"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "amp_lessons", source / "amp_lessons",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    # the build backend: this environment's setuptools, lent through PYTHONPATH (a
+    # fresh venv's may lack bdist_wheel, and nothing may be downloaded)
+    backend = tmp_path / "backend"
+    backend.mkdir()
+    import setuptools
+
+    for name in ("setuptools", "_distutils_hack", "pkg_resources", "wheel"):
+        found = Path(setuptools.__file__).parent.parent / name
+        if found.exists():
+            (backend / name).symlink_to(found)
+    # PIP_NO_BUILD_ISOLATION=0 turns isolation off (pip's double negative): the
+    # venv's own setuptools builds it, nothing is downloaded
+    env = {**os.environ, colab.INSTALL_ENV: source.as_uri(), "PIP_NO_DEPS": "1",
+           "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1",
+           "PYTHONPATH": str(backend), "PYTHONNOUSERSITE": "1"}
+    script = ("import sys, types\n"
+              "sys.modules['google.colab'] = types.ModuleType('google.colab')\n"
+              + colab.setup_cell_source(None)
+              + "\nimport os, amp_lessons\n"
+              "print(os.path.dirname(amp_lessons.__file__))\n")
+    result = subprocess.run([str(python), "-c", script], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == ("Colab: installing the course (amp_lessons) from "
+                        f"{source.as_uri()}")
+    assert lines[-1].startswith(str(venv)), lines
+
+
+# ---- what a page may show -----------------------------------------------------------
+
+def _fixture_notebook():
+    nb = nbformat.v4.new_notebook()
+    solution = nbformat.v4.new_code_cell(
+        "def update_scale(scale):\n    ### BEGIN SOLUTION\n"
+        "    return scale * 0.5  # the secret rule\n    ### END SOLUTION\n")
+    solution.metadata["nbgrader"] = {"solution": True, "grade": False,
+                                     "grade_id": "x", "schema_version": 3}
+    solution.outputs = [nbformat.v4.new_output("stream", text="solved\n")]
+    test = nbformat.v4.new_code_cell(
+        "check(update_scale)\n### BEGIN HIDDEN TESTS\n"
+        "check(update_scale, hidden_answers=[0.25, 0.125])\n### END HIDDEN TESTS")
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "points": 1,
+                                 "grade_id": "x_test", "schema_version": 3}
+    test.outputs = [nbformat.v4.new_output("stream", text="case 1: right is 0.5\n")]
+    later = nbformat.v4.new_code_cell("print(inspect.getsource(reference))")
+    later.outputs = [nbformat.v4.new_output("stream", text=(
+        "def reference(scale):\n    return scale * 0.5  # the secret rule\n"))]
+    proof = nbformat.v4.new_code_cell("assert True")
+    proof.metadata["jupyter"] = {"source_hidden": True}
+    nb.cells = [nbformat.v4.new_markdown_cell("# 99 · Fixture"), solution, test, later,
+                proof]
+    return nb
+
+
+def test_sanitize_keeps_the_stub_and_drops_every_answer():
+    nb = _fixture_notebook()
+    leaks = sanitize.solution_lines([nb])
+    assert leaks == {"return scale * 0.5 # the secret rule",
+                     "check(update_scale, hidden_answers=[0.25, 0.125])"}
+    page = sanitize.sanitize(nb, leaks, banner="**Executed on** here")
+    text = nbformat.writes(page)
+    assert "secret rule" not in text and "hidden_answers" not in text
+    assert "right is 0.5" not in text  # the check's table, made by the answer
+    solution, test, later, proof = page.cells[2:]
+    assert solution.source == ("def update_scale(scale):\n    # YOUR CODE HERE\n"
+                               "    raise NotImplementedError()")
+    assert solution.outputs == []
+    assert test.source == "check(update_scale)"
+    assert sanitize.TEST_NOTE in test.outputs[0].text
+    assert sanitize.LEAK_NOTE in later.outputs[0].text
+    assert "hide-input" in proof.metadata.tags
+    assert page.cells[1].source == "**Executed on** here"
+
+
+def test_sanitize_turns_a_widget_into_its_picture():
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("fp16_range_explorer()")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        sanitize.WIDGET_VIEW: {"model_id": "box", "version_major": 2},
+        "text/plain": "VBox(...)"})]
+    nb.cells = [nbformat.v4.new_markdown_cell("# t"), cell]
+    nb.metadata["widgets"] = {sanitize.WIDGET_STATE: {"state": {
+        "box": {"model_name": "VBoxModel",
+                "state": {"children": ["IPY_MODEL_img", "IPY_MODEL_html"]}},
+        "img": {"model_name": "ImageModel", "state": {"format": "png"},
+                "buffers": [{"path": ["value"], "encoding": "base64",
+                             "data": "iVBORw0KGgo="}]},
+        "html": {"model_name": "HTMLModel", "state": {"value": "<b>1e-4</b>"}}}}}
+    page = sanitize.sanitize(nb, set())
+    outputs = page.cells[1].outputs
+    assert [list(o.get("data", {})) for o in outputs] == [
+        ["image/png"], ["text/html"], []]
+    assert "JupyterLab" in outputs[-1].text
+    assert "widgets" not in page.metadata
+
+
+def test_index_table_comes_from_the_readme():
+    table = build.readme_lessons()
+    assert list(table) == STEMS
+    assert table["00_welcome"]["study time: core + optional"] == "7 min"
+
+
+# ---- the built site -----------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def executed_dir(tmp_path_factory) -> Path:
+    given = os.environ.get("AMP_EXECUTED_NOTEBOOKS")
+    if given:
+        return Path(given)
+    from amp_lessons.tooling.site.execute import execute_lessons
+
+    out = tmp_path_factory.mktemp("executed")
+    execute_lessons(LESSONS, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def site(executed_dir, tmp_path_factory) -> Path:
+    from importlib.util import find_spec
+
+    if not (find_spec("myst_nb") and find_spec("sphinx_book_theme")):
+        message = "the site needs the site extra: pip install -e '.[site]'"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return build.build_site(executed=executed_dir,
+                            out=tmp_path_factory.mktemp("site") / "site")
+
+
+@pytest.fixture(scope="session")
+def leaks() -> set[str]:
+    return sanitize.solution_lines(nbformat.read(p, as_version=4) for p in LESSONS)
+
+
+def test_site_has_a_page_per_lesson_and_the_index_links_each(site):
+    assert [p.stem for p in build.lesson_pages(site)] == STEMS
+    index = (site / "index.html").read_text()
+    linked = set(re.findall(r'href="(\d\d_[\w]+)\.html"', index))
+    assert linked == set(STEMS)
+    assert (site / "search.html").is_file() and (site / "searchindex.js").is_file()
+
+
+def test_each_page_says_what_executed_it(site, executed_dir):
+    for stem in STEMS:
+        info = executed_info(nbformat.read(executed_dir / f"{stem}.ipynb", 4))
+        assert info, f"{stem}: the executed copy records nothing"
+        text = verify.page_text(site / f"{stem}.html")
+        assert (f"Executed on torch {info['torch']}, {info['device']} "
+                f"({info['device_name']}), {info['date']}") in text, stem
+
+
+def test_proof_cells_are_collapsed(site):
+    for path in LESSONS:
+        nb = nbformat.read(path, as_version=4)
+        hidden = sum(1 for c in nb.cells
+                     if c.metadata.get("jupyter", {}).get("source_hidden"))
+        html = (site / f"{path.stem}.html").read_text()
+        assert html.count('<details class="admonition hide above-input">') == hidden
+
+
+def test_widgets_show_a_picture_and_say_where_they_move(site, executed_dir):
+    shown = 0
+    for stem in STEMS:
+        nb = nbformat.read(executed_dir / f"{stem}.ipynb", as_version=4)
+        views = sum(1 for c in nb.cells for o in c.get("outputs", [])
+                    if sanitize.WIDGET_VIEW in o.get("data", {}))
+        text = verify.page_text(site / f"{stem}.html")
+        assert text.count(sanitize.WIDGET_NOTE) == views, stem
+        assert "widget-view" not in (site / f"{stem}.html").read_text()
+        shown += views
+    assert shown >= 4  # lessons 01, 02, 06 and 11 each show one
+
+
+def test_no_solution_or_hidden_test_line_anywhere(site, leaks):
+    assert len(leaks) > 50  # the course's exercises: the check has lines to look for
+    scanned = [p.relative_to(site).as_posix() for p in verify.site_files(site)]
+    assert "searchindex.js" in scanned and "index.html" in scanned
+    assert verify.leak_problems(site, leaks) == []
+    assert not list(site.rglob("*.ipynb")), "a notebook copy is published"
+
+
+def _spoiled_copy(site: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "spoiled"
+    shutil.copytree(site, copy, ignore=shutil.ignore_patterns("mathjax"))
+    return copy
+
+
+def test_leak_check_rejects_a_page_or_index_holding_a_solution_line(site, leaks,
+                                                                    tmp_path):
+    spoiled = _spoiled_copy(site, tmp_path)
+    line = sorted(leaks, key=len)[len(leaks) // 2]
+    words = line.split(" ")
+    # as highlighted code: the line split over spans, quotes escaped
+    html = "".join(f'<span class="n">{w}</span> ' for w in words).replace('"', "&quot;")
+    page = spoiled / "03_loss_scaling.html"
+    page.write_text(page.read_text().replace("</main>", f"<pre>{html}</pre></main>", 1))
+    index = spoiled / "searchindex.js"
+    index.write_text(index.read_text() + f"\n// {line}\n")
+    found = verify.leak_problems(spoiled, leaks)
+    assert f"03_loss_scaling.html: {line}" in found
+    assert f"searchindex.js: {line}" in found
+
+
+def test_no_page_loads_anything_from_another_host(site):
+    assert verify.remote_problems(site) == []
+    assert (site / "_static" / "mathjax" / "MathJax.js").is_file()
+    conf_mathjax = build.CONF.split("mathjax_path = ")[1].splitlines()[0]
+    assert "://" not in conf_mathjax
+
+
+def test_offline_check_rejects_remote_scripts_styles_and_fonts(site, tmp_path):
+    spoiled = _spoiled_copy(site, tmp_path)
+    page = spoiled / "01_number_formats.html"
+    page.write_text(page.read_text().replace(
+        "</head>", '<script src="https://cdn.example.org/require.js"></script>'
+        '<link rel="stylesheet" href="//fonts.example.org/css"></head>', 1))
+    css = spoiled / "_static" / "pygments.css"
+    css.write_text("@import url(https://fonts.googleapis.com/css?family=Lato);\n"
+                   + css.read_text())
+    found = "\n".join(verify.remote_problems(spoiled))
+    assert "01_number_formats.html loads https://cdn.example.org/require.js" in found
+    assert "01_number_formats.html loads //fonts.example.org/css" in found
+    assert "pygments.css (linked by index.html) imports a remote" in found
+
+
+# ---- in Chromium -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def served(site):
+    """The site over HTTP on 127.0.0.1 (a free port), as `python -m http.server`."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from test_browser import launch_chromium
+
+    with launch_chromium() as browser:
+        yield browser
+
+
+def visit(browser, url: str) -> dict:
+    """Open ``url``; report console errors, requests to another host (blocked), and
+    images that did not load."""
+    origin = re.match(r"https?://[^/]+", url).group(0)
+    page = browser.new_page()
+    seen = {"errors": [], "remote": [], "broken_images": [], "images": 0}
+    page.on("console", lambda m: m.type == "error" and seen["errors"].append(m.text))
+    page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+
+    def route(r):
+        if r.request.url.startswith((origin + "/", "data:", "blob:")):
+            r.continue_()
+        else:
+            seen["remote"].append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(url, wait_until="load")
+    page.wait_for_timeout(300)  # deferred scripts and their requests
+    images = page.evaluate("""() => [...document.images].map(
+        (i) => ({src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0}))""")
+    seen["images"] = len(images)
+    seen["broken_images"] = [i["src"] for i in images if not i["ok"]]
+    seen["text"] = page.inner_text("body")
+    page.close()
+    return seen
+
+
+def image_outputs(nb) -> int:
+    return sum(1 for c in nb.cells for o in c.get("outputs", [])
+               if {"image/png", "image/jpeg", "image/svg+xml"} & set(o.get("data", {})))
+
+
+@pytest.mark.browser
+def test_every_page_renders_offline_in_chromium(site, served, browser, executed_dir):
+    _, base = served
+    pages = ["index.html", "search.html", *(f"{s}.html" for s in STEMS)]
+    problems = []
+    for name in pages:
+        seen = visit(browser, f"{base}/{name}")
+        problems += [f"{name}: console: {e}" for e in seen["errors"]]
+        problems += [f"{name}: requested {u}" for u in seen["remote"]]
+        problems += [f"{name}: image did not load: {u}" for u in seen["broken_images"]]
+        if name[:2].isdigit():
+            executed = nbformat.read(executed_dir / name.replace(".html", ".ipynb"), 4)
+            page = sanitize.sanitize(executed, set())
+            if seen["images"] < image_outputs(page):
+                problems.append(f"{name}: {seen['images']} images, the lesson has "
+                                f"{image_outputs(page)} image outputs")
+    assert problems == []
+
+
+@pytest.mark.browser
+def test_search_works_offline(served, browser):
+    _, base = served
+    seen = visit(browser, f"{base}/search.html?q=GradScaler")
+    assert seen["remote"] == [] and seen["errors"] == []
+    page = browser.new_page()
+    page.goto(f"{base}/search.html?q=GradScaler")
+    page.wait_for_selector("#search-results ul li", timeout=20_000)
+    hits = page.locator("#search-results ul li a").all_inner_texts()
+    page.close()
+    assert any("Loss scaling" in h for h in hits), hits
+
+
+@pytest.mark.browser
+def test_browser_check_rejects_errors_remote_requests_and_broken_images(
+        site, served, browser, tmp_path):
+    _, base = served
+    spoiled = site / "spoiled.html"
+    spoiled.write_text(
+        "<html><body><script>console.error('boom')</script>"
+        '<script src="https://cdn.example.org/x.js"></script>'
+        '<img src="_images/missing.png"></body></html>')
+    try:
+        seen = visit(browser, f"{base}/spoiled.html")
+    finally:
+        spoiled.unlink()
+    assert "boom" in " ".join(seen["errors"])
+    assert seen["remote"] == ["https://cdn.example.org/x.js"]
+    assert seen["broken_images"] == ["_images/missing.png"]
+
+
+@pytest.mark.browser
+def test_math_renders_offline_with_the_bundled_mathjax(executed_dir, browser,
+                                                       monkeypatch, tmp_path):
+    """No lesson has math today: a site whose index has one formula shows that
+    MathJax (copied beside the pages) typesets it, with no error or request out."""
+    index_page = build.index_page
+    monkeypatch.setattr(build, "index_page", lambda *a: index_page(*a).replace(
+        "Widgets are pictures here", "Math: $2^{-24}$. Widgets are pictures here"))
+    site = build.build_site(executed=executed_dir, out=tmp_path / "site")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        seen = visit(browser, f"{base}/index.html")
+        page = browser.new_page()
+        page.goto(f"{base}/index.html")
+        page.wait_for_selector(".math span.MathJax", timeout=20_000)
+        typeset = page.locator(".math span.MathJax").count()
+        page.close()
+    finally:
+        server.shutdown()
+    assert (seen["errors"], seen["remote"], typeset) == ([], [], 1)
+    assert '_static/mathjax/MathJax.js' in (site / "index.html").read_text()
+
+
+def test_build_refuses_a_missing_executed_copy(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no executed copy"):
+        build.build_site(executed=tmp_path, out=tmp_path / "site")
+    assert not (tmp_path / "site").exists()
+
