@@ -1,9 +1,9 @@
 """The static site (`make site`) and the Colab set-up cell.
 
-The site is built once per session from executed lessons: ``AMP_EXECUTED_NOTEBOOKS=DIR``
-hands over copies executed before (``python -m amp_lessons.tooling.site execute DIR``,
-as CI does), else the fixture executes every lesson itself (about 2 minutes on 2
-cores). Then every page is opened in Chromium, served from 127.0.0.1: no console
+The site is built once per session from the lessons as the student-path tests executed
+them (each lesson runs once per test run), or from copies executed before
+(``AMP_EXECUTED_NOTEBOOKS=DIR``, from ``python -m amp_lessons.tooling.site execute
+DIR``). Then every page is opened in Chromium, served from 127.0.0.1: no console
 error, no request to another host, every image loads. No line of a solution or of a
 hidden test may appear in any page or in the search index. Each check is also shown
 rejecting a site spoiled on purpose.
@@ -12,6 +12,7 @@ rejecting a site spoiled on purpose.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import http.server
 import os
@@ -263,14 +264,25 @@ def test_index_table_comes_from_the_readme():
 # ---- the built site -----------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def executed_dir(tmp_path_factory) -> Path:
+def executed_dir(tmp_path_factory, lesson_runs) -> Path:
+    """Every lesson as executed once for the whole run: the first pass of the
+    student-path kernels (conftest's ``lesson_runs``, which the slides use too), with
+    what ran them; those kernels run this very Python, so it is probed here.
+    AMP_EXECUTED_NOTEBOOKS=DIR takes copies executed elsewhere instead."""
     given = os.environ.get("AMP_EXECUTED_NOTEBOOKS")
     if given:
         return Path(given)
-    from amp_lessons.tooling.site.execute import execute_lessons
+    from student_paths import paused_twice
+
+    from amp_lessons.tooling.site.execute import probe_here, record
 
     out = tmp_path_factory.mktemp("executed")
-    execute_lessons(LESSONS, out)
+    info = probe_here()
+    for path in LESSONS:
+        lesson = paused_twice(path, lesson_runs)
+        nb = copy.deepcopy(lesson.executed)
+        record(nb, dict(info, seconds=round(lesson.run.pass_seconds(1), 1)))
+        nbformat.write(nb, out / path.name)
     return out
 
 

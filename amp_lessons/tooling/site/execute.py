@@ -46,6 +46,23 @@ print(_json.dumps({"torch": _torch.__version__, "device": _dev, "device_name": _
 """
 
 
+def probe_here() -> dict:
+    """What `PROBE` reports, read in this process: for a notebook run by a kernel of
+    this very Python (the test suite's student-path kernels)."""
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(PROBE, {})
+    return json.loads(printed.getvalue().strip().splitlines()[-1])
+
+
+def record(nb, info: dict) -> None:
+    """Store what executed ``nb`` in its metadata (what `executed_info` reads)."""
+    nb.metadata.setdefault(META_KEY, {})["executed"] = dict(info)
+
+
 def executed_info(nb) -> dict | None:
     """What executed this notebook (see the module docstring), None if unrecorded."""
     return nb.metadata.get(META_KEY, {}).get("executed")
@@ -67,7 +84,7 @@ def execute_notebook(path: Path, out_dir: Path) -> Path:
                    if o.output_type == "stream")
     info = json.loads(text.strip().splitlines()[-1])
     info["seconds"] = round(time.perf_counter() - start, 1)
-    nb.metadata.setdefault(META_KEY, {})["executed"] = info
+    record(nb, info)
     out = Path(out_dir) / path.name
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out)
