@@ -46,6 +46,7 @@ from amp_lessons.checks.autocast import (
 )
 from amp_lessons.checks.clinic import check_clinic_diagnosis
 from amp_lessons.checks.distributed import check_rank_bytes
+from amp_lessons.checks.entry import *  # noqa: F403 (00_amp_in_10_minutes)
 from amp_lessons.checks.formats import (
     check_decode_fp16,
     check_fp16_spacing,
@@ -86,3 +87,4 @@ __all__ = [
     "check_update_rule",
     "verify_pristine",
 ]
+__all__ += entry.__all__  # noqa: F405
