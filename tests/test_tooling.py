@@ -422,21 +422,21 @@ def test_gpu_detection_reads_proc_dev_and_a_working_nvidia_smi(tmp_path):
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
     for status, found in ((0, True), (9, False)):  # 9: on PATH, but no driver
-        smi.write_text("#!/bin/sh\nexit {}\n".format(status))
+        smi.write_text(f"#!/bin/sh\nexit {status}\n")
         smi.chmod(0o755)
         assert bootstrap.has_nvidia_gpu({"PATH": str(bin_dir)},
                                         str(tmp_path)) is found
 
 
 def fake_torch_index(folder, version):
-    """A PEP 503 index with one tiny `torch` wheel (a one-line module), no real torch."""
-    name = "torch-{}-py3-none-any.whl".format(version)
+    """A PEP 503 index with one tiny `torch` wheel (a one-line module)."""
+    name = f"torch-{version}-py3-none-any.whl"
     (folder / "torch").mkdir(parents=True)
     with zipfile.ZipFile(folder / "torch" / name, "w") as wheel:
-        info = "torch-{}.dist-info/".format(version)
-        wheel.writestr("torch/__init__.py", "__version__ = {!r}\n".format(version))
+        info = f"torch-{version}.dist-info/"
+        wheel.writestr("torch/__init__.py", f"__version__ = {version!r}\n")
         wheel.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: torch\n"
-                       "Version: {}\n".format(version))
+                       f"Version: {version}\n")
         wheel.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
                        "Root-Is-Purelib: true\nTag: py3-none-any\n")
         wheel.writestr(info + "RECORD", "")
@@ -466,7 +466,7 @@ def served(tmp_path, monkeypatch):
                 break
             except OSError:
                 time.sleep(0.1)
-        yield folder, "http://127.0.0.1:{}/".format(port)
+        yield folder, f"http://127.0.0.1:{port}/"
     finally:
         server.terminate()
         server.wait()
@@ -484,10 +484,9 @@ def test_no_gpu_installs_the_cpu_build_with_one_line_and_keeps_it(
     monkeypatch.setenv("AMP_LESSONS_TORCH_INDEX", url)
     bootstrap.install_cpu_torch(gpu=False)
     lines = capsys.readouterr().out.splitlines()
-    size = "{} bytes".format(wheel.stat().st_size)  # pip's own measure, under 1 kB
+    size = f"{wheel.stat().st_size} bytes"  # pip's own measure, under 1 kB
     assert lines == ["no NVIDIA GPU found: installed torch 2.13.0+cpu, the CPU build "
-                     "({} download), from {} instead of the CUDA build.".format(
-                         size, url)], lines
+                     f"({size} download), from {url} instead of the CUDA build."], lines
     version = subprocess.run([str(venv / "bin" / "python"), "-c",
                               "import torch; print(torch.__version__)"],
                              capture_output=True, text=True).stdout.strip()
@@ -518,15 +517,15 @@ def test_no_gpu_and_no_cpu_index_says_so_and_falls_back(venv_with_pip, monkeypat
     bootstrap = load_bootstrap()
     monkeypatch.setattr(bootstrap, "VENV", str(venv_with_pip))
     monkeypatch.setattr(bootstrap.sys, "platform", "linux")
-    url = "http://127.0.0.1:{}/".format(closed_port())
+    url = f"http://127.0.0.1:{closed_port()}/"
     monkeypatch.setenv("AMP_LESSONS_TORCH_INDEX", url)
     started = time.monotonic()
     bootstrap.install_cpu_torch(gpu=False)  # returns: pip_install comes next
     assert time.monotonic() - started < 60
     assert capsys.readouterr().out.splitlines() == [
-        "no NVIDIA GPU found, but PyTorch's CPU wheel index ({}) could not be "
+        f"no NVIDIA GPU found, but PyTorch's CPU wheel index ({url}) could not be "
         "reached: installing the default torch build (with CUDA libraries) "
-        "instead.".format(url)]
+        "instead."]
 
 
 @pytest.mark.parametrize("machine", ["linux with a GPU", "darwin"])
