@@ -209,6 +209,14 @@ def validate_checkpoint_path(config: TrainConfig) -> None:
     Example: ``validate_checkpoint_path(TrainConfig(checkpoint_path="/tmp"))`` raises
     "--checkpoint /tmp is a directory; give a file name inside it, e.g. /tmp/run.pt".
     """
+    path = Path(config.checkpoint_path or "").expanduser()
+    if config.checkpoint_path and config.distributed == "none" and (
+            (path / META_FILE).is_file() or (path / ".metadata").is_file()):
+        raise ValueError(  # a DCP folder is no mistake: it needs the sharded path
+            f"--checkpoint {path} is a sharded checkpoint (a torch.distributed."
+            "checkpoint folder written by --distributed ddp or fsdp2), not a "
+            f"--distributed none file. Fix: {'resume' if config.resume else 'run'} "
+            "with --distributed fsdp2 (or ddp), which also works in one process.")
     if config.checkpoint_path and config.distributed == "none":
         validate_output_path(config.checkpoint_path, "--checkpoint")
     elif config.checkpoint_path:  # a DCP folder: its metadata file must be writable

@@ -14,6 +14,7 @@ import torch
 
 from amp_lessons import bench_results, train
 from amp_lessons.__main__ import main
+from amp_lessons.distributed import fsdp2_unsupported_reason
 
 TINY_BENCH = ["--mlp-width", "32", "--mlp-batch", "8", "--gpt-layers", "1",
               "--gpt-embd", "16", "--gpt-block", "16", "--gpt-batch", "2",
@@ -110,6 +111,28 @@ def test_train_resume_from_the_command_line_continues_the_same_run(capsys, tmp_p
     assert main([*args, "--steps", "20", "--checkpoint", ckpt, "--resume"]) == 0
     resumed = step_lines(capsys.readouterr().out)
     assert resumed == [line for line in full if int(line.split()[1]) > 10]
+
+
+@pytest.mark.skipif(fsdp2_unsupported_reason("cpu") is not None,
+                    reason=str(fsdp2_unsupported_reason("cpu")))
+def test_resuming_a_sharded_checkpoint_without_distributed_names_the_flag(tmp_path):
+    # it said "run.dcp is a directory; give a file name inside it"
+    ckpt = str(tmp_path / "run.dcp")
+    args = ["train", "--device", "cpu", "--checkpoint", ckpt]
+    done = run_module(*args, "--distributed", "fsdp2", "--steps", "2")
+    assert done.returncode == 0, done.stderr
+    refused = run_module(*args, "--distributed", "none", "--steps", "4", "--resume")
+    assert refused.returncode == 2
+    assert one_line_error(refused.stderr) == (
+        f"error: --checkpoint {ckpt} is a sharded checkpoint (a torch.distributed."
+        "checkpoint folder written by --distributed ddp or fsdp2), not a "
+        "--distributed none file. Fix: resume with --distributed fsdp2 (or ddp), "
+        "which also works in one process.")
+    resumed = run_module(*args, "--distributed", "fsdp2", "--steps", "4", "--resume")
+    assert resumed.returncode == 0, resumed.stderr  # one process, as the fix says
+    assert f"checkpoint: {ckpt} (step 4)" in resumed.stdout
+    plain = run_module(*args[:3], "--checkpoint", str(tmp_path), "--resume")
+    assert "is a directory; give a file name inside it" in plain.stderr
 
 
 def test_bench_prints_a_table_and_writes_json(capsys, tmp_path):

@@ -13,6 +13,8 @@ import socket
 import stat
 import subprocess
 import sys
+import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -193,7 +195,8 @@ def run_bootstrap(root, *args, python=sys.executable, **env):
     environment.update(PIP_INDEX_URL=(root.parent / "index").as_uri(),
                        PIP_CONFIG_FILE=os.devnull, PIP_RETRIES="0", PIP_TIMEOUT="3",
                        PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1",
-                       FAKE_LOG=str(root.parent / "calls.log"))
+                       FAKE_LOG=str(root.parent / "calls.log"),
+                       AMP_LESSONS_GPU="1")  # the CPU-torch step has its own tests
     environment.update(env)
     return subprocess.run([python, str(root / "amp_lessons/tooling/bootstrap.py"),
                            *args], env=environment, capture_output=True, text=True,
@@ -395,3 +398,143 @@ def test_a_real_venv_with_a_stale_stamp_is_checked_and_reinstalled(tmp_path,
         in done.stdout
     assert "-r requirements.txt -e ." in done.stdout.split("installing: ")[1]
     assert stopped(done).startswith("pip found no ready-made wheel for ")
+
+
+# --- torch's CPU build on a machine without an NVIDIA GPU ---------------------------
+
+def test_gpu_detection_reads_proc_dev_and_a_working_nvidia_smi(tmp_path):
+    bootstrap = load_bootstrap()
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").write_text("")  # not a GPU device by itself
+    def nothing_on_path(name, path=None):
+        return None
+    assert not bootstrap.has_nvidia_gpu({}, str(tmp_path), nothing_on_path)
+    assert bootstrap.has_nvidia_gpu({"AMP_LESSONS_GPU": "1"}, str(tmp_path))
+    (tmp_path / "dev" / "nvidia0").write_text("")
+    assert bootstrap.has_nvidia_gpu({}, str(tmp_path), nothing_on_path)
+    assert not bootstrap.has_nvidia_gpu({"AMP_LESSONS_GPU": "0"}, str(tmp_path))
+    (tmp_path / "dev" / "nvidia0").unlink()
+    (tmp_path / "proc" / "driver" / "nvidia").mkdir(parents=True)
+    (tmp_path / "proc" / "driver" / "nvidia" / "version").write_text("NVRM 570")
+    assert bootstrap.has_nvidia_gpu({}, str(tmp_path), nothing_on_path)
+    (tmp_path / "proc" / "driver" / "nvidia" / "version").unlink()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    for status, found in ((0, True), (9, False)):  # 9: on PATH, but no driver
+        smi.write_text(f"#!/bin/sh\nexit {status}\n")
+        smi.chmod(0o755)
+        assert bootstrap.has_nvidia_gpu({"PATH": str(bin_dir)},
+                                        str(tmp_path)) is found
+
+
+def fake_torch_index(folder, version):
+    """A PEP 503 index with one tiny `torch` wheel (a one-line module)."""
+    name = f"torch-{version}-py3-none-any.whl"
+    (folder / "torch").mkdir(parents=True)
+    with zipfile.ZipFile(folder / "torch" / name, "w") as wheel:
+        info = f"torch-{version}.dist-info/"
+        wheel.writestr("torch/__init__.py", f"__version__ = {version!r}\n")
+        wheel.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: torch\n"
+                       f"Version: {version}\n")
+        wheel.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
+                       "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(info + "RECORD", "")
+    (folder / "torch" / "index.html").write_text(
+        '<a href="{0}">{0}</a>'.format(name.replace("+", "%2B")))
+    return folder / "torch" / name
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """A local index served over http (pip prints download sizes for http only), and
+    pip told to read no configuration: this machine's points it at a real torch."""
+    for name in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+    folder = tmp_path / "simple"
+    folder.mkdir()
+    port = closed_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port),
+                               "--bind", "127.0.0.1", "-d", str(folder)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield folder, f"http://127.0.0.1:{port}/"
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def test_no_gpu_installs_the_cpu_build_with_one_line_and_keeps_it(
+        tmp_path, served, monkeypatch, capsys):
+    folder, url = served
+    wheel = fake_torch_index(folder, "2.13.0+cpu")
+    venv = tmp_path / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    bootstrap = load_bootstrap()
+    monkeypatch.setattr(bootstrap, "VENV", str(venv))
+    monkeypatch.setattr(bootstrap.sys, "platform", "linux")
+    monkeypatch.setenv("AMP_LESSONS_TORCH_INDEX", url)
+    bootstrap.install_cpu_torch(gpu=False)
+    lines = capsys.readouterr().out.splitlines()
+    size = f"{wheel.stat().st_size} bytes"  # pip's own measure, under 1 kB
+    assert lines == ["no NVIDIA GPU found: installed torch 2.13.0+cpu, the CPU build "
+                     f"({size} download), from {url} instead of the CUDA build."], lines
+    version = subprocess.run([str(venv / "bin" / "python"), "-c",
+                              "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+    assert version == "2.13.0+cpu"
+    # the requirements install keeps it, even with a plain 2.13.0 on the index
+    (folder / "torch").rename(folder / "cpu")
+    fake_torch_index(folder, "2.13.0")
+    kept = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
+                           "--index-url", url, bootstrap.torch_spec()],
+                          capture_output=True, text=True)
+    assert "Requirement already satisfied: torch" in kept.stdout, kept.stdout
+    # torch in range already (as CI pre-installs it): no second try, not a word
+    monkeypatch.setenv("AMP_LESSONS_TORCH_INDEX", "http://127.0.0.1:1/")
+    calls = []
+    real_run = bootstrap.run
+    monkeypatch.setattr(bootstrap, "run",
+                        lambda command: calls.append(command) or real_run(command))
+    bootstrap.install_cpu_torch(gpu=False)
+    assert capsys.readouterr().out == ""
+    assert not any("install" in command for command in calls), calls
+
+
+def test_no_gpu_and_no_cpu_index_says_so_and_falls_back(venv_with_pip, monkeypatch,
+                                                          capsys):
+    for name in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    bootstrap = load_bootstrap()
+    monkeypatch.setattr(bootstrap, "VENV", str(venv_with_pip))
+    monkeypatch.setattr(bootstrap.sys, "platform", "linux")
+    url = f"http://127.0.0.1:{closed_port()}/"
+    monkeypatch.setenv("AMP_LESSONS_TORCH_INDEX", url)
+    started = time.monotonic()
+    bootstrap.install_cpu_torch(gpu=False)  # returns: pip_install comes next
+    assert time.monotonic() - started < 60
+    assert capsys.readouterr().out.splitlines() == [
+        f"no NVIDIA GPU found, but PyTorch's CPU wheel index ({url}) could not be "
+        "reached: installing the default torch build (with CUDA libraries) "
+        "instead."]
+
+
+@pytest.mark.parametrize("machine", ["linux with a GPU", "darwin"])
+def test_a_gpu_or_macos_leaves_torch_to_the_normal_install(machine, monkeypatch,
+                                                           capsys):
+    bootstrap = load_bootstrap()
+    calls = []
+    monkeypatch.setattr(bootstrap, "run", lambda command: calls.append(command))
+    monkeypatch.setattr(bootstrap.sys, "platform", machine.split()[0])
+    monkeypatch.setenv("AMP_LESSONS_GPU", "1" if "GPU" in machine else "0")
+    bootstrap.install_cpu_torch()
+    assert calls == [] and capsys.readouterr().out == ""

@@ -9,6 +9,15 @@ requirements.txt plus the package (and extras when asked), and checks that what 
 installed is importable and in the versions asked for; a stamp of what was installed
 lets the second run skip pip, never the check. Each failure ends in one sentence that
 says what to do: too old a Python, a broken ``.venv``, no network, no wheel.
+
+On Linux without an NVIDIA GPU, and with no torch in range in ``.venv`` yet, it first
+installs torch's CPU build from PyTorch's CPU wheel index (a few hundred MB instead of
+the CUDA build's several GB), says so in one line with the download size, and the
+requirements install then keeps it; if that index cannot be reached it says so in one
+line and the normal install fetches the default build. The index is
+``https://download.pytorch.org/whl/cpu``; the environment variable
+``AMP_LESSONS_TORCH_INDEX`` overrides it (the tests point it at a local index), and
+``AMP_LESSONS_GPU=1`` or ``0`` overrides the GPU detection.
 """
 
 import hashlib
@@ -203,7 +212,7 @@ def index_url():
     return os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple")
 
 
-def index_unreachable():
+def index_unreachable(index=None):
     """True when a connection to the package index (or to the proxy in between)
     cannot even be opened: this machine is offline, as far as pip is concerned."""
     import socket
@@ -212,7 +221,7 @@ def index_unreachable():
         from urllib.parse import urlsplit
     except ImportError:  # Python 2, which never gets this far
         return False
-    url = urlsplit(index_url())
+    url = urlsplit(index or index_url())
     if url.scheme not in ("http", "https"):
         return False  # a local index: no network involved
     proxy = (os.environ.get(url.scheme.upper() + "_PROXY")
@@ -225,6 +234,91 @@ def index_unreachable():
     except (OSError, ValueError):
         return True
     return False
+
+
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def has_nvidia_gpu(environ=None, root="/", which=None):
+    """True when this machine has an NVIDIA GPU and driver, found as uv's
+    `--torch-backend=auto` finds one: a working `nvidia-smi` on PATH, or the driver's
+    /proc/driver/nvidia/version, or a /dev/nvidia<N> device. AMP_LESSONS_GPU=1 or 0
+    decides instead (for tests, or to ask for a build on purpose); `root` and `which`
+    let the tests point at a fake /proc, /dev and PATH."""
+    environ = os.environ if environ is None else environ
+    forced = environ.get("AMP_LESSONS_GPU", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    if os.path.exists(os.path.join(root, "proc", "driver", "nvidia", "version")):
+        return True
+    dev = os.path.join(root, "dev")
+    if os.path.isdir(dev) and any(re.match(r"nvidia\d+$", name)
+                                  for name in os.listdir(dev)):
+        return True
+    if which is None:
+        import shutil  # here, not at the top: Python 2's shutil has no which
+
+        which = shutil.which
+    smi = which("nvidia-smi", path=environ.get("PATH", os.defpath))
+    return bool(smi) and run([smi, "-L"])[0] == 0
+
+
+def torch_spec():
+    """torch's requirement line from requirements.txt, e.g. 'torch>=2.13,<3'."""
+    for line in requirements([]):
+        if re.match(r"torch\s*([<>=!~;\[]|$)", line):
+            return line
+    return "torch"
+
+
+# Run by .venv's Python: prints whether torch is installed within the given range.
+TORCH_IN_RANGE = r'''
+import importlib.metadata as md, sys
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+try:
+    version = md.version("torch")
+except md.PackageNotFoundError:
+    sys.exit(1)
+sys.exit(0 if Requirement(sys.argv[1]).specifier.contains(version, True) else 1)
+'''
+
+
+def install_cpu_torch(gpu=None):
+    """On Linux without an NVIDIA GPU, install torch's CPU build before the
+    requirements (pip then keeps it, as it keeps any torch in range). Nothing when
+    torch is already installed in range (CI pre-installs it), on a GPU machine, or
+    off Linux (macOS wheels on PyPI are CPU builds already). One line either way."""
+    if not sys.platform.startswith("linux"):
+        return
+    if has_nvidia_gpu() if gpu is None else gpu:
+        return
+    spec = torch_spec()
+    if run([venv_python(), "-I", "-c", TORCH_IN_RANGE, spec])[0] == 0:
+        return
+    url = os.environ.get("AMP_LESSONS_TORCH_INDEX", CPU_TORCH_INDEX)
+    # one quick try: an unreachable index must not cost pip's minutes of retries
+    status, output = run([venv_python(), "-m", "pip", "install",
+                          "--disable-pip-version-check", "--timeout", "10",
+                          "--retries", "0", "--index-url", url, spec])
+    if status == 0:
+        version = re.search(r"Successfully installed .*?\btorch-(\S+)", output)
+        size = re.search(r"(?:Downloading|Using cached) \S*torch-\S+ \(([^)]+)\)",
+                         output)
+        print("no NVIDIA GPU found: installed torch {}, the CPU build ({}), from "
+              "{} instead of the CUDA build.".format(
+                  version.group(1) if version else "",
+                  (size.group(1) + " download") if size else "size not reported",
+                  url))
+        return
+    # with --retries 0 pip may only say "No matching distribution": ask the network
+    offline = any(sign in output for sign in OFFLINE_SIGNS) or index_unreachable(url)
+    why = ("could not be reached" if offline
+           else "had no {} for this machine".format(spec))
+    print("no NVIDIA GPU found, but PyTorch's CPU wheel index ({}) {}: installing "
+          "the default torch build (with CUDA libraries) instead.".format(url, why))
 
 
 def pip_install(extras):
@@ -283,6 +377,7 @@ def main(argv):
                 return
             print("the set-up stamp says .venv is ready, but " + "; ".join(problems[:4])
                   + ": installing again ...")
+    install_cpu_torch()
     pip_install(extras)
     problems = installed_problems(extras)
     if problems:
