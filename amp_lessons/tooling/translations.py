@@ -106,8 +106,8 @@ def units(nb) -> list[Unit]:
     return found
 
 
-def catalogue_path(stem: str) -> Path:
-    return CATALOGUES / f"{stem}.po"
+def catalogue_path(stem: str, catalogues: Path = CATALOGUES) -> Path:
+    return Path(catalogues) / f"{stem}.po"
 
 
 def _load(path: Path):
@@ -122,14 +122,14 @@ def _load(path: Path):
     return po
 
 
-def update(path: Path) -> tuple[int, int]:
+def update(path: Path, catalogues: Path = CATALOGUES) -> tuple[int, int]:
     """Bring ``path``'s catalogue in line with the English notebook: a new unit gets
     an empty entry, a changed one keeps its old translation marked fuzzy (with the old
     English as ``previous_msgid``, as msgmerge does), a unit that is gone is dropped.
     Returns (new, changed)."""
     import polib
 
-    po = _load(catalogue_path(path.stem))
+    po = _load(catalogue_path(path.stem, catalogues))
     by_key = {(e.msgctxt, e.msgid): e for e in po}
     by_context = {}
     for entry in po:
@@ -155,15 +155,15 @@ def update(path: Path) -> tuple[int, int]:
                 new += 1
         entry.occurrences = [(f"{path.name}:cell {unit.index}", "")]
         fresh.append(entry)
-    catalogue_path(path.stem).parent.mkdir(parents=True, exist_ok=True)
-    fresh.save(str(catalogue_path(path.stem)))
+    catalogue_path(path.stem, catalogues).parent.mkdir(parents=True, exist_ok=True)
+    fresh.save(str(catalogue_path(path.stem, catalogues)))
     return new, changed
 
 
-def problems(path: Path) -> list[str]:
+def problems(path: Path, catalogues: Path = CATALOGUES) -> list[str]:
     """What keeps ``path``'s Spanish edition from being complete: each unit with no
     translation, or whose translation was made for other English (stale)."""
-    po = _load(catalogue_path(path.stem))
+    po = _load(catalogue_path(path.stem, catalogues))
     entries = {(e.msgctxt, e.msgid): e for e in po}
     contexts = {e.msgctxt for e in po if e.msgstr}
     found = []
@@ -218,14 +218,27 @@ def translate(nb, po, lang: str = LANGUAGE):
     return out
 
 
-def build(path: Path) -> Path:
+def build(path: Path, catalogues: Path = CATALOGUES, edition: Path = EDITION) -> Path:
     """Write ``notebooks/es/NAME.ipynb`` from the English notebook and its catalogue."""
-    nb = nbformat.read(path, as_version=4)
-    out = translate(nb, _load(catalogue_path(path.stem)))
-    target = EDITION / path.name
+    out = translated(path, catalogues)
+    target = Path(edition) / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(out, target)
     return target
+
+
+def link_results(edition: Path = EDITION) -> None:
+    """``notebooks/es/results`` -> ``../results``: the Spanish lessons read the same
+    recorded GPU results, by the same relative path, as the English ones."""
+    link = Path(edition) / "results"
+    if not link.is_symlink():
+        link.symlink_to(Path("..") / "results", target_is_directory=True)
+
+
+def translated(path: Path, catalogues: Path = CATALOGUES):
+    """The Spanish notebook of the English one at ``path``, as `build` writes it."""
+    nb = nbformat.read(path, as_version=4)
+    return translate(nb, _load(catalogue_path(path.stem, catalogues)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{changed} changed (fuzzy)")
         elif args.command == "build":
             print(f"wrote {build(path).relative_to(ROOT)}")
+            link_results()
         else:
             found += problems(path)
     for line in found:

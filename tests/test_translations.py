@@ -1,0 +1,166 @@
+"""The Spanish edition (notebooks/es/): every markdown cell and comment of lessons
+00-08 and the entry lesson translated, none stale, the generated notebooks exactly what
+their catalogues give, and the code untouched. Each check is shown catching its defect
+on a small fixture.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+
+import nbformat
+import pytest
+
+from amp_lessons.tooling import translations
+
+pytest.importorskip("polib")
+
+ENGLISH = translations.english_notebooks()
+# words far more frequent in one language than the other: a cell left in English
+# shows many of the first and few of the second
+ENGLISH_WORDS = {"the", "and", "of", "is", "are", "with", "this", "that", "which",
+                 "what", "you", "it", "to", "in", "on", "not", "for"}
+SPANISH_WORDS = {"el", "la", "los", "las", "de", "del", "que", "y", "es", "en", "con",
+                 "un", "una", "por", "para", "no", "se", "lo", "su"}
+# synonyms the glossary (notebooks/es/GLOSARIO.md) rules out
+OFF_GLOSSARY = ["retropropagación", "sobreflujo", "subdesbordamiento",
+                "desbordamiento inferior", "núcleos tensoriales", "pase hacia adelante",
+                "escalado de pérdida ", "tú "]
+
+
+def words(text: str) -> list[str]:
+    text = re.sub(r"`[^`]*`|\([^)]*\.ipynb\)|https?://\S+", " ", text)
+    return re.findall(r"[a-záéíóúñü]+", text.lower())
+
+
+def left_in_english(text: str) -> bool:
+    found = words(text)
+    english = sum(w in ENGLISH_WORDS for w in found)
+    spanish = sum(w in SPANISH_WORDS for w in found)
+    return len(found) >= 8 and english > spanish
+
+
+def code_without_comments(source: str) -> str:
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+        return tokenize.untokenize((t.type, t.string) for t in tokens
+                                   if t.type != tokenize.COMMENT)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return source
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.stem)
+def test_every_cell_is_translated_and_none_is_stale(path):
+    problems = translations.problems(path)
+    assert not problems, ("run `make translations` and translate:\n"
+                          + "\n".join(problems))
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.stem)
+def test_the_spanish_notebook_is_generated_from_its_catalogue(path):
+    spanish = nbformat.read(translations.EDITION / path.name, as_version=4)
+    expected = translations.translated(path)
+    assert [c.source for c in spanish.cells] == [c.source for c in expected.cells], (
+        f"notebooks/es/{path.name} is not what its catalogue gives: run "
+        "`make translations`")
+    assert [c.metadata for c in spanish.cells] == [c.metadata for c in expected.cells]
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.stem)
+def test_no_markdown_cell_is_left_in_english(path):
+    spanish = nbformat.read(translations.EDITION / path.name, as_version=4)
+    english = nbformat.read(path, as_version=4)
+    left = [i for i, (es, en) in enumerate(zip(spanish.cells, english.cells,
+                                                        strict=True))
+            if es.cell_type == "markdown" and (left_in_english(es.source)
+                                               or (len(words(en.source)) >= 8
+                                                   and es.source == en.source))]
+    assert not left, f"{path.name}: markdown cells {left} are still in English"
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.stem)
+def test_code_is_the_english_code(path):
+    spanish = nbformat.read(translations.EDITION / path.name, as_version=4)
+    english = nbformat.read(path, as_version=4)
+    assert len(spanish.cells) == len(english.cells)
+    switch = translations.SWITCH.format(lang="es")
+    for index, (es, en) in enumerate(zip(spanish.cells, english.cells, strict=True)):
+        assert es.cell_type == en.cell_type and es.id == en.id
+        if es.cell_type == "code":
+            source = es.source.replace("\n" + switch, "")
+            assert code_without_comments(source) == code_without_comments(en.source), (
+                f"{path.name}, cell {index}: the Spanish code differs beyond comments")
+    assert sum(switch in c.source for c in spanish.cells) == 1
+
+
+def test_the_glossary_terms_are_used():
+    text = "\n".join(c.source for p in ENGLISH for c in
+                     nbformat.read(translations.EDITION / p.name, 4).cells).lower()
+    found = [term for term in OFF_GLOSSARY if term in text]
+    assert not found, f"terms the glossary rules out: {found}"
+    assert "propagación hacia atrás" in text and "escalado de la pérdida" in text
+
+
+# ---- each check can fail ----------------------------------------------------------
+
+
+def fixture_notebook(first_cell: str):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(first_cell, id="c000"),
+                nbformat.v4.new_code_cell("x = 1  # one comment for the reader\n"
+                                          "### BEGIN SOLUTION\nimport amp_lessons",
+                                          id="c001")]
+    return nb
+
+
+def test_a_changed_cell_is_reported_stale_and_named(tmp_path):
+    import polib
+
+    path = tmp_path / "00_fixture.ipynb"
+    nbformat.write(fixture_notebook("## A heading\n\nThe first words."), path)
+    assert translations.update(path, tmp_path) == (2, 0)
+    assert [p.split(":")[0] for p in translations.problems(path, tmp_path)] == [
+        "missing", "missing"]
+    po = polib.pofile(str(tmp_path / "00_fixture.po"))
+    for entry in po:
+        entry.msgstr = {"markdown": "## Un título\n\nLas primeras palabras.",
+                        "comment": "un comentario para el lector"}[
+            entry.msgctxt.split()[1]]
+    po.save()
+    assert translations.problems(path, tmp_path) == []
+    spanish = translations.translated(path, tmp_path)
+    assert spanish.cells[0].source == "## Un título\n\nLas primeras palabras."
+    assert spanish.cells[1].source.startswith(
+        "x = 1  # un comentario para el lector\n### BEGIN SOLUTION\n"
+        "import amp_lessons\nimport amp_lessons\namp_lessons.set_language(\"es\")")
+
+    nbformat.write(fixture_notebook("## A heading\n\nThe first words, changed."), path)
+    problems = translations.problems(path, tmp_path)
+    assert problems == [
+        "stale: 00_fixture, cell 0 (c000, markdown: '## A heading') changed after its "
+        "translation: run `make translations` and translate it again"]
+    assert translations.update(path, tmp_path) == (0, 1)  # kept, marked fuzzy
+    assert translations.problems(path, tmp_path) == problems
+    assert translations.translated(path, tmp_path).cells[0].source.endswith("changed.")
+
+
+def test_english_left_in_a_cell_is_caught():
+    assert left_in_english("This is the cell that a translator forgot to translate.")
+    assert not left_in_english("Esta es la celda que el traductor tradujo entera.")
+    assert not left_in_english("`torch.amp.autocast` y `GradScaler`")  # too short
+
+
+def test_code_changed_beyond_comments_is_caught():
+    same = code_without_comments("x = 1  # uno\n") == code_without_comments(
+        "x = 1  # one\n")
+    other = code_without_comments("x = 2  # uno\n") == code_without_comments(
+        "x = 1  # one\n")
+    assert same and not other
+
+
+def test_tool_comments_stay_as_they_are():
+    kept = translations.units(fixture_notebook("# t"))
+    assert [u.text for u in kept if u.kind == "comment"] == [
+        "one comment for the reader"]  # not '### BEGIN SOLUTION'
