@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV_PY := .venv/bin/python
 
 .PHONY: lab test test-newest-torch test-notebook setup setup-dev student grade slides site \
-	bench gpu-check clean
+	translations bench gpu-check clean
 
 setup:
 	@$(PYTHON) amp_lessons/tooling/bootstrap.py
@@ -60,15 +60,33 @@ endif
 # of what is filed in build/course/submitted/, offline slide decks into build/slides/.
 # `make grade` runs each submission in a bubblewrap sandbox (apt-get install
 # bubblewrap) and refuses without one; GRADE_ARGS=--unsafe-no-sandbox overrides that.
+# EDITION=es does the same for the Spanish edition (notebooks/es/), in a course of its
+# own: build/course-es/, student/es/, build/slides/es/.
 GRADE_ARGS ?=
+EDITION ?= en
+ifeq ($(EDITION),es)
+EDITION_ARGS := --notebooks notebooks/es --course build/course-es
+STUDENT_ARGS := --out student/es
+SLIDES_ARGS := --out build/slides/es
+else ifneq ($(EDITION),en)
+$(error EDITION=$(EDITION): the course has the editions en (notebooks/) and es (notebooks/es/))
+endif
 student: setup-dev
-	$(VENV_PY) -m amp_lessons.grading student
+	$(VENV_PY) -m amp_lessons.grading $(EDITION_ARGS) student $(STUDENT_ARGS)
 
 grade: setup-dev
-	$(VENV_PY) -m amp_lessons.grading autograde $(GRADE_ARGS)
+	$(VENV_PY) -m amp_lessons.grading $(EDITION_ARGS) autograde $(GRADE_ARGS)
 
 slides: setup-dev
-	$(VENV_PY) -m amp_lessons.grading slides
+	$(VENV_PY) -m amp_lessons.grading $(EDITION_ARGS) slides $(SLIDES_ARGS)
+
+# The Spanish edition after an English notebook changed: new and changed cells into
+# notebooks/es/po/*.po (changed ones keep their old translation, marked fuzzy), then,
+# once they are translated, notebooks/es/*.ipynb regenerated and checked.
+translations: setup-dev
+	$(VENV_PY) -m amp_lessons.tooling.translations update
+	$(VENV_PY) -m amp_lessons.tooling.translations build
+	$(VENV_PY) -m amp_lessons.tooling.translations check
 
 # The course as an offline website in build/site/ (README, "Read it without
 # installing"): every lesson executed here first, or, with
