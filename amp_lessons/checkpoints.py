@@ -5,7 +5,7 @@ when they are ours (notebook 05; sharded ddp/fsdp2 checkpoints are
 from __future__ import annotations
 
 import os
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,18 @@ import torch
 from amp_lessons.output_files import write_atomically
 
 CHECKPOINT_FORMAT = "amp_lessons.train/1"
+
+
+@dataclass
+class StepRecord:
+    """One optimizer step, as the notebooks plot it."""
+
+    step: int  # 1-based count of optimizer steps, skipped ones included
+    loss: float  # mean loss of the step's micro-batches (unscaled)
+    scale: float  # loss scale used for this step (1.0 without a scaler)
+    skipped: bool  # inf/NaN gradients: the scaler skipped optimizer.step()
+    grad_norm: float  # total gradient norm after unscale_, before clipping
+    time_ms: float  # wall time of the step, results on the host included
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
@@ -74,8 +86,6 @@ def _checkpoint_problem(state: Any) -> str:
     if "cuda_rng" not in state or not (state["cuda_rng"] is None
                                        or isinstance(state["cuda_rng"], list)):
         return "'cuda_rng' is missing or not a list of states"
-    from amp_lessons.train import StepRecord  # train imports this module
-
     names = {f.name for f in fields(StepRecord)}
     if not all(isinstance(r, dict) and set(r) == names for r in state["records"]):
         return "its step records do not have the fields of StepRecord"

@@ -33,7 +33,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amp_lessons.checkpoints import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+from amp_lessons.checkpoints import (  # StepRecord: what a checkpoint keeps per step
+    CHECKPOINT_FORMAT,
+    StepRecord,
+    load_checkpoint,
+    save_checkpoint,
+)
 from amp_lessons.device import resolve_device
 from amp_lessons.distributed import (
     META_FILE,
@@ -105,18 +110,6 @@ class TrainConfig:
 RESUME_MUST_MATCH = ("task", "precision", "scaler", "seed", "hidden", "num_classes",
                      "n_layer", "n_head", "n_embd", "block_size", "vocab_size",
                      "batch_size", "accum_steps")
-
-
-@dataclass
-class StepRecord:
-    """One optimizer step, as the notebooks plot it."""
-
-    step: int  # 1-based count of optimizer steps, skipped ones included
-    loss: float  # mean loss of the step's micro-batches (unscaled)
-    scale: float  # loss scale used for this step (1.0 without a scaler)
-    skipped: bool  # inf/NaN gradients: the scaler skipped optimizer.step()
-    grad_norm: float  # total gradient norm after unscale_, before clipping
-    time_ms: float  # wall time of the step, results on the host included
 
 
 @dataclass
