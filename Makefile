@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV_PY := .venv/bin/python
 
-.PHONY: lab test test-newest-torch test-notebook setup setup-dev student grade slides site \
+.PHONY: lab test test-newest-torch test-newest-torch-env test-notebook setup setup-dev student grade slides site \
 	translations bench gpu-check clean
 
 setup:
@@ -28,10 +28,12 @@ test: setup-dev
 NEWEST_PY := .venv-newest/bin/python
 PARITY_TESTS := tests/test_scaler.py tests/test_scaler_vs_torch.py tests/test_formats.py \
 	tests/test_fp8.py
-test-newest-torch:
+test-newest-torch-env:
 	@test -x $(NEWEST_PY) || $(PYTHON) -m venv .venv-newest
 	$(NEWEST_PY) -m pip install -q --disable-pip-version-check --upgrade -r requirements.txt \
 		-e . 'pytest<9.2' pytest-timeout pytest-xdist
+
+test-newest-torch: test-newest-torch-env
 	@$(NEWEST_PY) -c "import torch; print('newest torch:', torch.__version__)"
 	$(NEWEST_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup notebooks $(PARITY_TESTS)
 
