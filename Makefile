@@ -24,18 +24,21 @@ test: setup-dev
 
 # The notebooks (nbval) and the parity tests (the scaler, the formats, the fp8 twin,
 # each against torch) on the newest torch requirements.txt resolves to: what a
-# newcomer's `pip install` gets. A second environment, .venv-newest, beside .venv.
+# newcomer's `pip install` gets. A second environment, .venv-newest, beside .venv, with
+# the course from this folder on PYTHONPATH (no second editable install racing the
+# first one's build files: CI makes this environment while `make test` runs).
 NEWEST_PY := .venv-newest/bin/python
 PARITY_TESTS := tests/test_scaler.py tests/test_scaler_vs_torch.py tests/test_formats.py \
 	tests/test_fp8.py
 test-newest-torch-env:
 	@test -x $(NEWEST_PY) || $(PYTHON) -m venv .venv-newest
 	$(NEWEST_PY) -m pip install -q --disable-pip-version-check --upgrade -r requirements.txt \
-		-e . 'pytest<9.2' pytest-timeout pytest-xdist
+		'pytest<9.2' pytest-timeout pytest-xdist
 
 test-newest-torch: test-newest-torch-env
 	@$(NEWEST_PY) -c "import torch; print('newest torch:', torch.__version__)"
-	$(NEWEST_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup notebooks $(PARITY_TESTS)
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(NEWEST_PY) -m pytest \
+		-n $(TEST_WORKERS) --dist loadgroup $(wildcard notebooks/*.ipynb) $(PARITY_TESTS)
 
 # One notebook under nbval, e.g. `make test-notebook NB=notebooks/02_underflow.ipynb`
 test-notebook: setup-dev
