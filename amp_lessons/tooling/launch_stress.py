@@ -38,10 +38,11 @@ def launch_kinds(work: Path) -> dict[str, tuple[list[str], str]]:
                             "fp32", "--steps", "10", "--checkpoint",
                             str(work / "run.dcp"), "--json", str(work / "ddp.json")],
                            "amp_lessons"),
-        f"{mode}_fp16": (["train", *COMMON, "--distributed", mode, "--precision", "fp16",
-                          "--steps", "20", "--init-scale", str(2.0**24), "--json",
-                          str(work / "fp16.json")], "amp_lessons"),
-        "rank_memory": (["--json", str(work / "memory.json")], "amp_lessons.rank_memory"),
+        f"{mode}_fp16": (["train", *COMMON, "--distributed", mode, "--precision",
+                          "fp16", "--steps", "20", "--init-scale", str(2.0**24),
+                          "--json", str(work / "fp16.json")], "amp_lessons"),
+        "rank_memory": (["--json", str(work / "memory.json")],
+                        "amp_lessons.rank_memory"),
     }
 
 
@@ -52,9 +53,11 @@ def _spin(deadline: float) -> None:
 
 @contextmanager
 def busy(cores: int, seconds: float):
-    """``cores`` processes spinning for at most ``seconds``, killed when the block ends."""
+    """``cores`` processes spinning for at most ``seconds``, killed when the block
+    ends."""
     deadline = time.monotonic() + seconds
-    procs = [mp.get_context("spawn").Process(target=_spin, args=(deadline,), daemon=True)
+    spawn = mp.get_context("spawn")
+    procs = [spawn.Process(target=_spin, args=(deadline,), daemon=True)
              for _ in range(cores)]
     for p in procs:
         p.start()
