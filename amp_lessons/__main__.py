@@ -404,7 +404,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         if args.command == "train":
-            return run_train(args)
+            try:
+                return run_train(args)
+            finally:  # its result (model, optimizer) is gone: destroy ended groups
+                from amp_lessons.distributed import end_groups
+
+                end_groups()  # here, not at interpreter exit (issue 21)
         if args.command == "gpu-check":
             return run_gpu_check(args, argv)
         return run_bench(args, argv)

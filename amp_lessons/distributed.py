@@ -24,6 +24,7 @@ Not covered here: tensor/pipeline parallelism, HSDP (2-D meshes), CPU offload.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -77,13 +78,19 @@ def fsdp2_unsupported_reason(device_type: str = "cpu") -> str | None:
     return None
 
 
-# Process groups that ended, kept until the interpreter exits. A DDP model's Reducer
-# holds its group; when the model goes after the group ended, the Reducer's last
-# reference destroys the gloo group while holding the GIL and joins gloo's worker
-# threads, one of which may still need the GIL to free a tensor of the last
-# all-reduce: a deadlock (pytorch/pytorch#56297; it hung CI in the one-process DDP
-# test). Kept here, a group is destroyed only at exit, long idle. Costs two idle
-# threads per ended group.
+# Process groups that ended, kept until ``end_groups()``. A DDP model's Reducer holds
+# its group; when the model goes after the group ended, the Reducer's last reference
+# destroys the gloo group while holding the GIL and joins gloo's worker threads, one
+# of which may still need the GIL to free a tensor of the last all-reduce: a deadlock
+# (pytorch/pytorch#56297; it hung CI in the one-process DDP test). Kept here, a group
+# is destroyed long idle, after the models that used it are gone. Not at interpreter
+# exit: there a gloo thread freeing a tensor finds the GIL gone and is ended with
+# pthread_exit inside a noexcept destructor: "terminate called without an active
+# exception", SIGABRT (issue 21; pytorch/pytorch#179291, #190489). So ``end_groups``
+# runs at the end of a launched rank's main, and from atexit, before finalization.
+# Open (torch 2.13): once a DDP or FSDP2 model was built on a group, 10 references
+# to the group's Python object outlive the model (none in a Python container), so
+# end_groups cannot destroy that group and its threads run on to exit.
 _ENDED_GROUPS: list = []
 # module state that grows as lessons run: the grading guard does not take it for
 # tampering with the course's data (tooling/grading/guard.py)
@@ -96,6 +103,28 @@ def _live_groups() -> list:
 
     groups = getattr(getattr(distributed_c10d, "_world", None), "pg_map", None)
     return list(groups or [torch.distributed.group.WORLD])
+
+
+def end_groups() -> int:
+    """Destroy the process groups ended so far, now, while the interpreter is whole;
+    return how many were let go.
+
+    Call it once the models, optimizers and results that used them are dropped (a
+    DDP Reducer or an FSDP2 unit holds its group): ``gc.collect()`` first lets those
+    still in reference cycles go. Registered with atexit as well, so a group is never
+    left to interpreter finalization. Example: after ``world.close()`` and ``del
+    model``, ``end_groups()`` -> ``1`` (the default group).
+    """
+    import gc
+
+    gc.collect()
+    n = len(_ENDED_GROUPS)
+    _ENDED_GROUPS.clear()  # the last references: ~ProcessGroupGloo joins its threads
+    gc.collect()
+    return n
+
+
+atexit.register(end_groups)
 
 
 @dataclass
@@ -169,7 +198,9 @@ class World:
             torch.distributed.barrier()
 
     def close(self) -> None:
-        """End the process group if this World started it (see ``_ENDED_GROUPS``)."""
+        """End the process group if this World started it (see ``_ENDED_GROUPS``; it
+        is destroyed by ``end_groups``). Call ``barrier()`` first on the success path,
+        so no rank ends its group while a peer still talks to it."""
         if self.owns_group and torch.distributed.is_initialized():
             _ENDED_GROUPS.extend(_live_groups())
             torch.distributed.destroy_process_group()

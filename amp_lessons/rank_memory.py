@@ -230,15 +230,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m amp_lessons.rank_memory")
     parser.add_argument("--json", metavar="FILE", default=None)
     args = parser.parse_args(argv)
-    from amp_lessons.distributed import start_world
+    from amp_lessons.distributed import end_groups, start_world
 
     world = start_world("ddp", torch.device("cpu"))
     try:
-        mine = measure_ranks()
+        mine = measure_ranks()  # its DDP and FSDP2 models are gone when it returns
         gathered: list = [None] * world.world_size
         dist.all_gather_object(gathered, mine)
+        world.barrier()  # every rank done talking before any ends the group
     finally:
         world.close()
+    end_groups()  # destroyed here, not at interpreter exit (issue 21)
     if world.rank:
         return 0
     measured = sorted((m for ms in gathered for m in ms),

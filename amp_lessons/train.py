@@ -478,6 +478,8 @@ def train(config: TrainConfig, model: nn.Module | None = None,
                 checkpoint()
             eval_loss, eval_accuracy = evaluate(model, task.eval_x, task.eval_y, ctx,
                                                 task.loss_fn)
+        if world.world_size > 1:
+            world.barrier()  # every rank done talking before any ends the group
     finally:
         world.close()
     return TrainResult(config, records, eval_loss, eval_accuracy, model, optimizer,

@@ -1,0 +1,62 @@
+"""Lesson 10's launches end cleanly (issue 21): a rank destroys its process groups in
+its own main, before interpreter exit, so no gloo thread is left to meet a finalizing
+interpreter (SIGABRT, "terminate called without an active exception")."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+from amp_lessons import distributed
+from amp_lessons.distributed import end_groups, launch, world_of
+from amp_lessons.tooling import launch_stress
+
+CPU = torch.device("cpu")
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="counts threads in /proc/self/task")
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))  # native ones too: gloo's workers
+
+
+@linux_only
+def test_end_groups_joins_gloos_threads_before_exit():
+    end_groups()  # groups an earlier test ended
+    before = _threads()
+    with world_of("ddp", CPU) as world:
+        assert world.combine(torch.tensor(0.5), False) == (0.5, False)
+        assert _threads() > before  # gloo's worker and transport threads
+    assert not torch.distributed.is_initialized()
+    assert distributed._ENDED_GROUPS  # kept past close (the Reducer/GIL deadlock)
+    assert end_groups() == 1 and not distributed._ENDED_GROUPS
+    # without end_groups these threads live on into interpreter finalization
+    assert _threads() == before
+
+
+def test_a_launched_rank_leaves_no_group_to_interpreter_exit(tmp_path):
+    run = launch(["--json", tmp_path / "memory.json"], nproc=2, timeout=180,
+                 stream=None, module="amp_lessons.rank_memory")
+    assert "terminate called" not in run.output
+    run.raise_for_status()
+
+
+def test_error_lines_keep_the_ranks_own_and_drop_torchruns():
+    output = ("[rank0]: terminate called without an active exception\n"
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+              "[rank0]: terminate called without an active exception\n")
+    assert launch_stress.error_lines(output) == [
+        "[rank0]: terminate called without an active exception"]
+
+
+@pytest.mark.slow
+def test_rank_memory_launch_survives_a_busy_core(capsys):
+    # the launch that died with SIGABRT in issue 21, 3 times beside a spinning process
+    results = launch_stress.stress(3, busy_cores=1, kinds=["rank_memory"],
+                                   timeout=60)
+    print(launch_stress.format_results(results))
+    assert [(r["kind"], r["runs"], r["failures"]) for r in results] == [
+        ("rank_memory", 3, 0)], results
