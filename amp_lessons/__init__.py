@@ -25,7 +25,12 @@ line entry point. ``gpu_check`` is the whole GPU proof in one run (``python -m
 amp_lessons gpu-check``), with ``gpu_report`` (its goals and one-page summary).
 
 Import the module you need, e.g. ``from amp_lessons.formats import decompose``; nothing
-heavy is imported here.
+heavy is imported here. ``set_language("es")`` (from ``i18n``, standard library only)
+makes the checks, widgets and plots speak Spanish, as the Spanish edition's notebooks
+do in their first cell.
 """
 
+from amp_lessons.i18n import language, set_language
+
+__all__ = ["language", "set_language"]
 __version__ = "0.1.0"
