@@ -69,11 +69,11 @@ def _memory_hint(n: int, regime: str, part: str, expected: int, got: Any) -> str
         return _("count bytes, not bits (a float32 is 4 bytes)")
     if regime == "amp" and got * 2 == expected:
         return {
-            _("weights"): _("AMP keeps fp32 master weights: autocast makes fp16 copies "
+            "weights": _("AMP keeps fp32 master weights: autocast makes fp16 copies "
             "on the fly for the forward, the stored weights stay float32"),
-            _("grads"): _("param.grad has the parameter's dtype: the weights are float32, "
+            "grads": _("param.grad has the parameter's dtype: the weights are float32, "
             "so their grads are float32 too, even with AMP"),
-            _("adam_state"): _("Adam's moments live next to the float32 master weights: "
+            "adam_state": _("Adam's moments live next to the float32 master weights: "
             "still float32 with AMP"),
         }[part]
     if regime == "amp" and part == "weights" and got == expected * 3 // 2:
