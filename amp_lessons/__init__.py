@@ -30,7 +30,14 @@ makes the checks, widgets and plots speak Spanish, as the Spanish edition's note
 do in their first cell.
 """
 
-from amp_lessons.i18n import language, set_language
-
 __all__ = ["language", "set_language"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # lazy (PEP 562): `import amp_lessons` stays free of imports
+    if name in __all__:
+        from amp_lessons import i18n
+
+        return getattr(i18n, name)
+    raise AttributeError(f"module 'amp_lessons' has no attribute {name!r}")

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import gettext as _gettext
+import re
 import sys
 from pathlib import Path
 
@@ -45,6 +46,7 @@ _STATE: dict = {"language": "en", "catalogue": None}
 __runtime_state__ = ("_STATE",)
 # calls whose first argument is a translatable string (what `extract` collects)
 MARKERS = ("_", "N_", "gettext")
+PLACEHOLDER = re.compile(r"\{(\w*)\}")  # a named placeholder: {total}
 
 
 def catalogue_path(lang: str = "es", suffix: str = ".po") -> Path:
@@ -126,7 +128,7 @@ def extract(lang: str = "es") -> tuple[int, int]:
     for msgid, places in strings.items():
         entry = old.get(msgid) or polib.POEntry(msgid=msgid, msgstr="")
         entry.occurrences = [tuple(p.rsplit(":", 1)) for p in places]
-        if "{" in msgid and "python-brace-format" not in entry.flags:
+        if PLACEHOLDER.search(msgid) and "python-brace-format" not in entry.flags:
             entry.flags.append("python-brace-format")
         po.append(entry)
     path.parent.mkdir(parents=True, exist_ok=True)

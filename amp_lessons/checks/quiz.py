@@ -61,7 +61,7 @@ def _quiz_rows(question: str | None) -> Callable[[Callable, bool], list[Row]]:
             return [_answered_row(question, got)]
         rows = []
         if not hidden:
-            bad = [q for q, (_, choices) in QUESTIONS.items()
+            bad = [q for q, (_text, choices) in QUESTIONS.items()
                    if as_choice(got.get(q), choices) is None]
             hint = _("answer every question id of QUICK_CHECK with one of its "
                      "letters; missing or invalid: {ids}").format(ids=", ".join(bad))
