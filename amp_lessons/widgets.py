@@ -328,7 +328,7 @@ class GradientHistogramExplorer(_Panel):
                              f"got {fmt!r}")
         self.grads = grads.detach().flatten().float().cpu()
         options = [(f"2^{k} = {2.0**k:g}", 2.0**k) for k in SCALE_EXPONENTS]
-        if scale not in [v for _, v in options]:
+        if scale not in [v for _label, v in options]:
             raise ValueError(f"scale must be a power of two from 2^"
                              f"{SCALE_EXPONENTS[0]} to 2^{SCALE_EXPONENTS[-1]}, got "
                              f"{scale!r}")
