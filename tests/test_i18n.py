@@ -141,3 +141,35 @@ def test_a_passing_check_in_spanish(spanish, capsys):
     right = next(k for k, (_, why) in QUESTIONS["why_scale"][1].items() if not why)
     check_quick_check(lambda: {"why_scale": right}, "why_scale")
     assert "pasaron todos los casos (1)" in capsys.readouterr().out
+
+
+def test_a_widget_labels_itself_in_spanish(spanish):
+    from amp_lessons.widgets import fp16_range_explorer
+
+    w = fp16_range_explorer(1e-4)
+    assert (w.sign.description, w.text.description) == ("signo", "escriba x")
+    assert w.fmt.description == "recta numérica"
+    assert "valor guardado" in w.table.value and "error relativo" in w.table.value
+
+
+def test_a_plot_is_titled_in_spanish_then_english(no_pyplot_figures):
+    from amp_lessons.plots import plot_format_ranges, plot_scale_trajectory
+
+    amp_lessons.set_language("es")
+    try:
+        fig = plot_format_ranges()
+        ax = fig.axes[0]
+        assert ax.get_title().startswith("Rango positivo de cada formato")
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+            "subnormal", "normal"]
+        fig = plot_scale_trajectory([2.0**16] * 2 + [2.0**15],
+                                    skipped=[False, True, False])
+        ax = fig.axes[0]
+        assert ax.get_xlabel() == "paso del optimizador"
+        assert "1 omitidos" in ax.get_title()
+        assert any(t.get_text().startswith("paso omitido")
+                   for t in ax.get_legend().get_texts())
+    finally:
+        amp_lessons.set_language("en")
+    fig = plot_format_ranges()
+    assert fig.axes[0].get_title().startswith("Positive range of each format")
