@@ -213,7 +213,7 @@ def train_amp(
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     params = [p for p in model.parameters() if p.requires_grad]
     run = AmpRun()
-    for _ in range(num_steps):
+    for _step in range(num_steps):
         with ctx:
             loss = F.cross_entropy(model(x), y)
         scale = scaler.get_scale() if scaler is not None else 1.0
@@ -350,11 +350,14 @@ CAUSES: dict[str, str] = {
     "grads are fp16, which GradScaler refuses to unscale"),
     "use_bce_with_logits": N_("BCELoss after a sigmoid under CUDA autocast; "
     "BCEWithLogitsLoss is the autocast-safe form"),
-    "no_tensor_cores": N_("the hardware has no fast fp16/bf16 matrix units (a CPU, or a "
+    "no_tensor_cores": N_("the hardware has no fast fp16/bf16 matrix units (a CPU, or "
+                          "a "
     "GPU older than Volta)"),
-    "weight_copies_small_batch": N_("autocast caches low-precision copies of the weights "
+    "weight_copies_small_batch": N_("autocast caches low-precision copies of the "
+                                    "weights "
     "next to the fp32 ones, and small activations cannot pay for them"),
-    "scaler_with_bf16": N_("a GradScaler used with bf16, which has fp32's range and needs "
+    "scaler_with_bf16": N_("a GradScaler used with bf16, which has fp32's range and "
+                           "needs "
     "no loss scaling"),
 }
 """Cause keys `diagnose(symptom)` may return, with what each one means."""

@@ -15,7 +15,8 @@ from amp_lessons.i18n import N_, _
 __all__ = ["QUESTIONS", "QUICK_CHECK", "quick_check_text"]
 
 QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
-    "autocast_scope": (N_("What should `with torch.amp.autocast(device_type):` wrap?"), {
+    "autocast_scope": (
+        N_("What should `with torch.amp.autocast(device_type):` wrap?"), {
         "a": (N_("The whole step: forward, backward and optimizer.step()"),
               N_("backward already runs each op in the dtype autocast chose for it in "
               "the forward; the docs advise against wrapping backward")),
@@ -27,7 +28,8 @@ QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     }),
     "why_scale": (N_("Why does GradScaler multiply the loss by a large factor before "
                   "backward?"), {
-        "a": (N_("To prevent overflow in fp16"), N_("scaling makes values BIGGER, so it "
+        "a": (N_("To prevent overflow in fp16"),
+              N_("scaling makes values BIGGER, so it "
               "risks overflow; GradScaler handles that by skipping and backing off")),
         "b": (N_("To make training converge in fewer steps"), N_("the scale is removed "
               "before the optimizer step: the update is the same, only saved")),
@@ -36,9 +38,11 @@ QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     }),
     "step_with_inf": (N_("What does scaler.step(optimizer) do when the gradients "
                       "contain inf or NaN?"), {
-        "a": (N_("It raises an error"), N_("an overflow is expected now and then; it is "
+        "a": (N_("It raises an error"),
+              N_("an overflow is expected now and then; it is "
               "handled silently")),
-        "b": (N_("It replaces the infs with zeros and steps"), N_("nothing is replaced; "
+        "b": (N_("It replaces the infs with zeros and steps"),
+              N_("nothing is replaced; "
               "the grads are unscaled in place as they are")),
         "c": (N_("It clips the gradients and steps"), N_("clipping an inf still gives "
               "nan; GradScaler does not clip")),
@@ -51,7 +55,8 @@ QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
               "again")),
         "c": (N_("Doubles the scale"), N_("growth happens after 2000 steps WITHOUT "
               "overflow")),
-        "d": (N_("Resets the scale to 65536"), N_("it backs off from the current scale; "
+        "d": (N_("Resets the scale to 65536"),
+              N_("it backs off from the current scale; "
               "it does not reset it")),
     }),
     "memory_saving": (N_("The seed promises '~2x less memory'. What is true?"), {
@@ -72,14 +77,16 @@ QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
               "from: bf16's range is fp32's")),
         "c": (N_("No: bf16 has fp32's exponent range, so gradients do not underflow"),
               ""),
-        "d": (N_("No, because bf16 has more mantissa bits than fp16"), N_("it has fewer "
+        "d": (N_("No, because bf16 has more mantissa bits than fp16"),
+              N_("it has fewer "
               "(7 vs 10); its advantage is range, not precision")),
     }),
     "backward_call": (N_("Which call belongs in the AMP loop?"), {
         "a": (N_("scaler.scale(loss).backward()"), ""),
         "b": (N_("loss.backward(), then scaler.scale(loss)"), N_("then the grads were "
               "computed unscaled: small ones already underflowed")),
-        "c": (N_("Both loss.backward() and scaler.scale(loss).backward()"), N_("the grads "
+        "c": (N_("Both loss.backward() and scaler.scale(loss).backward()"),
+              N_("the grads "
               "would add up, scaled and unscaled; call backward once, on the "
               "scaled loss")),
         "d": (N_("scaler.backward(loss)"), N_("GradScaler has no backward method")),
@@ -87,7 +94,8 @@ QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "where_fastest": (N_("Where does AMP speed training up the most?"), {
         "a": (N_("On any modern CPU"), N_("most CPUs run fp16/bf16 matmuls SLOWER than "
               "fp32 (lesson 06 measures it)")),
-        "b": (N_("On older GPUs without tensor cores (Pascal and earlier)"), N_("it depends "
+        "b": (N_("On older GPUs without tensor cores (Pascal and earlier)"),
+              N_("it depends "
               "on the chip, and tensor cores beat both: a Tesla P100 runs fp16 at "
               "twice its fp32 rate (21.2 vs 10.6 TFLOPS), while consumer Pascal cards "
               "(GTX 10-series) run fp16 arithmetic at 1/64 of their fp32 rate, far "
@@ -103,7 +111,8 @@ QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
               "spelling is deprecated: it warns and only covers CUDA")),
         "b": (N_('torch.amp.autocast("cuda", ...) and torch.amp.GradScaler("cuda")'),
               ""),
-        "c": (N_("apex.amp"), N_("NVIDIA apex's amp was retired in favour of torch.amp")),
+        "c": (N_("apex.amp"),
+              N_("NVIDIA apex's amp was retired in favour of torch.amp")),
         "d": (N_("torch.half() on the model"), N_("that is pure fp16, not mixed "
               "precision: no fp32 master weights, no scaling")),
     }),
@@ -113,7 +122,8 @@ QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
               "yet to clip")),
         "b": (N_("Right after backward, before unscale_"), N_("the grads are still "
               "scaled: the norm is ~scale times too big")),
-        "c": (N_("After scaler.unscale_(optimizer), before scaler.step(optimizer)"), ""),
+        "c": (N_("After scaler.unscale_(optimizer), before scaler.step(optimizer)"),
+              ""),
         "d": (N_("After scaler.update()"), N_("the step already used the unclipped "
               "grads")),
     }),

@@ -110,8 +110,9 @@ def parse_value(text: str) -> float:
     try:
         return float(s)
     except ValueError:
-        raise ValueError(_("could not read {text} as a number: type e.g. 1e-4, "
-                           "-3.5, 65504, 2^-24 or inf").format(text=repr(text))) from None
+        message = _("could not read {text} as a number: type e.g. 1e-4, -3.5, 65504, "
+                    "2^-24 or inf").format(text=repr(text))
+        raise ValueError(message) from None
 
 
 def format_rows(value: float, names: Iterable[str] = EXPLORER_FORMATS) -> list[dict]:

@@ -70,7 +70,8 @@ def test_the_mo_is_compiled_from_the_po():
     compiled = {e.msgid: e.msgstr for e in polib.mofile(str(MO)) if e.msgid}
     source = {e.msgid: e.msgstr for e in _catalogue()
               if e.msgstr and "fuzzy" not in e.flags}
-    assert compiled == source, "the .mo is stale: run python -m amp_lessons.i18n compile"
+    assert compiled == source, ("the .mo is stale: run python -m amp_lessons.i18n "
+                                "compile")
 
 
 def test_the_catalogue_ships_with_the_package():

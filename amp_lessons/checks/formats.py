@@ -51,14 +51,15 @@ def _decode_hint(bits: int, got: float) -> str:
     )
     if e == 31:
         if math.isfinite(got):
-            return (
-                _("exponent bits 11111 are reserved: inf if the mantissa is 0, else nan")
+            return _(
+                "exponent bits 11111 are reserved: inf if the mantissa is 0, else nan"
             )
         return _("exponent 11111 with mantissa 0 is inf; with any other mantissa, nan")
     known = []
     if 0 < e < 31:
         known += [
-            (sign * 2.0 ** (e - 15) * (m / 1024), _("you forgot the implicit leading 1: "
+            (sign * 2.0 ** (e - 15) * (m / 1024), _("you forgot the implicit leading "
+                                                    "1: "
              "a normal fp16 is 1.mantissa, i.e. (1 + m/1024) * 2^(e-15)")),
             (sign * 2.0 ** (e - 127) * (1 + m / 1024), _("you used fp32's bias 127; "
              "fp16 has 5 exponent bits, so its bias is 2^4 - 1 = 15")),
@@ -76,7 +77,8 @@ def _decode_hint(bits: int, got: float) -> str:
             (sign * 2.0**-14 * (1 + m / 1024), _("exponent bits 00000 mean subnormal: "
              "no implicit 1, value = m * 2^-24")),
         ]  # fmt: skip
-    known.append((abs(_fp16_from_bits(bits)), _("bit 15 is the sign: 1 means negative")))
+    known.append((abs(_fp16_from_bits(bits)),
+                  _("bit 15 is the sign: 1 means negative")))
     for value, hint in known:
         if same_float(got, value):
             return hint
@@ -231,7 +233,8 @@ def _spacing_hint(x: float, expected: float, got: float) -> str:
     if same_float(got, h + expected):
         return _("return the gap (next fp16 minus fp16(x)), not the next number itself")
     if x == 0:
-        return _("fp16(0) = 0 and the next fp16 above it is the smallest subnormal, 2^-24")
+        return _("fp16(0) = 0 and the next fp16 above it is the smallest subnormal, "
+                 "2^-24")
     known = {
         2.0 ** (e - 23): _("that is fp32's spacing (23 mantissa bits); fp16 has 10"),
         2.0 ** (e - 7): _("that is bf16's spacing (7 mantissa bits); fp16 has 10"),

@@ -82,7 +82,8 @@ def _update_hint(case: tuple, got_scale: float, got_tracker: int) -> str:
                 "an inf/nan was found: multiply the scale by backoff_factor ({bf}); "
                 "never grow on an overflow step"
             ).format(bf=bf)
-        return _("an inf/nan was found: growth_tracker goes back to 0 (the streak broke)")
+        return _("an inf/nan was found: growth_tracker goes back to 0 (the streak "
+                 "broke)")
     grows = tracker + 1 == gi
     if grows and math.isinf(round_to_float32(scale * gf)):
         if got[0] == scale:
@@ -154,7 +155,8 @@ def _update_rows(update_scale: Callable, hidden: bool) -> list[Row]:
         shown = f"({show_value(expected[0])}, {expected[1]})"
         pair = _as_pair(got)
         if pair is None:
-            hint = type_hint(got, N_("a tuple (new_scale, new_tracker): a float, an int"))
+            hint = type_hint(
+                got, N_("a tuple (new_scale, new_tracker): a float, an int"))
             rows.append(Row(label, shown, show_value(got, 24), False, hint))
             continue
         got_scale, got_tracker = pair
@@ -199,7 +201,8 @@ def _unscale_cases(hidden: bool) -> list[tuple[str, list[torch.Tensor], float]]:
         return [
             (_("1 tensor, scale 2**16"), [rand(6)], 2.0**16),
             (_("2 tensors, scale 3.0"), [rand(64), rand(4, 4)], 3.0),
-            (_("inf in 2nd, scale 1024"), [rand(5), torch.tensor([1.0, inf, -3])], 1024.0),
+            (_("inf in 2nd, scale 1024"), [rand(5), torch.tensor([1.0, inf, -3])],
+             1024.0),
             (
                 _("nan only, scale 2**16"),
                 [torch.tensor([2.0, nan, 7.0]), rand(3)],
@@ -246,7 +249,8 @@ def _unscale_hint(
         # the grads are right: the found_inf answer is wrong
         nans = any(torch.isnan(g).any() for g in grads)
         if ref_found and nans and not any(torch.isinf(g).any() for g in grads):
-            return _("nan counts too: check with torch.isfinite (false for inf and nan)")
+            return _(
+                "nan counts too: check with torch.isfinite (false for inf and nan)")
         if ref_found:
             return _("found_inf must be True if ANY grad tensor has an inf or nan")
         return _("found_inf is True only when some grad is inf or nan")

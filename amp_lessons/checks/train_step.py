@@ -102,7 +102,8 @@ _TRAIN_MISTAKES = {
     "scaler.unscale_(optimizer) right before clipping"),
     "optimizer_step": N_("optimizer.step() ran on inf/nan grads: call "
     "scaler.step(optimizer), which skips the step when an inf/nan was found"),
-    "no_update": N_("the scale never changed: call scaler.update() at the end of the step"),
+    "no_update": N_("the scale never changed: call scaler.update() at the end of the "
+                    "step"),
     "unscaled_backward": N_("call backward on the SCALED loss, "
     "scaler.scale(loss).backward(); unscale_ then divides unscaled grads by the scale"),
     "no_autocast": N_("run the forward pass (model and loss) inside "
@@ -117,7 +118,8 @@ _TRAIN_ERRORS = {
     "is being called after step": N_("the previous step's scaler.step() was never "
     "followed by scaler.update(): call it at the end of every step (and unscale_ "
     "before step)"),
-    "No inf checks were recorded": N_("call scaler.step(optimizer) before scaler.update()"),
+    "No inf checks were recorded": N_("call scaler.step(optimizer) before "
+                                      "scaler.update()"),
     "_scale is None": N_("call backward on the SCALED loss, "
     "scaler.scale(loss).backward(); the scaler is set up by its first scale() call"),
     "Attempting to unscale FP16 gradients": N_("keep the model in float32 (no "

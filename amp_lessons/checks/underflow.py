@@ -153,7 +153,8 @@ def _loss_scale_hint(grads: torch.Tensor, expected: float, got: float) -> str:
     peak = grads.abs().max().item()
     if got <= 0 or not math.isfinite(got) or math.frexp(got)[0] != 0.5:
         return (
-            _("S must be a power of two (2**k): multiplying by a power of two is exact, "
+            _("S must be a power of two (2**k): multiplying by a power of two is "
+              "exact, "
             "so scaling changes no bits except the exponent")
         )
     if got == expected / 2 and 65504 < peak * expected < 65520:

@@ -17,7 +17,8 @@ from amp_lessons.i18n import N_, _
 from amp_lessons.memory import byte_unit
 from amp_lessons.plots._render import _figure
 
-MEMORY_PARTS = {  # MemoryBreakdown field -> legend label (translated when shown), colour
+# MemoryBreakdown field -> legend label (translated where it is shown), colour
+MEMORY_PARTS = {
     "weights": (N_("weights (fp32)"), "#4c72b0"),
     "gradients": (N_("gradients (fp32)"), "#55a868"),
     "optimizer_state": (N_("optimizer state (fp32)"), "#8172b2"),
