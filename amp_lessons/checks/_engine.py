@@ -198,8 +198,8 @@ def cut(text: str, width: int) -> str:
 def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
     """Print one line per case and, under each failing one, its hint (and under any
     row, its note)."""
-    kind = _("hidden cases") if hidden else _("cases")
-    print(f"{title}: {len(rows)} {kind}")
+    print((_("{title}: {total} hidden cases") if hidden else
+           _("{title}: {total} cases")).format(title=title, total=len(rows)))
     head = (_("case"), _("expected"), _("got"))
     # the expected cell of a choice item is NOT_SHOWN, said in the table's language
     expected = [_(r.expected) if r.expected == NOT_SHOWN else r.expected for r in rows]
