@@ -25,7 +25,19 @@ line entry point. ``gpu_check`` is the whole GPU proof in one run (``python -m
 amp_lessons gpu-check``), with ``gpu_report`` (its goals and one-page summary).
 
 Import the module you need, e.g. ``from amp_lessons.formats import decompose``; nothing
-heavy is imported here.
+heavy is imported here. ``set_language("es")`` (from ``i18n``, standard library only)
+makes the checks, widgets and plots speak Spanish, as the Spanish edition's notebooks
+do in their first cell.
 """
 
+__all__ = ["language", "set_language"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # lazy (PEP 562): `import amp_lessons` stays free of imports
+    if name in __all__:
+        from amp_lessons import i18n
+
+        return getattr(i18n, name)
+    raise AttributeError(f"module 'amp_lessons' has no attribute {name!r}")

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from amp_lessons.i18n import N_, _
 from amp_lessons.underflow import pure_fp16_task
 
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
@@ -212,7 +213,7 @@ def train_amp(
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     params = [p for p in model.parameters() if p.requires_grad]
     run = AmpRun()
-    for _ in range(num_steps):
+    for _step in range(num_steps):
         with ctx:
             loss = F.cross_entropy(model(x), y)
         scale = scaler.get_scale() if scaler is not None else 1.0
@@ -336,66 +337,70 @@ def zero_grad_fraction(
 # ---- the diagnosis exercise: symptoms, causes and clues ---------------------------
 
 CAUSES: dict[str, str] = {
-    "fp16_overflow": "an activation or the loss exceeds fp16's max 65504 in the "
-    "forward pass",
-    "nan_in_forward": "the forward pass itself makes nan or inf (bad data, log(0), "
-    "0/0), whatever the precision",
-    "no_loss_scaling": "small gradients underflow to zero in fp16 because the loss "
-    "is not scaled",
-    "clip_before_unscale": "gradients are clipped while they are still multiplied "
-    "by the scale",
-    "missing_update": "scaler.update() is not called at the end of each iteration",
-    "model_half_with_scaler": "the model was converted with model.half(), so its "
-    "grads are fp16, which GradScaler refuses to unscale",
-    "use_bce_with_logits": "BCELoss after a sigmoid under CUDA autocast; "
-    "BCEWithLogitsLoss is the autocast-safe form",
-    "no_tensor_cores": "the hardware has no fast fp16/bf16 matrix units (a CPU, or a "
-    "GPU older than Volta)",
-    "weight_copies_small_batch": "autocast caches low-precision copies of the weights "
-    "next to the fp32 ones, and small activations cannot pay for them",
-    "scaler_with_bf16": "a GradScaler used with bf16, which has fp32's range and needs "
-    "no loss scaling",
+    "fp16_overflow": N_("an activation or the loss exceeds fp16's max 65504 in the "
+    "forward pass"),
+    "nan_in_forward": N_("the forward pass itself makes nan or inf (bad data, log(0), "
+    "0/0), whatever the precision"),
+    "no_loss_scaling": N_("small gradients underflow to zero in fp16 because the loss "
+    "is not scaled"),
+    "clip_before_unscale": N_("gradients are clipped while they are still multiplied "
+    "by the scale"),
+    "missing_update": N_("scaler.update() is not called at the end of each iteration"),
+    "model_half_with_scaler": N_("the model was converted with model.half(), so its "
+    "grads are fp16, which GradScaler refuses to unscale"),
+    "use_bce_with_logits": N_("BCELoss after a sigmoid under CUDA autocast; "
+    "BCEWithLogitsLoss is the autocast-safe form"),
+    "no_tensor_cores": N_("the hardware has no fast fp16/bf16 matrix units (a CPU, or "
+                          "a "
+    "GPU older than Volta)"),
+    "weight_copies_small_batch": N_("autocast caches low-precision copies of the "
+                                    "weights "
+    "next to the fp32 ones, and small activations cannot pay for them"),
+    "scaler_with_bf16": N_("a GradScaler used with bf16, which has fp32's range and "
+                           "needs "
+    "no loss scaling"),
 }
 """Cause keys `diagnose(symptom)` may return, with what each one means."""
 
 DIAGNOSES: tuple[tuple[str, str, str], ...] = (
     ("The loss is inf or NaN from the very first fp16 step; the same model trains "
      "fine in fp32 and in bf16.", "fp16_overflow",
-     "fine in fp32 AND in bf16 (which has fp32's range but less precision): the "
-     "problem is range, in the forward pass"),
+     N_("fine in fp32 AND in bf16 (which has fp32's range but less precision): the "
+     "problem is range, in the forward pass")),
     ("ValueError: Attempting to unscale FP16 gradients.", "model_half_with_scaler",
-     "the gradients themselves are fp16: where do fp16 grads come from, when "
-     "autocast keeps the weights fp32?"),
+     N_("the gradients themselves are fp16: where do fp16 grads come from, when "
+     "autocast keeps the weights fp32?")),
     ("After adding clip_grad_norm_(model.parameters(), 1.0) the model barely "
      "learns, and the norm it returns is about 65536 times the fp32 one.",
-     "clip_before_unscale", "65536 is the default initial scale: the norm was "
-     "measured on scaled grads"),
+     "clip_before_unscale", N_("65536 is the default initial scale: the norm was "
+     "measured on scaled grads")),
     ("With AMP on a laptop CPU every training step is slower than in fp32.",
-     "no_tensor_cores", "AMP's speed comes from hardware matrix units for 16-bit "
-     "floats; a CPU without them computes fp16/bf16 matmuls slowly"),
+     "no_tensor_cores", N_("AMP's speed comes from hardware matrix units for 16-bit "
+     "floats; a CPU without them computes fp16/bf16 matmuls slowly")),
     ("In a loop that clips after scaler.unscale_(optimizer), the second iteration "
      "stops with RuntimeError: unscale_() is being called after step().",
-     "missing_update", "it fires on the SECOND iteration: the first one's step() "
-     "was never closed by the call that resets the per-step state"),
+     "missing_update", N_("it fires on the SECOND iteration: the first one's step() "
+     "was never closed by the call that resets the per-step state")),
     ("scaler.get_scale() halves on every step (65536, 32768, ... 1e-20) and no "
      "step is ever taken; with AMP switched off the loss is NaN as well.",
-     "nan_in_forward", "NaN without AMP too: no scale can fix a NaN the forward "
-     "pass makes itself"),
+     "nan_in_forward", N_("NaN without AMP too: no scale can fix a NaN the forward "
+     "pass makes itself")),
     ("Pure fp16 training (model.half(), no scaler): the loss plateaus early and "
-     "many gradients are exactly 0.", "no_loss_scaling", "gradients exactly 0 in "
-     "fp16: they fell below 2^-24"),
+     "many gradients are exactly 0.", "no_loss_scaling", N_("gradients exactly 0 in "
+     "fp16: they fell below 2^-24")),
     ("RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss "
-     "are unsafe to autocast.", "use_bce_with_logits", "torch itself names the "
-     "safe alternative in the rest of this message"),
+     "are unsafe to autocast.", "use_bce_with_logits", N_("torch itself names the "
+     "safe alternative in the rest of this message")),
     ("With AMP, the peak memory of a large MLP trained with a small batch went UP.",
-     "weight_copies_small_batch", "weight-heavy model, small activations: what "
-     "does autocast add next to the fp32 weights?"),
+     "weight_copies_small_batch", N_("weight-heavy model, small activations: what "
+     "does autocast add next to the fp32 weights?")),
     ("With bfloat16 autocast and a GradScaler, no step is ever skipped and the "
-     "scale only grows.", "scaler_with_bf16", "bf16 has 8 exponent bits like fp32: "
-     "its gradients neither underflow nor overflow"),
+     "scale only grows.", "scaler_with_bf16", N_("bf16 has 8 exponent bits like fp32: "
+     "its gradients neither underflow nor overflow")),
 )  # fmt: skip
 """(symptom, cause key, clue) for each case of the diagnosis exercise; the clue is
-the hint a wrong diagnosis gets."""
+the hint a wrong diagnosis gets. The symptoms stay in English in every language: a
+student's `diagnose` matches their words (some are torch's own error messages)."""
 SYMPTOMS: tuple[str, ...] = tuple(symptom for symptom, _, _ in DIAGNOSES)
 """What a student sees; `diagnose(symptom)` returns the matching key of CAUSES."""
 
@@ -407,13 +412,13 @@ def clinic_text() -> str:
         >>> print(clinic_text().splitlines()[1])
         #1  The loss is inf or NaN from the very first fp16 step; the same model ...
     """
-    lines = ["Symptoms:"]
+    lines = [_("Symptoms:")]
     for i, symptom in enumerate(SYMPTOMS, start=1):
         lines.append(textwrap.fill(f"#{i:<3}{symptom}", 88, subsequent_indent=" " * 4))
-    lines += ["", "Causes:"]
+    lines += ["", _("Causes:")]
     for key, meaning in CAUSES.items():
         lines.append(
-            textwrap.fill(f"{key:26} {meaning}", 88, subsequent_indent=" " * 27)
+            textwrap.fill(f"{key:26} {_(meaning)}", 88, subsequent_indent=" " * 27)
         )
     return "\n".join(lines)
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from amp_lessons.i18n import N_, _
+
 # CPU instruction-set flags (Linux /proc/cpuinfo names) that make bf16 fast on a CPU.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -141,12 +143,14 @@ def cuda_bf16_native(capability: tuple[int, int]) -> bool:
 
 # The course's one explanation of why low-precision CPU runs are slow; modules and
 # notebooks refer to it instead of repeating it.
-EMULATION_NOTE = (
+EMULATION_NOTE = N_(
     "Most CPUs have no bf16/fp16 matrix units: where torch's oneDNN kernels cannot "
     "run the dtype on this CPU (device.cpu_matmul_emulated), a bf16/fp16 matmul "
     "falls back to a generic loop that widens every element to fp32, measured ~150x "
     "slower than fp32 on an AVX2 CPU. CPU runs in these dtypes show the mechanics, "
     "not the speed; measure speed on a GPU.")
+"""Why CPU runs in bf16/fp16 are slow (in English; ``_(EMULATION_NOTE)`` says it in
+the language of ``amp_lessons.set_language``)."""
 
 
 def cpu_matmul_emulated(dtype: torch.dtype) -> bool:
@@ -221,37 +225,40 @@ def what_this_means(report: MachineReport) -> list[str]:
     """
     lines = []
     if report.device_type == "cuda":
-        lines.append(f"GPU found: {report.device_name}, compute capability "
-                     f"{report.compute_capability[0]}.{report.compute_capability[1]}.")
+        major, minor = report.compute_capability
+        lines.append(_("GPU found: {name}, compute capability {major}.{minor}.").format(
+            name=report.device_name, major=major, minor=minor))
         if report.tensor_cores:
-            lines.append("It has tensor cores: fp16 matmuls should run several times "
-                         "faster than fp32; lesson 06 measures by how much.")
+            lines.append(_("It has tensor cores: fp16 matmuls should run several times "
+                           "faster than fp32; lesson 06 measures by how much."))
         else:
-            lines.append("No tensor cores (compute capability < 7.0): AMP saves memory "
-                         "but expect little speed-up.")
+            lines.append(_("No tensor cores (compute capability < 7.0): AMP saves "
+                           "memory but expect little speed-up."))
         if report.bf16_native:
-            lines.append("bf16 is native here: prefer bf16 autocast, no loss scaler "
-                         "needed.")
+            lines.append(_("bf16 is native here: prefer bf16 autocast, no loss scaler "
+                           "needed."))
         else:
-            lines.append("bf16 is not native here (needs compute capability 8.0+): use "
-                         "fp16 autocast with a GradScaler.")
+            lines.append(_("bf16 is not native here (needs compute capability 8.0+): "
+                           "use fp16 autocast with a GradScaler."))
     elif report.device_type == "mps":
-        lines.append("Apple GPU (MPS) found: autocast works on 'mps'; CUDA-only cells "
-                     "show recorded results instead.")
+        lines.append(_("Apple GPU (MPS) found: autocast works on 'mps'; CUDA-only "
+                       "cells show recorded results instead."))
     else:
-        lines.append("No GPU: every lesson runs on the CPU; GPU-only cells say what "
-                     "they would show, and lesson 06 shows recorded GPU results if "
-                     "notebooks/results/ has any.")
+        lines.append(_("No GPU: every lesson runs on the CPU; GPU-only cells say what "
+                       "they would show, and lesson 06 shows recorded GPU results if "
+                       "notebooks/results/ has any."))
         if report.bf16_native:
-            lines.append("This CPU has bf16 instructions "
-                         f"({', '.join(sorted(report.cpu_flags & set(BF16_CPU_FLAGS)))}"
-                         "): bf16 autocast can be fast here.")
+            flags = ", ".join(sorted(report.cpu_flags & set(BF16_CPU_FLAGS)))
+            lines.append(_("This CPU has bf16 instructions ({flags}): bf16 autocast "
+                           "can be fast here.").format(flags=flags))
         elif not report.cpu_bf16_emulated:
-            lines.append("This CPU has no bf16 instructions, but torch's oneDNN "
-                         "kernels run bf16 matmuls with its AVX-512 units: bf16 works, "
-                         "usually no faster than fp32; lesson 06 measures it.")
+            lines.append(_("This CPU has no bf16 instructions, but torch's oneDNN "
+                           "kernels run bf16 matmuls with its AVX-512 units: bf16 "
+                           "works, usually no faster than fp32; lesson 06 measures "
+                           "it."))
         else:
-            lines.append("This CPU has no AVX-512 BF16 / AMX: bf16 and fp16 matmuls "
-                         "are emulated and much SLOWER than fp32, so CPU demos stay "
-                         "tiny and measure correctness, not speed. " + EMULATION_NOTE)
+            lines.append(_("This CPU has no AVX-512 BF16 / AMX: bf16 and fp16 matmuls "
+                           "are emulated and much SLOWER than fp32, so CPU demos stay "
+                           "tiny and measure correctness, not speed. ")
+                         + _(EMULATION_NOTE))
     return lines

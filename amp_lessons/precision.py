@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from amp_lessons.device import EMULATION_NOTE
+from amp_lessons.i18n import _
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def slow_note(precision: Precision, device: torch.device | str) -> str | None:
     Example: ``slow_note(PRECISIONS["fp16"], "cpu")`` -> "fp16 on a CPU works but ...".
     """
     if precision.name == "fp16" and torch.device(device).type == "cpu":
-        return "fp16 on a CPU works but is slow. " + EMULATION_NOTE
+        return _("fp16 on a CPU works but is slow. ") + _(EMULATION_NOTE)
     return None
 
 

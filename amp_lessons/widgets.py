@@ -39,6 +39,7 @@ import torch
 
 from amp_lessons.bench import measure_speed_memory
 from amp_lessons.formats import FORMATS, decompose, relative_error, resolve_format
+from amp_lessons.i18n import _
 from amp_lessons.memory import byte_unit
 from amp_lessons.plots._render import ZONE_COLORS, _encode_png, _log2
 from amp_lessons.plots.gradients import _Histogram, _nonzero_float
@@ -109,8 +110,9 @@ def parse_value(text: str) -> float:
     try:
         return float(s)
     except ValueError:
-        raise ValueError(f"could not read {text!r} as a number: type e.g. 1e-4, "
-                         "-3.5, 65504, 2^-24 or inf") from None
+        message = _("could not read {text} as a number: type e.g. 1e-4, -3.5, 65504, "
+                    "2^-24 or inf").format(text=repr(text))
+        raise ValueError(message) from None
 
 
 def format_rows(value: float, names: Iterable[str] = EXPLORER_FORMATS) -> list[dict]:
@@ -142,9 +144,9 @@ def rows_html(rows: list[dict], highlight: str | None = None) -> str:
     """An HTML table of ``format_rows``: bits coloured sign | exponent | mantissa."""
     pad = "padding:2px 12px 2px 4px;text-align:left"  # columns never touch
     mono = f"{pad};font-family:monospace"
-    titles = ["format", "bits: " + " | ".join(
+    titles = [_("format"), _("bits: ") + " | ".join(
         f'<span style="color:{c}">{k}</span>' for k, c in BIT_COLORS.items()),
-        "stored value", "relative error", "what it is"]
+        _("stored value"), _("relative error"), _("what it is")]
     head = "<tr>" + "".join(f'<th style="{pad}">{t}</th>' for t in titles) + "</tr>"
     body = []
     for r in rows:
@@ -189,17 +191,17 @@ class RangeExplorer(_Panel):
             description="|x|", continuous_update=False,
             layout=widgets.Layout(width="430px"))
         self.sign = widgets.ToggleButtons(
-            options=[("+", 1), ("\u2212", -1)], value=1, description="sign",
+            options=[("+", 1), ("\u2212", -1)], value=1, description=_("sign"),
             style={"button_width": "34px", "description_width": "40px"},
             # JupyterLab shows ToggleButtons as a block: label above the buttons
             layout=widgets.Layout(display="flex", flex_flow="row",
                                   align_items="center"))
         self.text = widgets.Text(
-            description="type x", continuous_update=False,
+            description=_("type x"), continuous_update=False,
             placeholder="1e-4, 65504, 2^-24, inf",
             layout=widgets.Layout(width="230px"))
         self.fmt = widgets.Dropdown(
-            options=list(EXPLORER_FORMATS), value=fmt, description="number line",
+            options=list(EXPLORER_FORMATS), value=fmt, description=_("number line"),
             layout=widgets.Layout(width="230px"))
         self.table = widgets.HTML()
         self.value = value
@@ -240,10 +242,11 @@ class RangeExplorer(_Panel):
                 self.slider.value = size
             elif not math.isnan(size):
                 self.slider.value = lo if size < lo else hi
-                where = ("0 has no place on a log scale" if size == 0 else
-                         f"{self.value:g} is beyond the slider's {lo:g} to {hi:g}")
-                note = (f"{where}: the slider waits at its end; the table and the "
-                        "plot show the typed value.")
+                where = (_("0 has no place on a log scale") if size == 0 else
+                         _("{value} is beyond the slider's {lo} to {hi}").format(
+                             value=f"{self.value:g}", lo=f"{lo:g}", hi=f"{hi:g}"))
+                note = _("{where}: the slider waits at its end; the table and the "
+                         "plot show the typed value.").format(where=where)
         finally:
             self._syncing = False
         self._say(note)
@@ -326,15 +329,15 @@ class GradientHistogramExplorer(_Panel):
                              f"got {fmt!r}")
         self.grads = grads.detach().flatten().float().cpu()
         options = [(f"2^{k} = {2.0**k:g}", 2.0**k) for k in SCALE_EXPONENTS]
-        if scale not in [v for _, v in options]:
+        if scale not in [v for _label, v in options]:
             raise ValueError(f"scale must be a power of two from 2^"
                              f"{SCALE_EXPONENTS[0]} to 2^{SCALE_EXPONENTS[-1]}, got "
                              f"{scale!r}")
         self.slider = widgets.SelectionSlider(
-            options=options, value=scale, description="loss scale",
+            options=options, value=scale, description=_("loss scale"),
             continuous_update=False, layout=widgets.Layout(width="560px"))
         self.fmt = widgets.Dropdown(options=list(HISTOGRAM_FORMATS), value=fmt,
-                                    description="format",
+                                    description=_("format"),
                                     layout=widgets.Layout(width="200px"))
         self.stats = widgets.HTML()
         self.outcome: CastOutcome | None = None
@@ -367,11 +370,12 @@ class GradientHistogramExplorer(_Panel):
         if fmt not in self._plots:
             self._plots[fmt] = _Histogram(FORMATS[fmt], self.xlim, self._ymax)
         self.outcome = o = self._plots[fmt].show(self.grads, scale)
-        cells = [("flush to 0", o.zero, "zero"), ("subnormal", o.subnormal,
-                 "subnormal"), ("normal", o.normal, "normal"),
-                 ("overflow", o.overflow, "overflow")]
+        cells = [(_("flush to 0"), o.zero, "zero"), (_("subnormal"), o.subnormal,
+                 "subnormal"), (_("normal"), o.normal, "normal"),
+                 (_("overflow"), o.overflow, "overflow")]
         self.stats.value = (
-            f"<b>{o.nonzero:,}</b> nonzero gradients x {scale:g} cast to <b>{fmt}</b>: "
+            _("<b>{nonzero}</b> nonzero gradients x {scale} cast to <b>{fmt}</b>: "
+              ).format(nonzero=f"{o.nonzero:,}", scale=f"{scale:g}", fmt=fmt)
             + " &nbsp; ".join(f'<span style="color:{ZONE_COLORS[z]}"><b>{p:.1%}</b>'
                               f"</span> {name}" for name, p, z in cells))
         self.image.value = self._plots[fmt].blit.png()
@@ -434,20 +438,22 @@ class SpeedMemoryExplorer(_Panel):
         widths, batches = (GPU_WIDTHS, GPU_BATCHES) if gpu else (CPU_WIDTHS,
                                                                  CPU_BATCHES)
         self.width = widgets.SelectionSlider(
-            options=list(widths), value=widths[-2 if gpu else 2], description="width",
+            options=list(widths), value=widths[-2 if gpu else 2],
+            description=_("width"),
             continuous_update=False, layout=widgets.Layout(width="330px"))
         self.batch = widgets.SelectionSlider(
             options=list(batches), value=batches[1 if gpu else 2],
-            description="batch", continuous_update=False,
+            description=_("batch"), continuous_update=False,
             layout=widgets.Layout(width="330px"))
         self.optimizer = widgets.Dropdown(
-            options=list(EXPLORER_OPTIMIZERS), value="adam", description="optimizer",
+            options=list(EXPLORER_OPTIMIZERS), value="adam",
+            description=_("optimizer"),
             layout=widgets.Layout(width="190px"))
         self.precision_boxes: dict[str, widgets.Checkbox] = {}
         self.unavailable: dict[str, str] = {}
         for name in PRECISIONS:
             if name == "tf32" and not gpu:
-                self.unavailable[name] = "TF32 exists on NVIDIA GPUs only"
+                self.unavailable[name] = _("TF32 exists on NVIDIA GPUs only")
                 continue
             try:
                 resolve_precision(name, self.device, warn=False)
@@ -457,7 +463,7 @@ class SpeedMemoryExplorer(_Panel):
             self.precision_boxes[name] = widgets.Checkbox(
                 value=True, description=name, indent=False,
                 layout=widgets.Layout(width="70px"))
-        self.time_box = widgets.Checkbox(value=True, description="time steps",
+        self.time_box = widgets.Checkbox(value=True, description=_("time steps"),
                                          indent=False,
                                          layout=widgets.Layout(width="110px"))
         self.stats = widgets.HTML()
@@ -467,7 +473,7 @@ class SpeedMemoryExplorer(_Panel):
         self._figures: dict[tuple, tuple] = {}
         super().__init__([
             widgets.HBox([self.width, self.batch, self.optimizer]),
-            widgets.HBox([widgets.Label("precisions:"),
+            widgets.HBox([widgets.Label(_("precisions:")),
                           *self.precision_boxes.values(), self.time_box]),
             self.stats,
         ])
@@ -485,7 +491,7 @@ class SpeedMemoryExplorer(_Panel):
     def _draw(self) -> None:
         chosen = self.precisions
         if not chosen:
-            self._say("Tick at least one precision to measure.", error=True)
+            self._say(_("Tick at least one precision to measure."), error=True)
             return
         self.results = measure_speed_memory(
             self.width.value, self.batch.value, chosen, self.device,
@@ -494,10 +500,10 @@ class SpeedMemoryExplorer(_Panel):
         self.stats.value = self._table()
         note = ""
         if self.device.type == "cpu" and ({"fp16", "bf16"} & set(chosen)):
-            note = ("CPU: no tensor cores, so fp16/bf16 do not get the GPU's "
+            note = (_("CPU: no tensor cores, so fp16/bf16 do not get the GPU's "
                     "speed-up (most CPUs emulate them, slower than fp32); tiny steps "
                     "time noisily, the dots show each one. The memory bars are exact "
-                    "on every device.")
+                    "on every device."))
         self._say(note)
         self.image.value = self._render(self.results)
 
@@ -522,8 +528,9 @@ class SpeedMemoryExplorer(_Panel):
     def _table(self) -> str:
         base = next((r for r in self.results if r["precision"] == "fp32"), None)
         unit, size = byte_unit(max(r["memory"]["total"] for r in self.results))
-        cols = ["precision", "step ms", "speed vs fp32", "weights", "grads",
-                "optimizer", "activations", "weight copies", "total"]
+        cols = [_("precision"), _("step ms"), _("speed vs fp32"), _("weights"),
+                _("grads"), _("optimizer"), _("activations"), _("weight copies"),
+                _("total")]
         cell = "padding:1px 9px;text-align:right"
         out = ['<table style="font-size:12px;border-collapse:collapse"><tr>'
                + "".join(f'<th style="{cell}">{c}</th>' for c in cols) + "</tr>"]
@@ -537,8 +544,9 @@ class SpeedMemoryExplorer(_Panel):
             out.append("<tr>" + "".join(f'<td style="{cell}">{c}</td>' for c in cells)
                        + "</tr>")
         return "".join(out) + (
-            f"</table><small>memory in {unit}, exact (saved-tensor hooks); step time: "
-            "median of the steps timed after warm-up, in this redraw</small>")
+            "</table><small>" + _("memory in {unit}, exact (saved-tensor hooks); step "
+                                  "time: median of the steps timed after warm-up, in "
+                                  "this redraw").format(unit=unit) + "</small>")
 
 
 def speed_memory_explorer(device: str | torch.device | None = None

@@ -259,10 +259,13 @@ run('import sys\\nsys.audit("amp_lessons.check", "check_amp_step_order", False, 
 torch._dynamo.mutation_guard.install_generation_tagging_init()
 # a lesson's own run ends a process group, kept in distributed's runtime state
 amp_lessons.distributed._ENDED_GROUPS.append(object())
+# a Spanish lesson's first cell switches the language: i18n's runtime state
+amp_lessons.set_language("es")
 try:
     run(TEST_CELL, cell, f=honest)
 except AssertionError:
     pass
+amp_lessons.set_language("en")
 amp_lessons.quiz.QUESTIONS.clear()
 run("import functools, torch\\ntorch.max = functools.wraps(torch.max)(lambda *a: 0)\\n"
     "torch.nn.Module.__repr__ = lambda self: 'a student wrote this'")
@@ -292,6 +295,7 @@ def test_guard_reports_what_student_code_does(guard_records):
     assert any(e.startswith("socket.connect") for e in events)
     assert any(e.startswith("gc.get_objects") for e in events)
     assert not any("ok-for-course-cells" in e for e in events)
+    assert not any("LC_MESSAGES" in e for e in events)  # the course's own cell
     assert all(r["cell"].endswith("/424242.py") for r in guard_records["records"]
                if r["kind"] == "event")
 
@@ -302,6 +306,7 @@ def test_guard_vouches_only_for_real_untampered_checks(guard_records):
     assert compiled["genuine"] and not any("nn.modules.module.Module" in c
                                            for c in compiled["changed"])
     assert not any("_ENDED_GROUPS" in c for c in compiled["changed"])
+    assert not any("i18n" in c for c in compiled["changed"])  # set_language("es")
     assert "class torch.nn.modules.module.Module changed" in after_clear["changed"]
     assert (honest["cell"], honest["genuine"], honest["passed"]) == (7, True, False)
     assert honest["tainted"] == []

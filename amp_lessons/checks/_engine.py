@@ -35,6 +35,7 @@ import torch
 
 from amp_lessons.checks._pristine import CHECK_DONE, CHECK_START, verify_pristine
 from amp_lessons.checks._state import fixed_torch_state
+from amp_lessons.i18n import N_, _
 
 __all__ = [
     "NOT_SHOWN",
@@ -59,9 +60,9 @@ __all__ = [
     "type_hint",
 ]
 
-NOT_SHOWN = "(not shown)"
+NOT_SHOWN = N_("(not shown)")
 """The expected cell of a multiple-choice or matching item: the table says right or
-wrong, never the right answer."""
+wrong, never the right answer (translated when the table is printed)."""
 
 
 @dataclass
@@ -91,7 +92,7 @@ class Raised:
     at_call: bool = False  # raised by the call itself: the wrong number of arguments
 
     def __str__(self) -> str:
-        return f"raised {type(self.exc).__name__}"
+        return _("raised {name}").format(name=type(self.exc).__name__)
 
     @property
     def message(self) -> str:
@@ -107,21 +108,22 @@ class Raised:
     def hint(self) -> str:
         name = type(self.exc).__name__
         if self.at_call:
-            return (
-                f"the check could not call your function ({name}: {self.message}): "
+            return _(
+                "the check could not call your function ({name}: {message}): "
                 "keep the parameters its docstring and the exercise give"
-            )
+            ).format(name=name, message=self.message)
         if isinstance(self.exc, SystemExit):
-            return (
+            return _(
                 "your function called exit() or sys.exit(): return the answer "
                 "instead"
             )
         if isinstance(self.exc, StopIteration):
-            return (
+            return _(
                 "your function raised StopIteration: a next(...) over a generator "
                 "found no item (give next a default, or make sure one matches)"
             )
-        return f"your function raised {name}: {self.message}"
+        return _("your function raised {name}: {message}").format(
+            name=name, message=self.message)
 
 
 class NotAttempted(Exception):
@@ -196,23 +198,27 @@ def cut(text: str, width: int) -> str:
 def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
     """Print one line per case and, under each failing one, its hint (and under any
     row, its note)."""
-    kind = "hidden cases" if hidden else "cases"
-    print(f"{title}: {len(rows)} {kind}")
+    print((_("{title}: {total} hidden cases") if hidden else
+           _("{title}: {total} cases")).format(title=title, total=len(rows)))
+    head = (_("case"), _("expected"), _("got"))
+    # the expected cell of a choice item is NOT_SHOWN, said in the table's language
+    expected = [_(r.expected) if r.expected == NOT_SHOWN else r.expected for r in rows]
+    columns = ([r.case for r in rows], expected, [r.got for r in rows])
     widths = [
-        min(max(len(head), *(len(getattr(r, head)) for r in rows)), cap)
-        for head, cap in (("case", 30), ("expected", 24), ("got", 24))
+        min(max(len(name), *(len(cell) for cell in cells)), cap)
+        for name, cells, cap in zip(head, columns, (30, 24, 24), strict=True)
     ]
-    head = ("case", "expected", "got")
     print(
         "  "
         + "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
-        + "  result"
+        + "  " + _("result")
     )
-    for row in rows:
-        cells = (row.case, row.expected, row.got)
+    for row, shown in zip(rows, expected, strict=True):
+        cells = (row.case, shown, row.got)
         line = "  ".join(cut(c, w).ljust(w) for c, w in zip(cells, widths, strict=True))
-        print(f"  {line}  {'ok' if row.ok else 'FAIL'}")
-        for label, text in (("hint", "" if row.ok else row.hint), ("note", row.note)):
+        print(f"  {line}  {_('ok') if row.ok else _('FAIL')}")
+        for label, text in ((_("hint"), "" if row.ok else row.hint),
+                            (_("note"), row.note)):
             if text:
                 print(
                     textwrap.fill(
@@ -226,18 +232,19 @@ def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
 
 def _name_of(fn: Any) -> str:
     name = getattr(fn, "__name__", None)
-    return name if type(name) is str and name.isidentifier() else "your function"
+    return name if type(name) is str and name.isidentifier() else _("your function")
 
 
 def _could_not_grade(exc: BaseException) -> Row:
     # a safety net: a grader that meets an answer it did not foresee still fails the
     # case with a table (tests/test_checks_fuzz.py makes sure no answer gets here)
     return Row(
-        "grading your answer", "a gradable answer",
-        f"check raised {type(exc).__name__}", False,
-        "the check could not grade what your function returned; return what the "
-        "exercise asks for (see its docstring). If your answer has that form, tell "
-        f"your instructor: {type(exc).__name__}: {Raised(exc).message}",
+        _("grading your answer"), _("a gradable answer"),
+        _("check raised {name}").format(name=type(exc).__name__), False,
+        _("the check could not grade what your function returned; return what the "
+          "exercise asks for (see its docstring). If your answer has that form, tell "
+          "your instructor: {name}: {message}").format(
+            name=type(exc).__name__, message=Raised(exc).message),
     )
 
 
@@ -279,9 +286,9 @@ def _run_rows(
     stderr sent to stdout (nbgrader zeroes a cell that writes to stderr)."""
     if not callable(fn):
         row = Row(
-            "the function you wrote", "a function", show_value(fn, 22), False,
-            f"{title} expects the function itself, e.g. {title}(my_function), not "
-            "its result; run your solution cell first",
+            _("the function you wrote"), _("a function"), show_value(fn, 22), False,
+            _("{title} expects the function itself, e.g. {title}(my_function), not "
+              "its result; run your solution cell first").format(title=title),
         )
         rows = [row]
     else:
@@ -296,11 +303,11 @@ def _run_rows(
             except WrongKind as wrong:
                 rows = [wrong.row]
             except NotAttempted:
-                message = (
-                    f"not attempted: {_name_of(fn)}() still raises "
+                message = _(
+                    "not attempted: {name}() still raises "
                     "NotImplementedError; write it in its solution cell, run that "
                     "cell, then run this one again"
-                )
+                ).format(name=_name_of(fn))
                 print(message)
                 raise AssertionError(message) from None
             except KeyboardInterrupt:
@@ -310,8 +317,10 @@ def _run_rows(
     print_table(title, rows, hidden)
     failed = sum(not row.ok for row in rows)
     if failed:
-        raise AssertionError(f"{failed} of {len(rows)} cases failed — see hints above")
-    print(f"all {len(rows)} {'hidden cases' if hidden else 'cases'} passed")
+        raise AssertionError(_("{failed} of {total} cases failed — see hints above")
+                             .format(failed=failed, total=len(rows)))
+    print((_("all {total} hidden cases passed") if hidden else
+           _("all {total} cases passed")).format(total=len(rows)))
 
 
 def _safe_repr(value: Any) -> str:
@@ -321,7 +330,7 @@ def _safe_repr(value: Any) -> str:
         let_interrupt_through(exc)
         text = None
     if type(text) is not str:
-        text = f"<{type(value).__name__} that cannot be shown>"
+        text = _("<{name} that cannot be shown>").format(name=type(value).__name__)
     return text
 
 
@@ -340,8 +349,9 @@ def show_value(value: Any, width: int | None = None) -> str:
     elif isinstance(value, torch.dtype):
         text = str(value).removeprefix("torch.")
     elif type(value) is int and value.bit_length() > 64:
-        text = f"an int of {len(str(value)) if value.bit_length() < 14000 else 'many'}"
-        text += " digits"
+        digits = len(str(value)) if value.bit_length() < 14000 else None
+        text = (_("an int of {digits} digits").format(digits=digits) if digits
+                else _("an int of many digits"))
     else:
         text = _safe_repr(value)
     return text if width is None else cut(text, width)
@@ -406,13 +416,17 @@ def same_float(a: float, b: float) -> bool:
     return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
 
 
-def type_hint(got: Any, want: str = "a Python float") -> str:
-    """The hint for an answer of the wrong type (or one that raised)."""
+def type_hint(got: Any, want: str = N_("a Python float")) -> str:
+    """The hint for an answer of the wrong type (or one that raised); `want` is
+    translated here (mark a caller's with `N_`)."""
     if isinstance(got, Raised):
         return got.hint
+    want = _(want)
     if isinstance(got, int) and not isinstance(got, bool) and as_float(got) is None:
-        return f"return {want}; got an int too large for any float ({show_value(got)})"
-    return f"return {want}; got {type(got).__name__} {show_value(got, 40)}"
+        return _("return {want}; got an int too large for any float ({value})").format(
+            want=want, value=show_value(got))
+    return _("return {want}; got {kind} {value}").format(
+        want=want, kind=type(got).__name__, value=show_value(got, 40))
 
 
 def float_row(
@@ -441,7 +455,8 @@ def answer_of_type(fn: Callable, kind: Any, label: str, want: str) -> Any:
     if not isinstance(got, kind):
         hint = type_hint(got, want)
         raise WrongKind(
-            Row(f"returns a {label}", label, show_value(got, 22), False, hint)
+            Row(_("returns a {label}").format(label=label), label,
+                show_value(got, 22), False, hint)
         )
     if isinstance(got, dict):
         return dict.copy(got)
@@ -455,10 +470,10 @@ def answered_row(
     case: str,
     bad: Sequence[str],
     hint: str,
-    expected: str = "yes",
-    fault: str = "missing",
+    expected: str = N_("yes"),
+    fault: str = N_("missing"),
 ) -> Row:
     """The row "every question got a valid answer", failing with how many did not
     (`bad`: those questions) and `hint`."""
-    got = "yes" if not bad else f"{len(bad)} {fault}"
-    return Row(case, expected, got, not bad, hint)
+    got = _("yes") if not bad else f"{len(bad)} {_(fault)}"
+    return Row(case, _(expected), got, not bad, hint)

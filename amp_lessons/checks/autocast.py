@@ -20,6 +20,7 @@ from amp_lessons.checks._engine import (
     grade,
     show_value,
 )
+from amp_lessons.i18n import N_, _
 
 __all__ = ["AUTOCAST_DEVICES", "AUTOCAST_OPS", "check_autocast_dtypes"]
 
@@ -97,52 +98,53 @@ def _autocast_hint(
     low = AUTOCAST_DEVICES[device]
     low_name, where = show_value(low), device.upper()
     if isinstance(got, str):
-        return "use dtype objects (torch.bfloat16, torch.float32), not strings"
+        return _("use dtype objects (torch.bfloat16, torch.float32), not strings")
     if got is None:
-        return f"add an entry for {name!r} under {device!r}"
+        return _("add an entry for {name} under {device}").format(
+            name=repr(name), device=repr(device))
     if not isinstance(got, torch.dtype):
-        return f"give a torch.dtype for {name!r} under {device!r}, e.g. torch.float32"
+        return _("give a torch.dtype for {name} under {device}, e.g. torch.float32"
+                 ).format(name=repr(name), device=repr(device))
     if got in AUTOCAST_DEVICES.values() and got is not low:
-        return (f"this is {where}'s {low_name} autocast: it never produces "
-                f"{show_value(got)}")
-    said = f"you said {show_value(got)}"
-    op = name.split("(")[0]
+        return _("this is {where}'s {low} autocast: it never produces {got}").format(
+            where=where, low=low_name, got=show_value(got))
+    said, op = show_value(got), name.split("(")[0]
     if why == "low":
-        return (
-            f"{said}, as if autocast left {op} alone; but matmul-like ops (matmul, "
-            "linear, conv, bmm) are exactly what its lower-precision list is for, on "
-            "both devices"
-        )
+        return _(
+            "you said {said}, as if autocast left {op} alone; but matmul-like ops "
+            "(matmul, linear, conv, bmm) are exactly what its lower-precision list is "
+            "for, on both devices"
+        ).format(said=said, op=op)
     if why == "fp32":
-        note = " (the CPU and CUDA lists differ)" if op in _CUDA_FP32_ONLY else ""
-        return (
-            f"{said}, as if {op} followed its low-precision input; but losses and "
-            f"precision-hungry reductions are on {where} autocast's other list, the "
-            "one for ops it will not run in low precision" + note
-        )
+        note = _(" (the CPU and CUDA lists differ)") if op in _CUDA_FP32_ONLY else ""
+        return _(
+            "you said {said}, as if {op} followed its low-precision input; but losses "
+            "and precision-hungry reductions are on {where} autocast's other list, the "
+            "one for ops it will not run in low precision{note}"
+        ).format(said=said, op=op, where=where, note=note)
     if why == "promote":
-        return (
-            f"{said}; but this op is on neither autocast list, and its inputs have "
-            "two different dtypes: type promotion decides"
-        )
+        return _(
+            "you said {said}; but this op is on neither autocast list, and its inputs "
+            "have two different dtypes: type promotion decides"
+        ).format(said=said)
     note = ""
     if op in _CUDA_FP32_ONLY:
-        note = (
+        note = _(
             " (the CPU and CUDA lists differ, which is why lesson 04 reads them from "
             "the running torch)"
         )
-    return (
-        f"{said}; but {op} is on neither of {where} autocast's lists: it runs in the "
-        f"dtype of its input; which dtype does its input have here?{note}"
-    )
+    return _(
+        "you said {said}; but {op} is on neither of {where} autocast's lists: it runs "
+        "in the dtype of its input; which dtype does its input have here?{note}"
+    ).format(said=said, op=op, where=where, note=note)
 
 
 def _autocast_rows(predict_autocast_dtypes: Callable, hidden: bool) -> list[Row]:
-    want = 'a dict {"cpu": {op name: torch dtype}, "cuda": {op name: torch dtype}}'
+    want = N_('a dict {"cpu": {op name: torch dtype}, "cuda": {op name: torch dtype}}')
     got = answer_of_type(predict_autocast_dtypes, dict, "dict", want)
     if set(got) & set(AUTOCAST_OPS):
-        hint = f"one answer per device now: return {want}"
-        return [Row('keys "cpu" and "cuda"', "yes", "op names", False, hint)]
+        hint = _("one answer per device now: return {want}").format(want=_(want))
+        return [Row(_('keys "cpu" and "cuda"'), _("yes"), _("op names"), False, hint)]
     rows = []
     per_device = {
         d: got.get(d) if isinstance(got.get(d), dict) else {} for d in AUTOCAST_DEVICES
@@ -154,17 +156,14 @@ def _autocast_rows(predict_autocast_dtypes: Callable, hidden: bool) -> list[Row]
             for n in AUTOCAST_OPS
             if not isinstance(per_device[d].get(n), torch.dtype)
         ]
-        hint = (
-            f"return {want}, a torch.dtype for every name in AUTOCAST_OPS on "
-            "both devices; missing or not a dtype: "
-            + ", ".join(bad[:6])
-            + (", ..." if len(bad) > 6 else "")
-        )
-        rows.append(
-            answered_row(
-                f"all {len(AUTOCAST_OPS)} ops answered on both devices", bad, hint
-            )
-        )
+        hint = _(
+            "return {want}, a torch.dtype for every name in AUTOCAST_OPS on "
+            "both devices; missing or not a dtype: {names}"
+        ).format(want=_(want),
+                 names=", ".join(bad[:6]) + (", ..." if len(bad) > 6 else ""))
+        case = _("all {total} ops answered on both devices").format(
+            total=len(AUTOCAST_OPS))
+        rows.append(answered_row(case, bad, hint))
     for device in AUTOCAST_DEVICES:
         for name in AUTOCAST_OPS:
             if (name in _AUTOCAST_HIDDEN) != hidden:
@@ -173,7 +172,7 @@ def _autocast_rows(predict_autocast_dtypes: Callable, hidden: bool) -> list[Row]
             answer = per_device[device].get(name)
             ok = isinstance(answer, torch.dtype) and answer is expected
             hint = "" if ok else _autocast_hint(name, expected, why, answer, device)
-            shown = "missing" if answer is None else show_value(answer, 24)
+            shown = _("missing") if answer is None else show_value(answer, 24)
             rows.append(Row(f"{device}: {name}", NOT_SHOWN, shown, ok, hint))
     return rows
 

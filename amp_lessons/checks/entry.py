@@ -33,6 +33,7 @@ from amp_lessons.checks.step_order import (
     _order_run,
 )
 from amp_lessons.formats import same_bits
+from amp_lessons.i18n import N_, _
 from amp_lessons.quiz import QUICK_CHECK
 
 __all__ = [
@@ -66,22 +67,23 @@ def entry_quiz_text() -> str:
     lines = []
     for qid in ENTRY_QUESTIONS:
         item = QUICK_CHECK[qid]
-        lines.append(f"{qid}: {item['question']}")
-        lines += [f"   ({k}) {text}" for k, text in item["choices"].items()]
+        lines.append(f"{qid}: {_(item['question'])}")
+        lines += [f"   ({k}) {_(text)}" for k, text in item["choices"].items()]
     return "\n".join(lines)
 
 
 def _quiz_rows(quick_check_answers: Callable, hidden: bool) -> list[Row]:
     got = answer_of_type(
-        quick_check_answers, dict, "dict", "a dict {question id: letter}"
+        quick_check_answers, dict, "dict", N_("a dict {question id: letter}")
     )
     if hidden:
         return [_question_row(q, got) for q in ENTRY_QUESTIONS if q not in _VISIBLE]
     bad = [q for q in ENTRY_QUESTIONS
            if as_choice(got.get(q), QUICK_CHECK[q]["choices"]) is None]
-    hint = ("answer every question id printed above with one of its letters; "
-            "missing or invalid: " + ", ".join(bad))
-    rows = [answered_row(f"all {len(ENTRY_QUESTIONS)} questions answered", bad, hint)]
+    hint = _("answer every question id printed above with one of its letters; "
+             "missing or invalid: {ids}").format(ids=", ".join(bad))
+    case = _("all {total} questions answered").format(total=len(ENTRY_QUESTIONS))
+    rows = [answered_row(case, bad, hint)]
     rows += [_question_row(q, got) for q in _VISIBLE]
     return rows + [_answered_row(q, got) for q in ENTRY_QUESTIONS
                    if q not in _VISIBLE]
@@ -106,17 +108,17 @@ def _rules() -> list[tuple[str, str, str]]:
     """(first, then, why) pairs that the seed's loop satisfies."""
     update_first = _live_error(lambda s, o: s.update())
     return [
-        (_FWD, _BWD, "backward needs the loss that the forward pass computes"),
-        (_BWD, _STEP, "scaler.step unscales and applies the gradients that backward "
-         "makes; before backward it would step on last iteration's gradients"),
-        (_STEP, _UPDATE, f"update() needs the inf checks that step records; called "
-         f"first it fails: {update_first}"),
+        (_FWD, _BWD, _("backward needs the loss that the forward pass computes")),
+        (_BWD, _STEP, _("scaler.step unscales and applies the gradients that backward "
+         "makes; before backward it would step on last iteration's gradients")),
+        (_STEP, _UPDATE, _("update() needs the inf checks that step records; called "
+         "first it fails: {error}").format(error=update_first)),
     ]  # fmt: skip
 
 
 def _order_of(seed_loop_order: Callable) -> tuple[list[str], Row]:
     got = answer_of_type(
-        seed_loop_order, list | tuple, "list", "a list of the names in ENTRY_STEPS"
+        seed_loop_order, list | tuple, "list", N_("a list of the names in ENTRY_STEPS")
     )
     order = [as_choice(s, ENTRY_STEPS) for s in got]
     unknown = [show_value(s, 30) for s, name in zip(got, order, strict=True)
@@ -124,12 +126,12 @@ def _order_of(seed_loop_order: Callable) -> tuple[list[str], Row]:
     order = [name for name in order if name is not None]
     missing = [repr(s) for s in ENTRY_STEPS if s not in order]
     twice = [repr(s) for s in ENTRY_STEPS if order.count(s) > 1]
-    problems = (("not in ENTRY_STEPS", unknown), ("missing", missing),
-                ("more than once", twice))
+    problems = ((_("not in ENTRY_STEPS"), unknown), (_("missing"), missing),
+                (_("more than once"), twice))
     hint = "; ".join(f"{what}: {', '.join(items)}" for what, items in problems if items)
     complete = not hint
-    row = Row("each of the 5 calls once", "yes", "yes" if complete else "no",
-              complete, hint)
+    row = Row(_("each of the 5 calls once"), _("yes"),
+              _("yes") if complete else _("no"), complete, hint)
     return order, row
 
 
@@ -138,32 +140,35 @@ def _zero_grad_row(order: list[str]) -> Row:
         _BWD in order and _STEP in order
         and order.index(_BWD) < order.index(_ZERO) < order.index(_STEP)
     )
-    where = "missing" if _ZERO not in order else f"position {order.index(_ZERO) + 1}"
-    return Row("where zero_grad goes", NOT_SHOWN, where, ok,
-               "zero_grad between backward and step wipes the grads you just "
-               "computed. Put it first (the seed's loop) or last: both are fine")
+    where = _("missing") if _ZERO not in order else _("position {n}").format(
+        n=order.index(_ZERO) + 1)
+    return Row(_("where zero_grad goes"), NOT_SHOWN, where, ok,
+               _("zero_grad between backward and step wipes the grads you just "
+                 "computed. Put it first (the seed's loop) or last: both are fine"))
 
 
 def _run_rows(order: list[str] | None) -> list[Row]:
     rows = []
-    for case, overflow in (("your loop, 3 iterations", False),
-                           ("same, overflow at iteration 2", True)):
+    same = _("same params")
+    for case, overflow in ((_("your loop, 3 iterations"), False),
+                           (_("same, overflow at iteration 2"), True)):
         if order is None:
-            rows.append(Row(case, "same params", "not run", False,
-                            "fix the list of calls first"))
+            rows.append(Row(case, same, _("not run"), False,
+                            _("fix the list of calls first")))
             continue
         expected = _order_run(_SEED_ORDER, overflow)
         try:
             got = _order_run(order, overflow)
         except Exception as exc:  # torch's own error for a misordered loop
-            rows.append(Row(case, "same params", f"raised {type(exc).__name__}",
-                            False, f"running your order raised: {exc}"))
+            rows.append(Row(case, same,
+                            _("raised {name}").format(name=type(exc).__name__), False,
+                            _("running your order raised: {error}").format(error=exc)))
             continue
         ok = all(same_bits(a, b) for a, b in zip(got[:-1], expected[:-1], strict=True))
         ok = ok and same_float(got[-1], expected[-1])
-        rows.append(Row(case, "same params", "same params" if ok else "differ", ok,
-                        "your order trains the model differently from zero_grad -> "
-                        "forward -> scale(loss).backward() -> step -> update"))
+        rows.append(Row(case, same, same if ok else _("differ"), ok,
+                        _("your order trains the model differently from zero_grad -> "
+                          "forward -> scale(loss).backward() -> step -> update")))
     return rows
 
 
@@ -173,13 +178,13 @@ def _step_order_rows(seed_loop_order: Callable, hidden: bool) -> list[Row]:
         return [complete, *_run_rows(order if complete.ok else None)]
     rows = [complete]
     for first, then, why in _rules():
-        where = "right order"
+        where, ok = _("right order"), True
         if first not in order or then not in order:
-            where = "missing"
+            where, ok = _("missing"), False
         elif order.index(first) > order.index(then):
-            where = "wrong order"
+            where, ok = _("wrong order"), False
         label = " vs ".join(sorted((_SHORT[first], _SHORT[then])))  # no giveaway
-        rows.append(Row(label, NOT_SHOWN, where, where == "right order", why))
+        rows.append(Row(label, NOT_SHOWN, where, ok, why))
     return [*rows, _zero_grad_row(order)]
 
 

@@ -17,6 +17,7 @@ from amp_lessons.checks._engine import (
     same_float,
     show_value,
 )
+from amp_lessons.i18n import _
 
 __all__ = ["check_decode_fp16", "check_round_to_fp16", "check_fp16_spacing"]
 
@@ -50,38 +51,40 @@ def _decode_hint(bits: int, got: float) -> str:
     )
     if e == 31:
         if math.isfinite(got):
-            return (
+            return _(
                 "exponent bits 11111 are reserved: inf if the mantissa is 0, else nan"
             )
-        return "exponent 11111 with mantissa 0 is inf; with any other mantissa, nan"
+        return _("exponent 11111 with mantissa 0 is inf; with any other mantissa, nan")
     known = []
     if 0 < e < 31:
         known += [
-            (sign * 2.0 ** (e - 15) * (m / 1024), "you forgot the implicit leading 1: "
-             "a normal fp16 is 1.mantissa, i.e. (1 + m/1024) * 2^(e-15)"),
-            (sign * 2.0 ** (e - 127) * (1 + m / 1024), "you used fp32's bias 127; "
-             "fp16 has 5 exponent bits, so its bias is 2^4 - 1 = 15"),
-            (sign * 2.0 ** (e - 16) * (1 + m / 1024), "exponent bias off by one: "
-             "fp16's bias is 15 (subtract 15 from the exponent field)"),
-            (sign * 2.0 ** (e - 14) * (1 + m / 1024), "exponent bias off by one: "
-             "fp16's bias is 15 (subtract 15 from the exponent field)"),
+            (sign * 2.0 ** (e - 15) * (m / 1024), _("you forgot the implicit leading "
+                                                    "1: "
+             "a normal fp16 is 1.mantissa, i.e. (1 + m/1024) * 2^(e-15)")),
+            (sign * 2.0 ** (e - 127) * (1 + m / 1024), _("you used fp32's bias 127; "
+             "fp16 has 5 exponent bits, so its bias is 2^4 - 1 = 15")),
+            (sign * 2.0 ** (e - 16) * (1 + m / 1024), _("exponent bias off by one: "
+             "fp16's bias is 15 (subtract 15 from the exponent field)")),
+            (sign * 2.0 ** (e - 14) * (1 + m / 1024), _("exponent bias off by one: "
+             "fp16's bias is 15 (subtract 15 from the exponent field)")),
         ]  # fmt: skip
     if e == 0 and m:
         known += [
-            (sign * 2.0**-15 * (m / 1024), "a subnormal's exponent is 1 - 15 = -14 "
-             "(not 0 - 15): value = m/1024 * 2^-14 = m * 2^-24"),
-            (sign * 2.0**-15 * (1 + m / 1024), "exponent bits 00000 mean subnormal: "
-             "no implicit 1, value = m * 2^-24"),
-            (sign * 2.0**-14 * (1 + m / 1024), "exponent bits 00000 mean subnormal: "
-             "no implicit 1, value = m * 2^-24"),
+            (sign * 2.0**-15 * (m / 1024), _("a subnormal's exponent is 1 - 15 = -14 "
+             "(not 0 - 15): value = m/1024 * 2^-14 = m * 2^-24")),
+            (sign * 2.0**-15 * (1 + m / 1024), _("exponent bits 00000 mean subnormal: "
+             "no implicit 1, value = m * 2^-24")),
+            (sign * 2.0**-14 * (1 + m / 1024), _("exponent bits 00000 mean subnormal: "
+             "no implicit 1, value = m * 2^-24")),
         ]  # fmt: skip
-    known.append((abs(_fp16_from_bits(bits)), "bit 15 is the sign: 1 means negative"))
+    known.append((abs(_fp16_from_bits(bits)),
+                  _("bit 15 is the sign: 1 means negative")))
     for value, hint in known:
         if same_float(got, value):
             return hint
-    return (
-        f"split the 16 bits as sign {s} | exponent {e:05b} | mantissa {m:010b}; {rule}"
-    )
+    return _(
+        "split the 16 bits as sign {s} | exponent {e} | mantissa {m}; {rule}"
+    ).format(s=s, e=f"{e:05b}", m=f"{m:010b}", rule=rule)
 
 
 def _decode_rows(decode_fp16: Callable, hidden: bool) -> list[Row]:
@@ -127,42 +130,42 @@ def _round_hint(x: float, expected: float, got: float) -> str:
         got, float(torch.tensor(x, dtype=torch.float32))
     ):
         return (
-            "you returned x unchanged (as stored in float32); fp16 keeps only 11 "
-            "significant bits"
+            _("you returned x unchanged (as stored in float32); fp16 keeps only 11 "
+            "significant bits")
         )
     if abs(x) >= 65504 and math.isinf(expected) and math.isfinite(got):
         return (
-            "65520 = 65504 + half a step (the step at the top is 32) is a tie that "
-            "rounds to the even neighbour 65536, which overflows: inf"
+            _("65520 = 65504 + half a step (the step at the top is 32) is a tie that "
+            "rounds to the even neighbour 65536, which overflows: inf")
         )
     if math.isinf(got) and math.isfinite(expected) and abs(x) > 65504:
         return (
-            "not every value above 65504 overflows: anything below 65520 rounds "
-            "down to 65504; only >= 65520 becomes inf"
+            _("not every value above 65504 overflows: anything below 65520 rounds "
+            "down to 65504; only >= 65520 becomes inf")
         )
     if got == 0 and expected != 0:
         return (
-            "fp16 has subnormals down to 2^-24 (5.96e-08): below 2^-14 the values "
-            "keep a fixed step of 2^-24; only |x| <= 2^-25 rounds to 0"
+            _("fp16 has subnormals down to 2^-24 (5.96e-08): below 2^-14 the values "
+            "keep a fixed step of 2^-24; only |x| <= 2^-25 rounds to 0")
         )
     if got == 0 and expected == 0:
-        return "the sign survives underflow: a tiny negative number becomes -0.0"
+        return _("the sign survives underflow: a tiny negative number becomes -0.0")
     e = max(_log2_floor(expected if expected != 0 else x), -14)
     step = 2.0 ** (e - 10)
     if abs(x) / step % 1 == 0.5:
-        return (
-            f"x is exactly halfway between two fp16 numbers ({step!r} apart): IEEE "
+        return _(
+            "x is exactly halfway between two fp16 numbers ({step} apart): IEEE "
             "rounds ties to the even neighbour (last mantissa bit 0), not away from 0"
-        )
+        ).format(step=repr(step))
     if abs(got) < abs(x) < abs(expected) or abs(got) > abs(x) > abs(expected):
-        return (
+        return _(
             "you truncated (rounded toward zero) or rounded the wrong way: fp16 "
-            f"rounds to the NEAREST multiple of the step, here 2^{e - 10}"
-        )
-    return (
-        f"fp16(x) is the multiple of 2^(e-10) nearest to x, with e = floor(log2|x|) "
-        f"(e = -14 below 2^-14); here e = {e}, step = {step!r}"
-    )
+            "rounds to the NEAREST multiple of the step, here 2^{power}"
+        ).format(power=e - 10)
+    return _(
+        "fp16(x) is the multiple of 2^(e-10) nearest to x, with e = floor(log2|x|) "
+        "(e = -14 below 2^-14); here e = {e}, step = {step}"
+    ).format(e=e, step=repr(step))
 
 
 def _x_rows(
@@ -218,36 +221,37 @@ def _spacing_hint(x: float, expected: float, got: float) -> str:
     e = max(_log2_floor(h), -14) if h != 0 else -14
     if 0 < abs(h) < 2**-14 and got == 2.0 ** (_log2_floor(h) - 10):
         return (
-            "below 2^-14 fp16 is subnormal: the spacing stops shrinking and stays "
-            "2^-24 all the way down to 0"
+            _("below 2^-14 fp16 is subnormal: the spacing stops shrinking and stays "
+            "2^-24 all the way down to 0")
         )
     moved = h != 0 and x != 0 and _log2_floor(h) != _log2_floor(x)
     if moved and got == 2.0 ** (_log2_floor(x) - 10):
-        return (
-            f"measure the gap at fp16(x) = {h!r}, not at x: x is rounded to fp16 "
+        return _(
+            "measure the gap at fp16(x) = {h}, not at x: x is rounded to fp16 "
             "first, and here that moves it into the next binade"
-        )
+        ).format(h=repr(h))
     if same_float(got, h + expected):
-        return "return the gap (next fp16 minus fp16(x)), not the next number itself"
+        return _("return the gap (next fp16 minus fp16(x)), not the next number itself")
     if x == 0:
-        return "fp16(0) = 0 and the next fp16 above it is the smallest subnormal, 2^-24"
+        return _("fp16(0) = 0 and the next fp16 above it is the smallest subnormal, "
+                 "2^-24")
     known = {
-        2.0 ** (e - 23): "that is fp32's spacing (23 mantissa bits); fp16 has 10",
-        2.0 ** (e - 7): "that is bf16's spacing (7 mantissa bits); fp16 has 10",
-        2.0 ** (e - 9): "off by one mantissa bit: the spacing is 2^(e - 10)",
-        2.0 ** (e - 11): "off by one mantissa bit: the spacing is 2^(e - 10)",
+        2.0 ** (e - 23): _("that is fp32's spacing (23 mantissa bits); fp16 has 10"),
+        2.0 ** (e - 7): _("that is bf16's spacing (7 mantissa bits); fp16 has 10"),
+        2.0 ** (e - 9): _("off by one mantissa bit: the spacing is 2^(e - 10)"),
+        2.0 ** (e - 11): _("off by one mantissa bit: the spacing is 2^(e - 10)"),
     }
     if got in known:
         return known[got]
     if got == abs(h) * 2**-10:
         return (
-            "the spacing is a power of two, 2^(floor(log2|x|) - 10); x * 2^-10 is "
-            "right only when x is itself a power of two"
+            _("the spacing is a power of two, 2^(floor(log2|x|) - 10); x * 2^-10 is "
+            "right only when x is itself a power of two")
         )
-    return (
-        f"spacing = 2^(e - 10) with e = floor(log2 fp16(x)) (e = -14 for subnormals); "
-        f"here fp16(x) = {h!r}, e = {e}"
-    )
+    return _(
+        "spacing = 2^(e - 10) with e = floor(log2 fp16(x)) (e = -14 for subnormals); "
+        "here fp16(x) = {h}, e = {e}"
+    ).format(h=repr(h), e=e)
 
 
 def check_fp16_spacing(

@@ -21,6 +21,7 @@ from amp_lessons.checks._engine import (
     show_value,
     type_hint,
 )
+from amp_lessons.i18n import N_, _
 
 __all__ = ["check_memory_budget"]
 
@@ -62,29 +63,30 @@ def _memory_budget(n_params: int) -> dict[str, dict[str, int]]:
 
 def _memory_hint(n: int, regime: str, part: str, expected: int, got: Any) -> str:
     if _as_bytes(got) is None:
-        return type_hint(got, "an int number of bytes")
+        return type_hint(got, N_("an int number of bytes"))
     got = _as_bytes(got)
     if got == expected * 8:
-        return "count bytes, not bits (a float32 is 4 bytes)"
+        return _("count bytes, not bits (a float32 is 4 bytes)")
     if regime == "amp" and got * 2 == expected:
         return {
-            "weights": "AMP keeps fp32 master weights: autocast makes fp16 copies "
-            "on the fly for the forward, the stored weights stay float32",
-            "grads": "param.grad has the parameter's dtype: the weights are float32, "
-            "so their grads are float32 too, even with AMP",
-            "adam_state": "Adam's moments live next to the float32 master weights: "
-            "still float32 with AMP",
+            "weights": _("AMP keeps fp32 master weights: autocast makes fp16 copies "
+            "on the fly for the forward, the stored weights stay float32"),
+            "grads": _("param.grad has the parameter's dtype: the weights are float32, "
+            "so their grads are float32 too, even with AMP"),
+            "adam_state": _("Adam's moments live next to the float32 master weights: "
+            "still float32 with AMP"),
         }[part]
     if regime == "amp" and part == "weights" and got == expected * 3 // 2:
         return (
-            "autocast's fp16 weight copies last only for the forward pass (the "
-            "cache is cleared when autocast exits): not kept after the step"
+            _("autocast's fp16 weight copies last only for the forward pass (the "
+            "cache is cleared when autocast exits): not kept after the step")
         )
     if part == "adam_state" and got * 2 == expected:
-        return "Adam keeps TWO moments per parameter (exp_avg and exp_avg_sq)"
+        return _("Adam keeps TWO moments per parameter (exp_avg and exp_avg_sq)")
     if part == "adam_state" and got == expected * 3 // 2:
-        return "adam_state is the two moments only: do not count the weights again"
-    return f"{part}: {n:_} parameters x bytes per value x values per parameter"
+        return _("adam_state is the two moments only: do not count the weights again")
+    return _("{part}: {n} parameters x bytes per value x values per parameter").format(
+        part=part, n=f"{n:_}")
 
 
 def _part(got: Any, regime: str, part: str) -> Any:
@@ -128,8 +130,9 @@ def _memory_rows(memory_budget: Callable, hidden: bool) -> list[Row]:
                 shown = f"{value:_}" if value is not None else show_value(answer, 22)
                 hint = ""
                 if answer is None:
-                    hint = "return {'fp32': {...}, 'amp': {...}}, each with keys "
-                    hint += ", ".join(_BUDGET_PARTS)
+                    hint = _("return {example}, each with keys {keys}").format(
+                        example="{'fp32': {...}, 'amp': {...}}",
+                        keys=", ".join(_BUDGET_PARTS))
                 elif not ok:
                     hint = _memory_hint(n, regime, part, want, answer)
                 rows.append(

@@ -15,6 +15,7 @@ from amp_lessons.checks._engine import (
     grade,
     show_value,
 )
+from amp_lessons.i18n import N_, _
 from amp_lessons.quiz import QUESTIONS
 
 __all__ = ["check_quick_check"]
@@ -24,15 +25,15 @@ _QUIZ_HIDDEN = set(list(QUESTIONS)[5:])
 
 
 def _question_row(qid: str, got: dict) -> Row:
-    _, choices = QUESTIONS[qid]
-    right = next(k for k, (_, why) in choices.items() if not why)
+    choices = QUESTIONS[qid][1]
+    right = next(k for k, (choice, why) in choices.items() if not why)
     return choice_row(
         qid,
         right,
         got.get(qid),
         choices,
-        lambda c: f"({c}) {choices[c][0]}: {choices[c][1]}",  # why the chosen is wrong
-        f"answer with one of {', '.join(choices)}",
+        lambda c: f"({c}) {_(choices[c][0])}: {_(choices[c][1])}",  # why it is wrong
+        _("answer with one of {letters}").format(letters=", ".join(choices)),
     )
 
 
@@ -41,17 +42,18 @@ def _answered_row(qid: str, got: dict) -> Row:
     choices = QUESTIONS[qid][1]
     answer = got.get(qid)
     ok = as_choice(answer, choices) is not None
-    hint = f"answer {qid} with one of {', '.join(choices)}"
+    hint = _("answer {qid} with one of {letters}").format(
+        qid=qid, letters=", ".join(choices))
     return Row(
-        f"{qid} answered", "a letter", show_value(answer, 22), ok, "" if ok else hint,
-        "right or wrong is for the hidden tests to say",
+        _("{qid} answered").format(qid=qid), _("a letter"), show_value(answer, 22), ok,
+        "" if ok else hint, _("right or wrong is for the hidden tests to say"),
     )
 
 
 def _quiz_rows(question: str | None) -> Callable[[Callable, bool], list[Row]]:
     def make_rows(quick_check_answers: Callable, hidden: bool) -> list[Row]:
         got = answer_of_type(
-            quick_check_answers, dict, "dict", "a dict {question id: letter}"
+            quick_check_answers, dict, "dict", N_("a dict {question id: letter}")
         )
         if question is not None:
             if hidden or question not in _QUIZ_HIDDEN:
@@ -59,11 +61,11 @@ def _quiz_rows(question: str | None) -> Callable[[Callable, bool], list[Row]]:
             return [_answered_row(question, got)]
         rows = []
         if not hidden:
-            bad = [q for q, (_, choices) in QUESTIONS.items()
+            bad = [q for q, (_text, choices) in QUESTIONS.items()
                    if as_choice(got.get(q), choices) is None]
-            hint = "answer every question id of QUICK_CHECK with one of its letters; "
-            hint += "missing or invalid: " + ", ".join(bad)
-            case = f"all {len(QUESTIONS)} questions answered"
+            hint = _("answer every question id of QUICK_CHECK with one of its "
+                     "letters; missing or invalid: {ids}").format(ids=", ".join(bad))
+            case = _("all {total} questions answered").format(total=len(QUESTIONS))
             rows.append(answered_row(case, bad, hint))
         return rows + [
             _question_row(qid, got)

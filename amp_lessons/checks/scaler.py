@@ -21,6 +21,7 @@ from amp_lessons.checks._engine import (
     type_hint,
 )
 from amp_lessons.formats import same_bits, tensor_bits
+from amp_lessons.i18n import N_, _
 from amp_lessons.scaler import next_scale, round_to_float32
 
 __all__ = ["check_update_rule", "check_unscale"]
@@ -72,42 +73,43 @@ def _update_hint(case: tuple, got_scale: float, got_tracker: int) -> str:
     got = (round_to_float32(got_scale), got_tracker)
     if factors and got == next_scale(scale, tracker, found_inf, **_DEFAULTS):
         return (
-            "use the growth_factor, backoff_factor and growth_interval arguments, "
-            "not the default values"
+            _("use the growth_factor, backoff_factor and growth_interval arguments, "
+            "not the default values")
         )
     if found_inf:
         if got[0] != round_to_float32(scale * bf):
-            return (
-                f"an inf/nan was found: multiply the scale by backoff_factor ({bf}); "
+            return _(
+                "an inf/nan was found: multiply the scale by backoff_factor ({bf}); "
                 "never grow on an overflow step"
-            )
-        return "an inf/nan was found: growth_tracker goes back to 0 (the streak broke)"
+            ).format(bf=bf)
+        return _("an inf/nan was found: growth_tracker goes back to 0 (the streak "
+                 "broke)")
     grows = tracker + 1 == gi
     if grows and math.isinf(round_to_float32(scale * gf)):
         if got[0] == scale:
-            return "even when growth is refused, the tracker restarts from 0"
-        return (
-            f"the scale is stored in float32: {show_value(scale)} * {gf} is inf "
+            return _("even when growth is refused, the tracker restarts from 0")
+        return _(
+            "the scale is stored in float32: {scale} * {gf} is inf "
             "there, so torch keeps the old scale (it grows only when the result is "
             "finite)"
-        )
+        ).format(scale=show_value(scale), gf=gf)
     if grows and got[0] == scale:
-        return (
+        return _(
             "torch counts this step: it grows when tracker + 1 == growth_interval "
-            f"(here {tracker} + 1 == {gi})"
-        )
+            "(here {tracker} + 1 == {gi})"
+        ).format(tracker=tracker, gi=gi)
     if not grows and got[0] != scale:
-        return (
+        return _(
             "grew too early: growth happens only when tracker + 1 == "
-            f"growth_interval (here {tracker} + 1 != {gi})"
-        )
+            "growth_interval (here {tracker} + 1 != {gi})"
+        ).format(tracker=tracker, gi=gi)
     if grows and got_tracker != 0:
-        return "after growing, reset growth_tracker to 0 to count a new streak"
+        return _("after growing, reset growth_tracker to 0 to count a new streak")
     if not grows and got_tracker != tracker + 1:
-        return "a step without inf/nan adds 1 to growth_tracker"
+        return _("a step without inf/nan adds 1 to growth_tracker")
     return (
-        "on inf: scale *= backoff_factor, tracker = 0; otherwise tracker += 1, and "
-        "when it reaches growth_interval: scale *= growth_factor, tracker = 0"
+        _("on inf: scale *= backoff_factor, tracker = 0; otherwise tracker += 1, and "
+        "when it reaches growth_interval: scale *= growth_factor, tracker = 0")
     )
 
 
@@ -153,7 +155,8 @@ def _update_rows(update_scale: Callable, hidden: bool) -> list[Row]:
         shown = f"({show_value(expected[0])}, {expected[1]})"
         pair = _as_pair(got)
         if pair is None:
-            hint = type_hint(got, "a tuple (new_scale, new_tracker): a float, an int")
+            hint = type_hint(
+                got, N_("a tuple (new_scale, new_tracker): a float, an int"))
             rows.append(Row(label, shown, show_value(got, 24), False, hint))
             continue
         got_scale, got_tracker = pair
@@ -196,20 +199,21 @@ def _unscale_cases(hidden: bool) -> list[tuple[str, list[torch.Tensor], float]]:
     inf, nan = math.inf, math.nan
     if not hidden:
         return [
-            ("1 tensor, scale 2**16", [rand(6)], 2.0**16),
-            ("2 tensors, scale 3.0", [rand(64), rand(4, 4)], 3.0),
-            ("inf in 2nd, scale 1024", [rand(5), torch.tensor([1.0, inf, -3])], 1024.0),
+            (_("1 tensor, scale 2**16"), [rand(6)], 2.0**16),
+            (_("2 tensors, scale 3.0"), [rand(64), rand(4, 4)], 3.0),
+            (_("inf in 2nd, scale 1024"), [rand(5), torch.tensor([1.0, inf, -3])],
+             1024.0),
             (
-                "nan only, scale 2**16",
+                _("nan only, scale 2**16"),
                 [torch.tensor([2.0, nan, 7.0]), rand(3)],
                 2.0**16,
             ),
         ]
     return [
-        ("3 tensors, scale 1000", [rand(50), rand(7), rand(2, 3)], 1000.0),
-        ("-inf, scale 7.0", [rand(30), torch.tensor([-inf, 5.0, 6.0])], 7.0),
-        ("nan and inf, scale 0.1", [torch.tensor([nan, 0.5, inf]), rand(9)], 0.1),
-        ("2-D, scale 3 * 2**16", [rand(8, 8)], 3.0 * 2**16),
+        (_("3 tensors, scale 1000"), [rand(50), rand(7), rand(2, 3)], 1000.0),
+        (_("-inf, scale 7.0"), [rand(30), torch.tensor([-inf, 5.0, 6.0])], 7.0),
+        (_("nan and inf, scale 0.1"), [torch.tensor([nan, 0.5, inf]), rand(9)], 0.1),
+        (_("2-D, scale 3 * 2**16"), [rand(8, 8)], 3.0 * 2**16),
     ]
 
 
@@ -231,9 +235,9 @@ def _torch_unscale(
 
 
 _BIT_IDENTITY = (
-    "Bit-identity is the point of this exercise: LossScaler is a drop-in for "
+    N_("Bit-identity is the point of this exercise: LossScaler is a drop-in for "
     "GradScaler that must train to the very same bits (lesson 03 checks it step by "
-    "step), and one differing last bit in a gradient changes every later step."
+    "step), and one differing last bit in a gradient changes every later step.")
 )
 
 
@@ -245,40 +249,41 @@ def _unscale_hint(
         # the grads are right: the found_inf answer is wrong
         nans = any(torch.isnan(g).any() for g in grads)
         if ref_found and nans and not any(torch.isinf(g).any() for g in grads):
-            return "nan counts too: check with torch.isfinite (false for inf and nan)"
+            return _(
+                "nan counts too: check with torch.isfinite (false for inf and nan)")
         if ref_found:
-            return "found_inf must be True if ANY grad tensor has an inf or nan"
-        return "found_inf is True only when some grad is inf or nan"
+            return _("found_inf must be True if ANY grad tensor has an inf or nan")
+        return _("found_inf is True only when some grad is inf or nan")
     if all(same_bits(a, g) for a, g in zip(after, grads, strict=True)):
         if ref_found:
             return (
-                "unscale the grads in place even when an inf/nan is found: torch "
-                "multiplies every grad and only skips the optimizer step"
+                _("unscale the grads in place even when an inf/nan is found: torch "
+                "multiplies every grad and only skips the optimizer step")
             )
         return (
-            "the grads did not change: unscale IN PLACE (g.mul_(inv_scale)); "
-            "g = g * inv_scale only rebinds a local name"
+            _("the grads did not change: unscale IN PLACE (g.mul_(inv_scale)); "
+            "g = g * inv_scale only rebinds a local name")
         )
     if all(
         same_bits(a, g / round_to_float32(scale))
         for a, g in zip(after, grads, strict=True)
     ):
-        return (
+        return _(
             "you divided by scale: the right unscaling, rounded differently. "
-            f"{_BIT_IDENTITY} torch multiplies by inv_scale = 1/scale computed in "
+            "{bit_identity} torch multiplies by inv_scale = 1/scale computed in "
             "float64 and rounded to float32, and x / s and x * (1/s) differ in the "
             "last bit for many x when s is not a power of two: use g.mul_(1 / scale)"
-        )
+        ).format(bit_identity=_(_BIT_IDENTITY))
     if all(
         same_bits(a, (g.double() / scale).float())
         for a, g in zip(after, grads, strict=True)
     ):
-        return (
-            f"you divided in float64: the right unscaling, rounded differently. "
-            f"{_BIT_IDENTITY} torch multiplies the float32 grads by the "
+        return _(
+            "you divided in float64: the right unscaling, rounded differently. "
+            "{bit_identity} torch multiplies the float32 grads by the "
             "float32-rounded reciprocal, g.mul_(1 / scale)"
-        )
-    return "multiply every grad in place by inv_scale = float32(1 / scale)"
+        ).format(bit_identity=_(_BIT_IDENTITY))
+    return _("multiply every grad in place by inv_scale = float32(1 / scale)")
 
 
 def _count_differences(a: torch.Tensor, ref: torch.Tensor) -> int:
@@ -295,7 +300,7 @@ def _unscale_rows(unscale_grads: Callable, hidden: bool) -> list[Row]:
         ref, ref_found = _torch_unscale(grads, scale)
         mine = [g.clone() for g in grads]
         got = call_student(unscale_grads, list(mine), scale)
-        shown = f"found_inf={ref_found}, exact"
+        shown = _("found_inf={found}, exact").format(found=ref_found)
         if isinstance(got, Raised):
             rows.append(Row(case, shown, str(got), False, got.hint))
             continue
@@ -308,11 +313,11 @@ def _unscale_rows(unscale_grads: Callable, hidden: bool) -> list[Row]:
         found = _as_found(got)
         ok_type = found is not None
         ok = ok_type and found == ref_found and all(same)
-        got_text = f"found_inf={found}, " + (
-            "exact" if all(same) else f"{differ} differ"
-        )
+        got_text = (_("found_inf={found}, exact") if all(same) else
+                    _("found_inf={found}, {differ} differ")).format(
+            found=found, differ=differ)
         if not ok_type:
-            hint = type_hint(got, "a bool (True if any inf/nan)")
+            hint = type_hint(got, N_("a bool (True if any inf/nan)"))
         else:
             hint = (
                 "" if ok else _unscale_hint(grads, scale, (ref, ref_found), mine, got)

@@ -20,6 +20,7 @@ from amp_lessons.checks._engine import (
     show_value,
 )
 from amp_lessons.formats import same_bits
+from amp_lessons.i18n import N_, _
 
 __all__ = ["AMP_STEPS", "check_amp_step_order"]
 
@@ -61,23 +62,24 @@ def _order_rules() -> list[tuple[str, str, str]]:
     update_first = _live_error(lambda s, o: s.update())
     unscale_late = _live_error(lambda s, o: (s.step(o), s.unscale_(o)))
     return [
-        (_FWD, _BWD, "backward needs the loss that the forward pass computes"),
-        (_BWD, _UNSCALE, "unscale_ divides the gradients that backward just made; "
-         "before backward there is nothing (or last step's grads) to unscale"),
-        (_UNSCALE, _CLIP, "clip_grad_norm_ before unscale_ clips the SCALED grads: "
+        (_FWD, _BWD, _("backward needs the loss that the forward pass computes")),
+        (_BWD, _UNSCALE, _("unscale_ divides the gradients that backward just made; "
+         "before backward there is nothing (or last step's grads) to unscale")),
+        (_UNSCALE, _CLIP, _("clip_grad_norm_ before unscale_ clips the SCALED grads: "
          "their norm is ~scale times too big, so clipping shrinks the real grads to "
-         "almost nothing"),
-        (_CLIP, _STEP, "clipping after the step changes nothing: the optimizer "
-         "already used the unclipped grads"),
-        (_UNSCALE, _STEP, f"unscale_ after step fails: {unscale_late}"),
-        (_STEP, _UPDATE, f"update() needs the inf checks that step records; called "
-         f"first it fails: {update_first}"),
+         "almost nothing")),
+        (_CLIP, _STEP, _("clipping after the step changes nothing: the optimizer "
+         "already used the unclipped grads")),
+        (_UNSCALE, _STEP, _("unscale_ after step fails: {error}").format(
+            error=unscale_late)),
+        (_STEP, _UPDATE, _("update() needs the inf checks that step records; called "
+         "first it fails: {error}").format(error=update_first)),
     ]  # fmt: skip
 
 
 def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
     got = answer_of_type(
-        amp_step_order, list | tuple, "list", "a list of the names in AMP_STEPS"
+        amp_step_order, list | tuple, "list", N_("a list of the names in AMP_STEPS")
     )
     # each name as a plain str, compared by its characters; anything else is unknown
     order = [as_choice(s, AMP_STEPS) for s in got]
@@ -90,17 +92,17 @@ def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
     hint = "; ".join(
         f"{what}: {', '.join(items)}"
         for what, items in (
-            ("not in AMP_STEPS", unknown),
-            ("missing", missing),
-            ("more than once", twice),
+            (_("not in AMP_STEPS"), unknown),
+            (_("missing"), missing),
+            (_("more than once"), twice),
         )
         if items
     )
     rows = [
         Row(
-            "each of the 7 steps once",
-            "yes",
-            "yes" if complete else "no",
+            _("each of the 7 steps once"),
+            _("yes"),
+            _("yes") if complete else _("no"),
             complete,
             hint,
         )
@@ -108,29 +110,30 @@ def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
     if hidden:
         return rows + _order_run_rows(order if complete else None)
     for first, then, why in _order_rules():
-        where = "right order"
+        where, right = _("right order"), True
         if first not in order or then not in order:
-            where = "missing"
+            where, right = _("missing"), False
         elif order.index(first) > order.index(then):
-            where = "wrong order"
+            where, right = _("wrong order"), False
         # the pair named alphabetically: the label must not give the order away
         label = " vs ".join(sorted((_SHORT[first], _SHORT[then])))
-        rows.append(Row(label, NOT_SHOWN, where, where == "right order", why))
+        rows.append(Row(label, NOT_SHOWN, where, right, why))
     ok = _ZERO in order and not (
         _BWD in order
         and _STEP in order
         and order.index(_BWD) < order.index(_ZERO) < order.index(_STEP)
     )
-    where = "missing" if _ZERO not in order else f"position {order.index(_ZERO) + 1}"
+    where = _("missing") if _ZERO not in order else _("position {n}").format(
+        n=order.index(_ZERO) + 1)
     rows.append(
         Row(
-            "where zero_grad goes",
+            _("where zero_grad goes"),
             NOT_SHOWN,
             where,
             ok,
-            "zero_grad between backward and step wipes the grads you just "
-            "computed. Put it first (the seed's loop) or last with "
-            "set_to_none=True (nanoGPT's): both are fine",
+            _("zero_grad between backward and step wipes the grads you just "
+              "computed. Put it first (the seed's loop) or last with "
+              "set_to_none=True (nanoGPT's): both are fine"),
         )
     )
     return rows
@@ -174,15 +177,14 @@ def _order_run(order: Sequence[str], overflow: bool) -> Any:
 def _order_run_rows(order: list[str] | None) -> list[Row]:
     rows = []
     for case, overflow in (
-        ("your order run 3 iterations", False),
-        ("same, overflow at iteration 2", True),
+        (_("your order run 3 iterations"), False),
+        (_("same, overflow at iteration 2"), True),
     ):
+        same = _("same params")
         expected = _order_run(_REFERENCE_ORDER, overflow)
         if order is None:
             rows.append(
-                Row(
-                    case, "same params", "not run", False, "fix the list of steps first"
-                )
+                Row(case, same, _("not run"), False, _("fix the list of steps first"))
             )
             continue
         try:
@@ -191,10 +193,10 @@ def _order_run_rows(order: list[str] | None) -> list[Row]:
             rows.append(
                 Row(
                     case,
-                    "same params",
-                    f"raised {type(exc).__name__}",
+                    same,
+                    _("raised {name}").format(name=type(exc).__name__),
                     False,
-                    f"running your order raised: {exc}",
+                    _("running your order raised: {error}").format(error=exc),
                 )
             )
             continue
@@ -203,11 +205,11 @@ def _order_run_rows(order: list[str] | None) -> list[Row]:
         rows.append(
             Row(
                 case,
-                "same params",
-                "same params" if ok else "differ",
+                same,
+                same if ok else _("differ"),
                 ok,
-                "your order trains the model differently from scale -> "
-                "backward -> unscale_ -> clip -> step -> update",
+                _("your order trains the model differently from scale -> "
+                  "backward -> unscale_ -> clip -> step -> update"),
             )
         )
     return rows

@@ -23,6 +23,7 @@ from amp_lessons.checks._engine import (
     show_value,
 )
 from amp_lessons.formats import same_bits
+from amp_lessons.i18n import N_, _
 
 __all__ = ["check_amp_train_step"]
 
@@ -38,19 +39,19 @@ class _StepCase:
 
 
 _TRAIN_CASES = (
-    _StepCase("1 step, clipping active", (4, 8, 2), "sgd", 2.0**10, 2000,
+    _StepCase(N_("1 step, clipping active"), (4, 8, 2), "sgd", 2.0**10, 2000,
               ((1.0, 0.05),)),
-    _StepCase("1 step, overflow (scale 2**40)", (4, 8, 2), "sgd", 2.0**40, 2000,
+    _StepCase(N_("1 step, overflow (scale 2**40)"), (4, 8, 2), "sgd", 2.0**40, 2000,
               ((1.0, 1.0),)),
-    _StepCase("3 steps, growth_interval 2", (4, 8, 2), "sgd", 2.0**10, 2,
+    _StepCase(N_("3 steps, growth_interval 2"), (4, 8, 2), "sgd", 2.0**10, 2,
               ((1.0, 10.0), (1.0, 10.0), (1.0, 10.0))),
 )  # fmt: skip
 _TRAIN_HIDDEN = (
-    _StepCase("Adam, overflow at step 2 of 3", (3, 6, 6, 2), "adam", 2.0**16, 2000,
+    _StepCase(N_("Adam, overflow at step 2 of 3"), (3, 6, 6, 2), "adam", 2.0**16, 2000,
               ((1.0, 0.5), (1e6, 0.5), (1.0, 0.5))),
-    _StepCase("momentum, 2 steps, no clipping", (5, 4, 3), "momentum", 2.0**16, 1,
+    _StepCase(N_("momentum, 2 steps, no clipping"), (5, 4, 3), "momentum", 2.0**16, 1,
               ((1.0, 1e9), (2.0, 1e9))),
-    _StepCase("tight clip 1e-3, scale 2**20", (4, 8, 2), "sgd", 2.0**20, 2000,
+    _StepCase(N_("tight clip 1e-3, scale 2**20"), (4, 8, 2), "sgd", 2.0**20, 2000,
               ((1.0, 1e-3), (1.0, 1e-3))),
 )  # fmt: skip
 
@@ -97,30 +98,32 @@ def _wrong_step(mistake: str) -> Callable:
 
 
 _TRAIN_MISTAKES = {
-    "no_unscale": "clip_grad_norm_ ran on the SCALED grads: call "
-    "scaler.unscale_(optimizer) right before clipping",
-    "optimizer_step": "optimizer.step() ran on inf/nan grads: call "
-    "scaler.step(optimizer), which skips the step when an inf/nan was found",
-    "no_update": "the scale never changed: call scaler.update() at the end of the step",
-    "unscaled_backward": "call backward on the SCALED loss, "
-    "scaler.scale(loss).backward(); unscale_ then divides unscaled grads by the scale",
-    "no_autocast": "run the forward pass (model and loss) inside "
-    "torch.amp.autocast(x.device.type, dtype=torch.float16)",
-    "no_zero_grad": "grads accumulated across steps: call "
-    "optimizer.zero_grad(set_to_none=True) each step",
-    "scaled_loss": "return the loss itself (loss.item()), not the scaled loss",
+    "no_unscale": N_("clip_grad_norm_ ran on the SCALED grads: call "
+    "scaler.unscale_(optimizer) right before clipping"),
+    "optimizer_step": N_("optimizer.step() ran on inf/nan grads: call "
+    "scaler.step(optimizer), which skips the step when an inf/nan was found"),
+    "no_update": N_("the scale never changed: call scaler.update() at the end of the "
+                    "step"),
+    "unscaled_backward": N_("call backward on the SCALED loss, "
+    "scaler.scale(loss).backward(); unscale_ then divides unscaled grads by the scale"),
+    "no_autocast": N_("run the forward pass (model and loss) inside "
+    "torch.amp.autocast(x.device.type, dtype=torch.float16)"),
+    "no_zero_grad": N_("grads accumulated across steps: call "
+    "optimizer.zero_grad(set_to_none=True) each step"),
+    "scaled_loss": N_("return the loss itself (loss.item()), not the scaled loss"),
 }
 _TRAIN_ERRORS = {
-    "has already been called on this optimizer since the last update": "unscale_ "
-    "ran twice before update(): call scaler.update() once at the end of every step",
-    "is being called after step": "the previous step's scaler.step() was never "
+    "has already been called on this optimizer since the last update": N_("unscale_ "
+    "ran twice before update(): call scaler.update() once at the end of every step"),
+    "is being called after step": N_("the previous step's scaler.step() was never "
     "followed by scaler.update(): call it at the end of every step (and unscale_ "
-    "before step)",
-    "No inf checks were recorded": "call scaler.step(optimizer) before scaler.update()",
-    "_scale is None": "call backward on the SCALED loss, "
-    "scaler.scale(loss).backward(); the scaler is set up by its first scale() call",
-    "Attempting to unscale FP16 gradients": "keep the model in float32 (no "
-    "model.half()): autocast makes the fp16 copies",
+    "before step)"),
+    "No inf checks were recorded": N_("call scaler.step(optimizer) before "
+                                      "scaler.update()"),
+    "_scale is None": N_("call backward on the SCALED loss, "
+    "scaler.scale(loss).backward(); the scaler is set up by its first scale() call"),
+    "Attempting to unscale FP16 gradients": N_("keep the model in float32 (no "
+    "model.half()): autocast makes the fp16 copies"),
 }
 
 
@@ -170,18 +173,19 @@ def _train_hint(case: _StepCase, got: Any) -> str:
     if isinstance(got, Raised):
         for fragment, hint in _TRAIN_ERRORS.items():
             if fragment in got.message:
+                hint = _(hint)
                 return f"{got.hint.rstrip('.')}. {hint[0].upper()}{hint[1:]}"
         return got.hint
     if any(loss is None for loss in got[3]):
-        return "return the loss as a Python float: loss.item()"
+        return _("return the loss as a Python float: loss.item()")
     for mistake, hint in _TRAIN_MISTAKES.items():
         if _same_run(got, _run_train_case(_wrong_step(mistake), case)):
-            return hint
+            return _(hint)
     return (
-        "the reference order: zero_grad, forward + mse_loss under autocast (fp16), "
+        _("the reference order: zero_grad, forward + mse_loss under autocast (fp16), "
         "scaler.scale(loss).backward(), scaler.unscale_(optimizer), "
         "clip_grad_norm_(model.parameters(), max_norm), scaler.step(optimizer), "
-        "scaler.update(); return loss.item()"
+        "scaler.update(); return loss.item()")
     )
 
 
@@ -189,8 +193,8 @@ def _describe_run(run: Any) -> str:
     if isinstance(run, Raised):
         return str(run)
     loss = run[3][-1]
-    return f"scale {show_value(run[1])}" + (
-        f", loss {loss:.3g}" if loss is not None else ""
+    return _("scale {scale}").format(scale=show_value(run[1])) + (
+        _(", loss {loss}").format(loss=f"{loss:.3g}") if loss is not None else ""
     )
 
 
@@ -201,11 +205,11 @@ def _train_rows(amp_train_step: Callable, hidden: bool) -> list[Row]:
         got = _run_train_case(amp_train_step, case)
         ok = _same_run(got, expected)
         if not ok and not isinstance(got, Raised) and got[1:] == expected[1:]:
-            shown = "params differ"
+            shown = _("params differ")
         else:
             shown = _describe_run(got)
         hint = "" if ok else _train_hint(case, got)
-        rows.append(Row(case.name, _describe_run(expected), shown, ok, hint))
+        rows.append(Row(_(case.name), _describe_run(expected), shown, ok, hint))
     return rows
 
 

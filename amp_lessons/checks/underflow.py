@@ -15,6 +15,7 @@ from amp_lessons.checks._engine import (
     float_row,
     grade,
 )
+from amp_lessons.i18n import _
 from amp_lessons.underflow import underflow_fraction
 
 __all__ = ["check_underflow_fraction", "check_choose_loss_scale"]
@@ -40,17 +41,17 @@ def _underflow_cases(hidden: bool) -> list[tuple[str, torch.Tensor, float]]:
     if not hidden:
         a = _grad_sample(0)
         return [
-            ("400 grads, scale 1", a, 1.0),
-            ("same, scale 2**10", a, 2.0**10),
-            ("same, scale 2**16", a, 2.0**16),
-            ("other 400, scale 2**8", _grad_sample(1, lo=-40, hi=-2), 2.0**8),
+            (_("400 grads, scale 1"), a, 1.0),
+            (_("same, scale 2**10"), a, 2.0**10),
+            (_("same, scale 2**16"), a, 2.0**16),
+            (_("other 400, scale 2**8"), _grad_sample(1, lo=-40, hi=-2), 2.0**8),
         ]
     c = _grad_sample(2, n=300, lo=-55, hi=-10)
     return [
-        ("300 tiny grads, scale 2**24", c, 2.0**24),
-        ("same, scale 1000", c, 1000.0),
-        ("7 hand-picked, scale 1", _TIES, 1.0),
-        ("all zeros, scale 2**16", torch.zeros(5), 2.0**16),
+        (_("300 tiny grads, scale 2**24"), c, 2.0**24),
+        (_("same, scale 1000"), c, 1000.0),
+        (_("7 hand-picked, scale 1"), _TIES, 1.0),
+        (_("all zeros, scale 2**16"), torch.zeros(5), 2.0**16),
     ]
 
 
@@ -62,20 +63,20 @@ def _underflow_hint(
     scaled = (grads * scale).abs()
     lost = (grads * scale).to(torch.float16) == 0
     known = [
-        (lost.float().mean().item(), "you counted grads that were already zero: "
-         "count only NONZERO grads that the fp16 cast turns into 0"),
-        ((lost & nz).sum().item() / grads.numel(), "divide by the number of nonzero "
-         "grads, not by all grads"),
-        (underflow_fraction(grads, 1.0), "multiply the grads by scale before "
-         "casting: that is what loss scaling does"),
-        ((scaled[nz] < 2**-14).sum().item() / n_nz, "values below 2^-14 (fp16's "
+        (lost.float().mean().item(), _("you counted grads that were already zero: "
+         "count only NONZERO grads that the fp16 cast turns into 0")),
+        ((lost & nz).sum().item() / grads.numel(), _("divide by the number of nonzero "
+         "grads, not by all grads")),
+        (underflow_fraction(grads, 1.0), _("multiply the grads by scale before "
+         "casting: that is what loss scaling does")),
+        ((scaled[nz] < 2**-14).sum().item() / n_nz, _("values below 2^-14 (fp16's "
          "min normal) do not vanish: they become subnormals with fewer bits; only "
-         "values below 2^-25 (and 2^-25 itself) round to 0"),
-        ((scaled[nz] < 2**-24).sum().item() / n_nz, "values in [2^-25, 2^-24) round "
+         "values below 2^-25 (and 2^-25 itself) round to 0")),
+        ((scaled[nz] < 2**-24).sum().item() / n_nz, _("values in [2^-25, 2^-24) round "
          "UP to 2^-24 (and exactly 2^-25 ties down to 0): use the real cast, "
-         "(grads * scale).to(torch.float16) == 0"),
-        (100 * expected, "return a fraction in [0, 1], not a percentage"),
-        (1 - expected, "you returned the fraction that SURVIVED the cast"),
+         "(grads * scale).to(torch.float16) == 0")),
+        (100 * expected, _("return a fraction in [0, 1], not a percentage")),
+        (1 - expected, _("you returned the fraction that SURVIVED the cast")),
     ]  # fmt: skip
     for value, hint in known:
         if not math.isclose(value, expected, abs_tol=1e-6) and math.isclose(
@@ -83,10 +84,10 @@ def _underflow_hint(
         ):
             return hint
     if not nz.any():
-        return "no grad is nonzero, so none can underflow: the fraction is 0.0"
+        return _("no grad is nonzero, so none can underflow: the fraction is 0.0")
     return (
-        "fraction = (number of nonzero g with fp16(g * scale) == 0) / "
-        "(number of nonzero g)"
+        _("fraction = (number of nonzero g with fp16(g * scale) == 0) / "
+        "(number of nonzero g)")
     )
 
 
@@ -137,14 +138,14 @@ def _loss_scale_cases(hidden: bool) -> list[tuple[str, torch.Tensor]]:
             ("max |g| = 3.0", torch.tensor([0.5, 3.0, -1e-6])),
             ("max |g| = 65504", torch.tensor([65504.0, 1.0])),
             ("max |g| = 1e5", torch.tensor([1e5, -2.0])),
-            ("400 gradient-like", _grad_sample(3)),
+            (_("400 gradient-like"), _grad_sample(3)),
         ]
     return [
         ("max |g| = 65510 * 2**-20", torch.tensor([0.01, 65510 * 2.0**-20, 0.03])),
         ("max |g| = 65520 * 2**-20", torch.tensor([65520 * 2.0**-20, 1e-9])),
-        ("largest |g| negative", torch.tensor([2e-3, -0.9, 0.3])),
+        (_("largest |g| negative"), torch.tensor([2e-3, -0.9, 0.3])),
         ("max |g| = 1e-8", torch.tensor([1e-8, 3e-9, -1e-12])),
-        ("300 tiny gradient-like", _grad_sample(4, n=300, lo=-45, hi=-20)),
+        (_("300 tiny gradient-like"), _grad_sample(4, n=300, lo=-45, hi=-20)),
     ]
 
 
@@ -152,29 +153,30 @@ def _loss_scale_hint(grads: torch.Tensor, expected: float, got: float) -> str:
     peak = grads.abs().max().item()
     if got <= 0 or not math.isfinite(got) or math.frexp(got)[0] != 0.5:
         return (
-            "S must be a power of two (2**k): multiplying by a power of two is exact, "
-            "so scaling changes no bits except the exponent"
+            _("S must be a power of two (2**k): multiplying by a power of two is "
+              "exact, "
+            "so scaling changes no bits except the exponent")
         )
     if got == expected / 2 and 65504 < peak * expected < 65520:
-        return (
-            f"max|g| * S = {peak * expected!r} is above 65504 but below 65520, so "
+        return _(
+            "max|g| * S = {value} is above 65504 but below 65520, so "
             "fp16 rounds it DOWN to 65504: still finite. Test the cast, not <= 65504"
-        )
+        ).format(value=repr(peak * expected))
     if got == _largest_safe_scale(grads.clamp(min=0)) and got != expected:
-        return "the largest MAGNITUDE here is negative: use grads.abs().max()"
+        return _("the largest MAGNITUDE here is negative: use grads.abs().max()")
     if got > expected:
-        return (
-            f"too big: max|g| * S = {peak * got:.6g} overflows fp16 (from 65520 up, "
+        return _(
+            "too big: max|g| * S = {value} overflows fp16 (from 65520 up, "
             "a cast gives inf)"
-        )
+        ).format(value=f"{peak * got:.6g}")
     if got == expected / 2:
-        return "off by one power: twice your S is still finite in fp16"
+        return _("off by one power: twice your S is still finite in fp16")
     if got < expected:
-        return (
-            f"too small: the largest safe S is the 2**k with max|g| * 2**k < 65520; "
-            f"max|g| = {peak:.6g}"
-        )
-    return "S = 2**k with the largest k for which fp16(g * 2**k) is finite for all g"
+        return _(
+            "too small: the largest safe S is the 2**k with max|g| * 2**k < 65520; "
+            "max|g| = {peak}"
+        ).format(peak=f"{peak:.6g}")
+    return _("S = 2**k with the largest k for which fp16(g * 2**k) is finite for all g")
 
 
 def _loss_scale_rows(choose_loss_scale: Callable, hidden: bool) -> list[Row]:

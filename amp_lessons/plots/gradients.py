@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from amp_lessons.formats import Format, resolve_format
+from amp_lessons.i18n import N_, _
 from amp_lessons.plots._render import ZONE_COLORS, _Blit, _figure, _log2, _power_label
 from amp_lessons.plots.number_lines import _overflow_word, _zone_spans
 from amp_lessons.underflow import CastOutcome, cast_outcome, log2_histogram
@@ -36,16 +37,19 @@ class _Histogram:
         self.ax = ax = fig.add_subplot()
         sub, normal = _power_label(fmt.min_subnormal), _power_label(fmt.min_normal)
         half = _power_label(fmt.min_subnormal / 2)  # ties at it round to even: 0
-        words = {"zero": f"flush to 0 (up to {half})",
-                 "subnormal": f"subnormal ({sub} to {normal})",
-                 "normal": f"normal ({normal} to {fmt.max:g})",
-                 "overflow": f"overflow {_overflow_word(fmt)}"}
+        words = {"zero": _("flush to 0 (up to {half})").format(half=half),
+                 "subnormal": _("subnormal ({sub} to {normal})").format(
+                     sub=sub, normal=normal),
+                 "normal": _("normal ({normal} to {max})").format(
+                     normal=normal, max=f"{fmt.max:g}"),
+                 "overflow": f"{_('overflow')} {_overflow_word(fmt)}"}
         for name, a, b in _zone_spans(fmt, lo, hi):
             ax.axvspan(a, b, color=ZONE_COLORS[name], alpha=0.2, lw=0,
                        label=words[name])
         # the legend names the zones and never changes; the shares go in the title
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4,
-                  fontsize=8, frameon=False, title=f"{fmt.name} zones",
+                  fontsize=8, frameon=False,
+                  title=_("{name} zones").format(name=fmt.name),
                   title_fontsize=8)
         self.bars = ax.stairs([0], [lo, lo + 1], fill=True, color="0.3", alpha=0.85)
         self.off = ax.text(0.99, 0.97, "", ha="right", va="top", fontsize=8,
@@ -54,8 +58,8 @@ class _Histogram:
         if ymax is not None:
             ax.set_ylim(0, ymax)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=20))
-        ax.set_xlabel("log2 |gradient x scale|   (one bar per power of two)")
-        ax.set_ylabel("gradients per binade")
+        ax.set_xlabel(_("log2 |gradient x scale|   (one bar per power of two)"))
+        ax.set_ylabel(_("gradients per binade"))
         self.title = ax.set_title(" ", fontsize=10)
         self.blit = _Blit(fig, [self.bars, self.off, self.title])
 
@@ -69,12 +73,15 @@ class _Histogram:
         self.bars.set_visible(bool(counts.size))
         lo, hi = self.ax.get_xlim()
         off = int(counts[(edges[:-1] < lo) | (edges[1:] > hi)].sum())
-        self.off.set_text(f"{off} values off this axis" if off else "")
-        self.title.set_text(
-            f"{outcome.nonzero:,} gradients x {_power_label(scale)} cast to "
-            f"{self.fmt.name}: {outcome.zero:.1%} flush to 0 | {outcome.subnormal:.1%}"
-            f" subnormal | {outcome.normal:.1%} normal | {outcome.overflow:.1%} "
-            "overflow")
+        self.off.set_text(_("{off} values off this axis").format(off=off) if off
+                          else "")
+        self.title.set_text(_(
+            "{nonzero} gradients x {scale} cast to {fmt}: {zero} flush to 0 | "
+            "{subnormal} subnormal | {normal} normal | {overflow} overflow").format(
+            nonzero=f"{outcome.nonzero:,}", scale=_power_label(scale),
+            fmt=self.fmt.name, zero=f"{outcome.zero:.1%}",
+            subnormal=f"{outcome.subnormal:.1%}", normal=f"{outcome.normal:.1%}",
+            overflow=f"{outcome.overflow:.1%}"))
         return outcome
 
 
@@ -142,7 +149,7 @@ def plot_scale_trajectory(
     skipped=None,
     *,
     reference: Sequence[float] | None = None,
-    label: str = "loss scale",
+    label: str = N_("loss scale"),
     reference_label: str = "torch.amp.GradScaler",
     title: str | None = None,
 ) -> Figure:
@@ -171,7 +178,7 @@ def plot_scale_trajectory(
     steps = list(range(1, len(values) + 1))
     fig = _figure(3.0)
     ax = fig.add_subplot()
-    ax.step(steps, values, where="post", color="tab:blue", lw=2, label=label)
+    ax.step(steps, values, where="post", color="tab:blue", lw=2, label=_(label))
     if reference is not None:
         ref = [float(s) for s in reference]
         ax.step(range(1, len(ref) + 1), ref, where="post", color="black", lw=1,
@@ -179,14 +186,15 @@ def plot_scale_trajectory(
     bad = [(s, v) for s, v, m in zip(steps, values, mask, strict=True) if m]
     if bad:
         ax.plot(*zip(*bad, strict=True), "x", color="tab:red", ms=8, mew=2,
-                label=f"skipped step (inf/nan gradients): {len(bad)}")
+                label=_("skipped step (inf/nan gradients): {n}").format(n=len(bad)))
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _power_label(y)))
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss scale (log2 axis)")
+    ax.set_xlabel(_("optimizer step"))
+    ax.set_ylabel(_("loss scale (log2 axis)"))
     ax.set_xlim(0.5, len(values) + 0.5)
     ax.legend(loc="best", fontsize=8)
-    ax.set_title(title or f"Loss scale over {len(values)} steps: "
-                 f"{_power_label(values[0])} -> {_power_label(values[-1])}, "
-                 f"{len(bad)} skipped", fontsize=11)
+    ax.set_title(title or _("Loss scale over {n} steps: {first} -> {last}, "
+                            "{skipped} skipped").format(
+        n=len(values), first=_power_label(values[0]), last=_power_label(values[-1]),
+        skipped=len(bad)), fontsize=11)
     return fig

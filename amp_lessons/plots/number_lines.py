@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from amp_lessons.formats import Format, decompose, resolve_format, zones
+from amp_lessons.i18n import _
 from amp_lessons.plots._render import (
     DPI,
     ZONE_COLORS,
@@ -42,13 +43,14 @@ def _zone_of(value: float, fmt: Format) -> str:
 def _zone_note(value: float, fmt: Format) -> str:
     zone = _zone_of(value, fmt)
     if zone == "nan":
-        return "not a number"
+        return _("not a number")
     if zone == "zero":
-        return "zero" if value == 0 else "flushed to 0"
+        return _("zero") if value == 0 else _("flushed to 0")
     if zone == "overflow":
-        return {"inf": "overflow: inf", "nan": "overflow: nan",
-                "saturate": f"overflow: saturated to {fmt.max:g}"}[fmt.overflow]
-    return zone
+        return {"inf": _("overflow: inf"), "nan": _("overflow: nan"),
+                "saturate": _("overflow: saturated to {max}").format(
+                    max=f"{fmt.max:g}")}[fmt.overflow]
+    return {"subnormal": _("subnormal"), "normal": _("normal")}.get(zone, zone)
 
 def _short(value: float) -> str:
     """4 significant digits when they give the value back exactly, else all of them."""
@@ -95,7 +97,7 @@ class _NumberLine:
         self._edges()
         ax.set_xlim(lo, hi)
         ax.set_yticks([])
-        ax.set_xlabel("log2 |x|   (the negative half is its mirror image)")
+        ax.set_xlabel(_("log2 |x|   (the negative half is its mirror image)"))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=14))
         top = ax.secondary_xaxis("top", functions=(lambda t: t * math.log10(2),
                                                    lambda t: t / math.log10(2)))
@@ -120,9 +122,9 @@ class _NumberLine:
                                               - fig.subplotpars.left)
         for name, a, b in _zone_spans(f, lo, hi):
             ax.axvspan(a, b, color=ZONE_COLORS[name], alpha=0.22, lw=0)
-            label = {"zero": "flush to 0", "subnormal": "subnormal",
-                     "normal": "normal",
-                     "overflow": f"overflow {_overflow_word(f)}"}[name]
+            label = {"zero": _("flush to 0"), "subnormal": _("subnormal"),
+                     "normal": _("normal"),
+                     "overflow": f"{_('overflow')} {_overflow_word(f)}"}[name]
             style = {"ha": "center", "fontsize": 9, "color": ZONE_COLORS[name],
                      "fontweight": "bold", "transform": ax.get_xaxis_transform()}
             if (b - a) / (hi - lo) * axes_px > 7.5 * len(label):
@@ -134,9 +136,9 @@ class _NumberLine:
         f, ax = self.fmt, self.ax
         # each label on the side away from its neighbour, so they never overlap
         edges = [(f.min_subnormal, "right",
-                  (_power_label(f.min_subnormal), "min subnormal")),
-                 (f.min_normal, "left", (_power_label(f.min_normal), "min normal")),
-                 (f.max, "right", (f"{f.max:g}", "max"))]
+                  (_power_label(f.min_subnormal), _("min subnormal"))),
+                 (f.min_normal, "left", (_power_label(f.min_normal), _("min normal"))),
+                 (f.max, "right", (f"{f.max:g}", _("max")))]
         for x, side, lines in edges:
             ax.axvline(_log2(x), color="0.3", lw=0.8, ls=":")
             text = "\n".join(f" {t}" if side == "left" else f"{t} " for t in lines)
@@ -160,9 +162,12 @@ class _NumberLine:
         left_half = where < (lo + hi) / 2
         self.label.set_x(where + (1 if left_half else -1) * 0.006 * (hi - lo))
         self.label.set_horizontalalignment("left" if left_half else "right")
-        self.label.set_text(f"{text}\nstored {decompose(value, f).value:.6g}\n{zone}")
-        self.title.set_text(f"{f.name} ({f.exponent_bits} exponent, "
-                            f"{f.mantissa_bits} mantissa bits): {text} is {zone}")
+        stored = _("stored {value}").format(value=f"{decompose(value, f).value:.6g}")
+        self.label.set_text(f"{text}\n{stored}\n{zone}")
+        self.title.set_text(_("{name} ({exponent} exponent, {mantissa} mantissa bits): "
+                              "{x} is {zone}").format(
+            name=f.name, exponent=f.exponent_bits, mantissa=f.mantissa_bits, x=text,
+            zone=zone))
 
 
 def plot_number_line(value: float, fmt: str | Format = "fp16") -> Figure:
@@ -211,15 +216,15 @@ def plot_format_ranges(
         sub_lo, normal_lo, top = (_log2(f.min_subnormal), _log2(f.min_normal),
                                   _log2(f.max))
         ax.barh(i, normal_lo - sub_lo, left=sub_lo, color=ZONE_COLORS["subnormal"],
-                alpha=0.75, height=0.6, label="subnormal" if i == 0 else None)
+                alpha=0.75, height=0.6, label=_("subnormal") if i == 0 else None)
         ax.barh(i, top - normal_lo, left=normal_lo, color=ZONE_COLORS["normal"],
-                alpha=0.75, height=0.6, label="normal" if i == 0 else None)
+                alpha=0.75, height=0.6, label=_("normal") if i == 0 else None)
         ax.text(sub_lo - 1.5, i, _power_label(f.min_subnormal), ha="right",
                 va="center", fontsize=8)
         ax.text(top + 1.5, i, f"{f.max:g}", ha="left", va="center", fontsize=8)
     ax.axvline(0, color="0.3", lw=0.8, ls=":")
     ax.set_yticks(range(len(formats)), [
-        f"{f.name}\n1+{f.exponent_bits}+{f.mantissa_bits} bits, eps "
+        f"{f.name}\n1+{f.exponent_bits}+{f.mantissa_bits} {_('bits')}, eps "
         f"{_power_label(f.eps)}" for f in formats])
     ax.invert_yaxis()
     ax.tick_params(axis="y", labelsize=8)
@@ -227,8 +232,8 @@ def plot_format_ranges(
     hi = max(_log2(f.max) for f in formats)
     lo, hi = lo - 0.12 * (hi - lo), hi + 0.16 * (hi - lo)  # room for the labels
     ax.set_xlim(lo, hi)
-    ax.set_xlabel("log2 |x|   (dotted line: 1.0)")
+    ax.set_xlabel(_("log2 |x|   (dotted line: 1.0)"))
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title("Positive range of each format: subnormals, then normals up to max",
-                 fontsize=11)
+    ax.set_title(_("Positive range of each format: subnormals, then normals up to "
+                   "max"), fontsize=11)
     return fig

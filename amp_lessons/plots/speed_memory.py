@@ -13,16 +13,18 @@ from collections.abc import Sequence
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from amp_lessons.i18n import N_, _
 from amp_lessons.memory import byte_unit
 from amp_lessons.plots._render import _figure
 
-MEMORY_PARTS = {  # MemoryBreakdown field -> legend label, colour
-    "weights": ("weights (fp32)", "#4c72b0"),
-    "gradients": ("gradients (fp32)", "#55a868"),
-    "optimizer_state": ("optimizer state (fp32)", "#8172b2"),
-    "buffers": ("buffers", "#937860"),
-    "activations": ("activations kept for backward", "#dd8452"),
-    "weight_copies": ("autocast weight copies", "#c44e52"),
+# MemoryBreakdown field -> legend label (translated where it is shown), colour
+MEMORY_PARTS = {
+    "weights": (N_("weights (fp32)"), "#4c72b0"),
+    "gradients": (N_("gradients (fp32)"), "#55a868"),
+    "optimizer_state": (N_("optimizer state (fp32)"), "#8172b2"),
+    "buffers": (N_("buffers"), "#937860"),
+    "activations": (N_("activations kept for backward"), "#dd8452"),
+    "weight_copies": (N_("autocast weight copies"), "#c44e52"),
 }
 
 
@@ -51,8 +53,8 @@ def _parts_of(row: dict) -> dict[str, int]:
 
 
 _PART_LABELS = {**{k: v[0] for k, v in MEMORY_PARTS.items()},
-                "saved": "saved for backward (activations + weight copies)",
-                "peak": "allocator peak (CUDA)"}
+                "saved": N_("saved for backward (activations + weight copies)"),
+                "peak": N_("allocator peak (CUDA)")}
 _PART_COLORS = {**{k: v[1] for k, v in MEMORY_PARTS.items()}, "saved": "#dd8452"}
 
 
@@ -90,7 +92,7 @@ def _time_panel(ax, group: list[dict], words: bool = True) -> str:
     timed = [r for r in group if r.get("step_ms") is not None]
     for y, r in zip(ys, group, strict=True):
         if r.get("step_ms") is None:
-            ax.text(0.03, y, "not timed", va="center", fontsize=9, color="0.4",
+            ax.text(0.03, y, _("not timed"), va="center", fontsize=9, color="0.4",
                     transform=ax.get_yaxis_transform())
             continue
         times = r.get("times_ms") or []
@@ -103,10 +105,12 @@ def _time_panel(ax, group: list[dict], words: bool = True) -> str:
     ax.set_xlim(0, top * 1.5)
     ax.tick_params(axis="x", bottom=bool(timed), labelbottom=bool(timed))
     counts = sorted({len(r.get("times_ms") or []) for r in timed})
-    steps = f" of {'/'.join(map(str, counts))} step{'s' * (counts != [1])}"
-    note = f"bar: median{steps if counts else ''}; dots: each step"
-    ax.set_xlabel(f"step time, ms ({note})" if words else "step time (ms)",
-                  fontsize=9)
+    steps = (_(" of {counts} step") if counts == [1] else _(" of {counts} steps")
+             ).format(counts="/".join(map(str, counts)))
+    note = _("bar: median{steps}; dots: each step").format(
+        steps=steps if counts else "")
+    ax.set_xlabel(_("step time, ms ({note})").format(note=note) if words
+                  else _("step time (ms)"), fontsize=9)
     ax.set_yticks(ys, [r["precision"] for r in group])
     ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
     return note
@@ -131,7 +135,7 @@ def _memory_panel(ax, group: list[dict]) -> dict[str, object]:
                                          color="black", ms=18, mew=2)
     ax.set_xlim(0, peak / size * 1.25 if peak else 1)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
-    ax.set_xlabel(f"memory ({unit})", fontsize=9)
+    ax.set_xlabel(_("memory ({unit})").format(unit=unit), fontsize=9)
     ax.tick_params(axis="y", labelleft=False)
     return handles
 
@@ -155,15 +159,16 @@ def _draw_speed_memory(fig: Figure, pairs: list[tuple], rows: list[dict],
         handles.update(_memory_panel(m_ax, group))
         t_ax.set_ylim(len(group) - 0.5, -0.5)  # first row on top, no autoscaling
         first = group[0]
-        what = (f"MLP {first['layers']} x Linear({first['width']}), batch "
-                f"{first['batch']}, {first['optimizer']}, measured on "
-                f"{first['device']}" if "width" in first
-                else f"{config}: recorded bench")
+        what = (_("MLP {layers} x Linear({width}), batch {batch}, {optimizer}, "
+                  "measured on {device}").format(
+            layers=first["layers"], width=first["width"], batch=first["batch"],
+            optimizer=first["optimizer"], device=first["device"]) if "width" in first
+                else _("{config}: recorded bench").format(config=config))
         titles.append(title if title and i == 0 else what)
         if words:
             t_ax.set_title(titles[-1], loc="left", fontsize=11)
     if words:
-        fig.legend(list(handles.values()), [_PART_LABELS[k] for k in handles],
+        fig.legend(list(handles.values()), [_(_PART_LABELS[k]) for k in handles],
                    loc="lower center", ncol=3, fontsize=8, frameon=False)
     return {"titles": titles, "notes": notes, "parts": list(handles)}
 
@@ -182,10 +187,11 @@ def legend_html(parts: Sequence[str], note: str = "") -> str:
                 f'background:{color};margin-right:5px;vertical-align:-1px"></span>'
                 if color else '<b style="margin-right:5px">|</b>')
         items.append(f'<span style="margin-right:16px;white-space:nowrap">{mark}'
-                     f"{html.escape(_PART_LABELS[part])}</span>")
-    head = f'<div style="color:#555">time: {html.escape(note)}</div>' if note else ""
+                     f"{html.escape(_(_PART_LABELS[part]))}</span>")
+    head = (f'<div style="color:#555">{_("time:")} {html.escape(note)}</div>'
+            if note else "")
     return (f'<div style="font-size:12px;padding-left:60px">{head}'
-            f'memory: {"".join(items)}</div>')
+            f'{_("memory:")} {"".join(items)}</div>')
 
 
 def _speed_groups(rows: list[dict]) -> list[int]:

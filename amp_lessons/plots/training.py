@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from matplotlib.figure import Figure
 
+from amp_lessons.i18n import _
 from amp_lessons.train import StepRecord
 
 
@@ -44,10 +45,11 @@ def plot_losses(records_by_precision: dict[str, Sequence[StepRecord]], ax=None):
             ax.plot([r.step for r in skipped],
                     [r.loss if math.isfinite(r.loss) else float("nan")
                      for r in skipped],
-                    "x", color=line.get_color(), label=f"{name}: skipped step")
+                    "x", color=line.get_color(),
+                    label=_("{name}: skipped step").format(name=name))
     ax.set_yscale("log")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("training loss")
-    ax.set_title("training loss by precision")
+    ax.set_xlabel(_("optimizer step"))
+    ax.set_ylabel(_("training loss"))
+    ax.set_title(_("training loss by precision"))
     ax.legend(fontsize="small")
     return fig

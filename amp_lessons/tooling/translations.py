@@ -18,7 +18,7 @@ Example (``make translations``, after editing an English notebook)::
 
     python -m amp_lessons.tooling.translations update   # new/changed cells into .po
     # ... translate the empty and fuzzy entries of notebooks/es/po/*.po ...
-    python -m amp_lessons.tooling.translations build    # writes notebooks/es/*.ipynb
+    python -m amp_lessons.tooling.translations build    # notebooks/es/*.ipynb, the .mo
     python -m amp_lessons.tooling.translations check    # stale or missing: exit 1
 """
 
@@ -257,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
             link_results()
         else:
             found += problems(path)
+    if args.command == "build":  # the package's printed strings: its .po -> .mo
+        from amp_lessons import i18n
+
+        print(f"wrote {i18n.compile_catalogue(LANGUAGE).relative_to(ROOT)}")
     for line in found:
         print(line)
     return 1 if found else 0
