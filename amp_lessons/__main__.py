@@ -426,4 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from amp_lessons.distributed import exit_rank
+
+    code = main()
+    exit_rank(code)  # under torchrun: leaves here, past finalization (issue 21)
+    sys.exit(code)

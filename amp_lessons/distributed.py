@@ -127,6 +127,26 @@ def end_groups() -> int:
 atexit.register(end_groups)
 
 
+def exit_rank(code: int | None) -> None:
+    """End a process that torchrun launched, once its work is done: its groups ended
+    (`end_groups`), its output flushed, then ``os._exit``, past interpreter
+    finalization. A group that a DDP or FSDP2 model used cannot be destroyed before
+    exit on torch 2.13 (see ``_ENDED_GROUPS``), and at finalization its gloo threads
+    may free a tensor with the GIL gone, which aborts the rank (SIGABRT, "terminate
+    called without an active exception": issue 21; pytorch/pytorch#179291). A finished
+    rank has nothing left to finalize: every file it writes is closed (written
+    atomically). Outside torchrun it returns and the process exits normally.
+
+    Example (a module's entry point): ``exit_rank(main()); sys.exit(...)``.
+    """
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    end_groups()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code or 0))
+
+
 @dataclass
 class World:
     """The processes of one run: who this one is, how many there are, how they talk.

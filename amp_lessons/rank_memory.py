@@ -258,5 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from amp_lessons.distributed import exit_rank
+
+    code = main()
+    exit_rank(code)  # under torchrun: leaves here, past finalization (issue 21)
+    raise SystemExit(code)
 

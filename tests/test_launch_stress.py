@@ -60,3 +60,12 @@ def test_rank_memory_launch_survives_a_busy_core(capsys):
     print(launch_stress.format_results(results))
     assert [(r["kind"], r["runs"], r["failures"]) for r in results] == [
         ("rank_memory", 3, 0)], results
+
+
+def test_exit_rank_leaves_only_under_torchrun(monkeypatch):
+    """Outside torchrun a module's entry point exits the normal way (exit_rank
+    returns); under it, the rank leaves past finalization (tested by every launch)."""
+    from amp_lessons.distributed import exit_rank
+
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert exit_rank(0) is None
