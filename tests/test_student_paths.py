@@ -21,6 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from student_paths import (
+    answer_wrongly,
     paused_twice,
     run_in_one_kernel,
     unsolved_path,
@@ -31,9 +32,20 @@ from test_notebook_lint import optional_cells
 from amp_lessons.tooling import grading
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = grading.course_notebooks(ROOT / "notebooks")
-GRADED = [p for p in NOTEBOOKS if grading.is_graded(p)]
+ENGLISH = grading.course_notebooks(ROOT / "notebooks")
+# The Spanish edition's paths run on a subset, to keep CI within its budget: the entry
+# lesson and the quick check, the two lessons a Spanish reader of the seed starts with,
+# both graded. Every Spanish lesson runs under nbval.
+SPANISH = [p for p in (ROOT / "notebooks" / "es" / f"{name}.ipynb"
+                       for name in ("00_amp_in_10_minutes", "08_quick_check"))
+           if p.exists()]
+NOTEBOOKS = ENGLISH + SPANISH
+GRADED = [p for p in ENGLISH if grading.is_graded(p)]
 PAUSE_S = 300.0  # a five-minute pause before every cell
+
+
+def lesson_id(path: Path) -> str:
+    return f"es-{path.stem}" if path.parent.name == "es" else path.stem
 
 
 def report(capsys, text: str) -> None:
@@ -45,7 +57,7 @@ def report(capsys, text: str) -> None:
 # Paths 1 and 2: Run All with pauses, then Run All again, in one kernel per lesson
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lesson_id)
 def test_lesson_survives_five_minute_pauses(path, lesson_runs, capsys):
     run = paused_twice(path, lesson_runs, PAUSE_S).run
     report(capsys, f"{path.name}: Run All with pauses {run.pass_seconds(1):.1f} s, "
@@ -56,7 +68,7 @@ def test_lesson_survives_five_minute_pauses(path, lesson_runs, capsys):
                         "cells):\n" + "\n".join(errors))
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lesson_id)
 def test_lesson_runs_twice_in_one_kernel(path, lesson_runs):
     run = paused_twice(path, lesson_runs, PAUSE_S).run
     errors = run.errors(pass_no=2)
@@ -94,6 +106,33 @@ def test_student_edition_runs_unsolved_and_answered_wrongly(path, student_editio
     assert not problems, "\n".join(problems)
 
 
+@pytest.fixture(scope="module")
+def spanish_student_edition(tmp_path_factory) -> dict[str, Path]:
+    """The Spanish subset's student edition, in an nbgrader course of its own (the
+    same lesson names as the English one: `make student EDITION=es`)."""
+    if not SPANISH:
+        pytest.skip("no Spanish edition generated")
+    course = grading.build_course(SPANISH, tmp_path_factory.mktemp("student-course-es"))
+    return {p.stem: p for p in grading.generate_student_edition(course)}
+
+
+@pytest.mark.parametrize("path", SPANISH, ids=lesson_id)
+def test_spanish_edition_runs_unsolved_and_wrong_with_spanish_hints(
+        path, spanish_student_edition):
+    released = spanish_student_edition[path.stem]
+    run, _ = unsolved_path(released)
+    problems = unsolved_path_problems(run)
+    assert not problems, "\n".join(problems)
+    wrong = nbformat.read(released, as_version=4)
+    answer_wrongly(wrong)
+    run_in_one_kernel([wrong], released.parent)
+    printed = "\n".join(o.get("text", "") + o.get("evalue", "") for c in wrong.cells
+                        if grading.is_test_cell(c) for o in c.get("outputs", []))
+    # the checks' tables speak Spanish: their verdict and hint labels
+    assert "casos fallaron" in printed, printed[-2000:]
+    assert "pista" in printed.lower(), printed[-2000:]
+
+
 # ---------------------------------------------------------------------------------
 # Path 4: the core path, the optional parts skipped
 
@@ -106,7 +145,7 @@ def core_path(nb):
     return core
 
 
-WITH_OPTIONAL = [p for p in NOTEBOOKS if optional_cells(nbformat.read(p, 4))]
+WITH_OPTIONAL = [p for p in ENGLISH if optional_cells(nbformat.read(p, 4))]
 
 
 @pytest.mark.parametrize("path", WITH_OPTIONAL, ids=lambda p: p.stem)
