@@ -95,6 +95,14 @@ def test_code_is_the_english_code(path):
     assert sum(switch in c.source for c in spanish.cells) == 1
 
 
+def test_pending_lessons_are_exactly_the_untranslated_ones():
+    """A lesson leaves PENDING once its catalogue is complete, and only then."""
+    pending = [p for p in translations.english_notebooks(pending=True)
+               if p.stem in translations.PENDING]
+    assert pending and all(translations.problems(p) for p in pending)
+    assert not any((translations.EDITION / p.name).exists() for p in pending)
+
+
 def test_the_glossary_terms_are_used():
     text = "\n".join(c.source for p in ENGLISH for c in
                      nbformat.read(translations.EDITION / p.name, 4).cells).lower()
