@@ -19,7 +19,6 @@ from amp_lessons.checks._engine import (
     as_choice,
     grade,
     same_float,
-    show_value,
 )
 from amp_lessons.checks.quiz import _answered_row, _question_row
 from amp_lessons.checks.step_order import (
@@ -31,6 +30,7 @@ from amp_lessons.checks.step_order import (
     _ZERO,
     _live_error,
     _order_run,
+    _read_order,
 )
 from amp_lessons.formats import same_bits
 from amp_lessons.i18n import N_, _
@@ -117,22 +117,9 @@ def _rules() -> list[tuple[str, str, str]]:
 
 
 def _order_of(seed_loop_order: Callable) -> tuple[list[str], Row]:
-    got = answer_of_type(
-        seed_loop_order, list | tuple, "list", N_("a list of the names in ENTRY_STEPS")
-    )
-    order = [as_choice(s, ENTRY_STEPS) for s in got]
-    unknown = [show_value(s, 30) for s, name in zip(got, order, strict=True)
-               if name is None]
-    order = [name for name in order if name is not None]
-    missing = [repr(s) for s in ENTRY_STEPS if s not in order]
-    twice = [repr(s) for s in ENTRY_STEPS if order.count(s) > 1]
-    problems = ((_("not in ENTRY_STEPS"), unknown), (_("missing"), missing),
-                (_("more than once"), twice))
-    hint = "; ".join(f"{what}: {', '.join(items)}" for what, items in problems if items)
-    complete = not hint
-    row = Row(_("each of the 5 calls once"), _("yes"),
-              _("yes") if complete else _("no"), complete, hint)
-    return order, row
+    return _read_order(seed_loop_order, ENTRY_STEPS,
+                       N_("a list of the names in ENTRY_STEPS"),
+                       _("not in ENTRY_STEPS"), _("each of the 5 calls once"))
 
 
 def _zero_grad_row(order: list[str]) -> Row:

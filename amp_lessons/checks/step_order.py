@@ -77,36 +77,32 @@ def _order_rules() -> list[tuple[str, str, str]]:
     ]  # fmt: skip
 
 
-def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
-    got = answer_of_type(
-        amp_step_order, list | tuple, "list", N_("a list of the names in AMP_STEPS")
-    )
+def _read_order(fn: Callable, steps: Sequence[str], wanted: str, not_in: str,
+                case: str) -> tuple[list[str], Row]:
+    """The step names ``fn`` returns, and the row that says whether each of ``steps``
+    is there once and nothing else (``wanted``: the type hint's words; ``not_in``,
+    ``case``: the row's labels, translated by the caller)."""
+    got = answer_of_type(fn, list | tuple, "list", wanted)
     # each name as a plain str, compared by its characters; anything else is unknown
-    order = [as_choice(s, AMP_STEPS) for s in got]
+    order = [as_choice(s, steps) for s in got]
     unknown = [show_value(s, 30) for s, name in zip(got, order, strict=True)
                if name is None]
     order = [name for name in order if name is not None]
-    missing = [repr(s) for s in AMP_STEPS if s not in order]
-    twice = [repr(s) for s in AMP_STEPS if order.count(s) > 1]
-    complete = not (unknown or missing or twice)
-    hint = "; ".join(
-        f"{what}: {', '.join(items)}"
-        for what, items in (
-            (_("not in AMP_STEPS"), unknown),
-            (_("missing"), missing),
-            (_("more than once"), twice),
-        )
-        if items
-    )
-    rows = [
-        Row(
-            _("each of the 7 steps once"),
-            _("yes"),
-            _("yes") if complete else _("no"),
-            complete,
-            hint,
-        )
-    ]
+    missing = [repr(s) for s in steps if s not in order]
+    twice = [repr(s) for s in steps if order.count(s) > 1]
+    problems = ((not_in, unknown), (_("missing"), missing),
+                (_("more than once"), twice))
+    hint = "; ".join(f"{what}: {', '.join(items)}" for what, items in problems if items)
+    complete = not hint
+    return order, Row(case, _("yes"), _("yes") if complete else _("no"), complete, hint)
+
+
+def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
+    order, row = _read_order(amp_step_order, AMP_STEPS,
+                             N_("a list of the names in AMP_STEPS"),
+                             _("not in AMP_STEPS"), _("each of the 7 steps once"))
+    complete = row.ok
+    rows = [row]
     if hidden:
         return rows + _order_run_rows(order if complete else None)
     for first, then, why in _order_rules():
