@@ -1,33 +1,33 @@
 """AMP from the bits up: the package behind the mixed-precision notebooks.
 
-One module per concept, in teaching order (the lesson that teaches it in brackets):
-``device`` (00: the machine report, ``resolve_device``, ``EMULATION_NOTE``), ``formats``
-(01: number formats, the one format lookup and bit-equality oracle), ``underflow`` (02),
-``scaler`` (03: LossScaler) with ``scaler_vs_torch`` (03: checks it against torch bit
-for bit) and ``scaler_bench``, ``autocast`` (04: the per-op dtype table) with
-``autocast_demos`` (04: traces, regions, custom functions, casts), ``precision`` (05:
-the precision table, autocast context, scaler factory, TF32), ``models`` (MLP, GPT,
-synthetic data), ``train`` (05: the loop) with ``checkpoints`` (05: its checkpoints) and
-``output_files`` (paths checked first, atomic writes), ``memory`` (06), ``bench`` (06:
-timing, the benchmark) with ``bench_results`` (06: recorded results), ``clinic`` (07,
-and lesson 09's table of real-world problems), ``quiz`` (08), ``practice`` (09: several
-losses and optimizers, gradient penalty, schedulers), ``compiled`` (09: torch.compile),
-``nan_hunt`` (09: finding the first inf), ``reproductions`` (09: the real-world problems
-reproduced), ``distributed`` (10: the loop under torchrun, DDP, FSDP2, DCP checkpoints)
-with ``rank_memory`` (10: bytes per rank) and ``accelerate_loop`` (10: the same task
-under Hugging Face Accelerate), ``fp8`` (11: per-tensor scales and a Float8Linear from
-scratch) with ``fp8_vs_torchao`` (11: checks it against torchao), ``fp8_scaling`` (11:
-delayed and rowwise scales) and ``bench_fp8`` (the bench's fp8 row); beside them
-``plots`` (every plot), ``widgets`` (the explorers) and ``checks`` (the exercise
-graders, a package: ``_engine`` plus one module per lesson). Course tooling lives apart
-in ``tooling`` (``bootstrap``, ``lab``, ``grading``); ``grading`` here is its command-
-line entry point. ``gpu_check`` is the whole GPU proof in one run (``python -m
-amp_lessons gpu-check``), with ``gpu_report`` (its goals and one-page summary).
+Four layers, each a subpackage; a layer imports only the ones below it (import-linter's
+contract in pyproject.toml holds this):
 
-Import the module you need, e.g. ``from amp_lessons.formats import decompose``; nothing
-heavy is imported here. ``set_language("es")`` (from ``i18n``, standard library only)
-makes the checks, widgets and plots speak Spanish, as the Spanish edition's notebooks
-do in their first cell.
+- ``core``: the AMP library a learner reuses, one module per concept in teaching order:
+  ``device`` (00), ``formats`` (01), ``underflow`` (02), ``scaler`` (03: LossScaler),
+  ``autocast`` (04: the per-op dtype table), ``precision`` (05), ``models``, ``train``
+  with ``checkpoints`` and ``output_files`` (05), ``memory`` (06), ``nan_hunt`` (09),
+  ``distributed`` (10: torchrun, DDP, FSDP2, DCP), ``fp8`` with ``fp8_scaling`` and
+  ``fp8_vs_torchao`` (11).
+- ``measure``: ``bench`` (fp32 vs fp16 vs bf16 in one run) with ``bench_results``,
+  ``bench_fp8`` and ``scaler_bench``; ``gpu_check`` (the whole GPU proof in one run,
+  ``python -m amp_lessons gpu-check``) with ``gpu_report``.
+- ``teaching``: the lessons' material: ``autocast_demos`` (04), ``scaler_vs_torch``
+(03),
+  ``clinic`` (07, 09), ``quiz`` (08), ``practice``, ``compiled`` and ``reproductions``
+  (09), ``rank_memory`` and ``accelerate_loop`` (10), ``plots``, ``widgets`` and
+  ``checks`` (the exercise graders: ``_engine`` plus one module per lesson).
+- ``tooling``: ``bootstrap``, ``lab``, ``grading``, ``site``, ``colab`` and
+  ``translations``.
+
+Beside them: ``i18n`` (standard library only; ``set_language("es")`` makes the checks,
+widgets and plots speak Spanish, as the Spanish notebooks do in their first cell),
+``grading`` (the ``python -m amp_lessons.grading`` entry point) and ``formats``,
+``scaler``, ``memory`` and ``fp8``: the names COURSE.md's public API promises, each the
+very ``core`` module under its old name.
+
+Import the module you need, e.g. ``from amp_lessons.core.formats import decompose``;
+nothing heavy is imported here.
 """
 
 __all__ = ["language", "set_language"]

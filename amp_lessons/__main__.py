@@ -26,9 +26,9 @@ import time
 import warnings
 from collections.abc import Sequence
 
-from amp_lessons.distributed import MODES, World
-from amp_lessons.precision import PRECISIONS, SCALERS
-from amp_lessons.train import TASKS
+from amp_lessons.core.distributed import MODES, World
+from amp_lessons.core.precision import PRECISIONS, SCALERS
+from amp_lessons.core.train import TASKS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(commands.add_parser(
         "train", help="train a synthetic task with the AMP loop, printing loss, "
                       "scale and skipped steps",
-        description="The real AMP loop (amp_lessons.train) on a built-in synthetic "
-                    "task: nothing is downloaded."))
+        description="The real AMP loop (amp_lessons.core.train) on a built-in "
+                    "synthetic task: nothing is downloaded."))
     _add_bench(commands.add_parser(
         "bench", help="time fp32/tf32/fp16/bf16 (and fp8 on Ada/Hopper GPUs) "
                       "training steps and measure memory (--json for a results file)",
@@ -139,7 +139,7 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                         "off (default: %(default)s)")
     p.add_argument("--scaler", choices=SCALERS, default="auto",
                    help="auto: torch.amp.GradScaler for fp16 only; ours: "
-                        "amp_lessons.scaler.LossScaler; none: fp16 unscaled "
+                        "amp_lessons.core.scaler.LossScaler; none: fp16 unscaled "
                         "(default: %(default)s)")
     p.add_argument("--init-scale", type=finite_positive_float, default=2.0**16,
                    help="initial loss scale (default: %(default)g)")
@@ -171,7 +171,7 @@ def _add_train(p: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    from amp_lessons.bench import CONFIGS
+    from amp_lessons.measure.bench import CONFIGS
 
     p.add_argument("--device", default="auto",
                    help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
@@ -205,7 +205,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 def _add_gpu_check(p: argparse.ArgumentParser) -> None:
-    from amp_lessons.gpu_check import BUDGET_S
+    from amp_lessons.measure.gpu_check import BUDGET_S
 
     p.add_argument("--out", metavar="DIR", default=None,
                    help="where the results go (default: notebooks/results)")
@@ -231,10 +231,10 @@ SIZE_FLAGS = (
 def run_train(args: argparse.Namespace) -> int:
     import torch
 
-    from amp_lessons.device import resolve_device
-    from amp_lessons.output_files import validate_output_path, write_atomically
-    from amp_lessons.precision import make_scaler, resolve_precision
-    from amp_lessons.train import (
+    from amp_lessons.core.device import resolve_device
+    from amp_lessons.core.output_files import validate_output_path, write_atomically
+    from amp_lessons.core.precision import make_scaler, resolve_precision
+    from amp_lessons.core.train import (
         TrainConfig,
         train,
         validate_checkpoint_path,
@@ -324,9 +324,9 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from amp_lessons import bench, bench_results
-    from amp_lessons.device import resolve_device
-    from amp_lessons.output_files import validate_output_path
+    from amp_lessons.core.device import resolve_device
+    from amp_lessons.core.output_files import validate_output_path
+    from amp_lessons.measure import bench, bench_results
 
     overrides: dict[str, dict[str, int]] = {}
     for flag, config, key in SIZE_FLAGS:
@@ -368,7 +368,7 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from amp_lessons import gpu_check
+    from amp_lessons.measure import gpu_check
 
     if args.budget <= 0:
         raise ValueError(f"--budget must be > 0 seconds, got {args.budget:g}")
@@ -377,7 +377,7 @@ def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         import tempfile
         from pathlib import Path
 
-        from amp_lessons.bench_results import RESULTS_DIR
+        from amp_lessons.measure.bench_results import RESULTS_DIR
 
         info = gpu_check.gpu_info() or {"name": "a CUDA GPU (none here)"}
         steps = gpu_check.plan_steps(info, Path(args.out or RESULTS_DIR),
@@ -407,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 return run_train(args)
             finally:  # its result (model, optimizer) is gone: destroy ended groups
-                from amp_lessons.distributed import end_groups
+                from amp_lessons.core.distributed import end_groups
 
                 end_groups()  # here, not at interpreter exit (issue 21)
         if args.command == "gpu-check":
@@ -426,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from amp_lessons.distributed import exit_rank
+    from amp_lessons.core.distributed import exit_rank
 
     code = main()
     exit_rank(code)  # under torchrun: leaves here, past finalization (issue 21)

@@ -1,18 +1,18 @@
-"""amp_lessons.accelerate_loop: on one process Accelerate gives the course loop's losses
-bit for bit, and what it does under the hood is what the lesson says."""
+"""amp_lessons.teaching.accelerate_loop: on one process Accelerate gives the course
+loop's losses bit for bit, and what it does under the hood is what the lesson says."""
 
 import pytest
 import torch
 
 pytest.importorskip("accelerate")
 
-from amp_lessons.accelerate_loop import (  # noqa: E402
+from amp_lessons.core.train import TrainConfig, train  # noqa: E402
+from amp_lessons.teaching.accelerate_loop import (  # noqa: E402
     accelerator_for,
     skipped_step_demo,
     train_with_accelerate,
     under_the_hood,
 )
-from amp_lessons.train import TrainConfig, train  # noqa: E402
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

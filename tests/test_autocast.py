@@ -1,4 +1,5 @@
-"""amp_lessons.autocast: the live per-op dtype table, its renderers, run_under_autocast.
+"""amp_lessons.core.autocast: the live per-op dtype table, its renderers,
+run_under_autocast.
 
 Expected dtypes come from direct runs of torch ops under torch.amp.autocast and from
 PyTorch's documented autocast lists, never from the module under test.
@@ -8,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from amp_lessons import autocast as ac
+from amp_lessons.core import autocast as ac
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 

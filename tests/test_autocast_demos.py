@@ -1,4 +1,5 @@
-"""amp_lessons.autocast_demos: dtype traces, nested regions, custom functions, casts.
+"""amp_lessons.teaching.autocast_demos: dtype traces, nested regions, custom functions,
+casts.
 
 Expected dtypes come from direct runs of torch ops under torch.amp.autocast and from
 PyTorch's documented autocast behaviour, never from the module under test.
@@ -8,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from amp_lessons import autocast_demos as ad
+from amp_lessons.teaching import autocast_demos as ad
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 

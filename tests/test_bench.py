@@ -7,10 +7,14 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from amp_lessons import bench
-from amp_lessons.memory import activation_bytes, format_bytes, optimizer_state_bytes
-from amp_lessons.models import MLP
-from amp_lessons.precision import PRECISIONS
+from amp_lessons.core.memory import (
+    activation_bytes,
+    format_bytes,
+    optimizer_state_bytes,
+)
+from amp_lessons.core.models import MLP
+from amp_lessons.core.precision import PRECISIONS
+from amp_lessons.measure import bench
 
 TINY = {"mlp": {"width": 32, "layers": 3, "batch": 8},
         "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16,
@@ -235,7 +239,7 @@ def test_bf16_is_faster_and_smaller_on_a_tensor_core_gpu(cuda_rows):
 def test_tf32_mode_really_changes_cuda_matmuls():
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("TF32 needs compute capability 8.0+")
-    from amp_lessons.precision import tf32_mode
+    from amp_lessons.core.precision import tf32_mode
 
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(1024, 1024, device="cuda", generator=g)

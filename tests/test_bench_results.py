@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from amp_lessons import bench_results
+from amp_lessons.measure import bench_results
 
 TINY = {"mlp": {"width": 32, "layers": 3, "batch": 8}}
 REPO_RESULTS = Path(__file__).resolve().parent.parent / "notebooks" / "results"

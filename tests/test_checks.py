@@ -1,8 +1,8 @@
-"""The grading engine (amp_lessons.checks._engine), through real graders: a student's
-exception is a failed case with its message, a non-function is a failed case, nothing
-the student's code prints or warns reaches stderr, and the answers students really
-write (a next() that finds nothing, a huge int, a list where a key was asked, an exit)
-fail with a hint instead of crashing the check. tests/test_checks_fuzz.py does the
+"""The grading engine (amp_lessons.teaching.checks._engine), through real graders: a
+student's exception is a failed case with its message, a non-function is a failed case,
+nothing the student's code prints or warns reaches stderr, and the answers students
+really write (a next() that finds nothing, a huge int, a list where a key was asked, an
+exit) fail with a hint instead of crashing the check. tests/test_checks_fuzz.py does the
 same for every grader and far more answers.
 
 Each lesson's graders have their own file, tests/test_checks_<lesson>.py, with the
@@ -20,9 +20,9 @@ from test_checks_formats import decode_fp16
 from test_checks_loop import amp_step_order, amp_train_step
 from test_checks_memory import memory_budget
 
-from amp_lessons import checks
-from amp_lessons.checks import AUTOCAST_OPS
-from amp_lessons.quiz import QUESTIONS
+from amp_lessons.teaching import checks
+from amp_lessons.teaching.checks import AUTOCAST_OPS
+from amp_lessons.teaching.quiz import QUESTIONS
 
 
 def test_other_exception_is_a_failed_case_with_its_message(capsys):

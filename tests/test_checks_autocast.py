@@ -1,12 +1,13 @@
-"""Lesson 04's grader (amp_lessons.checks.autocast): reference, known-wrong answers with
-their hints, the stub, and expected dtypes read live from this torch's CPU autocast."""
+"""Lesson 04's grader (amp_lessons.teaching.checks.autocast): reference, known-wrong
+answers with their hints, the stub, and expected dtypes read live from this torch's CPU
+autocast."""
 
 import pytest
 import torch
 from grader_harness import grader_tests
 
-from amp_lessons.checks import AUTOCAST_OPS, check_autocast_dtypes
-from amp_lessons.checks import autocast as graders
+from amp_lessons.teaching.checks import AUTOCAST_OPS, check_autocast_dtypes
+from amp_lessons.teaching.checks import autocast as graders
 
 # --- reference solutions (copy into the solution cells) -------------------------
 

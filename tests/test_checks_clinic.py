@@ -1,13 +1,13 @@
-"""Lesson 07's grader (amp_lessons.checks.clinic): reference, known-wrong answers with
-their clues, the stub, and the clinic's texts (amp_lessons.clinic) quoting torch's own
-error messages."""
+"""Lesson 07's grader (amp_lessons.teaching.checks.clinic): reference, known-wrong
+answers with their clues, the stub, and the clinic's texts (amp_lessons.teaching.clinic)
+quoting torch's own error messages."""
 
 import pytest
 from grader_harness import grader_tests
 
-from amp_lessons.checks import check_clinic_diagnosis
-from amp_lessons.checks.step_order import _live_error
-from amp_lessons.clinic import CAUSES, DIAGNOSES, SYMPTOMS, clinic_text
+from amp_lessons.teaching.checks import check_clinic_diagnosis
+from amp_lessons.teaching.checks.step_order import _live_error
+from amp_lessons.teaching.clinic import CAUSES, DIAGNOSES, SYMPTOMS, clinic_text
 
 # --- reference solutions (copy into the solution cells) -------------------------
 

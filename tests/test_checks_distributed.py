@@ -1,12 +1,13 @@
-"""Lesson 10's grader (amp_lessons.checks.distributed): reference, known-wrong answers
-with their hints, the stub, and any odd return value or exception as a failed case."""
+"""Lesson 10's grader (amp_lessons.teaching.checks.distributed): reference, known-wrong
+answers with their hints, the stub, and any odd return value or exception as a failed
+case."""
 
 import math
 
 import pytest
 from grader_harness import grader_tests
 
-from amp_lessons.checks import check_rank_bytes
+from amp_lessons.teaching.checks import check_rank_bytes
 
 # --- reference solution (copy into the solution cell) ----------------------------
 

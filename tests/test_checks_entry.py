@@ -1,6 +1,6 @@
-"""The entry lesson's graders (amp_lessons.checks.entry): reference, known-wrong answers
-with their hints, the stub, a table that never gives the answer away, and the notebook
-grading them in the locked form."""
+"""The entry lesson's graders (amp_lessons.teaching.checks.entry): reference,
+known-wrong answers with their hints, the stub, a table that never gives the answer
+away, and the notebook grading them in the locked form."""
 
 import json
 from pathlib import Path
@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from grader_harness import grader_tests, other_correct_test
 
-from amp_lessons.checks import (
+from amp_lessons.teaching.checks import (
     ENTRY_QUESTIONS,
     ENTRY_STEPS,
     check_entry_quiz,
     check_entry_step_order,
     entry_quiz_text,
 )
-from amp_lessons.quiz import QUESTIONS
+from amp_lessons.teaching.quiz import QUESTIONS
 
 NOTEBOOK = (Path(__file__).resolve().parent.parent / "notebooks"
             / "00_amp_in_10_minutes.ipynb")

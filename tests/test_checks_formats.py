@@ -1,4 +1,4 @@
-"""Lesson 01's graders (amp_lessons.checks.formats): each passes its reference
+"""Lesson 01's graders (amp_lessons.teaching.checks.formats): each passes its reference
 solution, rejects each known-wrong answer with its own hint, says "not attempted" for
 the stub, and expects what torch's float16 does."""
 
@@ -7,13 +7,13 @@ import math
 import torch
 from grader_harness import grader_tests
 
-from amp_lessons.checks import (
+from amp_lessons.teaching.checks import (
     check_decode_fp16,
     check_fp16_spacing,
     check_round_to_fp16,
 )
-from amp_lessons.checks import formats as graders
-from amp_lessons.checks._engine import same_float
+from amp_lessons.teaching.checks import formats as graders
+from amp_lessons.teaching.checks._engine import same_float
 
 # --- reference solutions (copy into the solution cells) -------------------------
 

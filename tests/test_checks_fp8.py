@@ -1,14 +1,15 @@
-"""Lesson 11's grader (amp_lessons.checks.fp8): the reference passes, each known-wrong
-answer is rejected with its own hint, the stub is "not attempted", and the expected
-answers are amp_lessons.fp8's (checked against torchao in tests/test_fp8.py)."""
+"""Lesson 11's grader (amp_lessons.teaching.checks.fp8): the reference passes, each
+known-wrong answer is rejected with its own hint, the stub is "not attempted", and the
+expected answers are amp_lessons.core.fp8's (checked against torchao in
+tests/test_fp8.py)."""
 
 import pytest
 import torch
 from grader_harness import grader_tests, other_correct_test
 
-from amp_lessons.checks import check_fp8_cast
-from amp_lessons.checks import fp8 as graders
-from amp_lessons.fp8 import E4M3, E5M2, cast_to_fp8, scale_from_amax
+from amp_lessons.core.fp8 import E4M3, E5M2, cast_to_fp8, scale_from_amax
+from amp_lessons.teaching.checks import check_fp8_cast
+from amp_lessons.teaching.checks import fp8 as graders
 
 # --- reference solution (copy into the solution cell) -----------------------------
 

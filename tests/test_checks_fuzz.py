@@ -1,5 +1,5 @@
-"""Every grader that `amp_lessons.checks` exports, fed hostile answers and run from a
-hostile notebook state.
+"""Every grader that `amp_lessons.teaching.checks` exports, fed hostile answers and run
+from a hostile notebook state.
 
 Hostile answers: functions that return None, huge ints, nan, unhashable or
 always-equal objects, objects whose every method raises, tensors of the wrong dtype,
@@ -31,9 +31,9 @@ import pytest
 import torch
 from torch import nn
 
-from amp_lessons import checks
-from amp_lessons.clinic import CAUSES
-from amp_lessons.quiz import QUESTIONS
+from amp_lessons.teaching import checks
+from amp_lessons.teaching.clinic import CAUSES
+from amp_lessons.teaching.quiz import QUESTIONS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest.py
 

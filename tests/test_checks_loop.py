@@ -1,14 +1,19 @@
-"""Lesson 05's graders (amp_lessons.checks.step_order, amp_lessons.checks.train_step):
-reference, known-wrong answers with their hints, the stub, and reference runs with a
-real torch.amp.GradScaler that overflow, back off and grow."""
+"""Lesson 05's graders (amp_lessons.teaching.checks.step_order,
+amp_lessons.teaching.checks.train_step): reference, known-wrong answers with their
+hints, the stub, and reference runs with a real torch.amp.GradScaler that overflow, back
+off and grow."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from grader_harness import grader_tests, other_correct_test
 
-from amp_lessons.checks import AMP_STEPS, check_amp_step_order, check_amp_train_step
-from amp_lessons.checks import train_step as graders
+from amp_lessons.teaching.checks import (
+    AMP_STEPS,
+    check_amp_step_order,
+    check_amp_train_step,
+)
+from amp_lessons.teaching.checks import train_step as graders
 
 # --- reference solutions (copy into the solution cells) -------------------------
 

@@ -1,13 +1,13 @@
-"""Lesson 06's grader (amp_lessons.checks.memory): reference, known-wrong answers with
-their hints, the stub, and a budget measured on a real model."""
+"""Lesson 06's grader (amp_lessons.teaching.checks.memory): reference, known-wrong
+answers with their hints, the stub, and a budget measured on a real model."""
 
 import re
 
 import pytest
 from grader_harness import grader_tests
 
-from amp_lessons.checks import check_memory_budget
-from amp_lessons.checks import memory as graders
+from amp_lessons.teaching.checks import check_memory_budget
+from amp_lessons.teaching.checks import memory as graders
 
 # --- reference solutions (copy into the solution cells) -------------------------
 

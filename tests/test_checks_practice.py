@@ -1,6 +1,6 @@
-"""Lesson 09's graders (amp_lessons.checks.practice): reference, known-wrong answers
-with their hints, the stub, answers that raise or return anything at all, and the
-fixed state the references run in."""
+"""Lesson 09's graders (amp_lessons.teaching.checks.practice): reference, known-wrong
+answers with their hints, the stub, answers that raise or return anything at all, and
+the fixed state the references run in."""
 
 import sys
 
@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from grader_harness import grader_tests
 
-from amp_lessons.checks import check_first_overflow, check_gan_step
-from amp_lessons.nan_hunt import OverflowDetector
+from amp_lessons.core.nan_hunt import OverflowDetector
+from amp_lessons.teaching.checks import check_first_overflow, check_gan_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,7 +1,7 @@
-"""Lesson 08's grader (amp_lessons.checks.quiz): reference, known-wrong answers with the
-reason for each wrong choice, the stub, the questions of amp_lessons.quiz, and fair
-grading: one point per question in notebook 08, and no table that prints the right
-letter."""
+"""Lesson 08's grader (amp_lessons.teaching.checks.quiz): reference, known-wrong answers
+with the reason for each wrong choice, the stub, the questions of
+amp_lessons.teaching.quiz, and fair grading: one point per question in notebook 08, and
+no table that prints the right letter."""
 
 import contextlib
 import io
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from grader_harness import grader_tests
 
-from amp_lessons.checks import check_quick_check
-from amp_lessons.quiz import QUESTIONS, QUICK_CHECK, quick_check_text
+from amp_lessons.teaching.checks import check_quick_check
+from amp_lessons.teaching.quiz import QUESTIONS, QUICK_CHECK, quick_check_text
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "08_quick_check.ipynb"
 

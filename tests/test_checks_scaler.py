@@ -1,6 +1,6 @@
-"""Lesson 03's graders (amp_lessons.checks.scaler): reference, known-wrong answers with
-their hints, the stub, and expectations from a real torch.amp.GradScaler, which the
-lesson's `amp_lessons.scaler.next_scale` must agree with."""
+"""Lesson 03's graders (amp_lessons.teaching.checks.scaler): reference, known-wrong
+answers with their hints, the stub, and expectations from a real torch.amp.GradScaler,
+which the lesson's `amp_lessons.core.scaler.next_scale` must agree with."""
 
 import json
 import math
@@ -11,9 +11,9 @@ import pytest
 import torch
 from grader_harness import grader_tests, other_correct_test
 
-from amp_lessons.checks import check_unscale, check_update_rule
-from amp_lessons.checks import scaler as graders
-from amp_lessons.scaler import next_scale
+from amp_lessons.core.scaler import next_scale
+from amp_lessons.teaching.checks import check_unscale, check_update_rule
+from amp_lessons.teaching.checks import scaler as graders
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_loss_scaling.ipynb"
 

@@ -1,14 +1,17 @@
-"""Lesson 02's graders (amp_lessons.checks.underflow): reference, known-wrong answers
-with their hints, the stub, and expectations that come from torch's fp16 cast through
-the lesson's own `amp_lessons.underflow.underflow_fraction`."""
+"""Lesson 02's graders (amp_lessons.teaching.checks.underflow): reference, known-wrong
+answers with their hints, the stub, and expectations that come from torch's fp16 cast
+through the lesson's own `amp_lessons.core.underflow.underflow_fraction`."""
 
 import math
 
 import torch
 from grader_harness import grader_tests, other_correct_test
 
-from amp_lessons.checks import check_choose_loss_scale, check_underflow_fraction
-from amp_lessons.checks import underflow as graders
+from amp_lessons.teaching.checks import (
+    check_choose_loss_scale,
+    check_underflow_fraction,
+)
+from amp_lessons.teaching.checks import underflow as graders
 
 # --- reference solutions (copy into the solution cells) -------------------------
 
@@ -116,8 +119,8 @@ def test_loss_scale_edge_cases_straddle_65504():
 
 
 def test_expectations_are_the_lessons_underflow_fraction():
-    """The grader's expected fraction is amp_lessons.underflow.underflow_fraction; on
-    every case it equals the exercise's definition computed directly with torch."""
+    """The grader's expected fraction is amp_lessons.core.underflow.underflow_fraction;
+    on every case it equals the exercise's definition computed directly with torch."""
     cases = graders._underflow_cases(hidden=False) + graders._underflow_cases(True)
     for _, grads, scale in cases:
         nonzero = grads != 0

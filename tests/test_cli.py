@@ -12,9 +12,10 @@ import sys
 import pytest
 import torch
 
-from amp_lessons import bench_results, train
 from amp_lessons.__main__ import main
-from amp_lessons.distributed import fsdp2_unsupported_reason
+from amp_lessons.core import train
+from amp_lessons.core.distributed import fsdp2_unsupported_reason
+from amp_lessons.measure import bench_results
 
 TINY_BENCH = ["--mlp-width", "32", "--mlp-batch", "8", "--gpt-layers", "1",
               "--gpt-embd", "16", "--gpt-block", "16", "--gpt-batch", "2",
@@ -312,7 +313,7 @@ def test_files_are_written_with_the_users_umask(umask, tmp_path, capsys):
 KILLED_SAVE = """
 import sys, time
 import torch
-from amp_lessons import train
+from amp_lessons.core import train
 
 def hangs(state, f):
     f.write(b"half a checkpoint")

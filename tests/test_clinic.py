@@ -1,5 +1,6 @@
-"""Tests for amp_lessons.clinic: each reproduction against the same thing written
-directly with torch, and the symptoms (clinic.SYMPTOMS) against what torch raises."""
+"""Tests for amp_lessons.teaching.clinic: each reproduction against the same thing
+written directly with torch, and the symptoms (clinic.SYMPTOMS) against what torch
+raises."""
 
 import math
 
@@ -8,10 +9,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amp_lessons import autocast as ac
-from amp_lessons import clinic as cl
-from amp_lessons import train as tr
-from amp_lessons.clinic import SYMPTOMS
+from amp_lessons.core import autocast as ac
+from amp_lessons.core import train as tr
+from amp_lessons.teaching import clinic as cl
+from amp_lessons.teaching.clinic import SYMPTOMS
 
 fp16, bf16 = torch.float16, torch.bfloat16
 

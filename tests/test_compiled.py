@@ -1,5 +1,6 @@
-"""Tests for amp_lessons.compiled: the timing record's arithmetic, eager and compiled
-results compared, and the autocast-disabled-region bug of this torch with its fix."""
+"""Tests for amp_lessons.teaching.compiled: the timing record's arithmetic, eager and
+compiled results compared, and the autocast-disabled-region bug of this torch with its
+fix."""
 
 import functools
 import math
@@ -7,7 +8,7 @@ import math
 import pytest
 import torch
 
-from amp_lessons import compiled as cp
+from amp_lessons.teaching import compiled as cp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

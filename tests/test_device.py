@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from amp_lessons.device import (
+from amp_lessons.core.device import (
     cpu_matmul_emulated,
     cuda_bf16_native,
     describe_machine,
@@ -52,7 +52,7 @@ def test_meaning_on_a_cpu_without_bf16_warns_of_slowness():
 
 
 def test_report_says_emulated_exactly_when_onednn_cannot_run_bf16():
-    from amp_lessons.device import cpu_matmul_emulated
+    from amp_lessons.core.device import cpu_matmul_emulated
 
     assert describe_machine().cpu_bf16_emulated == cpu_matmul_emulated(torch.bfloat16)
 
@@ -68,7 +68,7 @@ def test_meaning_on_an_old_gpu_suggests_fp16():
 def test_cpu_matmul_emulated_matches_onednn_and_the_clock():
     import pytest
 
-    from amp_lessons.bench import cpu_threads, time_steps
+    from amp_lessons.measure.bench import cpu_threads, time_steps
 
     assert cpu_matmul_emulated(torch.float32) is False
     assert cpu_matmul_emulated(torch.bfloat16) is (

@@ -1,4 +1,4 @@
-"""amp_lessons.distributed in one process: the World's arithmetic, wrapping, DCP
+"""amp_lessons.core.distributed in one process: the World's arithmetic, wrapping, DCP
 checkpoints, the FSDP2 version gate and the torchrun launcher. Runs across real
 processes live in test_train_distributed.py."""
 
@@ -7,10 +7,16 @@ import sys
 import pytest
 import torch
 
-from amp_lessons import distributed
-from amp_lessons.distributed import World, launch, start_world, world_of, wrap_model
-from amp_lessons.models import MLP
-from amp_lessons.precision import PRECISIONS, autocast_context
+from amp_lessons.core import distributed
+from amp_lessons.core.distributed import (
+    World,
+    launch,
+    start_world,
+    world_of,
+    wrap_model,
+)
+from amp_lessons.core.models import MLP
+from amp_lessons.core.precision import PRECISIONS, autocast_context
 
 CPU = torch.device("cpu")
 
@@ -166,7 +172,7 @@ def test_launch_kills_a_run_past_its_timeout():
 def test_fsdp2_bf16_trains_the_gpt_task_in_one_process(one_thread):
     # inner units hand bf16 on (LayerNorm gets bf16 in, bf16 weight); only the root
     # casts its output to fp32 for the loss
-    from amp_lessons.train import TrainConfig, train
+    from amp_lessons.core.train import TrainConfig, train
 
     result = train(TrainConfig(task="gpt", device="cpu", precision="bf16",
                                distributed="fsdp2", num_steps=3, batch_size=4,
@@ -176,7 +182,7 @@ def test_fsdp2_bf16_trains_the_gpt_task_in_one_process(one_thread):
 
 
 def test_observe_dtypes_autocast_per_op_policy_per_unit():
-    from amp_lessons.models import GPT
+    from amp_lessons.core.models import GPT
 
     torch.manual_seed(0)
     x = torch.randint(64, (2, 16))

@@ -1,4 +1,5 @@
-"""amp_lessons.formats against PyTorch: torch.finfo, torch's casts, torch.nextafter."""
+"""amp_lessons.core.formats against PyTorch: torch.finfo, torch's casts,
+torch.nextafter."""
 
 import math
 import random
@@ -7,7 +8,7 @@ from itertools import pairwise
 import pytest
 import torch
 
-from amp_lessons.formats import (
+from amp_lessons.core.formats import (
     FORMATS,
     Format,
     decompose,
@@ -261,7 +262,9 @@ def test_skipping_the_fp32_step_is_caught():
     """1 + 2**-11 + 2**-30 rounds to 1 + 2**-11 in fp32, a tie that fp16 sends to 1.0;
     rounded straight from the double it would go up. A check that skipped the fp32
     step would fail here."""
-    from amp_lessons.formats import _encode  # the one-step rounding, to show the trap
+    from amp_lessons.core.formats import (
+        _encode,  # the one-step rounding, to show the trap
+    )
 
     value = 1 + 2.0**-11 + 2.0**-30
     assert torch_bits(value, "fp16") == decompose(value, "fp16").pattern == 0x3C00

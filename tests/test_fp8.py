@@ -1,4 +1,4 @@
-"""amp_lessons.fp8 (+ fp8_scaling, fp8_vs_torchao): the arithmetic against hand
+"""amp_lessons.core.fp8 (+ fp8_scaling, fp8_vs_torchao): the arithmetic against hand
 computations, the twin against torchao bit for bit (skipped, with the install line,
 where torchao is absent), and deliberately wrong variants that the comparison
 rejects, so the comparison is shown able to fail."""
@@ -18,8 +18,8 @@ import pytest
 import torch
 from torch import nn
 
-from amp_lessons import fp8, fp8_scaling, fp8_vs_torchao
-from amp_lessons.fp8 import (
+from amp_lessons.core import fp8, fp8_scaling, fp8_vs_torchao
+from amp_lessons.core.fp8 import (
     E4M3,
     E5M2,
     ROWWISE,
@@ -34,15 +34,15 @@ from amp_lessons.fp8 import (
     to_float8,
     to_fp8,
 )
-from amp_lessons.fp8_scaling import DelayedScaling, compare_scaling, row_errors
-from amp_lessons.fp8_vs_torchao import (
+from amp_lessons.core.fp8_scaling import DelayedScaling, compare_scaling, row_errors
+from amp_lessons.core.fp8_vs_torchao import (
     INSTALL_HINT,
     TORCHAO_REQUIREMENT,
     compare_with_torchao,
     convert_with_torchao,
     import_torchao_float8,
 )
-from amp_lessons.models import GPT
+from amp_lessons.core.models import GPT
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -338,7 +338,7 @@ def test_casting_the_input_under_cpu_autocast_is_caught(monkeypatch):
 
 
 def test_import_is_quiet_on_a_cpu_only_torch():
-    code = ("from amp_lessons.fp8_vs_torchao import import_torchao_float8\n"
+    code = ("from amp_lessons.core.fp8_vs_torchao import import_torchao_float8\n"
             "print(import_torchao_float8() is not None)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
@@ -432,7 +432,7 @@ def test_one_outlier_row_hurts_every_other_row_only_with_one_scale():
 
 @pytest.mark.usefixtures("no_pyplot_figures")
 def test_plot_scaling_stream_draws_each_rows_error_and_marks_saturation():
-    from amp_lessons.plots import plot_scaling_stream
+    from amp_lessons.teaching.plots import plot_scaling_stream
 
     rows = compare_scaling([1.0, 1.0, 1e3, 1.0], history_len=2)
     fig = plot_scaling_stream(rows)
@@ -451,7 +451,7 @@ def test_plot_scaling_stream_draws_each_rows_error_and_marks_saturation():
 
 @pytest.mark.usefixtures("no_pyplot_figures")
 def test_plot_row_errors_bars_are_the_errors():
-    from amp_lessons.plots import plot_row_errors
+    from amp_lessons.teaching.plots import plot_row_errors
 
     errors = row_errors(fp8_scaling.outlier_matrix(rows=4, outlier_row=1))
     ax = plot_row_errors(errors, outlier_row=1).axes[0]
@@ -477,7 +477,7 @@ def test_bit_identical_to_torchao_on_cuda(autocast_dtype):
 
 
 def test_range_explorer_shows_the_fp8_casts():
-    from amp_lessons.widgets import RangeExplorer
+    from amp_lessons.teaching.widgets import RangeExplorer
 
     w = RangeExplorer(448.0, fmt="fp8_e4m3")
     first = w.image.value

@@ -104,7 +104,7 @@ def test_english_is_the_source_text():
 
 
 def test_a_check_prints_in_spanish_then_english_again(capsys):
-    from amp_lessons.checks import check_quick_check
+    from amp_lessons.teaching.checks import check_quick_check
 
     def wrong():
         return {"autocast_scope": "a"}  # wraps backward too: wrong
@@ -126,7 +126,7 @@ def test_a_check_prints_in_spanish_then_english_again(capsys):
 
 
 def test_not_attempted_in_spanish(spanish, capsys):
-    from amp_lessons.checks import check_decode_fp16
+    from amp_lessons.teaching.checks import check_decode_fp16
 
     def decode_fp16(bits):
         raise NotImplementedError()
@@ -136,8 +136,8 @@ def test_not_attempted_in_spanish(spanish, capsys):
 
 
 def test_a_passing_check_in_spanish(spanish, capsys):
-    from amp_lessons.checks import check_quick_check
-    from amp_lessons.quiz import QUESTIONS
+    from amp_lessons.teaching.checks import check_quick_check
+    from amp_lessons.teaching.quiz import QUESTIONS
 
     right = next(k for k, (_, why) in QUESTIONS["why_scale"][1].items() if not why)
     check_quick_check(lambda: {"why_scale": right}, "why_scale")
@@ -145,7 +145,7 @@ def test_a_passing_check_in_spanish(spanish, capsys):
 
 
 def test_a_widget_labels_itself_in_spanish(spanish):
-    from amp_lessons.widgets import fp16_range_explorer
+    from amp_lessons.teaching.widgets import fp16_range_explorer
 
     w = fp16_range_explorer(1e-4)
     assert (w.sign.description, w.text.description) == ("signo", "escriba x")
@@ -154,7 +154,7 @@ def test_a_widget_labels_itself_in_spanish(spanish):
 
 
 def test_a_plot_is_titled_in_spanish_then_english(no_pyplot_figures):
-    from amp_lessons.plots import plot_format_ranges, plot_scale_trajectory
+    from amp_lessons.teaching.plots import plot_format_ranges, plot_scale_trajectory
 
     amp_lessons.set_language("es")
     try:

@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from amp_lessons import distributed
-from amp_lessons.distributed import end_groups, launch, world_of
+from amp_lessons.core import distributed
+from amp_lessons.core.distributed import end_groups, launch, world_of
 from amp_lessons.tooling import launch_stress
 
 CPU = torch.device("cpu")
@@ -39,7 +39,7 @@ def test_end_groups_joins_gloos_threads_before_exit():
 
 def test_a_launched_rank_leaves_no_group_to_interpreter_exit(tmp_path):
     run = launch(["--json", tmp_path / "memory.json"], nproc=2, timeout=180,
-                 stream=None, module="amp_lessons.rank_memory")
+                 stream=None, module="amp_lessons.teaching.rank_memory")
     assert "terminate called" not in run.output
     run.raise_for_status()
 
@@ -65,7 +65,7 @@ def test_rank_memory_launch_survives_a_busy_core(capsys):
 def test_exit_rank_leaves_only_under_torchrun(monkeypatch):
     """Outside torchrun a module's entry point exits the normal way (exit_rank
     returns); under it, the rank leaves past finalization (tested by every launch)."""
-    from amp_lessons.distributed import exit_rank
+    from amp_lessons.core.distributed import exit_rank
 
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     assert exit_rank(0) is None

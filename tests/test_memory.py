@@ -1,4 +1,4 @@
-"""amp_lessons.memory: exact bytes kept for backward, checked against hand counts,
+"""amp_lessons.core.memory: exact bytes kept for backward, checked against hand counts,
 against autograd's own graph (the ``_saved_*`` attributes of its nodes), against real
 torch.optim state, and on CUDA against the caching allocator."""
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amp_lessons.memory import (
+from amp_lessons.core.memory import (
     MemoryBreakdown,
     activation_bytes,
     byte_unit,

@@ -1,11 +1,12 @@
-"""amp_lessons.models: the built-in models and synthetic data, shapes and content."""
+"""amp_lessons.core.models: the built-in models and synthetic data, shapes and
+content."""
 
 import math
 
 import pytest
 import torch
 
-from amp_lessons import models
+from amp_lessons.core import models
 
 
 def test_make_spirals_is_balanced_and_on_the_arms():

@@ -1,5 +1,6 @@
-"""Tests for amp_lessons.nan_hunt: the detector against direct forwards, anomaly mode
-against torch's own error, the bisection's logic, the T5-like overflow and the masks."""
+"""Tests for amp_lessons.core.nan_hunt: the detector against direct forwards, anomaly
+mode against torch's own error, the bisection's logic, the T5-like overflow and the
+masks."""
 
 import math
 import warnings
@@ -8,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from amp_lessons import nan_hunt as nh
+from amp_lessons.core import nan_hunt as nh
 
 fp16, bf16 = torch.float16, torch.bfloat16
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,4 +1,4 @@
-"""amp_lessons.output_files: paths refused before any work, atomic writes with the
+"""amp_lessons.core.output_files: paths refused before any work, atomic writes with the
 user's umask, and the leftovers of a killed write told apart from a live one."""
 
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from amp_lessons.output_files import (
+from amp_lessons.core.output_files import (
     remove_stale_temps,
     validate_output_path,
     write_atomically,

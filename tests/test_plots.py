@@ -7,9 +7,9 @@ import matplotlib
 import pytest
 import torch
 
-from amp_lessons import plots as P
-from amp_lessons.bench import measure_speed_memory
-from amp_lessons.formats import FORMATS
+from amp_lessons.core.formats import FORMATS
+from amp_lessons.measure.bench import measure_speed_memory
+from amp_lessons.teaching import plots as P
 
 pytestmark = pytest.mark.usefixtures("no_pyplot_figures")  # see conftest.py
 
@@ -133,7 +133,7 @@ def test_plot_speed_memory_bars_are_the_rows():
 
 
 def test_speed_memory_words_can_be_left_to_the_caller():
-    from amp_lessons.plots import speed_memory as S
+    from amp_lessons.teaching.plots import speed_memory as S
 
     rows = measure_speed_memory(16, 4, ("fp32", "bf16"), iters=2)
     full = P.plot_speed_memory(rows)

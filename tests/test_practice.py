@@ -1,5 +1,5 @@
-"""Tests for amp_lessons.practice: the GAN step against the AMP examples' rule, each
-known mistake seen to change the run, the two-scalers error, the gradient penalty
+"""Tests for amp_lessons.teaching.practice: the GAN step against the AMP examples' rule,
+each known mistake seen to change the run, the two-scalers error, the gradient penalty
 and the scheduler run, all against torch computed directly."""
 
 import math
@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amp_lessons import practice as pr
-from amp_lessons.scaler_vs_torch import first_difference
+from amp_lessons.teaching import practice as pr
+from amp_lessons.teaching.scaler_vs_torch import first_difference
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

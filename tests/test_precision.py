@@ -1,4 +1,5 @@
-"""amp_lessons.precision: the precision table, the scaler factory, autocast and TF32."""
+"""amp_lessons.core.precision: the precision table, the scaler factory, autocast
+and TF32."""
 
 import os
 import sys
@@ -6,9 +7,9 @@ import sys
 import pytest
 import torch
 
-from amp_lessons import precision as pr
-from amp_lessons.device import EMULATION_NOTE
-from amp_lessons.precision import PRECISIONS
+from amp_lessons.core import precision as pr
+from amp_lessons.core.device import EMULATION_NOTE
+from amp_lessons.core.precision import PRECISIONS
 
 
 def test_the_table_says_what_each_precision_turns_on():
@@ -31,7 +32,7 @@ def test_slow_note_is_the_emulation_note_for_fp16_on_a_cpu_only():
 
 
 def test_make_scaler_is_enabled_for_fp16_only():
-    from amp_lessons.scaler import LossScaler
+    from amp_lessons.core.scaler import LossScaler
 
     fp16 = PRECISIONS["fp16"]
     assert pr.make_scaler(fp16, "cpu").get_scale() == 2.0**16

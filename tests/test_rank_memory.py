@@ -1,5 +1,6 @@
-"""amp_lessons.rank_memory: the per-rank byte formulas against torch.chunk, against the
-storages one process really holds, and against every rank of a 2-process run."""
+"""amp_lessons.teaching.rank_memory: the per-rank byte formulas against torch.chunk,
+against the storages one process really holds, and against every rank of a 2-process
+run."""
 
 import json
 import math
@@ -7,10 +8,10 @@ import math
 import pytest
 import torch
 
-from amp_lessons import rank_memory
-from amp_lessons.distributed import launch
-from amp_lessons.models import MLP
-from amp_lessons.rank_memory import (
+from amp_lessons.core.distributed import launch
+from amp_lessons.core.models import MLP
+from amp_lessons.teaching import rank_memory
+from amp_lessons.teaching.rank_memory import (
     expected_bytes,
     held_bytes,
     llama_7b_shapes,
@@ -73,7 +74,7 @@ def test_7b_on_paper_ddp_never_fits_80_gb_and_fsdp2_does():
 def test_every_rank_of_a_2_process_run_holds_what_is_predicted(tmp_path):
     out = tmp_path / "memory.json"
     run = launch(["--json", out], nproc=2, timeout=180, stream=None,
-                 module="amp_lessons.rank_memory")
+                 module="amp_lessons.teaching.rank_memory")
     assert run.returncode == 0, run.output
     measured = json.loads(out.read_text())["measured"]
     assert {(m["mode"], m["precision"], m["rank"]) for m in measured} == {

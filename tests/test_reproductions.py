@@ -8,8 +8,8 @@ import re
 import pytest
 import torch
 
-from amp_lessons import clinic
-from amp_lessons import reproductions as rp
+from amp_lessons.teaching import clinic
+from amp_lessons.teaching import reproductions as rp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

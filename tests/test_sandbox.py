@@ -66,21 +66,24 @@ def test_fix_tests_rewrites_the_old_form_once(tmp_path):
     old = ("check_amp_step_order(amp_step_order)\n### BEGIN HIDDEN TESTS\n"
            "check_amp_step_order(amp_step_order, hidden=True)\n### END HIDDEN TESTS")
     nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("from amp_lessons.checks import check_unscale"),
         nbformat.v4.new_code_cell(
-            "from amp_lessons.checks import AMP_STEPS, check_amp_step_order\nx = 1"),
+            "from amp_lessons.teaching.checks import check_unscale"),
+        nbformat.v4.new_code_cell(
+            "from amp_lessons.teaching.checks import AMP_STEPS, check_amp_step_order\n"
+            "x = 1"),
         graded_cell(old, "05_test"),
     ])
     path = tmp_path / "05.ipynb"
     nbformat.write(nb, path)
     found = "\n".join(testcells.lint_test_cells(path))
-    assert "must start with `import amp_lessons.checks as _checks`" in found
+    assert "must start with `import amp_lessons.teaching.checks as _checks`" in found
     assert "fix-tests" in found
     assert grading.main(["--notebooks", str(tmp_path), "fix-tests", str(path)]) == 0
     fixed = nbformat.read(path, as_version=4)
     assert [c.source for c in fixed.cells] == [
-        "from amp_lessons.checks import AMP_STEPS\nx = 1",  # the import-only cell went
-        "import amp_lessons.checks as _checks\n_checks.verify_pristine()\n"
+        # the import-only cell went
+        "from amp_lessons.teaching.checks import AMP_STEPS\nx = 1",
+        "import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
         "_checks.check_amp_step_order(amp_step_order)\n### BEGIN HIDDEN TESTS\n"
         "_checks.check_amp_step_order(amp_step_order, hidden=True)\n"
         "### END HIDDEN TESTS"]
@@ -92,12 +95,13 @@ def test_fix_tests_rewrites_the_old_form_once(tmp_path):
 
 @pytest.mark.parametrize("source, problem", [
     ("check_unscale(f)", "must start with"),
-    ("from amp_lessons.checks import check_unscale\ncheck_unscale(f)", "must start"),
-    ("import amp_lessons.checks as _checks\n_checks.verify_pristine()\n"
+    ("from amp_lessons.teaching.checks import check_unscale\ncheck_unscale(f)",
+     "must start"),
+    ("import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
      "check_unscale(f)", "holds only `_checks.check_*(...)` calls"),
-    ("import amp_lessons.checks as _checks\n_checks.verify_pristine()\n"
+    ("import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
      "f = lambda *a: 1\n_checks.check_unscale(f)", "holds only"),
-    ("import amp_lessons.checks as _checks\n_checks.verify_pristine()",
+    ("import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()",
      "calls no `_checks.check_*`"),
 ])
 def test_lint_refuses_every_other_form(source, problem):
@@ -113,14 +117,14 @@ def test_plain_assert_test_cells_stay_allowed():
 
 
 def test_verify_pristine_catches_each_rebinding(monkeypatch, tmp_path):
-    import amp_lessons.checks as checks
-    from amp_lessons.checks import _engine, _pristine, quiz
+    import amp_lessons.teaching.checks as checks
+    from amp_lessons.teaching.checks import _engine, _pristine, quiz
 
     assert _pristine.tampering() == []
     checks.verify_pristine()
     cases = [
         (_engine, "grade", "_engine.grade is not the function in the file"),
-        (quiz, "grade", "quiz.grade is not amp_lessons.checks._engine.grade"),
+        (quiz, "grade", "quiz.grade is not amp_lessons.teaching.checks._engine.grade"),
         (quiz, "_quiz_rows", "quiz._quiz_rows is not the function in the file"),
         (checks, "check_quick_check", "check_quick_check is not its module's own"),
         (_engine.Row, "__init__", None),  # dataclass: its methods are generated
@@ -133,9 +137,9 @@ def test_verify_pristine_catches_each_rebinding(monkeypatch, tmp_path):
                 with pytest.raises(AssertionError, match="grading code in this kernel"):
                     checks.verify_pristine()
     assert _pristine.tampering() == []
-    fake = type(sys)("amp_lessons.checks.quiz")
+    fake = type(sys)("amp_lessons.teaching.checks.quiz")
     with monkeypatch.context() as patch:
-        patch.setitem(sys.modules, "amp_lessons.checks.quiz", fake)
+        patch.setitem(sys.modules, "amp_lessons.teaching.checks.quiz", fake)
         assert any("is not loaded from" in p for p in _pristine.tampering())
     seal = tmp_path / "seal.json"
     seal.write_text(json.dumps({**_pristine.seal(), "quiz.py": "0" * 64}))
@@ -148,23 +152,24 @@ def test_verify_pristine_catches_each_rebinding(monkeypatch, tmp_path):
 def test_verify_pristine_catches_patched_builtins_and_a_swapped_package():
     done = run_python("""
         import builtins, sys, types
-        import amp_lessons.checks as checks
-        from amp_lessons.checks import _pristine
+        import amp_lessons.teaching.checks as checks
+        from amp_lessons.teaching.checks import _pristine
         real = builtins.isinstance
         builtins.isinstance = lambda *a: True
         print(_pristine.tampering())
         builtins.isinstance = real
-        fake = types.ModuleType("amp_lessons.checks")
+        fake = types.ModuleType("amp_lessons.teaching.checks")
         fake.__dict__.update(vars(checks))
         fake.check_quick_check = lambda *a, **k: None
-        sys.modules["amp_lessons.checks"] = fake
-        import amp_lessons.checks as swapped
+        sys.modules["amp_lessons.teaching.checks"] = fake
+        import amp_lessons.teaching.checks as swapped
         print(_pristine.tampering())
     """)
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.splitlines()
     assert first == "['builtins.isinstance was replaced']"
-    assert "amp_lessons.checks.check_quick_check is not its module's own" in second
+    assert ("amp_lessons.teaching.checks.check_quick_check is not its module's own"
+            in second)
 
 
 def test_every_check_reports_its_verdict_to_audit_hooks():
@@ -173,8 +178,8 @@ def test_every_check_reports_its_verdict_to_audit_hooks():
         seen = []
         sys.addaudithook(lambda e, a: seen.append((e, a)) if e.startswith(
             "amp_lessons.check") else None)
-        from amp_lessons.checks import check_amp_step_order, AMP_STEPS
-        from amp_lessons.checks.step_order import _REFERENCE_ORDER as _ORDER
+        from amp_lessons.teaching.checks import check_amp_step_order, AMP_STEPS
+        from amp_lessons.teaching.checks.step_order import _REFERENCE_ORDER as _ORDER
         try:
             check_amp_step_order(lambda: [])
         except AssertionError:
@@ -196,16 +201,17 @@ def test_every_check_reports_its_verdict_to_audit_hooks():
 GUARD_SCRIPT = """
 import json, os, socket, sqlite3, sys
 from amp_lessons.tooling.grading import guard, sandbox
-from amp_lessons.checks import _engine
-import amp_lessons.checks, amp_lessons.quiz, amp_lessons.formats
-import amp_lessons.distributed
-TEST_CELL = "import amp_lessons.checks as _checks\\n_checks.check_amp_step_order(f)"
+from amp_lessons.teaching.checks import _engine
+import amp_lessons.teaching.checks, amp_lessons.teaching.quiz, amp_lessons.core.formats
+import amp_lessons.core.distributed
+TEST_CELL = ("import amp_lessons.teaching.checks as _checks\\n"
+             "_checks.check_amp_step_order(f)")
 config = {"key": "ab" * 32, "workdir": "/tmp/work", "package_root": %(root)r,
           "test_cells": {"7": TEST_CELL}, "course_cells": [], "protected": [%(root)r]}
 lines = []
 codes = set()
 for name, module in list(sys.modules.items()):
-    if name.startswith("amp_lessons.checks"):
+    if name.startswith("amp_lessons.teaching.checks"):
         for value in vars(module).values():
             stack = [getattr(value, "__code__", None)]
             while stack:
@@ -226,7 +232,7 @@ def run(source, name=student, **names):
 
 run('''
 import gc, socket, sqlite3, subprocess
-try: open(%(root)r + "/amp_lessons/checks/quiz.py", "a")
+try: open(%(root)r + "/amp_lessons/teaching/checks/quiz.py", "a")
 except OSError: pass
 try: open("/srv/course/gradebook.db")
 except OSError: pass
@@ -235,7 +241,7 @@ except Exception: pass
 try: socket.create_connection(("127.0.0.1", 9), timeout=1)
 except OSError: pass
 gc.get_objects()
-import amp_lessons.formats as f
+import amp_lessons.core.formats as f
 type(f.FORMATS["fp16"]).__repr__ = lambda self: "x"
 ''')
 open("/tmp/ok-for-course-cells", "w").close()  # a library frame: not reported
@@ -258,7 +264,7 @@ run('import sys\\nsys.audit("amp_lessons.check", "check_amp_step_order", False, 
 # what torch.compile does to nn.Module (wraps __init__, __setstate__): not tampering
 torch._dynamo.mutation_guard.install_generation_tagging_init()
 # a lesson's own run ends a process group, kept in distributed's runtime state
-amp_lessons.distributed._ENDED_GROUPS.append(object())
+amp_lessons.core.distributed._ENDED_GROUPS.append(object())
 # a Spanish lesson's first cell switches the language: i18n's runtime state
 amp_lessons.set_language("es")
 try:
@@ -266,7 +272,7 @@ try:
 except AssertionError:
     pass
 amp_lessons.set_language("en")
-amp_lessons.quiz.QUESTIONS.clear()
+amp_lessons.teaching.quiz.QUESTIONS.clear()
 run("import functools, torch\\ntorch.max = functools.wraps(torch.max)(lambda *a: 0)\\n"
     "torch.nn.Module.__repr__ = lambda self: 'a student wrote this'")
 try:
@@ -288,7 +294,7 @@ def guard_records():
 
 def test_guard_reports_what_student_code_does(guard_records):
     events = [r["detail"] for r in guard_records["records"] if r["kind"] == "event"]
-    assert f"writes code to {ROOT}/amp_lessons/checks/quiz.py" in events
+    assert f"writes code to {ROOT}/amp_lessons/teaching/checks/quiz.py" in events
     assert "opens /srv/course/gradebook.db" in events
     assert any(e.startswith("sqlite3.connect /nonexistent/gradebook.db")
                for e in events)
@@ -313,10 +319,10 @@ def test_guard_vouches_only_for_real_untampered_checks(guard_records):
     assert peeking["genuine"] and peeking["tainted"] == ["sys._getframe"]
     assert forged["passed"] and not forged["genuine"] and forged["cell"] is None
     changed = after_clear["changed"]
-    assert "the contents of amp_lessons.quiz.QUESTIONS changed" in changed
+    assert "the contents of amp_lessons.teaching.quiz.QUESTIONS changed" in changed
     assert "torch.max replaced" in changed  # a student's wrapper is not torch's
     assert not any("manual_seed" in c for c in changed)
-    assert "class amp_lessons.formats.Format changed" in honest["changed"]
+    assert "class amp_lessons.core.formats.Format changed" in honest["changed"]
     assert guard_records["forged"] == 1  # the line without a valid HMAC
 
 
@@ -325,8 +331,8 @@ def test_guard_vouches_only_for_real_untampered_checks(guard_records):
 
 ATTACKS = {
     "shadow": "check_quick_check = lambda *a, **k: None",
-    "monkeypatch": "import amp_lessons.checks._engine as e\ne.grade = print",
-    "swap": "import sys\nsys.modules['amp_lessons.checks'] = None",
+    "monkeypatch": "import amp_lessons.teaching.checks._engine as e\ne.grade = print",
+    "swap": "import sys\nsys.modules['amp_lessons.teaching.checks'] = None",
     "write_package": "open(amp_lessons.__file__, 'a')",
     "read_source": "import json\njson.load(open('/x/source/08/08.ipynb'))",
     "gradebook": "import sqlite3\nsqlite3.connect('gradebook.db')",
@@ -365,7 +371,7 @@ def test_student_cells_are_solutions_and_cells_not_the_courses():
 
 
 def check_cell(*reports):
-    cell = graded_cell("import amp_lessons.checks as _checks\n"
+    cell = graded_cell("import amp_lessons.teaching.checks as _checks\n"
                        "_checks.verify_pristine()\n"
                        "_checks.check_quick_check(f)\n"
                        "_checks.check_quick_check(f, hidden=True)", "08_test")
@@ -422,7 +428,8 @@ def test_a_run_that_could_not_start_scores_a_blank_notebook_zero(tmp_path,
     nbgrader would score every test cell without an error as passed."""
     blank = nbformat.v4.new_notebook(cells=[
         graded_cell("assert double(2) == 4", "a_test"),
-        graded_cell("import amp_lessons.checks as _checks\n_checks.verify_pristine()\n"
+        graded_cell("import amp_lessons.teaching.checks as _checks\n"
+                    "_checks.verify_pristine()\n"
                     "_checks.check_quick_check(f)", "b_test")])
     blank.cells[0].execution_count = 7  # a count left over from the student's run
     (tmp_path / "source" / "01").mkdir(parents=True)
@@ -469,17 +476,18 @@ ATTACK_CODE = {
     # the issue's one-liner: the old test cell looked the check up in the notebook
     "c_shadow": "check_quick_check = lambda *a, **k: None\n",
     "d_monkeypatch": (
-        "import amp_lessons.checks._engine as engine\n"
-        "import amp_lessons.checks.quiz as quiz\n"
+        "import amp_lessons.teaching.checks._engine as engine\n"
+        "import amp_lessons.teaching.checks.quiz as quiz\n"
         "engine.grade = quiz.grade = lambda *a, **k: None\n"),
     "e_swap": (
         "import sys, types\nimport amp_lessons\n"
-        "fake = types.ModuleType('amp_lessons.checks')\n"
+        "fake = types.ModuleType('amp_lessons.teaching.checks')\n"
         "fake.verify_pristine = lambda: None\n"
         "fake.check_quick_check = lambda *a, **k: None\n"
-        "sys.modules['amp_lessons.checks'] = amp_lessons.checks = fake\n"),
+        "sys.modules['amp_lessons.teaching.checks'] = fake\n"
+        "amp_lessons.teaching.checks = fake\n"),
     "f_write_package": (
-        "import amp_lessons.checks.quiz as quiz\n"
+        "import amp_lessons.teaching.checks.quiz as quiz\n"
         "try:\n"
         "    with open(quiz.__file__, 'a') as f:\n"
         "        f.write('\\ncheck_quick_check = lambda *a, **k: None\\n')\n"
@@ -528,7 +536,7 @@ def quick_check_answers():
 '''
 EXPECTED_FLAG = {  # a flag each attack must raise, beside its 0
     "c_shadow": "rebinds the name of a check (check_quick_check)",
-    "d_monkeypatch": "imports the grading code (amp_lessons.checks._engine)",
+    "d_monkeypatch": "imports the grading code (amp_lessons.teaching.checks._engine)",
     "e_swap": "check_quick_check never reported a verdict",
     "f_write_package": "writes code to {package}/checks/quiz.py",
     "g_read_source": "opens {course}/source/08_quick_check/08_quick_check.ipynb",
@@ -684,7 +692,7 @@ def test_a_notebook_past_its_time_is_stopped_with_a_reason(tmp_path):
 @pytest.mark.slow
 def test_without_a_sandbox_the_guard_still_reports(tmp_path):
     """--unsafe-no-sandbox: no protection of files, but evidence and verdicts."""
-    test = ("import amp_lessons.checks as _checks\n_checks.verify_pristine()\n"
+    test = ("import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
             "_checks.check_amp_step_order(amp_step_order)")
     solution = ("def amp_step_order():\n"
                 "    open('/nonexistent-course/gradebook.db')\n")
@@ -724,7 +732,7 @@ def test_torchrun_works_inside_the_sandbox(tmp_path):
     lookup = ("import socket\n"
               "print(sorted({socket.getaddrinfo(h, 0)[0][4][0] for h in "
               "('localhost', socket.gethostname())}))")
-    launch = ("import json\nfrom amp_lessons import distributed\n"
+    launch = ("import json\nfrom amp_lessons.core import distributed\n"
               "done = distributed.launch(['train', '--device', 'cpu', '--distributed',"
               " 'ddp', '--precision', 'fp32', '--steps', '2', '--batch-size', '8',"
               " '--json', 'run.json'], timeout=90, stream=None)\n"

@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from amp_lessons import scaler as scaler_module
-from amp_lessons.formats import tensor_bits
-from amp_lessons.scaler import (
+from amp_lessons.core import scaler as scaler_module
+from amp_lessons.core.formats import tensor_bits
+from amp_lessons.core.scaler import (
     LossScaler,
     next_scale,
     round_to_float32,

@@ -3,8 +3,8 @@ a gradient penalty and an LR scheduler with skipped steps, bit for bit.
 
 tests/test_scaler.py already runs its scripted overflows with the fused optimizers
 (its OPTIMIZERS table); here are the cases special to them, and the lesson-09 loops
-(amp_lessons.practice) run once per scaler and compared. Each comparison is shown to
-fail on a plausible wrong implementation of the fused path.
+(amp_lessons.teaching.practice) run once per scaler and compared. Each comparison is
+shown to fail on a plausible wrong implementation of the fused path.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from test_scaler import Mismatch, assert_same, assert_twins, make_model
 from torch import nn
 
-from amp_lessons import practice
-from amp_lessons.formats import tensor_bits
-from amp_lessons.scaler import LossScaler, OptState
+from amp_lessons.core.formats import tensor_bits
+from amp_lessons.core.scaler import LossScaler, OptState
+from amp_lessons.teaching import practice
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 

@@ -1,5 +1,5 @@
-"""amp_lessons.scaler_vs_torch, notebook 03's harness: equal runs compare equal, and a
-planted or real difference is found at the step and key where it is."""
+"""amp_lessons.teaching.scaler_vs_torch, notebook 03's harness: equal runs compare
+equal, and a planted or real difference is found at the step and key where it is."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-from amp_lessons import scaler as scaler_module
-from amp_lessons import scaler_vs_torch
-from amp_lessons.scaler import LossScaler
-from amp_lessons.scaler_vs_torch import first_difference, scripted_run
+from amp_lessons.core import scaler as scaler_module
+from amp_lessons.core.scaler import LossScaler
+from amp_lessons.teaching import scaler_vs_torch
+from amp_lessons.teaching.scaler_vs_torch import first_difference, scripted_run
 
 INJECT = {3: math.inf, 7: math.nan}
 KWARGS = {"init_scale": 2.0**16, "growth_interval": 2}

@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from amp_lessons import models
-from amp_lessons import precision as pr
-from amp_lessons import train as tr
-from amp_lessons.plots import plot_losses
-from amp_lessons.precision import PRECISIONS
-from amp_lessons.train import TrainConfig, train
+from amp_lessons.core import models
+from amp_lessons.core import precision as pr
+from amp_lessons.core import train as tr
+from amp_lessons.core.precision import PRECISIONS
+from amp_lessons.core.train import TrainConfig, train
+from amp_lessons.teaching.plots import plot_losses
 
 FAST = dict(device="cpu", num_steps=80, batch_size=64)
 
@@ -455,5 +455,5 @@ def test_load_checkpoint_names_what_is_missing(tmp_path):
     path = tmp_path / "no_config.pt"
     torch.save({"format": tr.CHECKPOINT_FORMAT, "step": 0}, path)
     with pytest.raises(ValueError, match="not a checkpoint written by amp_lessons"
-                                         r".train \('config' is missing"):
+                                         r".core.train \('config' is missing"):
         tr.load_checkpoint(path)

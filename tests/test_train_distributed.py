@@ -10,8 +10,8 @@ import warnings
 import pytest
 
 from amp_lessons.__main__ import main
-from amp_lessons.distributed import fsdp2_unsupported_reason, launch
-from amp_lessons.train import TrainConfig, train
+from amp_lessons.core.distributed import fsdp2_unsupported_reason, launch
+from amp_lessons.core.train import TrainConfig, train
 
 pytestmark = pytest.mark.slow
 COMMON = ["--device", "cpu", "--batch-size", "64", "--log-every", "0"]

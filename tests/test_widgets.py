@@ -7,12 +7,12 @@ import struct
 import pytest
 import torch
 
-from amp_lessons import widgets as W
-from amp_lessons.formats import FORMATS, decompose
-from amp_lessons.memory import activation_bytes
-from amp_lessons.models import MLP
-from amp_lessons.plots import plot_speed_memory
-from amp_lessons.underflow import cast_outcome
+from amp_lessons.core.formats import FORMATS, decompose
+from amp_lessons.core.memory import activation_bytes
+from amp_lessons.core.models import MLP
+from amp_lessons.core.underflow import cast_outcome
+from amp_lessons.teaching import widgets as W
+from amp_lessons.teaching.plots import plot_speed_memory
 
 # Generous: the goal is 300 ms on an idle 2-core CPU. Checked on the redraw's CPU
 # time, which a busy machine (tests run side by side) does not stretch.
@@ -224,7 +224,7 @@ def test_speed_panel_table_shows_what_was_measured():
     only what the batch changes: weights stay, activations scale with it."""
     import re
 
-    from amp_lessons.memory import byte_unit, memory_breakdown
+    from amp_lessons.core.memory import byte_unit, memory_breakdown
 
     w = W.speed_memory_explorer("cpu")
     first = w.results

@@ -1,2 +1,6 @@
-"""Course tooling, apart from the lessons: setting up the environment (``bootstrap``),
-starting JupyterLab safely (``lab``) and teaching with nbgrader (``grading``)."""
+"""Course tooling: setting up the environment (``bootstrap``), starting JupyterLab
+safely (``lab``), teaching with nbgrader (``grading``), the site, Colab cells and
+translations.
+
+It may import every other layer (``teaching``, ``measure``, ``core``); none imports it.
+"""

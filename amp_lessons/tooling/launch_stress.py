@@ -29,7 +29,7 @@ COMMON = ["--device", "cpu", "--batch-size", "64", "--log-every", "5"]
 
 def launch_kinds(work: Path) -> dict[str, tuple[list[str], str]]:
     """Every distinct launch of notebook 10: name -> (arguments, module)."""
-    from amp_lessons.distributed import fsdp2_unsupported_reason
+    from amp_lessons.core.distributed import fsdp2_unsupported_reason
 
     mode = "ddp" if fsdp2_unsupported_reason("cpu") else "fsdp2"
     return {
@@ -42,7 +42,7 @@ def launch_kinds(work: Path) -> dict[str, tuple[list[str], str]]:
                           "fp16", "--steps", "20", "--init-scale", str(2.0**24),
                           "--json", str(work / "fp16.json")], "amp_lessons"),
         "rank_memory": (["--json", str(work / "memory.json")],
-                        "amp_lessons.rank_memory"),
+                        "amp_lessons.teaching.rank_memory"),
     }
 
 
@@ -80,7 +80,7 @@ def error_lines(output: str) -> list[str]:
 def stress(launches: int, busy_cores: int, kinds: Sequence[str] | None = None,
            timeout: float = 180, verbose: bool = False) -> list[dict]:
     """Run each launch kind ``launches`` times under load; one dict per kind."""
-    from amp_lessons.distributed import launch
+    from amp_lessons.core.distributed import launch
 
     results = []
     with tempfile.TemporaryDirectory(prefix="launch-stress-") as tmp:

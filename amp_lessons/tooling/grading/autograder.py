@@ -190,7 +190,7 @@ def submissions(course_dir: Path, student: str = "*") -> list[tuple[str, str]]:
 
 def check_package(course_dir: Path) -> list[str]:
     """Warnings when the checks changed since the student edition was released."""
-    from amp_lessons.checks import _pristine
+    from amp_lessons.teaching.checks import _pristine
 
     path = Path(course_dir) / SEAL_NAME
     if not path.exists():
@@ -199,14 +199,14 @@ def check_package(course_dir: Path) -> list[str]:
     changed = sorted(n for n in set(sealed) | set(now) if sealed.get(n) != now.get(n))
     if not changed:
         return []
-    return [f"WARNING: amp_lessons/checks changed since `make student` "
+    return [f"WARNING: amp_lessons/teaching/checks changed since `make student` "
             f"({', '.join(changed)}): edited on purpose, or by a submission graded "
             "without a sandbox? Grading uses the files as they are now."]
 
 
 def write_seal(course_dir: Path) -> Path:
     """Record the checks' sources at release (`make student`)."""
-    from amp_lessons.checks import _pristine
+    from amp_lessons.teaching.checks import _pristine
 
     path = Path(course_dir) / SEAL_NAME
     path.write_text(json.dumps(_pristine.seal(), indent=1))
@@ -234,7 +234,7 @@ def autograde(course_dir: Path = COURSE_DIR, student: str = "*", *,
         print(UNSAFE_WARNING, file=sys.stderr)
     for line in check_package(course_dir):
         print(line, file=sys.stderr)
-    from amp_lessons.checks import _pristine
+    from amp_lessons.teaching.checks import _pristine
 
     before = _pristine.seal(sandbox.PACKAGE_DIR / "checks")
     outcomes = []

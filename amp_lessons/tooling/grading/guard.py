@@ -150,7 +150,7 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
     import builtins
     import types
 
-    from amp_lessons.checks._pristine import CHECK_DONE, CHECK_START
+    from amp_lessons.teaching.checks._pristine import CHECK_DONE, CHECK_START
 
     _type, _str, _int, _bytes, _list, _dict, _tuple, _float = (
         type, str, int, bytes, list, dict, tuple, float)
@@ -465,12 +465,12 @@ def main() -> None:
     os.unlink(path)
     from ipykernel import kernelapp
 
-    import amp_lessons.checks  # noqa: F401  (and torch: what the checks rely on)
-    from amp_lessons.checks import _engine
+    import amp_lessons.teaching.checks  # noqa: F401  (and torch: what the checks rely on)
+    from amp_lessons.teaching.checks import _engine
 
     check_codes = set()
     for name, module in list(sys.modules.items()):
-        if name.startswith("amp_lessons.checks"):
+        if name.startswith("amp_lessons.teaching.checks"):
             for value in vars(module).values():
                 stack = [getattr(value, "__code__", None)]
                 while stack:

@@ -41,7 +41,7 @@ ALLOWED_IMPORTS = frozenset({
     "typing", "random", "copy", "re", "enum", "string", "textwrap", "warnings",
     "contextlib", "bisect", "heapq", "array", "amp_lessons",
 })
-FORBIDDEN_PACKAGES = ("amp_lessons.checks", "amp_lessons.tooling",
+FORBIDDEN_PACKAGES = ("amp_lessons.teaching.checks", "amp_lessons.tooling",
                       "amp_lessons.grading")
 DYNAMIC_NAMES = frozenset({
     "__import__", "exec", "eval", "compile", "globals", "locals", "vars", "setattr",
@@ -60,7 +60,7 @@ REACHING_ATTRS = frozenset({
     "setprofile", "addaudithook", "audit", "environ", "system", "popen", "_exit",
     "kill", "fork", "_getframe", "run_cell", "user_ns", "kernel",
 })
-SUSPECT_TEXT = ("gradebook", "sys.modules", "amp_lessons.checks", "_engine",
+SUSPECT_TEXT = ("gradebook", "sys.modules", "amp_lessons.teaching.checks", "_engine",
                 "_pristine", ".ipynb", "nbgrader", "builtins", "/source", "/submitted",
                 "/autograded", "checks.py", "__")
 MAX_FLAGS_PER_CELL = 8

@@ -1,7 +1,7 @@
 """The one form of a graded test cell: the check comes from the package itself and
 vouches for itself first, so a solution cell cannot shadow or replace it unseen::
 
-    import amp_lessons.checks as _checks
+    import amp_lessons.teaching.checks as _checks
     _checks.verify_pristine()
     _checks.check_decode_fp16(decode_fp16)
     ### BEGIN HIDDEN TESTS
@@ -10,10 +10,10 @@ vouches for itself first, so a solution cell cannot shadow or replace it unseen:
 
 ``python -m amp_lessons.grading fix-tests [NOTEBOOK ...]`` rewrites a lesson's test
 cells into this form (``check_x(f)`` becomes ``_checks.check_x(f)``, the two header
-lines go first, ``check_*`` names leave the notebook's ``from amp_lessons.checks
-import`` lines); the lint (`test_cell_problems`) refuses any other form of a test cell
-that calls a check. The grader reads which checks a cell must hear from with
-`check_calls`.
+lines go first, ``check_*`` names leave the notebook's ``from
+amp_lessons.teaching.checks import`` lines); the lint (`test_cell_problems`) refuses any
+other form of a test cell that calls a check. The grader reads which checks a cell must
+hear from with `check_calls`.
 
 Not covered here: test cells of plain ``assert``s (allowed; the sandbox protects them,
 but only a check's own report is tamper-evident).
@@ -29,11 +29,11 @@ import nbformat
 
 from amp_lessons.tooling.grading.course import is_test_cell, locate
 
-MODULE = "amp_lessons.checks"
+MODULE = "amp_lessons.teaching.checks"
 ALIAS = "_checks"
 HEADER = (f"import {MODULE} as {ALIAS}", f"{ALIAS}.verify_pristine()")
 _BARE_CALL = re.compile(r"(?<![\w.])(check_\w+)(\s*\()")
-_IMPORT = re.compile(r"^(\s*)from\s+amp_lessons\.checks\s+import\s+(.+)$")
+_IMPORT = re.compile(r"^(\s*)from\s+amp_lessons\.teaching\.checks\s+import\s+(.+)$")
 
 
 def _statements(source: str) -> list[ast.stmt] | None:
@@ -106,8 +106,8 @@ def rewrite_test_source(source: str) -> str:
 
 
 def _drop_check_imports(source: str) -> str:
-    """``from amp_lessons.checks import AMP_STEPS, check_x`` -> ``... import AMP_STEPS``
-    (single-line imports; the line goes when nothing is left)."""
+    """``from amp_lessons.teaching.checks import AMP_STEPS, check_x`` -> ``... import
+    AMP_STEPS`` (single-line imports; the line goes when nothing is left)."""
     out = []
     for line in source.splitlines():
         match = _IMPORT.match(line)

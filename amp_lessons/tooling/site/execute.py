@@ -24,7 +24,7 @@ CELL_TIMEOUT_S = 180  # nbval's per-cell limit in pyproject.toml
 META_KEY = "amp_lessons"
 
 # Run in the lesson's kernel after its last cell, then removed. The device is the one
-# the lessons pick by default (amp_lessons.device.resolve_device: CUDA, MPS, CPU),
+# the lessons pick by default (amp_lessons.core.device.resolve_device: CUDA, MPS, CPU),
 # read with torch alone so the record does not depend on where that module lives.
 PROBE = """\
 import datetime as _dt, json as _json, platform as _pf, torch as _torch

@@ -1,0 +1,82 @@
+"""The bench's fp8 row: torchao's fp8 training, compiled, where fp8 tensor cores exist.
+
+``python -m amp_lessons bench --precision fp8`` (or ``fp8`` among ``--precisions``)
+times the same models and loop as the other rows, with every ``nn.Linear`` except the
+first and last (and any whose sizes are not multiples of 16: Hugging Face Accelerate's
+rule, ``fp8.filter_first_and_last``) swapped for torchao's ``Float8Linear``
+(tensorwise dynamic scaling, real ``torch._scaled_mm`` kernels), everything else under
+bf16 autocast, and the model under ``torch.compile``: torchao's published speed-ups are
+measured compiled, where the amax, scale and cast kernels fuse. On a GPU with compute
+capability 8.9 or newer (Ada, Hopper, Blackwell) and torchao installed, the bench adds
+this row by default; anywhere else, asking for it ends with the reason.
+
+Lesson 11 runs the same numerics emulated on a CPU (``amp_lessons.core.fp8``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from amp_lessons.core.fp8 import filter_first_and_last
+from amp_lessons.core.fp8_vs_torchao import INSTALL_HINT, import_torchao_float8
+from amp_lessons.core.precision import PRECISIONS
+
+__all__ = ["BASE_PRECISION", "BENCH_PRECISIONS", "FP8", "FP8_NOTE", "MIN_CAPABILITY",
+           "base_precision", "default_precisions", "fp8_unavailable", "prepare_fp8"]
+
+FP8 = "fp8"
+BENCH_PRECISIONS = (*PRECISIONS, FP8)
+BASE_PRECISION = "bf16"  # what the layers torchao leaves alone run in
+MIN_CAPABILITY = (8, 9)  # the first GPUs with fp8 tensor cores: Ada (sm_89), Hopper
+FP8_NOTE = ("torchao Float8Linear (tensorwise, dynamic), first/last Linear and the "
+            "rest in bf16, torch.compile; no MFU: PEAK_TFLOPS lists no fp8 peak")
+
+
+def fp8_unavailable(device: torch.device | str) -> str | None:
+    """Why the fp8 row cannot run on ``device``, or None when it can.
+
+    Example: ``fp8_unavailable("cpu")`` -> ``"fp8 training needs an NVIDIA GPU with
+    compute capability 8.9 or newer ... this run is on cpu ..."``.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return (f"fp8 training needs an NVIDIA GPU with compute capability "
+                f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer (Ada such as L4 or "
+                f"RTX 4090, Hopper H100/H200, Blackwell); this run is on "
+                f"{device.type}. Lesson 11 runs the same numerics emulated on a CPU "
+                "(amp_lessons.core.fp8).")
+    capability = torch.cuda.get_device_capability(device)
+    if capability < MIN_CAPABILITY:
+        return (f"{torch.cuda.get_device_name(device)} has compute capability "
+                f"{capability[0]}.{capability[1]}; fp8 tensor cores start at "
+                f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} (Ada, Hopper, Blackwell)")
+    if import_torchao_float8() is None:
+        return f"the fp8 row uses torchao, which is not installed: {INSTALL_HINT}"
+    return None
+
+
+def base_precision(name: str) -> str:
+    """The precision table entry a bench row runs under: bf16's for fp8."""
+    return BASE_PRECISION if name == FP8 else name
+
+
+def default_precisions(device: torch.device | str) -> tuple[str, ...]:
+    """The bench's default: fp32, tf32, fp16 and bf16, plus fp8 where it can run."""
+    return BENCH_PRECISIONS if fp8_unavailable(device) is None else tuple(PRECISIONS)
+
+
+def prepare_fp8(model: nn.Module, *, emulate: bool = False,
+                compile: bool = True) -> nn.Module:
+    """Convert ``model``'s Linears (the ends kept) with torchao, then compile it.
+
+    ``emulate=True`` and ``compile=False`` give torchao's CPU emulation, eager: what
+    the tests use to check the plumbing on a machine without fp8 tensor cores.
+    """
+    float8 = import_torchao_float8()
+    if float8 is None:
+        raise ModuleNotFoundError(f"the fp8 row needs torchao: {INSTALL_HINT}")
+    float8.convert_to_float8_training(
+        model, module_filter_fn=filter_first_and_last(model),
+        config=float8.Float8LinearConfig(emulate=emulate))
+    return torch.compile(model) if compile else model

@@ -1,0 +1,483 @@
+"""The grading engine every exercise shares: call the student's function, turn each
+case into a row (case, expected, got, ok, hint), print the table, pass or fail.
+
+A grader module (one per lesson) builds its rows with `call_student`, `float_row` and
+the formatting helpers here, and hands a row builder to `grade`, which prints the
+table to stdout, says "not attempted" for nbgrader's unsolved stub, and raises
+`AssertionError` when any case failed.
+
+Whatever the student's function returns or raises, a check ends the same way: a
+table with a hint and, unless every case passed, `AssertionError`, never another
+exception. What it raises (SystemExit and StopIteration included) is a failed case;
+only KeyboardInterrupt goes through, so the stop button still stops the cell. Answers
+are compared in their canonical form (`as_float`, `as_choice`), so an object whose
+``==`` is always true cannot pass, and shown with `show_value`, which survives any
+``repr``. Each check runs in one fixed torch state (`fixed_torch_state`: grad mode on,
+float32 default dtype on the CPU, autocast off, its own seeded RNG, deterministic
+kernels), whatever the notebook set before, and leaves the notebook's state as it
+was. Not covered here: what any exercise expects; that lives in the lesson's grader
+module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+import sys
+import textwrap
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from amp_lessons.i18n import N_, _
+from amp_lessons.teaching.checks._pristine import (
+    CHECK_DONE,
+    CHECK_START,
+    verify_pristine,
+)
+from amp_lessons.teaching.checks._state import fixed_torch_state
+
+__all__ = [
+    "NOT_SHOWN",
+    "NotAttempted",
+    "Raised",
+    "Row",
+    "WrongKind",
+    "answer_of_type",
+    "answered_row",
+    "as_choice",
+    "as_float",
+    "call_student",
+    "choice_row",
+    "cut",
+    "fixed_torch_state",
+    "float_row",
+    "grade",
+    "let_interrupt_through",
+    "print_table",
+    "same_float",
+    "show_value",
+    "type_hint",
+]
+
+NOT_SHOWN = N_("(not shown)")
+"""The expected cell of a multiple-choice or matching item: the table says right or
+wrong, never the right answer (translated when the table is printed)."""
+
+
+@dataclass
+class Row:
+    """One case of a check: what was asked, what was expected and got, and a hint."""
+
+    case: str
+    expected: str
+    got: str
+    ok: bool
+    hint: str = ""
+    note: str = ""  # printed under the row whether it passed or not
+
+    def __post_init__(self) -> None:
+        for name in ("case", "expected", "got", "hint", "note"):
+            value = getattr(self, name)
+            if type(value) is not str:  # a student's object must never reach print
+                setattr(self, name, show_value(value))
+        self.ok = self.ok is True
+
+
+@dataclass
+class Raised:
+    """What the student's function raised instead of returning a value."""
+
+    exc: BaseException
+    at_call: bool = False  # raised by the call itself: the wrong number of arguments
+
+    def __str__(self) -> str:
+        return _("raised {name}").format(name=type(self.exc).__name__)
+
+    @property
+    def message(self) -> str:
+        """The exception's message, however broken its ``__str__``."""
+        try:
+            text = str(self.exc)
+        except BaseException as exc:
+            let_interrupt_through(exc)
+            text = ""
+        return cut(text if type(text) is str else "", 300)
+
+    @property
+    def hint(self) -> str:
+        name = type(self.exc).__name__
+        if self.at_call:
+            return _(
+                "the check could not call your function ({name}: {message}): "
+                "keep the parameters its docstring and the exercise give"
+            ).format(name=name, message=self.message)
+        if isinstance(self.exc, SystemExit):
+            return _(
+                "your function called exit() or sys.exit(): return the answer "
+                "instead"
+            )
+        if isinstance(self.exc, StopIteration):
+            return _(
+                "your function raised StopIteration: a next(...) over a generator "
+                "found no item (give next a default, or make sure one matches)"
+            )
+        return _("your function raised {name}: {message}").format(
+            name=name, message=self.message)
+
+
+class NotAttempted(Exception):
+    """The student's function is still nbgrader's `raise NotImplementedError()`."""
+
+
+class WrongKind(Exception):
+    """The student's answer is not even the kind of value asked for: the table is
+    this one failing row."""
+
+    def __init__(self, row: Row) -> None:
+        super().__init__(row.hint)
+        self.row = row
+
+
+def let_interrupt_through(exc: BaseException) -> None:
+    """Re-raise `exc` if it is KeyboardInterrupt, the one exception a check lets
+    through (the stop button must stop the cell); any other is the answer's fault."""
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+
+
+def _frames(exc: BaseException) -> list:
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code)
+        tb = tb.tb_next
+    return frames
+
+
+def _is_stub(fn: Callable, exc: BaseException) -> bool:
+    # The stub raises in the student's own frame; a NotImplementedError from deeper
+    # down (a torch op, another unsolved helper) is a failed case, not "not attempted".
+    code = getattr(fn, "__code__", None)
+    frames = _frames(exc)
+    return code is None or not frames or frames[-1] is code
+
+
+def _at_call(fn: Callable, exc: BaseException) -> bool:
+    # a TypeError that never entered the student's function: the arguments did not
+    # fit its parameters
+    code = getattr(fn, "__code__", None)
+    return (isinstance(exc, TypeError) and code is not None
+            and code not in _frames(exc))
+
+
+def call_student(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """The student's return value, or `Raised` if it raised (the stub aborts).
+
+    Any exception is a failed case, SystemExit and StopIteration included; only
+    KeyboardInterrupt goes through (the student asked to stop). Whatever global torch
+    state the function changes (grad mode, default dtype, the RNG, ...) is put back.
+    """
+    try:
+        with fixed_torch_state(seed=None):
+            return fn(*args, **kwargs)
+    except KeyboardInterrupt:
+        raise
+    except NotImplementedError as exc:
+        if _is_stub(fn, exc):
+            raise NotAttempted() from None
+        return Raised(exc)
+    except BaseException as exc:  # any bug in student code is a failed case
+        return Raised(exc, at_call=_at_call(fn, exc))
+
+
+def cut(text: str, width: int) -> str:
+    """`text`, shortened with an ellipsis to at most `width` characters."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
+    """Print one line per case and, under each failing one, its hint (and under any
+    row, its note)."""
+    print((_("{title}: {total} hidden cases") if hidden else
+           _("{title}: {total} cases")).format(title=title, total=len(rows)))
+    head = (_("case"), _("expected"), _("got"))
+    # the expected cell of a choice item is NOT_SHOWN, said in the table's language
+    expected = [_(r.expected) if r.expected == NOT_SHOWN else r.expected for r in rows]
+    columns = ([r.case for r in rows], expected, [r.got for r in rows])
+    widths = [
+        min(max(len(name), *(len(cell) for cell in cells)), cap)
+        for name, cells, cap in zip(head, columns, (30, 24, 24), strict=True)
+    ]
+    print(
+        "  "
+        + "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
+        + "  " + _("result")
+    )
+    for row, shown in zip(rows, expected, strict=True):
+        cells = (row.case, shown, row.got)
+        line = "  ".join(cut(c, w).ljust(w) for c, w in zip(cells, widths, strict=True))
+        print(f"  {line}  {_('ok') if row.ok else _('FAIL')}")
+        for label, text in ((_("hint"), "" if row.ok else row.hint),
+                            (_("note"), row.note)):
+            if text:
+                print(
+                    textwrap.fill(
+                        text,
+                        width=88,
+                        initial_indent=f"      {label}: ",
+                        subsequent_indent="            ",
+                    )
+                )
+
+
+def _name_of(fn: Any) -> str:
+    name = getattr(fn, "__name__", None)
+    return name if type(name) is str and name.isidentifier() else _("your function")
+
+
+def _could_not_grade(exc: BaseException) -> Row:
+    # a safety net: a grader that meets an answer it did not foresee still fails the
+    # case with a table (tests/test_checks_fuzz.py makes sure no answer gets here)
+    return Row(
+        _("grading your answer"), _("a gradable answer"),
+        _("check raised {name}").format(name=type(exc).__name__), False,
+        _("the check could not grade what your function returned; return what the "
+          "exercise asks for (see its docstring). If your answer has that form, tell "
+          "your instructor: {name}: {message}").format(
+            name=type(exc).__name__, message=Raised(exc).message),
+    )
+
+
+def grade(
+    title: str,
+    fn: Callable,
+    hidden: bool,
+    make_rows: Callable[[Callable, bool], list[Row]],
+) -> None:
+    """Run one check: build its rows, print the table, raise if any case failed.
+
+    The grading code must be pristine before the student's function runs and still
+    after it (`verify_pristine`); the verdict is raised as a `sys.audit` event that
+    the grading sandbox's guard reads where the notebook cannot reach it. The guard
+    trusts the verdict only from this function, called directly by the check named
+    `title` (or `title` up to a "["), with `make_rows` (this parameter's name) a
+    function of the checks package: keep those three when changing it
+    (tests/test_sandbox.py shows why).
+    """
+    passed = False
+    sys.audit(CHECK_START, title)
+    try:
+        verify_pristine()
+        _run_rows(title, fn, hidden, make_rows)
+        verify_pristine()  # the student's function ran: is the grader still ours?
+        passed = True
+    finally:
+        sys.audit(CHECK_DONE, title, hidden is True, passed)
+
+
+def _run_rows(
+    title: str,
+    fn: Callable,
+    hidden: bool,
+    make_rows: Callable[[Callable, bool], list[Row]],
+) -> None:
+    """Run one check: build its rows, print the table, raise AssertionError if any
+    case failed. The rows are built in `fixed_torch_state`, with warnings off and
+    stderr sent to stdout (nbgrader zeroes a cell that writes to stderr)."""
+    if not callable(fn):
+        row = Row(
+            _("the function you wrote"), _("a function"), show_value(fn, 22), False,
+            _("{title} expects the function itself, e.g. {title}(my_function), not "
+              "its result; run your solution cell first").format(title=title),
+        )
+        rows = [row]
+    else:
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stderr(sys.stdout),
+            fixed_torch_state(seed=0),
+        ):
+            warnings.simplefilter("ignore")
+            try:
+                rows = make_rows(fn, hidden)
+            except WrongKind as wrong:
+                rows = [wrong.row]
+            except NotAttempted:
+                message = _(
+                    "not attempted: {name}() still raises "
+                    "NotImplementedError; write it in its solution cell, run that "
+                    "cell, then run this one again"
+                ).format(name=_name_of(fn))
+                print(message)
+                raise AssertionError(message) from None
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                rows = [_could_not_grade(exc)]
+    print_table(title, rows, hidden)
+    failed = sum(not row.ok for row in rows)
+    if failed:
+        raise AssertionError(_("{failed} of {total} cases failed — see hints above")
+                             .format(failed=failed, total=len(rows)))
+    print((_("all {total} hidden cases passed") if hidden else
+           _("all {total} cases passed")).format(total=len(rows)))
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except BaseException as exc:  # a broken __repr__, or an int too long to print
+        let_interrupt_through(exc)
+        text = None
+    if type(text) is not str:
+        text = _("<{name} that cannot be shown>").format(name=type(value).__name__)
+    return text
+
+
+def show_value(value: Any, width: int | None = None) -> str:
+    """Short, exact text for a table cell: powers of two as 2**k, floats by repr;
+    any object at all, cut to `width` characters when given."""
+    if isinstance(value, Raised):
+        text = str(value)
+    elif isinstance(value, float):
+        value = float.__float__(value)  # the number, whatever a subclass overrides
+        mantissa, exponent = math.frexp(abs(value))
+        if mantissa == 0.5 and not -4 <= exponent - 1 <= 11:
+            text = f"{'-' if value < 0 else ''}2**{exponent - 1}"
+        else:
+            text = repr(value)
+    elif isinstance(value, torch.dtype):
+        text = str(value).removeprefix("torch.")
+    elif type(value) is int and value.bit_length() > 64:
+        digits = len(str(value)) if value.bit_length() < 14000 else None
+        text = (_("an int of {digits} digits").format(digits=digits) if digits
+                else _("an int of many digits"))
+    else:
+        text = _safe_repr(value)
+    return text if width is None else cut(text, width)
+
+
+def as_float(value: Any) -> float | None:
+    """The student's answer as a float, or None if it is not a number (or too big
+    for one: an int past 1.8e308)."""
+    try:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, numbers.Real):  # int, float, numpy scalars
+            result = float(value)
+        elif isinstance(value, torch.Tensor) and value.numel() == 1:
+            if value.is_complex() or value.dtype is torch.bool:
+                return None
+            result = float(value.detach().cpu().item())
+        else:
+            return None
+    except BaseException as exc:  # OverflowError for a huge int, a bad __float__...
+        let_interrupt_through(exc)
+        return None
+    return result if type(result) is float else None
+
+
+def as_choice(value: Any, choices: Any) -> str | None:
+    """The student's answer as one of `choices` (strings), or None: only a real str
+    counts, compared by its characters, so an object equal to everything is None.
+
+    Example: ``as_choice("b", "abcd") == "b"``, ``as_choice(["b"], "abcd") is None``.
+    """
+    if not isinstance(value, str):
+        return None
+    text = str.__str__(value)  # the characters, whatever a subclass overrides
+    return text if text in choices else None
+
+
+def choice_row(
+    case: str,
+    right: str,
+    got: Any,
+    choices: Any,
+    explain: Callable[[str], str],
+    invalid: str,
+) -> Row:
+    """One multiple-choice or matching item: right or wrong, and why the chosen
+    option is wrong (`explain(choice)`), never the right answer itself (`invalid`:
+    the hint for an answer that is not one of `choices`)."""
+    if isinstance(got, Raised):
+        return Row(case, NOT_SHOWN, str(got), False, got.hint)
+    choice = as_choice(got, choices)
+    if choice is None:
+        return Row(case, NOT_SHOWN, show_value(got, 24), False, invalid)
+    ok = choice == right
+    return Row(case, NOT_SHOWN, cut(choice, 24), ok, "" if ok else explain(choice))
+
+
+def same_float(a: float, b: float) -> bool:
+    """Exactly the same float, nan equal to nan and -0.0 different from 0.0."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+def type_hint(got: Any, want: str = N_("a Python float")) -> str:
+    """The hint for an answer of the wrong type (or one that raised); `want` is
+    translated here (mark a caller's with `N_`)."""
+    if isinstance(got, Raised):
+        return got.hint
+    want = _(want)
+    if isinstance(got, int) and not isinstance(got, bool) and as_float(got) is None:
+        return _("return {want}; got an int too large for any float ({value})").format(
+            want=want, value=show_value(got))
+    return _("return {want}; got {kind} {value}").format(
+        want=want, kind=type(got).__name__, value=show_value(got, 40))
+
+
+def float_row(
+    case: str,
+    expected: float,
+    got: Any,
+    same: Callable[[float, float], bool],
+    hint_of: Callable[[float], str],
+    show: Callable[[Any], str] | None = None,
+) -> Row:
+    """One table row for an exercise whose answer is a single float."""
+    show = show or show_value
+    value = as_float(got)
+    if value is None:
+        return Row(case, show(expected), show_value(got, 24), False, type_hint(got))
+    ok = same(value, expected)
+    return Row(case, show(expected), show(value), ok, "" if ok else hint_of(value))
+
+
+def answer_of_type(fn: Callable, kind: Any, label: str, want: str) -> Any:
+    """Call the student's argument-free function and return its answer as a plain
+    copy of `kind` (a dict subclass's overrides do not come along); when it is not an
+    instance of `kind`, the table becomes one failing row "returns a <label>" (`want`
+    says what to return instead)."""
+    got = call_student(fn)
+    if not isinstance(got, kind):
+        hint = type_hint(got, want)
+        raise WrongKind(
+            Row(_("returns a {label}").format(label=label), label,
+                show_value(got, 22), False, hint)
+        )
+    if isinstance(got, dict):
+        return dict.copy(got)
+    if isinstance(got, list | tuple):
+        return list(list.__iter__(got) if isinstance(got, list) else
+                    tuple.__iter__(got))
+    return got
+
+
+def answered_row(
+    case: str,
+    bad: Sequence[str],
+    hint: str,
+    expected: str = N_("yes"),
+    fault: str = N_("missing"),
+) -> Row:
+    """The row "every question got a valid answer", failing with how many did not
+    (`bad`: those questions) and `hint`."""
+    got = _("yes") if not bad else f"{len(bad)} {_(fault)}"
+    return Row(case, _(expected), got, not bad, hint)

@@ -1,0 +1,406 @@
+"""Lesson 09's graders: the GAN step with one scaler, and the first overflowing module.
+
+``check_gan_step`` runs the student's GAN iteration for a few iterations next to
+``amp_lessons.teaching.practice.gan_step`` (fresh seeded models, a real scaler, scripted
+overflows in one network) and compares every parameter and optimizer state bit for
+bit, the scale and the losses; a wrong run is matched against the known mistakes of
+``practice.GAN_MISTAKES`` to name the one made. ``check_first_overflow`` asks for the
+name of the first module whose fp16 output overflows, on models built to trip the
+usual shortcuts (leaves only, the last inf instead of the first, fp32 outputs).
+Both call the student's function defensively and run their references with grad mode
+on, float32 as the default dtype and their own random state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from amp_lessons.core import nan_hunt
+from amp_lessons.core.scaler import LossScaler
+from amp_lessons.teaching import practice
+from amp_lessons.teaching.checks._engine import (
+    NotAttempted,
+    Raised,
+    Row,
+    call_student,
+    cut,
+    let_interrupt_through,
+    show_value,
+)
+from amp_lessons.teaching.checks._engine import grade as _grade
+from amp_lessons.teaching.clinic import RunInFp32
+from amp_lessons.teaching.scaler_vs_torch import first_difference
+
+__all__ = ["check_first_overflow", "check_gan_step"]
+
+
+@contextlib.contextmanager
+def _fixed_state() -> Iterator[None]:
+    """Grad mode on and float32 as the default dtype, whatever the notebook (or the
+    student's last call) left; restored afterwards."""
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        torch.set_default_dtype(dtype)
+
+
+def _call(fn: Callable, *args: Any) -> Any:
+    """``call_student``, and ``Raised`` also for the BaseExceptions a function may
+    raise (SystemExit from sys.exit(), GeneratorExit); Ctrl-C still stops."""
+    try:
+        with _fixed_state():
+            return call_student(fn, *args)
+    except NotAttempted:
+        raise
+    except (SystemExit, GeneratorExit) as exc:
+        return Raised(exc)
+
+
+def _show(value: Any, width: int = 24) -> str:
+    """repr for a table cell, even of an object whose repr raises (or exits)."""
+    if isinstance(value, Raised):
+        return cut(f"raised {type(value.exc).__name__}", width)
+    return show_value(value, width)
+
+
+# ---- check_gan_step ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _GanCase:
+    name: str
+    num_steps: int
+    overflow: dict[int, str] = field(default_factory=dict)
+    init_scale: float = 2.0**10
+    growth_interval: int = 2
+    fused: bool = False
+    ours: bool = False  # amp_lessons' LossScaler instead of torch's GradScaler
+
+
+_GAN_CASES = (
+    _GanCase("3 iterations, growth_interval 2", 3),
+    _GanCase("D overflows at iteration 2", 3, {2: "d"}),
+    _GanCase("G overflows at iteration 2", 3, {2: "g"}),
+)
+_GAN_HIDDEN = (
+    _GanCase("growth_interval 1, 4 iterations", 4, growth_interval=1),
+    _GanCase("fused Adam, D then G overflow", 4, {2: "d", 3: "g"}, fused=True),
+    _GanCase("LossScaler, G overflows at 3", 4, {3: "g"}, 2.0**12, 3, ours=True),
+)
+
+_GAN_ERRORS = {
+    "step() has already been called since the last update": "call scaler.update() "
+    "once at the end of every iteration",
+    "No inf checks were recorded prior to update": "scaler.update() ran before "
+    "scaler.step(): step each optimizer first (with scaler.step, not opt.step), "
+    "then update once",
+    "unscale_() has already been called": "unscale_ (or step) ran twice on one "
+    "optimizer before update(): each optimizer is stepped once per iteration",
+    "unscale_() is being called after step": "unscale_ ran after step on the same "
+    "optimizer; scaler.step(opt) unscales by itself",
+    "Attempted update but _scale is None": "scaler.update() ran before anything was "
+    "scaled: update once, at the END of the iteration, after both steps",
+    "_scale is None": "scale the losses with scaler.scale(loss) before backward",
+}
+
+
+class _Broken(Raised):
+    """The run could not go on after the student's step: the grader's own reading of
+    the models or optimizers failed."""
+
+    @property
+    def hint(self) -> str:
+        return (f"after your step the models or optimizers could not be read "
+                f"({type(self.exc).__name__}: {self.exc}); change only what a step "
+                "changes: gradients, parameters through the optimizers, the scaler")
+
+
+class _Stop(Exception):
+    """The student's step raised or returned something unusable: end the run."""
+
+    def __init__(self, got: Any) -> None:
+        super().__init__()
+        self.got = got
+
+
+def _pair(got: Any) -> tuple[float, float] | None:
+    """``(d_loss, g_loss)`` as floats, or None if ``got`` is not two numbers."""
+    try:
+        if isinstance(got, (tuple, list)) and len(got) == 2:
+            values = []
+            for value in got:
+                if isinstance(value, bool):
+                    return None
+                if isinstance(value, torch.Tensor):
+                    if value.numel() != 1:
+                        return None
+                    value = value.item()
+                values.append(float(value))
+            return values[0], values[1]
+    except BaseException as exc:  # a __float__ or __len__ that raises (or exits)
+        let_interrupt_through(exc)  # is just a wrong answer
+        return None
+    return None
+
+
+def _run_gan(step: Callable, case: _GanCase, student: bool) -> Any:
+    """The ``practice.GanRun`` of ``case`` with ``step``, or what went wrong."""
+
+    def guarded(*args: Any) -> tuple[float, float]:
+        got = _call(step, *args) if student else step(*args)
+        if isinstance(got, Raised):
+            raise _Stop(got)
+        pair = _pair(got)
+        if pair is None:
+            raise _Stop(("wrong type", got))
+        return pair
+
+    cls = LossScaler if case.ours else torch.amp.GradScaler
+    scaler = cls("cpu", init_scale=case.init_scale,
+                 growth_interval=case.growth_interval)  # fmt: skip
+    with _fixed_state(), torch.random.fork_rng(devices=[]):
+        try:
+            return practice.train_gan(scaler, case.num_steps, step_fn=guarded,
+                                      fused=case.fused, overflow=case.overflow)
+        except _Stop as stop:
+            return stop.got
+        except NotAttempted:
+            raise
+        except Exception as exc:  # the models were left unusable by the step
+            return _Broken(exc)
+
+
+def _same_gan(a: Any, b: Any) -> bool:
+    if not isinstance(a, practice.GanRun) or not isinstance(b, practice.GanRun):
+        return False
+    close = all(
+        math.isclose(x, y, rel_tol=1e-6) or (math.isnan(x) and math.isnan(y))
+        for x, y in zip(a.d_losses + a.g_losses, b.d_losses + b.g_losses, strict=True)
+    )
+    return close and first_difference(a.history, b.history) is None
+
+
+def _describe_gan(run: Any) -> str:
+    if isinstance(run, practice.GanRun):
+        return f"scales {', '.join(f'{s:g}' for s in run.scales)}"
+    if isinstance(run, tuple):  # ("wrong type", value)
+        return f"returned {_show(run[1], 14)}"
+    return _show(run)
+
+
+def _gan_hint(case: _GanCase, got: Any) -> str:
+    if isinstance(got, Raised):
+        for fragment, hint in _GAN_ERRORS.items():
+            if fragment in got.message:
+                return f"{cut(got.hint, 120).rstrip('.')}. {hint[0].upper()}{hint[1:]}"
+        return got.hint
+    if isinstance(got, tuple):
+        return ("return the two losses as Python floats: (d_loss.item(), "
+                f"g_loss.item()); got {_show(got[1], 40)}")  # fmt: skip
+    # Mistakes can look alike on a short run (two scalers, or one made in the step):
+    # name every one that matches.
+    matches = [hint for mistake, hint in practice.GAN_MISTAKES.items()
+               if _same_gan(got, _run_gan(practice.wrong_gan_step(mistake), case,
+                                          student=False))]  # fmt: skip
+    if matches:
+        return " Or: ".join(matches)
+    return ("the reference iteration: zero D's grads; under fp16 autocast fake = "
+            "generator(noise), d_loss = bce(D(real), 1) + bce(D(fake.detach()), 0); "
+            "scaler.scale(d_loss).backward(); scaler.step(opt_d); zero G's grads; "
+            "g_loss = bce(D(fake), 1) under autocast; scaler.scale(g_loss).backward(); "
+            "scaler.step(opt_g); scaler.update(); return (d_loss.item(), "
+            "g_loss.item())")  # fmt: skip
+
+
+def _gan_rows(gan_step: Callable, hidden: bool) -> list[Row]:
+    rows = []
+    for case in _GAN_HIDDEN if hidden else _GAN_CASES:
+        expected = _run_gan(practice.gan_step, case, student=False)
+        got = _run_gan(gan_step, case, student=True)
+        ok = _same_gan(got, expected)
+        shown = _describe_gan(got)
+        if not ok and shown == _describe_gan(expected):
+            shown = "params differ"
+        rows.append(Row(case.name, _describe_gan(expected), shown, ok,
+                        "" if ok else _gan_hint(case, got)))  # fmt: skip
+    return rows
+
+
+def check_gan_step(gan_step: Callable[..., Any], hidden: bool = False) -> None:
+    """Check ``gan_step(generator, discriminator, opt_g, opt_d, scaler, real, noise)
+    -> (d_loss, g_loss)``: one GAN iteration under fp16 autocast with one scaler.
+
+    Example:
+        >>> check_gan_step(gan_step)
+    """
+    _grade("check_gan_step", gan_step, hidden, _gan_rows)
+
+
+# ---- check_first_overflow ----------------------------------------------------------
+
+
+class _TwoBranches(nn.Module):
+    """``a(x) + b(x)``: two finite fp16 halves whose sum can overflow."""
+
+    def __init__(self, dim: int, weight: float) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        with torch.no_grad():
+            for layer in (self.a, self.b):
+                layer.weight.fill_(weight)
+                layer.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) + self.b(x)
+
+
+class _Stack(nn.Module):
+    def __init__(self, *blocks: nn.Module) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def _mlp(big_layer: int) -> nn.Module:
+    layers: list[nn.Module] = []
+    for i in range(3):
+        layer = nn.Linear(4, 4)
+        with torch.no_grad():
+            layer.weight.fill_(2e4 if i == big_layer else 0.25)  # 1.5 * 4 * 2e4
+            layer.bias.fill_(0.5)
+        layers += [layer, nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def _fp32_then_fp16() -> nn.Module:
+    # an fp32 layer (autocast off) reaches 1e5, which fp32 holds; the fp16 layer
+    # after it overflows
+    first = nn.Linear(4, 4)
+    with torch.no_grad():
+        first.weight.fill_(2.5e4)
+        first.bias.zero_()
+    return nn.Sequential(RunInFp32(first), nn.Linear(4, 4))
+
+
+_OVERFLOW_CASES: tuple[tuple[str, Callable[[], nn.Module], Callable[[], Any]], ...] = (
+    ("MLP: one Linear too large", lambda: _mlp(1), lambda: torch.ones(2, 4)),
+    ("T5-like stack", nan_hunt.t5_like_model, nan_hunt.t5_like_inputs),
+    ("a model that stays in range", lambda: _mlp(-1), lambda: torch.ones(2, 4)),
+)
+_OVERFLOW_HIDDEN: tuple[tuple[str, Callable[[], nn.Module], Callable[[], Any]], ...] = (
+    ("a block's own sum overflows",
+     lambda: _Stack(_TwoBranches(4, 1.0), _TwoBranches(4, 800.0)),
+     lambda: torch.ones(2, 4) * 2),
+    ("an fp32 layer, then fp16", _fp32_then_fp16, lambda: torch.ones(2, 4)),
+    ("T5-like, outlier 3000", lambda: nan_hunt.t5_like_model(outlier=3000.0),
+     nan_hunt.t5_like_inputs),
+)  # fmt: skip
+
+
+def _build(make: Callable[[], Any]) -> Any:
+    with _fixed_state(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return make()
+
+
+def _overflow_answers(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
+    """The right answer and the answers of the usual shortcuts, for the hints."""
+    with _fixed_state(), torch.no_grad(), torch.amp.autocast("cpu", torch.float16):
+        with nan_hunt.OverflowDetector(model, dtype=torch.float16) as detector:
+            model(x)
+    findings = detector.findings
+    leaves = [f for f in findings
+              if not list(model.get_submodule(f.name).children())]  # fmt: skip
+    with _fixed_state():
+        fp32 = nan_hunt.find_first_overflow(model, x, dtype=None)
+        every_dtype = nan_hunt.OverflowDetector(model)
+        with torch.no_grad(), torch.amp.autocast("cpu", torch.float16), every_dtype:
+            model(x)
+    return {
+        "right": findings[0].name if findings else None,
+        "last": findings[-1].name if findings else None,
+        "leaf": leaves[0].name if leaves else None,
+        "fp32": fp32.name if fp32 else None,
+        "kind": findings[0].kind if findings else None,
+        "any dtype": every_dtype.first.name if every_dtype.first else None,
+    }
+
+
+_OVERFLOW_HINTS = {
+    "last": "that is the LAST module holding an inf: once one output overflows, every "
+    "later one is inf too; report the first, in the order the hooks fire",
+    "leaf": "only leaf modules were watched: here a module's own code (an addition "
+    "in its forward) overflowed while its children were fine; hook every module of "
+    "model.named_modules(), containers included",
+    "fp32": "that is where fp32 values pass 65504, not where fp16 overflows: run the "
+    "forward under torch.amp.autocast('cpu', dtype=torch.float16), where only the "
+    "outputs autocast makes fp16 can overflow",
+    "kind": "return the module's NAME from model.named_modules() (e.g. 'blocks.3.wo'), "
+    "not its class name",
+    "any dtype": "an fp32 output above 65504 is fine: fp32 holds it; only fp16 outputs "
+    "(output.dtype == torch.float16) overflow fp16",
+}
+
+
+def _overflow_rows(first_overflow: Callable, hidden: bool) -> list[Row]:
+    rows = []
+    for name, make_model, make_x in _OVERFLOW_HIDDEN if hidden else _OVERFLOW_CASES:
+        model, x = _build(make_model), _build(make_x)
+        answers = _overflow_answers(_build(make_model), x)
+        expected = answers["right"]
+        got = _call(first_overflow, model, x.clone())
+        left = sum(len(m._forward_hooks) for m in model.modules())
+        # compared only as str or None: an array's == (or a raising one) is no answer
+        named = got is None or type(got) is str
+        ok = named and got == expected and not left
+        if ok:
+            hint = ""
+        elif isinstance(got, Raised):
+            hint = got.hint
+        elif not named:
+            hint = ("return the module's name (a str from model.named_modules()), "
+                    f"or None when nothing overflows; got {_show(got, 40)}")
+        elif got == expected:
+            hint = (f"right module, but {left} forward hook(s) are still on the "
+                    "model: keep the handles register_forward_hook returns and "
+                    "call handle.remove() (in a finally: block)")
+        elif got is None:
+            hint = ("nothing found, yet an output overflows: hook every module and "
+                    "run the forward under fp16 autocast")
+        elif expected is None:
+            hint = ("no output overflows here (fp16 holds every one, 65504 at most): "
+                    "return None")
+        else:
+            wrong = [k for k, v in answers.items() if k != "right" and v == got]
+            hint = " Or: ".join(_OVERFLOW_HINTS[k] for k in wrong) or (
+                "not the first module whose fp16 output is inf/nan or above 65504; "
+                "forward hooks fire as each module finishes, children before their "
+                "parent")  # fmt: skip
+        rows.append(Row(name, repr(expected), _show(got), ok, hint))
+    return rows
+
+
+def check_first_overflow(first_overflow: Callable[..., Any], hidden: bool = False):
+    """Check ``first_overflow(model, x) -> str | None``: the name (as in
+    ``model.named_modules()``) of the first module whose output is inf/nan or above
+    65504 in an fp16-autocast forward of ``model(x)``, or None.
+
+    Example:
+        >>> check_first_overflow(first_overflow)
+    """
+    _grade("check_first_overflow", first_overflow, hidden, _overflow_rows)

@@ -1,0 +1,84 @@
+"""The package's folders show its architecture: few modules at the top, the layers held
+by import-linter's contract (pyproject.toml), and each rule shown rejecting a breach."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "amp_lessons"
+LAYERS = ("core", "measure", "teaching", "tooling")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    # lint-imports reads [tool.importlinter] from the pyproject.toml in its cwd and
+    # imports nothing: it parses the sources found on sys.path (hence PYTHONPATH)
+    script = Path(sys.executable).with_name("lint-imports")
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([str(script), "--no-cache"], cwd=root, capture_output=True,
+                          text=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def package_copy(tmp_path_factory):
+    """A copy of the package and its contract, to break on purpose."""
+    def copy():
+        dest = tmp_path_factory.mktemp("layout")
+        shutil.copytree(PACKAGE, dest / "amp_lessons",
+                        ignore=shutil.ignore_patterns("__pycache__", "locale"))
+        shutil.copy(ROOT / "pyproject.toml", dest)
+        return dest
+    return copy
+
+
+def test_at_most_ten_modules_at_the_top():
+    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(modules) <= 10, modules
+
+
+def test_every_layer_says_what_it_holds_and_may_import():
+    for layer in LAYERS:
+        doc = (PACKAGE / layer / "__init__.py").read_text()
+        assert doc.startswith('"""') and "import" in doc, layer
+
+
+def test_no_empty_module():
+    empty = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
+             if not p.read_text().strip()]
+    assert not empty
+
+
+def test_the_contract_aliases_are_the_library_modules():
+    import amp_lessons.core.formats
+    import amp_lessons.formats
+    from amp_lessons import fp8, memory, scaler
+    from amp_lessons.core import fp8 as core_fp8
+    from amp_lessons.core import memory as core_memory
+    from amp_lessons.core import scaler as core_scaler
+
+    assert amp_lessons.formats is amp_lessons.core.formats
+    assert (fp8, memory, scaler) == (core_fp8, core_memory, core_scaler)
+
+
+def test_the_layer_contract_holds():
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("KEPT") == 3, result.stdout
+
+
+@pytest.mark.parametrize("module, line, broken", [
+    ("core/formats.py", "from amp_lessons.teaching import clinic", "upward"),
+    ("measure/bench.py", "from amp_lessons.tooling import lab", "upward"),
+    ("core/train.py", "from amp_lessons.measure import bench", "upward"),
+    ("core/checkpoints.py", "from amp_lessons.core import train", "circle"),
+])
+def test_the_contract_rejects_a_breach(package_copy, module, line, broken):
+    root = package_copy()
+    path = root / "amp_lessons" / module
+    path.write_text(path.read_text() + f"\n{line}  # noqa\n")
+    result = lint_imports(root)
+    assert result.returncode != 0
+    assert broken in "\n".join(l for l in result.stdout.splitlines() if "BROKEN" in l)
