@@ -120,6 +120,6 @@ def test_results_dir_is_the_clones_and_falls_back_to_the_working_folder(
     assert bench_results.find_results_dir() == bench_results.RESULTS_DIR
     assert bench_results.RESULTS_DIR.parts[-2:] == ("notebooks", "results")
     monkeypatch.setattr(bench_results, "__file__", str(
-        tmp_path / "site" / "amp_lessons" / "bench_results.py"))
+        tmp_path / "site" / "amp_lessons" / "measure" / "bench_results.py"))
     monkeypatch.chdir(tmp_path)
     assert bench_results.find_results_dir() == tmp_path / "results"

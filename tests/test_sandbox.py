@@ -538,7 +538,7 @@ EXPECTED_FLAG = {  # a flag each attack must raise, beside its 0
     "c_shadow": "rebinds the name of a check (check_quick_check)",
     "d_monkeypatch": "imports the grading code (amp_lessons.teaching.checks._engine)",
     "e_swap": "check_quick_check never reported a verdict",
-    "f_write_package": "writes code to {package}/checks/quiz.py",
+    "f_write_package": "writes code to {package}/teaching/checks/quiz.py",
     "g_read_source": "opens {course}/source/08_quick_check/08_quick_check.ipynb",
     "h_gradebook": "sqlite3.connect {course}/gradebook.db",
     "i_exit": "crash: DeadKernelError",

@@ -236,12 +236,12 @@ def autograde(course_dir: Path = COURSE_DIR, student: str = "*", *,
         print(line, file=sys.stderr)
     from amp_lessons.teaching.checks import _pristine
 
-    before = _pristine.seal(sandbox.PACKAGE_DIR / "checks")
+    before = _pristine.seal(sandbox.PACKAGE_DIR / "teaching" / "checks")
     outcomes = []
     for who, lesson in todo:
         outcome = grade_one(course_dir, who, lesson, sandboxed=sandboxed,
                             timeout=timeout)
-        if _pristine.seal(sandbox.PACKAGE_DIR / "checks") != before:
+        if _pristine.seal(sandbox.PACKAGE_DIR / "teaching" / "checks") != before:
             outcome.flags.append("runtime: the course's checks changed on disk while "
                                  "this submission ran")
             review.write_review(course_dir, who, lesson, outcome.flags)
