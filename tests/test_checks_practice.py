@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from grader_harness import grader_tests
 
-from amp_lessons.core.nan_hunt import OverflowDetector
+from amp_lessons.core import nan_hunt
+from amp_lessons.core.nan_hunt import OverflowDetector, find_first_overflow
 from amp_lessons.teaching.checks import check_first_overflow, check_gan_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -42,9 +43,8 @@ def first_overflow(model, x):
 
     def hook(name):
         def record(module, inputs, output):
-            if isinstance(output, torch.Tensor) and output.dtype == torch.float16:
-                if not torch.isfinite(output).all() or output.abs().max() > 65504:
-                    seen.append(name)
+            if isinstance(output, torch.Tensor) and not torch.isfinite(output).all():
+                seen.append(name)
         return record
 
     handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()]
@@ -172,12 +172,35 @@ def gan_breaks_the_optimizers(generator, discriminator, opt_g, *args):
 # --- known-wrong overflow finders --------------------------------------------------
 
 
+class _Found:
+    def __init__(self, name, kind):
+        self.name, self.kind = name, kind
+
+
 def _findings(model, x, dtype=torch.float16, watch=torch.float16):
+    """Each module whose output holds inf/nan, or is of dtype ``watch`` (None: any)
+    and above 65504, in hook order, found with hooks of their own: the check fails a
+    function that runs anything of nan_hunt, so the shortcuts below do not use it."""
+    found = []
+
+    def hook(name):
+        def record(module, inputs, output):
+            finite = torch.isfinite(output)
+            big = finite.any() and output[finite].float().abs().max() > 65504
+            if not finite.all() or ((watch is None or output.dtype == watch) and big):
+                found.append(_Found(name, type(module).__name__))
+        return record
+
     ctx = torch.amp.autocast("cpu", dtype=dtype or torch.bfloat16,
                              enabled=dtype is not None)  # fmt: skip
-    with torch.no_grad(), ctx, OverflowDetector(model, dtype=watch) as detector:
-        model(x)
-    return detector.findings
+    handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()]
+    try:
+        with torch.no_grad(), ctx:
+            model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found
 
 
 def overflow_last(model, x):
@@ -246,6 +269,29 @@ def overflow_returns_a_weird_str(model, x):
     return _WeirdStr(first_overflow(model, x) or "")
 
 
+def overflow_one_line_nan_hunt(model, x):
+    # right on every case, but the course's detector is the exercise's answer
+    found = nan_hunt.find_first_overflow(model, x, dtype=torch.float16)
+    return found.name if found is not None else None
+
+
+def overflow_imported_detector(model, x):
+    # `from amp_lessons.core.nan_hunt import OverflowDetector`, atop the notebook
+    with torch.no_grad(), torch.amp.autocast("cpu", dtype=torch.float16):
+        with OverflowDetector(model, dtype=torch.float16) as detector:
+            model(x)
+    return detector.first.name if detector.first else None
+
+
+def _my_helper(model, x):
+    return find_first_overflow(model, x)
+
+
+def overflow_nan_hunt_in_a_helper(model, x):
+    found = _my_helper(model, x)
+    return found.name if found is not None else None
+
+
 CASES = {
     "gan": (check_gan_step, gan_step, [
         (gan_two_updates, False, "counts every iteration twice"),
@@ -275,8 +321,14 @@ CASES = {
         (overflow_raises_keyboardish, False, "raised GeneratorExit"),
         (overflow_returns_an_array, False, "return the module's name (a str"),
         (overflow_returns_a_weird_str, False, "return the module's name (a str"),
+        (overflow_one_line_nan_hunt, False,
+         "called amp_lessons.core.nan_hunt.find_first_overflow"),
+        (overflow_imported_detector, False,
+         "called amp_lessons.core.nan_hunt.OverflowDetector"),
+        (overflow_nan_hunt_in_a_helper, False, "Write the hook yourself"),
         (overflow_leaves_only, True, "only leaf modules were watched"),
         (overflow_any_dtype, True, "an fp32 output above 65504 is fine"),
+        (overflow_one_line_nan_hunt, True, "may not be used"),
     ]),
 }  # fmt: skip
 
@@ -323,3 +375,33 @@ def test_graders_leave_the_global_rng_alone():
     check_first_overflow(first_overflow)
     check_gan_step(gan_step, hidden=True)
     assert torch.equal(torch.rand(2), expected)
+
+
+@pytest.mark.parametrize("hidden", [False, True], ids=["visible", "hidden"])
+def test_a_one_line_nan_hunt_call_fails_and_a_hook_of_ones_own_passes(hidden, capsys):
+    # the one-line answer gives the right name on every case, and still fails each:
+    # the exercise asks for the hooks, and nan_hunt's detector is its answer
+    with pytest.raises(AssertionError, match=r"3 of 3 cases failed"):
+        check_first_overflow(overflow_one_line_nan_hunt, hidden=hidden)
+    out = capsys.readouterr().out
+    assert out.count("called nan_hunt") == 3
+    assert "may not be used" in " ".join(out.split())  # the hint, wrapped over lines
+    assert sys.getprofile() is None  # the watch is gone after the check
+    # a hook written by hand passes, the T5-like model's own nan_hunt code included
+    assert check_first_overflow(first_overflow, hidden=hidden) is None
+    assert "passed" in capsys.readouterr().out
+
+
+def test_the_nan_hunt_watch_puts_a_profiler_back():
+    calls = []
+
+    def profiler(frame, event, arg):
+        calls.append(event)
+
+    sys.setprofile(profiler)
+    try:
+        with pytest.raises(AssertionError):
+            check_first_overflow(overflow_one_line_nan_hunt)
+        assert sys.getprofile() is profiler
+    finally:
+        sys.setprofile(None)

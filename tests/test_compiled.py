@@ -59,3 +59,16 @@ def test_disabled_region_bug_and_its_fix():
     assert cp.disabled_region_grads("same_as_forward") is False
     assert cp.disabled_region_grads("off") is True
     assert functorch_config.backward_pass_autocast == "same_as_forward"  # restored
+    assert cp.backward_pass_autocast() == "same_as_forward"
+
+
+@pytest.mark.slow
+def test_same_as_forward_is_eager_with_backward_inside_autocast():
+    # what lesson 09 teaches: "same_as_forward" traces the backward as if backward()
+    # ran inside the autocast block; "off" as eager AMP code runs it, after the block
+    after = cp.disabled_region_grad()
+    inside = cp.disabled_region_grad(backward_under_autocast=True)
+    assert not torch.equal(after, inside)
+    assert torch.equal(cp.disabled_region_grad(True, "same_as_forward"), inside)
+    assert torch.equal(cp.disabled_region_grad(True, "off"), after)
+    assert after.dtype == inside.dtype == torch.float32

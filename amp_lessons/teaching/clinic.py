@@ -8,8 +8,8 @@ real ``torch.amp.GradScaler``, so the messages are the installed torch's own.
 The diagnosis exercise's symptoms, their causes and the clues live here too
 (``SYMPTOMS``, ``CAUSES``, ``DIAGNOSES``, ``clinic_text``); its grader is
 ``amp_lessons.teaching.checks.check_clinic_diagnosis``. ``REAL_WORLD`` is lesson 09's
-table: the 15 AMP problems public trackers report most, each with its sources,
-reproduced (by ``amp_lessons.teaching.reproductions``) or explained.
+table: 15 frequently reported AMP problems from public trackers, each with its
+sources, reproduced (by ``amp_lessons.teaching.reproductions``) or explained.
 
 Not covered here: distributed training (each rank's scaler must agree).
 """
@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch._functorch.config as _functorch_config
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -423,7 +424,11 @@ def clinic_text() -> str:
     return "\n".join(lines)
 
 
-# ---- AMP in real code: the problems public trackers report most (lesson 09) ---------
+# ---- AMP in real code: 15 problems public trackers report often (lesson 09) ---------
+
+# The autocast state a compiled backward is traced under, as this torch ships it
+# (torch/_functorch/config.py); problem 14's fix names it.
+_BACKWARD_PASS_AUTOCAST = _functorch_config.backward_pass_autocast
 
 
 @dataclass(frozen=True)
@@ -524,9 +529,13 @@ REAL_WORLD: tuple[FieldReport, ...] = (
     FieldReport("compile_disabled_region", "compiled model gives different gradients",
                 "autocast(enabled=False) regions inside torch.compile: the compiled "
                 "backward ran under the forward's autocast",
-                "torch._functorch.config.backward_pass_autocast = 'off' (the later "
-                "default)", "reproduced",
-                ("pytorch/pytorch#179804", "pytorch/pytorch#177287")),
+                "torch._functorch.config.backward_pass_autocast = 'off' before "
+                "compiling; this torch's default is "
+                f"{_BACKWARD_PASS_AUTOCAST!r} (read at import), and a PR to make "
+                "'off' the default was closed: the docs warn instead",
+                "reproduced",
+                ("pytorch/pytorch#179804", "pytorch/pytorch#177287",
+                 "pytorch/pytorch#184839")),
     FieldReport("scaler_in_loop", "the scaler never works",
                 "scaler created inside the loop: every one starts again at 65536",
                 "create the GradScaler once, before the loop", "reproduced",

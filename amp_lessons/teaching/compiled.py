@@ -4,9 +4,11 @@ Notebook 09 uses this module on the CPU (inductor generates and compiles C++, so
 first call takes seconds). ``time_compile`` measures the first call and the steady
 call of eager and compiled code, the break-even number of calls, and how their
 results differ (``amp_step``: a forward under bf16 autocast and a backward);
-``disabled_region_grads`` reproduces a real bug: a compiled region with
+``backward_pass_autocast`` reads the setting that decides which autocast state a
+compiled backward is traced under; ``disabled_region_grad`` and
+``disabled_region_grads`` reproduce what it does: a compiled region with
 ``autocast(enabled=False)`` inside, called under autocast, gets different gradients
-from eager (pytorch/pytorch#179804), and shows the setting that fixes it.
+from eager (pytorch/pytorch#179804), and the setting that gives eager's.
 
 Not covered here: CUDA graphs (``mode="reduce-overhead"``), dynamic shapes, and
 compiling the optimizer step.
@@ -26,6 +28,8 @@ import torch.nn as nn
 __all__ = [
     "CompileTiming",
     "amp_step",
+    "backward_pass_autocast",
+    "disabled_region_grad",
     "disabled_region_grads",
     "gelu_chain",
     "small_mlp",
@@ -133,22 +137,51 @@ def time_compile(
     return CompileTiming(first, eager_s, compiled_s, diff, same)
 
 
-def disabled_region_grads(backward_pass_autocast: str | None = None) -> bool:
-    """Are the gradients of a compiled function with an ``autocast(enabled=False)``
-    region inside, called under bf16 autocast, equal to eager's? (pytorch#179804)
+def backward_pass_autocast() -> Any:
+    """``torch._functorch.config.backward_pass_autocast`` as this torch has it now: the
+    autocast state a compiled region's backward graph is traced under.
 
-    Eager runs backward outside autocast, as autocast is meant to be used. Compiled
-    code traces its backward under the forward's autocast state when
-    ``torch._functorch.config.backward_pass_autocast`` is ``"same_as_forward"`` (the
-    default in this torch), and the backward matmul is then done in bf16. Setting it
-    to ``"off"`` (the default from the fix on) gives eager's gradients. ``None``
-    keeps the installed default. Uses the ``aot_eager`` backend: the bug is in
-    autograd tracing, not in inductor, and it compiles in about a second.
+    ``torch.compile`` traces a region's forward and backward graphs together, at the
+    forward call, so it must assume how the backward will run. ``"same_as_forward"``:
+    under the autocast the forward ran under, as if ``backward()`` were called inside
+    the ``with autocast`` block. ``"off"``: without autocast, as eager AMP code runs
+    it (autocast wraps the forward only). A list of autocast kwargs dicts: under that
+    autocast. torch 2.13 ships ``"same_as_forward"`` (its ``_functorch/config.py``);
+    pytorch#177287, which would have made ``"off"`` the default, was closed, and the
+    docs warn instead (pytorch#184839).
 
     Example::
 
-        disabled_region_grads()       # False in torch 2.13: the bug
-        disabled_region_grads("off")  # True: the fix
+        backward_pass_autocast()  # 'same_as_forward' in torch 2.13
+    """
+    import torch._functorch.config as functorch_config
+
+    return functorch_config.backward_pass_autocast
+
+
+def disabled_region_grad(
+    compiled: bool = False,
+    backward_pass_autocast: str | None = None,
+    backward_under_autocast: bool = False,
+) -> torch.Tensor:
+    """The weight gradient of a region with an ``autocast(enabled=False)`` matmul
+    inside (fp32 on purpose), called under bf16 autocast (pytorch#179804).
+
+    ``compiled``: through ``torch.compile`` (the ``aot_eager`` backend: the behaviour
+    is AOTAutograd's tracing, not inductor's, and it skips inductor's C++ build),
+    with ``torch._functorch.config.backward_pass_autocast`` set to
+    ``backward_pass_autocast`` for the call (None: this torch's setting).
+    ``backward_under_autocast``: call ``backward()`` inside the ``with autocast``
+    block instead of after it, which autocast's docs advise against. Eager runs each
+    backward op in the dtypes its forward op saved; under autocast the backward of
+    the fp32 matmul is autocast to bf16 like any matmul.
+
+    Example::
+
+        eager = disabled_region_grad()
+        torch.equal(disabled_region_grad(True, "off"), eager)  # True
+        torch.equal(disabled_region_grad(True, "same_as_forward"),
+                    disabled_region_grad(backward_under_autocast=True))  # True
     """
     import torch._functorch.config as functorch_config
 
@@ -163,13 +196,31 @@ def disabled_region_grads(backward_pass_autocast: str | None = None) -> bool:
 
     patch = ({} if backward_pass_autocast is None
              else {"backward_pass_autocast": backward_pass_autocast})  # fmt: skip
-    grads = []
     with functorch_config.patch(**patch):
-        for fn in (region, torch.compile(region, backend="aot_eager")):
+        fn = region
+        if compiled:
             torch._dynamo.reset()
-            layer.weight.grad = None
-            with torch.amp.autocast(h.device.type, dtype=torch.bfloat16):
-                out = fn(h)
+            fn = torch.compile(region, backend="aot_eager")
+        with torch.amp.autocast(h.device.type, dtype=torch.bfloat16):
+            out = fn(h)
+            if backward_under_autocast:
+                out.sum().backward()
+        if not backward_under_autocast:
             out.sum().backward()
-            grads.append(layer.weight.grad.clone())
-    return torch.equal(*grads)
+    return layer.weight.grad.clone()
+
+
+def disabled_region_grads(backward_pass_autocast: str | None = None) -> bool:
+    """Are the compiled gradients of ``disabled_region_grad``'s region equal to
+    eager's (backward outside autocast, as autocast is meant to be used)? With
+    ``backward_pass_autocast`` ``"same_as_forward"`` (this torch's default: see
+    ``backward_pass_autocast()``) they are not; with ``"off"`` they are. ``None``
+    keeps the installed setting.
+
+    Example::
+
+        disabled_region_grads()       # False in torch 2.13: its default
+        disabled_region_grads("off")  # True
+    """
+    eager = disabled_region_grad()
+    return torch.equal(eager, disabled_region_grad(True, backward_pass_autocast))

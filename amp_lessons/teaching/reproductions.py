@@ -1,4 +1,4 @@
-"""The AMP problems people report most in public trackers, reproduced on the CPU.
+"""Frequently reported AMP problems from public trackers, reproduced on the CPU.
 
 Each ``reproduce_*`` function runs one problem small, with or without its fix, and
 returns an ``Outcome``: whether the symptom appeared and the evidence (torch's own
@@ -245,10 +245,13 @@ def reproduce_resume_without_scaler(fixed: bool) -> Outcome:
 
 def reproduce_compiled_disabled_region(fixed: bool) -> Outcome:
     """Different gradients from a compiled region holding ``autocast(enabled=False)``
-    (pytorch#179804). Fix: ``torch._functorch.config.backward_pass_autocast="off"``."""
-    same = compiled.disabled_region_grads("off" if fixed else None)
+    (pytorch#179804). Fix: ``torch._functorch.config.backward_pass_autocast="off"``;
+    without it, this torch's own setting (``compiled.backward_pass_autocast()``)."""
+    setting = "off" if fixed else compiled.backward_pass_autocast()
+    same = compiled.disabled_region_grads(setting)
     return Outcome(not same, "compiled gradients "
-                   + ("equal eager's" if same else "differ from eager's"))
+                   + ("equal eager's" if same else "differ from eager's")
+                   + f" (backward_pass_autocast={setting!r})")
 
 
 def reproduce_scaler_in_loop(fixed: bool) -> Outcome:

@@ -5,8 +5,10 @@
 overflows in one network) and compares every parameter and optimizer state bit for
 bit, the scale and the losses; a wrong run is matched against the known mistakes of
 ``practice.GAN_MISTAKES`` to name the one made. ``check_first_overflow`` asks for the
-name of the first module whose fp16 output overflows, on models built to trip the
-usual shortcuts (leaves only, the last inf instead of the first, fp32 outputs).
+name of the first module whose output holds inf/nan under fp16 autocast, found with
+forward hooks the student writes, on models built to trip the usual shortcuts
+(leaves only, the last inf instead of the first, fp32 outputs); a function that
+calls ``amp_lessons.core.nan_hunt`` (whose detector is the answer) is a wrong answer.
 Both call the student's function defensively and run their references with grad mode
 on, float32 as the default dtype and their own random state.
 """
@@ -14,7 +16,10 @@ on, float32 as the default dtype and their own random state.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
+import sys
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -357,19 +362,78 @@ _OVERFLOW_HINTS = {
 }
 
 
+def _nan_hunt_code() -> dict[types.CodeType, str]:
+    """The code objects of ``nan_hunt``'s functions and of the methods of its classes
+    (nested functions included), each with the name a student would have called:
+    what ``first_overflow`` may not run. The nn.Module classes (the T5-like model the
+    check itself passes in) are left out."""
+    found: dict[types.CodeType, str] = {}
+
+    def add(code: types.CodeType, label: str) -> None:
+        found[code] = label
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                add(const, label)
+
+    for name, obj in vars(nan_hunt).items():
+        if getattr(obj, "__module__", None) != nan_hunt.__name__:
+            continue
+        if inspect.isfunction(obj):
+            add(obj.__code__, f"nan_hunt.{name}")
+        elif inspect.isclass(obj) and not issubclass(obj, nn.Module):
+            for attr in vars(obj).values():
+                fn = attr.fget if isinstance(attr, property) else attr
+                fn = getattr(fn, "__func__", fn)  # staticmethod, classmethod
+                if inspect.isfunction(fn):
+                    add(fn.__code__, f"nan_hunt.{name}")
+    return found
+
+
+_NAN_HUNT_CODE = _nan_hunt_code()
+
+
+def _call_without_nan_hunt(fn: Callable, *args: Any) -> tuple[Any, str | None]:
+    """``_call(fn, *args)``, and the first ``nan_hunt`` function it ran (None if none),
+    however it was reached: ``nan_hunt.x``, ``from amp_lessons.core.nan_hunt import
+    x``, or a helper of the student's. A profile function watches the calls for the
+    length of the call only (a profiler already set is put back afterwards)."""
+    used: list[str] = []
+
+    def watch(frame: types.FrameType, event: str, _arg: Any) -> None:
+        if event == "call" and not used:
+            label = _NAN_HUNT_CODE.get(frame.f_code)
+            if label is not None:
+                used.append(label)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        got = _call(fn, *args)
+    finally:
+        sys.setprofile(previous)
+    return got, (used[0] if used else None)
+
+
 def _overflow_rows(first_overflow: Callable, hidden: bool) -> list[Row]:
     rows = []
     for name, make_model, make_x in _OVERFLOW_HIDDEN if hidden else _OVERFLOW_CASES:
         model, x = _build(make_model), _build(make_x)
         answers = _overflow_answers(_build(make_model), x)
         expected = answers["right"]
-        got = _call(first_overflow, model, x.clone())
+        got, used = _call_without_nan_hunt(first_overflow, model, x.clone())
         left = sum(len(m._forward_hooks) for m in model.modules())
         # compared only as str or None: an array's == (or a raising one) is no answer
         named = got is None or type(got) is str
-        ok = named and got == expected and not left
+        ok = named and got == expected and not left and used is None
         if ok:
             hint = ""
+        elif used is not None:
+            hint = (f"your function called amp_lessons.{used}: the course's detector "
+                    "is this exercise's answer, so it may not be used. Write the "
+                    "hook yourself: model.named_modules() gives (name, module); "
+                    "module.register_forward_hook(fn) calls fn(module, inputs, "
+                    "output) as each module finishes; note the first name whose "
+                    "output holds inf/nan under fp16 autocast, and remove the hooks")
         elif isinstance(got, Raised):
             hint = got.hint
         elif not named:
@@ -383,22 +447,23 @@ def _overflow_rows(first_overflow: Callable, hidden: bool) -> list[Row]:
             hint = ("nothing found, yet an output overflows: hook every module and "
                     "run the forward under fp16 autocast")
         elif expected is None:
-            hint = ("no output overflows here (fp16 holds every one, 65504 at most): "
-                    "return None")
+            hint = ("no output overflows here (every output is finite): return None")
         else:
             wrong = [k for k, v in answers.items() if k != "right" and v == got]
             hint = " Or: ".join(_OVERFLOW_HINTS[k] for k in wrong) or (
-                "not the first module whose fp16 output is inf/nan or above 65504; "
-                "forward hooks fire as each module finishes, children before their "
-                "parent")  # fmt: skip
-        rows.append(Row(name, repr(expected), _show(got), ok, hint))
+                "not the first module whose output holds inf/nan under fp16 "
+                "autocast; forward hooks fire as each module finishes, children "
+                "before their parent")  # fmt: skip
+        shown = _show(got) if used is None else "called nan_hunt"
+        rows.append(Row(name, repr(expected), shown, ok, hint))
     return rows
 
 
 def check_first_overflow(first_overflow: Callable[..., Any], hidden: bool = False):
     """Check ``first_overflow(model, x) -> str | None``: the name (as in
-    ``model.named_modules()``) of the first module whose output is inf/nan or above
-    65504 in an fp16-autocast forward of ``model(x)``, or None.
+    ``model.named_modules()``) of the first module whose output holds inf/nan in an
+    fp16-autocast forward of ``model(x)``, or None; found with the student's own
+    forward hooks (a function that calls ``amp_lessons.core.nan_hunt`` fails).
 
     Example:
         >>> check_first_overflow(first_overflow)
