@@ -1,6 +1,7 @@
 """Lesson 09's graders (amp_lessons.teaching.checks.practice): reference, known-wrong
-answers with their hints, the stub, answers that raise or return anything at all, and
-the fixed state the references run in."""
+answers with their hints, the stub, answers that raise or return anything at all, steps
+that only call the package's own gan_step (by any name), and the fixed state the
+references run in."""
 
 import sys
 
@@ -11,7 +12,11 @@ from grader_harness import grader_tests
 
 from amp_lessons.core import nan_hunt
 from amp_lessons.core.nan_hunt import OverflowDetector, find_first_overflow
+from amp_lessons.teaching import practice
 from amp_lessons.teaching.checks import check_first_overflow, check_gan_step
+from amp_lessons.teaching.practice import (
+    gan_step as package_gan_step,  # bound before any check
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -169,6 +174,43 @@ def gan_breaks_the_optimizers(generator, discriminator, opt_g, *args):
     return 0.0, 0.0
 
 
+# --- steps that only call the package's own answer, under any name ----------------
+
+SHORTCUT = "you called the package's own amp_lessons.teaching.practice.gan_step"
+
+
+def gan_calls_the_package(*args):
+    return practice.gan_step(*args)
+
+
+def gan_calls_an_alias(*args):
+    return package_gan_step(*args)  # imported at the top, before the check ran
+
+
+def gan_default_argument(*args, step=practice.gan_step):
+    return step(*args)
+
+
+def _closing_over(step):
+    def gan_closure(*args):
+        return step(*args)
+
+    return gan_closure
+
+
+def gan_through_train_gan(generator, discriminator, opt_g, opt_d, scaler, real, noise):
+    practice.train_gan(scaler, 1)  # its default step is the package's gan_step
+    return gan_step(generator, discriminator, opt_g, opt_d, scaler, real, noise)
+
+
+def gan_swallows_the_tripwire(*args):
+    try:
+        package_gan_step(*args)
+    except BaseException:  # what the tripwire raises: hidden, yet the call counts
+        pass
+    return gan_step(*args)
+
+
 # --- known-wrong overflow finders --------------------------------------------------
 
 
@@ -309,6 +351,15 @@ CASES = {
         (gan_breaks_the_optimizers, False, "the models or optimizers could not"),
         (gan_two_updates, True, "counts every iteration twice"),
         (gan_new_scaler_inside, True, "a second scaler made inside the step"),
+        (gan_calls_the_package, False, SHORTCUT),
+        (gan_calls_the_package, True, SHORTCUT),
+        (gan_calls_an_alias, False, SHORTCUT),
+        (gan_calls_an_alias, True, SHORTCUT),
+        (gan_default_argument, False, SHORTCUT),
+        (_closing_over(package_gan_step), True, SHORTCUT),
+        (practice.gan_step, False, SHORTCUT),  # the package's own, handed in
+        (gan_through_train_gan, False, SHORTCUT),
+        (gan_swallows_the_tripwire, False, SHORTCUT),
     ]),
     "overflow": (check_first_overflow, first_overflow, [
         (overflow_last, False, "LAST module"),
@@ -405,3 +456,16 @@ def test_the_nan_hunt_watch_puts_a_profiler_back():
         assert sys.getprofile() is profiler
     finally:
         sys.setprofile(None)
+
+
+def test_the_package_gan_step_is_whole_again_after_a_check(capsys):
+    code = practice.gan_step.__code__
+    with pytest.raises(AssertionError):
+        check_gan_step(gan_calls_an_alias)
+    assert practice.gan_step.__code__ is code
+    assert practice.gan_step.__kwdefaults__ is None
+    assert package_gan_step is practice.gan_step
+    # it still trains, and the reference still passes beside it
+    assert practice.train_gan(torch.amp.GradScaler("cpu"), 2).scales == [65536.0] * 2
+    check_gan_step(gan_step)
+    assert "all 3 cases passed" in capsys.readouterr().out

@@ -1,12 +1,19 @@
 """Lesson 02's graders (amp_lessons.teaching.checks.underflow): reference, known-wrong
-answers with their hints, the stub, and expectations that come from torch's fp16 cast
-through the lesson's own `amp_lessons.core.underflow.underflow_fraction`."""
+answers with their hints, the stub, answers that only call the package's own
+underflow_fraction (by any name) or cast_outcome, and expectations that come from
+torch's fp16 cast through the lesson's own
+`amp_lessons.core.underflow.underflow_fraction`."""
 
 import math
 
+import pytest
 import torch
 from grader_harness import grader_tests, other_correct_test
 
+from amp_lessons.core import underflow as package
+from amp_lessons.core.underflow import (
+    underflow_fraction as package_fraction,  # bound early
+)
 from amp_lessons.teaching.checks import (
     check_choose_loss_scale,
     check_underflow_fraction,
@@ -58,6 +65,33 @@ def underflow_below_min_subnormal(grads, scale):
     return ((nonzero * scale).abs() < 2**-24).float().mean().item()
 
 
+# answers that only call the package's own: each case fails with this hint
+SHORTCUT = "you called the package's own amp_lessons.core.underflow.underflow_fraction"
+
+
+def underflow_calls_the_package(grads, scale):
+    return package.underflow_fraction(grads, scale)
+
+
+def underflow_calls_an_alias(grads, scale):
+    return package_fraction(grads, scale)  # imported at the top, before the check ran
+
+
+def underflow_default_argument(grads, scale, answer=package.underflow_fraction):
+    return answer(grads, scale)
+
+
+def underflow_cast_outcome(grads, scale):
+    return package.cast_outcome(grads, scale).zero  # the same number
+
+
+def underflow_swallows_the_tripwire(grads, scale):
+    try:
+        return package_fraction(grads, scale)
+    except BaseException:  # what the tripwire raises: hidden, yet the call counts
+        return underflow_fraction(grads, scale)
+
+
 def loss_scale_le_65504(grads):
     return 2.0 ** math.floor(math.log2(65504 / grads.abs().max().item()))
 
@@ -80,6 +114,15 @@ CASES = {
             (underflow_no_scale, False, "multiply the grads by scale"),
             (underflow_below_min_normal, False, "become subnormals"),
             (underflow_below_min_subnormal, True, "round UP to 2^-24"),
+            (underflow_calls_the_package, False, SHORTCUT),
+            (underflow_calls_the_package, True, SHORTCUT),
+            (underflow_calls_an_alias, False, SHORTCUT),
+            (underflow_calls_an_alias, True, SHORTCUT),
+            (underflow_default_argument, False, SHORTCUT),
+            (package.underflow_fraction, True, SHORTCUT),  # the package's own
+            (underflow_cast_outcome, False,
+             "you called the package's own amp_lessons.core.underflow.cast_outcome"),
+            (underflow_swallows_the_tripwire, False, SHORTCUT),
         ],
     ),
     "loss_scale": (
@@ -131,3 +174,21 @@ def test_expectations_are_the_lessons_underflow_fraction():
     # the cases reach from nothing lost to nearly half lost
     fractions = [graders.underflow_fraction(g, s) for _, g, s in cases]
     assert min(fractions) == 0.0 and max(fractions) > 0.4
+
+
+def test_the_package_answers_are_whole_again_after_a_check(capsys):
+    codes = (package.underflow_fraction.__code__, package.cast_outcome.__code__)
+    with pytest.raises(AssertionError, match="4 of 4 cases failed"):
+        check_underflow_fraction(underflow_calls_an_alias)
+
+    def stopped(grads, scale):  # the stop button, while the tripwires are set
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        check_underflow_fraction(stopped)
+    assert package.underflow_fraction.__code__ is codes[0]
+    assert package.cast_outcome.__code__ is codes[1]
+    assert package.underflow_fraction.__kwdefaults__ is None
+    assert package_fraction(torch.tensor([1e-9, 1.0, 0.0])) == 0.5  # it answers again
+    check_underflow_fraction(underflow_fraction)
+    assert "all 4 cases passed" in capsys.readouterr().out

@@ -326,6 +326,65 @@ def test_guard_vouches_only_for_real_untampered_checks(guard_records):
     assert guard_records["forged"] == 1  # the line without a valid HMAC
 
 
+TRIPWIRE_SCRIPT = """
+import json, sys
+from amp_lessons.tooling.grading import guard, sandbox
+from amp_lessons.teaching.checks import _engine
+import amp_lessons.teaching.checks
+TEST_CELL = ("import amp_lessons.teaching.checks as _checks\\n"
+             "_checks.check_underflow_fraction(f)")
+STUDENT_CELL = '''
+import torch
+from amp_lessons.core.underflow import underflow_fraction as alias
+def written(grads, scale):
+    nonzero = grads != 0
+    if not nonzero.any():
+        return 0.0
+    lost = (grads[nonzero] * scale).to(torch.float16) == 0
+    return lost.sum().item() / nonzero.sum().item()
+def delegating(grads, scale):
+    return alias(grads, scale)
+'''
+config = {"key": "ab" * 32, "workdir": "/tmp/work", "package_root": %(root)r,
+          "test_cells": {"7": TEST_CELL}, "course_cells": [], "protected": [%(root)r]}
+lines, codes = [], set()
+for name, module in list(sys.modules.items()):
+    if name.startswith("amp_lessons.teaching.checks"):
+        for value in vars(module).values():
+            stack = [getattr(value, "__code__", None)]
+            while stack:
+                code = stack.pop()
+                if type(code) is type(guard.main.__code__):
+                    codes.add(code)
+                    stack += [c for c in code.co_consts if type(c) is type(code)]
+sys.addaudithook(guard.make_hook(config, guard.take_snapshot(), _engine.grade,
+                                 frozenset(codes), lines.append))
+cell = guard.cell_names([TEST_CELL])[0]
+space = {}
+exec(compile(STUDENT_CELL, cell.rsplit("/", 1)[0] + "/424242.py", "exec"), space)
+for fn in (space["written"], space["delegating"]):
+    try:
+        exec(compile(TEST_CELL, cell, "exec"), {"f": fn})
+    except AssertionError:
+        pass
+records, forged = sandbox.verify_records(b"".join(lines), config["key"])
+print(json.dumps(records))
+"""
+
+
+def test_the_guard_takes_a_check_with_tripwires_for_an_untampered_one():
+    # call_student swaps the package answer's __code__ while the student's function
+    # runs (checks/_engine.py): the grader's doing, not the student's
+    done = run_python(TRIPWIRE_SCRIPT % {"root": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [r["kind"] for r in records] == ["hello", "check", "check"]  # no events
+    written, delegating = records[1:]
+    assert (written["passed"], delegating["passed"]) == (True, False)
+    for check in (written, delegating):
+        assert check["genuine"] and check["changed"] == [] and check["tainted"] == []
+
+
 # ---------------------------------------------------------------------------------
 # The static scan and the tamper cross-check
 

@@ -15,19 +15,22 @@ are compared in their canonical form (`as_float`, `as_choice`), so an object who
 ``repr``. Each check runs in one fixed torch state (`fixed_torch_state`: grad mode on,
 float32 default dtype on the CPU, autocast off, its own seeded RNG, deterministic
 kernels), whatever the notebook set before, and leaves the notebook's state as it
-was. Not covered here: what any exercise expects; that lives in the lesson's grader
-module.
+was. A grader names the package's own functions that compute its exercise's answer
+(`call_student`'s ``answers``): a case in which the student's function calls one of
+them fails with a hint, whatever it returned. Not covered here: what any exercise
+expects; that lives in the lesson's grader module.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 import sys
 import textwrap
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +46,7 @@ from amp_lessons.teaching.checks._state import fixed_torch_state
 
 __all__ = [
     "NOT_SHOWN",
+    "AnswerCalled",
     "NotAttempted",
     "Raised",
     "Row",
@@ -96,6 +100,8 @@ class Raised:
     at_call: bool = False  # raised by the call itself: the wrong number of arguments
 
     def __str__(self) -> str:
+        if isinstance(self.exc, AnswerCalled):
+            return _("called {name}").format(name=self.exc.name)
         return _("raised {name}").format(name=type(self.exc).__name__)
 
     @property
@@ -111,6 +117,11 @@ class Raised:
     @property
     def hint(self) -> str:
         name = type(self.exc).__name__
+        if isinstance(self.exc, AnswerCalled):
+            return _(
+                "you called the package's own {name}, which computes this "
+                "exercise's answer: write it yourself"
+            ).format(name=f"{self.exc.module}.{self.exc.name}")
         if self.at_call:
             return _(
                 "the check could not call your function ({name}: {message}): "
@@ -128,6 +139,16 @@ class Raised:
             )
         return _("your function raised {name}: {message}").format(
             name=name, message=self.message)
+
+
+class AnswerCalled(BaseException):
+    """Raised, and recorded, when the student's function calls one of the package's
+    own answers (`call_student`'s ``answers``). A BaseException, so that the student's
+    ``except Exception`` does not swallow it (the call is recorded anyway)."""
+
+    def __init__(self, module: str, name: str) -> None:
+        super().__init__(f"{module}.{name}")
+        self.module, self.name = module, name
 
 
 class NotAttempted(Exception):
@@ -174,13 +195,75 @@ def _at_call(fn: Callable, exc: BaseException) -> bool:
             and code not in _frames(exc))
 
 
-def call_student(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+def _tripwire(*args: Any, _amp_answer_called: Callable[[], None],
+              **kwargs: Any) -> None:
+    # The code a package answer runs while the student's function runs (see
+    # `_tripwires`): its keyword default, set on the answer, records and raises.
+    _amp_answer_called()
+
+
+@contextlib.contextmanager
+def _tripwires(answers: Sequence[Callable]) -> Iterator[list[AnswerCalled]]:
+    """While the block runs, each of `answers` (plain module-level functions of the
+    package) answers no call: it records it in the list yielded and raises
+    `AnswerCalled`. Everything is put back on the way out, whatever happened.
+
+    The function OBJECT is changed, not the module attribute: its ``__code__`` becomes
+    `_tripwire`'s (its ``__kwdefaults__`` carry the recorder). Every way the
+    student's code can reach the answer holds that same object: ``practice.gan_step``,
+    an alias bound earlier (``from amp_lessons.teaching.practice import gan_step as
+    g``), a default argument, a closure cell, a ``functools.partial``, a dict entry,
+    ``train_gan``'s default step; and a call runs the code the object holds at that
+    moment, so each of them trips. Rebinding ``practice.gan_step`` would miss all but
+    the first; searching the student's globals, closures and defaults for the object
+    would miss the indirect ones (a helper of theirs that calls an alias). Not caught:
+    a new function made from the answer's code or source (it needs ``.__code__`` or
+    ``exec``, which the grading review flags in the student's cells).
+    """
+    called: list[AnswerCalled] = []
+
+    def trip(answer: AnswerCalled) -> None:
+        called.append(answer)
+        raise answer
+
+    saved = [(f, f.__code__, f.__kwdefaults__) for f in answers]
+    try:
+        for answer, _code, _defaults in saved:
+            wire = functools.partial(trip, AnswerCalled(answer.__module__,
+                                                        answer.__name__))
+            answer.__kwdefaults__ = {"_amp_answer_called": wire}
+            answer.__code__ = _tripwire.__code__
+        yield called
+    finally:
+        for answer, code, defaults in saved:
+            answer.__code__, answer.__kwdefaults__ = code, defaults
+
+
+def call_student(fn: Callable, *args: Any, answers: Sequence[Callable] = (),
+                 **kwargs: Any) -> Any:
     """The student's return value, or `Raised` if it raised (the stub aborts).
 
     Any exception is a failed case, SystemExit and StopIteration included; only
     KeyboardInterrupt goes through (the student asked to stop). Whatever global torch
     state the function changes (grad mode, default dtype, the RNG, ...) is put back.
+    `answers`: the package's own functions that compute this exercise's answer; if
+    the student's function calls one (however it reached it), the case is
+    ``Raised(AnswerCalled)``, whatever it returned, with a hint to write it.
+
+    Example:
+        >>> from amp_lessons import underflow
+        >>> got = call_student(lambda g, s: underflow.underflow_fraction(g, s),
+        ...                    torch.ones(2), 1.0,
+        ...                    answers=[underflow.underflow_fraction])
+        >>> str(got)
+        'called underflow_fraction'
     """
+    with _tripwires(answers) as called:
+        got = _call_student(fn, args, kwargs)
+    return Raised(called[0]) if called else got
+
+
+def _call_student(fn: Callable, args: tuple, kwargs: dict) -> Any:
     try:
         with fixed_torch_state(seed=None):
             return fn(*args, **kwargs)

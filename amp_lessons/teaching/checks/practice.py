@@ -3,12 +3,13 @@
 ``check_gan_step`` runs the student's GAN iteration for a few iterations next to
 ``amp_lessons.teaching.practice.gan_step`` (fresh seeded models, a real scaler, scripted
 overflows in one network) and compares every parameter and optimizer state bit for
-bit, the scale and the losses; a wrong run is matched against the known mistakes of
-``practice.GAN_MISTAKES`` to name the one made. ``check_first_overflow`` asks for the
-name of the first module whose output holds inf/nan under fp16 autocast, found with
-forward hooks the student writes, on models built to trip the usual shortcuts
-(leaves only, the last inf instead of the first, fp32 outputs); a function that
-calls ``amp_lessons.core.nan_hunt`` (whose detector is the answer) is a wrong answer.
+bit, the scale and the losses (a step that calls ``practice.gan_step`` itself fails);
+a wrong run is matched against the known mistakes of ``practice.GAN_MISTAKES`` to
+name the one made. ``check_first_overflow`` asks for the name of the first module
+whose output holds inf/nan under fp16 autocast, found with forward hooks the student
+writes, on models built to trip the usual shortcuts (leaves only, the last inf
+instead of the first, fp32 outputs); a function that calls ``amp_lessons.core.nan_hunt``
+(whose detector is the answer) is a wrong answer.
 Both call the student's function defensively and run their references with grad mode
 on, float32 as the default dtype and their own random state.
 """
@@ -59,12 +60,12 @@ def _fixed_state() -> Iterator[None]:
         torch.set_default_dtype(dtype)
 
 
-def _call(fn: Callable, *args: Any) -> Any:
+def _call(fn: Callable, *args: Any, answers: tuple[Callable, ...] = ()) -> Any:
     """``call_student``, and ``Raised`` also for the BaseExceptions a function may
     raise (SystemExit from sys.exit(), GeneratorExit); Ctrl-C still stops."""
     try:
         with _fixed_state():
-            return call_student(fn, *args)
+            return call_student(fn, *args, answers=answers)
     except NotAttempted:
         raise
     except (SystemExit, GeneratorExit) as exc:
@@ -74,7 +75,7 @@ def _call(fn: Callable, *args: Any) -> Any:
 def _show(value: Any, width: int = 24) -> str:
     """repr for a table cell, even of an object whose repr raises (or exits)."""
     if isinstance(value, Raised):
-        return cut(f"raised {type(value.exc).__name__}", width)
+        return cut(str(value), width)  # "raised SystemExit", "called gan_step"
     return show_value(value, width)
 
 
@@ -162,7 +163,10 @@ def _run_gan(step: Callable, case: _GanCase, student: bool) -> Any:
     """The ``practice.GanRun`` of ``case`` with ``step``, or what went wrong."""
 
     def guarded(*args: Any) -> tuple[float, float]:
-        got = _call(step, *args) if student else step(*args)
+        # a student's step that calls the package's own gan_step (by any name) is no
+        # answer: call_student makes that case a failure with its hint
+        got = (_call(step, *args, answers=(practice.gan_step,)) if student
+               else step(*args))
         if isinstance(got, Raised):
             raise _Stop(got)
         pair = _pair(got)
@@ -428,12 +432,13 @@ def _overflow_rows(first_overflow: Callable, hidden: bool) -> list[Row]:
         if ok:
             hint = ""
         elif used is not None:
-            hint = (f"your function called amp_lessons.{used}: the course's detector "
-                    "is this exercise's answer, so it may not be used. Write the "
-                    "hook yourself: model.named_modules() gives (name, module); "
-                    "module.register_forward_hook(fn) calls fn(module, inputs, "
-                    "output) as each module finishes; note the first name whose "
-                    "output holds inf/nan under fp16 autocast, and remove the hooks")
+            hint = (f"your function called amp_lessons.core.{used}: the course's "
+                    "detector is this exercise's answer, so it may not be used. "
+                    "Write the hook yourself: model.named_modules() gives "
+                    "(name, module); module.register_forward_hook(fn) calls "
+                    "fn(module, inputs, output) as each module finishes; note the "
+                    "first name whose output holds inf/nan under fp16 autocast, and "
+                    "remove the hooks")
         elif isinstance(got, Raised):
             hint = got.hint
         elif not named:

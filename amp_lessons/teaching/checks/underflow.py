@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from amp_lessons.core.underflow import underflow_fraction
+from amp_lessons.core.underflow import cast_outcome, underflow_fraction
 from amp_lessons.i18n import _
 from amp_lessons.teaching.checks._engine import (
     Row,
@@ -99,7 +99,10 @@ def _underflow_rows(student: Callable, hidden: bool) -> list[Row]:
             float_row(
                 case,
                 expected,
-                call_student(student, grads.clone(), scale),
+                # the package's own answer (cast_outcome(...).zero is the same
+                # number) may not be called: that case fails with its hint
+                call_student(student, grads.clone(), scale,
+                             answers=(underflow_fraction, cast_outcome)),
                 lambda a, b: math.isclose(a, b, abs_tol=1e-6),
                 lambda got, g=grads, s=scale, want=expected: _underflow_hint(
                     g, s, want, got
@@ -116,7 +119,9 @@ def check_underflow_fraction(
     """Check `underflow_fraction(grads, scale) -> float`.
 
     The fraction of the NONZERO float32 `grads` that become 0 when `grads * scale`
-    is cast to fp16 (0.0 if no grad is nonzero). Expected from torch's cast.
+    is cast to fp16 (0.0 if no grad is nonzero). Expected from torch's cast. A
+    function that calls the package's own `underflow_fraction` or `cast_outcome`
+    fails.
 
     Example:
         >>> check_underflow_fraction(lambda grads, scale: ...)
