@@ -95,3 +95,10 @@ def test_fp8_row_on_a_real_gpu():
                            {"mlp": {"width": 2048, "layers": 3, "batch": 2048}}, 3, 5)
     fp8 = next(r for r in rows if r["precision"] == "fp8")
     assert fp8["peak_mem_bytes"] > 0 and fp8["step_ms"] > 0
+
+
+def test_the_fp8_matmul_shape_rule_is_torchs_own():
+    assert bench_fp8.scaled_mm_shape_error(30, 64, 128) is None  # M is free
+    assert bench_fp8.scaled_mm_shape_error(32, 48, 16) is None
+    assert "divisible by 16" in bench_fp8.scaled_mm_shape_error(32, 40, 128)  # K
+    assert "divisible by 16" in bench_fp8.scaled_mm_shape_error(32, 64, 40)  # N

@@ -87,7 +87,8 @@ def cast_to_fp8(x: torch.Tensor, scale: torch.Tensor,
 
     The clamp matters whenever the scale is not this tensor's own (delayed scaling)
     or a value rounds past max: e5m2 would give inf, and e4m3fn gave nan in torch
-    before 2.12 (it saturates since; the clamp makes every version agree).
+    until pytorch PR #178817 (April 2026; it saturates since). The clamp makes every
+    version agree; like torchao's, it also sends +-inf to +-448 and keeps nan.
 
     Example:
         >>> x = torch.tensor([1.0, 3.5, 100.0])
@@ -136,9 +137,10 @@ def scaled_mm(a: Fp8Tensor, b: Fp8Tensor, out_dtype: torch.dtype) -> torch.Tenso
     """``a @ b`` from fp8 operands: each divided by its scale, one float32 matmul,
     rounded to ``out_dtype``.
 
-    The emulation torchao runs with ``emulate=True``. A Hopper GPU does the same in one
-    ``torch._scaled_mm`` call (fp8 inputs, float32 accumulation, both inverse scales
-    applied to the result). Autocast is switched off inside: the matmul stays float32.
+    The emulation torchao runs with ``emulate=True``. An Ada or Hopper GPU (compute
+    capability 8.9+) does the same in one ``torch._scaled_mm`` call (fp8 inputs,
+    float32 accumulation, both inverse scales applied to the result). Autocast is
+    switched off inside: the matmul stays float32.
 
     Example:
         >>> a = to_fp8(torch.tensor([[1.0, 2.0]]))  # scale 224: 224, 448, exact

@@ -23,7 +23,8 @@ from amp_lessons.core.fp8_vs_torchao import INSTALL_HINT, import_torchao_float8
 from amp_lessons.core.precision import PRECISIONS
 
 __all__ = ["BASE_PRECISION", "BENCH_PRECISIONS", "FP8", "FP8_NOTE", "MIN_CAPABILITY",
-           "base_precision", "default_precisions", "fp8_unavailable", "prepare_fp8"]
+           "base_precision", "default_precisions", "fp8_unavailable", "prepare_fp8",
+           "scaled_mm_shape_error"]
 
 FP8 = "fp8"
 BENCH_PRECISIONS = (*PRECISIONS, FP8)
@@ -53,6 +54,30 @@ def fp8_unavailable(device: torch.device | str) -> str | None:
                 f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} (Ada, Hopper, Blackwell)")
     if import_torchao_float8() is None:
         return f"the fp8 row uses torchao, which is not installed: {INSTALL_HINT}"
+    return None
+
+
+def scaled_mm_shape_error(m: int, k: int, n: int) -> str | None:
+    """What torch's fp8 matmul says about an (M, K) @ (K, N) shape: None if it runs.
+
+    Asked of ``torch._scaled_mm`` on *meta* tensors (shapes, no data), which get the
+    same shape checks as CUDA ones (``_check_scaled_mm_sizes`` in
+    ``torch/_meta_registrations.py``), so any machine can ask. K and N must be
+    multiples of 16; M is free.
+
+    Example:
+        >>> scaled_mm_shape_error(30, 64, 128) is None
+        True
+        >>> scaled_mm_shape_error(32, 40, 128)
+        'Expected self.size(1) to be divisible by 16, but got self.size(1)=40'
+    """
+    a = torch.empty(m, k, device="meta", dtype=torch.float8_e4m3fn)
+    b = torch.empty(n, k, device="meta", dtype=torch.float8_e4m3fn).t()  # column-major
+    one = torch.ones((), device="meta")
+    try:
+        torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
+    except RuntimeError as error:
+        return str(error)
     return None
 
 

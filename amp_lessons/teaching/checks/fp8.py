@@ -75,8 +75,9 @@ def _hint(x: torch.Tensor, dtype: torch.dtype, given: Any, data: torch.Tensor,
             return ("an all-zero tensor has amax 0, so max / amax is inf and 0 * inf "
                     "is nan: floor amax first, torch.clamp(amax, min=1e-12), as "
                     "torchao does")
-        return ("x * scale went past the format's max and became nan (e4m3fn before "
-                "torch 2.12): clamp to +-torch.finfo(dtype).max before .to(dtype)")
+        return ("x * scale went past the format's max and became nan (e4m3fn in "
+                "torch before April 2026): clamp to +-torch.finfo(dtype).max before "
+                ".to(dtype)")
     if data.float().isinf().any():
         return ("x * scale went past the format's max and the cast made inf: clamp "
                 "it to +-torch.finfo(dtype).max before .to(dtype) (saturate). With a "
