@@ -14,10 +14,11 @@ and lesson 09's table of real-world problems), ``quiz`` (08), ``practice`` (09: 
 losses and optimizers, gradient penalty, schedulers), ``compiled`` (09: torch.compile),
 ``nan_hunt`` (09: finding the first inf), ``reproductions`` (09: the real-world problems
 reproduced), ``distributed`` (10: the loop under torchrun, DDP, FSDP2, DCP checkpoints)
-with ``rank_memory`` (10: bytes per rank) and ``accelerate_loop`` (10: the same task
-under Hugging Face Accelerate), ``fp8`` (11: per-tensor scales and a Float8Linear from
-scratch) with ``fp8_vs_torchao`` (11: checks it against torchao), ``fp8_scaling`` (11:
-delayed and rowwise scales) and ``bench_fp8`` (the bench's fp8 row); beside them
+with ``gradient_sync`` (10: gradients between ranks: dtype, comm hooks, accumulation,
+clipping), ``rank_memory`` (10: bytes per rank) and ``accelerate_loop`` (10: the same
+task under Hugging Face Accelerate), ``fp8`` (11: per-tensor scales and a Float8Linear
+from scratch) with ``fp8_vs_torchao`` (11: checks it against torchao), ``fp8_scaling``
+(11: delayed and rowwise scales) and ``bench_fp8`` (the bench's fp8 row); beside them
 ``plots`` (every plot), ``widgets`` (the explorers) and ``checks`` (the exercise
 graders, a package: ``_engine`` plus one module per lesson). Course tooling lives apart
 in ``tooling`` (``bootstrap``, ``lab``, ``grading``); ``grading`` here is its command-
