@@ -15,8 +15,9 @@ contract in pyproject.toml holds this):
 - ``teaching``: the lessons' material: ``autocast_demos`` (04), ``scaler_vs_torch``
 (03),
   ``clinic`` (07, 09), ``quiz`` (08), ``practice``, ``compiled`` and ``reproductions``
-  (09), ``rank_memory`` and ``accelerate_loop`` (10), ``plots``, ``widgets`` and
-  ``checks`` (the exercise graders: ``_engine`` plus one module per lesson).
+  (09), ``rank_memory``, ``gradient_sync`` and ``accelerate_loop`` (10), ``plots``,
+  ``widgets`` and ``checks`` (the exercise graders: ``_engine`` plus one module per
+  lesson).
 - ``tooling``: ``bootstrap``, ``lab``, ``grading``, ``site``, ``colab`` and
   ``translations``.
 
