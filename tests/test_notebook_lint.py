@@ -7,8 +7,8 @@ JupyterLab and skipped in slides, so a lesson reads as a lesson.
 Study time is estimated once, here, from words and cells (the rule each lesson's
 header quotes): prose at 200 words a minute, read carefully; one minute per code
 cell the student runs and reads (proof cells, collapsed, and cells that only import
-are not counted); and per exercise the larger of two minutes a point and 1.25 minutes
-per statement of its reference solution (``exercise_minutes`` says why). A part of a
+are not counted); an exercise the larger of two minutes a point and 1.25 minutes per
+statement of its reference solution (``exercise_minutes`` says how and why). A part of a
 lesson is *optional* from a heading marked "(optional)" to the next heading of the
 same or a higher level that is not.
 """
@@ -37,8 +37,8 @@ MINUTES_PER_POINT = 2
 MINUTES_PER_SOLUTION_STATEMENT = 1.25
 MAX_CORE_MINUTES = 45  # per lesson
 MAX_COURSE_CORE_MINUTES = 240  # lessons 00-08 together, the core course
-RULE = ("200 words a minute of prose, 1 minute per code cell, and per exercise the "
-        "larger of 2 minutes a point and 1.25 minutes per statement of its solution")
+RULE = ("200 words a minute of prose, 1 minute per code cell, an exercise the larger "
+        "of 2 minutes a point and 1.25 minutes per statement of its solution")
 SOLUTION = re.compile(r"^[ \t]*### BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*### END SOLUTION",
                       re.S | re.M)
 HEADER = re.compile(r"core path about (\d+) min(?:, optional parts about (\d+) min)?")
