@@ -296,7 +296,7 @@ def exercise(body: str, *points: int) -> list:
                     + "    ### END SOLUTION")
     solution.metadata["nbgrader"] = {"grade": False, "solution": True}
     tests = [code("check(answer)") for _ in points]
-    for test, n in zip(tests, points):
+    for test, n in zip(tests, points, strict=True):
         test.metadata["nbgrader"] = {"grade": True, "points": n, "solution": False}
     return [solution, *tests]
 
