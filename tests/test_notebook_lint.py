@@ -7,15 +7,16 @@ JupyterLab and skipped in slides, so a lesson reads as a lesson.
 Study time is estimated once, here, from words and cells (the rule each lesson's
 header quotes): prose at 200 words a minute, read carefully; one minute per code
 cell the student runs and reads (proof cells, collapsed, and cells that only import
-are not counted);
-two minutes per exercise point (a 2-point exercise, 4 minutes; the quick check's ten
-questions, 20). A part of a lesson is *optional* from a heading
-marked "(optional)" to the next heading of the same or a higher level that is not.
+are not counted); an exercise the larger of two minutes a point and 1.25 minutes per
+statement of its reference solution (``exercise_minutes`` says how and why). A part of a
+lesson is *optional* from a heading marked "(optional)" to the next heading of the
+same or a higher level that is not.
 """
 
 import ast
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import nbformat
@@ -33,10 +34,13 @@ MAX_ENTRY_MINUTES = 10
 WORDS_PER_MINUTE = 200
 MINUTES_PER_CODE_CELL = 1
 MINUTES_PER_POINT = 2
+MINUTES_PER_SOLUTION_STATEMENT = 1.25
 MAX_CORE_MINUTES = 45  # per lesson
 MAX_COURSE_CORE_MINUTES = 240  # lessons 00-08 together, the core course
-RULE = ("200 words a minute of prose, 1 minute per code cell, 2 minutes per "
-        "exercise point")
+RULE = ("200 words a minute of prose, 1 minute per code cell, an exercise the larger "
+        "of 2 minutes a point and 1.25 minutes per statement of its solution")
+SOLUTION = re.compile(r"^[ \t]*### BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*### END SOLUTION",
+                      re.S | re.M)
 HEADER = re.compile(r"core path about (\d+) min(?:, optional parts about (\d+) min)?")
 
 
@@ -98,26 +102,81 @@ def only_imports(cell) -> bool:
 
 
 def cell_minutes(cell) -> float:
-    """Study minutes of one cell, by the rule in this module's docstring."""
+    """Study minutes of one cell read or run, by the rule in this module's docstring;
+    an exercise's cells count 0 here: ``exercise_minutes`` counts them together."""
     if cell["cell_type"] == "markdown":
         return len("".join(cell["source"]).split()) / WORDS_PER_MINUTE
     if cell["cell_type"] != "code" or is_proof_cell(cell) or only_imports(cell):
         return 0.0
     if "colab-setup" in cell.get("metadata", {}).get("tags", []):
         return 0.0  # set-up, not study: installs the course in Colab (tooling/colab.py)
-    meta = nbgrader(cell)
-    if meta.get("grade"):  # the exercise's test cell carries its points
-        return MINUTES_PER_POINT * meta.get("points", 0)
-    if meta.get("solution"):  # written, not run and read: counted in the points
-        return 0.0
+    if nbgrader(cell).get("grade") or nbgrader(cell).get("solution"):
+        return 0.0  # written and checked, not run and read: see exercise_minutes
     return MINUTES_PER_CODE_CELL
+
+
+def solution_statements(cell) -> int:
+    """Python statements between the cell's ``### BEGIN SOLUTION`` and ``### END
+    SOLUTION`` markers (a compound statement counts 1, plus its body's; a dict literal
+    over twelve lines counts 1); blank lines and comments count nothing."""
+    count = 0
+    for block in SOLUTION.findall("".join(cell["source"])):
+        tree = ast.parse(_python(textwrap.dedent(block)))
+        count += sum(isinstance(node, ast.stmt) for node in ast.walk(tree))
+    return count
+
+
+def exercise_minutes(nb) -> dict[int, float]:
+    """{index of an exercise's first cell: the exercise's study minutes}.
+
+    An exercise is a solution cell and the graded cells that follow it (the quick
+    check's one answer cell has ten, a point each); a graded cell with no solution cell
+    before it is an exercise of its own. It costs the larger of two estimates:
+
+    - 2 minutes a point (``MINUTES_PER_POINT``): a short answer, a letter or a name per
+      question, is thought through, not typed; the quick check's ten points, 20 min;
+    - 1.25 minutes per statement of the reference solution
+      (``MINUTES_PER_SOLUTION_STATEMENT``): on a first pass, writing code is slower
+      than reading it; the learner works out each line, runs the check, reads a failed
+      row's hint and fixes it. Lesson 09's GAN step, 16 statements, comes to 20 min;
+      a 3-statement function stays at its points' 4 to 6 min.
+
+    Statements, not lines: the answers that are data (a dict of letters, a list of step
+    names) are one statement however many lines they take, and the points price them.
+    The task's own words are prose, counted at 200 words a minute where they stand.
+    """
+    found: dict[int, float] = {}
+    first, points, statements = None, 0, 0
+
+    def close():
+        if first is not None:
+            found[first] = max(MINUTES_PER_POINT * points,
+                               MINUTES_PER_SOLUTION_STATEMENT * statements)
+
+    for i, cell in enumerate(nb["cells"]):
+        meta = nbgrader(cell) if cell["cell_type"] == "code" else {}
+        if meta.get("solution") or (meta.get("grade") and first is None):
+            close()
+            first, points, statements = i, 0, 0
+        if meta.get("solution"):
+            statements += solution_statements(cell)
+        if meta.get("grade"):
+            points += meta.get("points", 0)
+        elif not meta.get("solution") and cell["cell_type"] == "code":
+            close()  # a plain code cell ends the exercise
+            first = None
+    close()
+    return found
 
 
 def study_minutes(nb) -> tuple[float, float]:
     """(core path, optional parts) study minutes of a notebook (a dict from JSON)."""
     optional = optional_cells(nb)
-    core = sum(cell_minutes(c) for i, c in enumerate(nb["cells"]) if i not in optional)
-    extra = sum(cell_minutes(nb["cells"][i]) for i in optional)
+    minutes = [cell_minutes(c) for c in nb["cells"]]
+    for i, exercise in exercise_minutes(nb).items():
+        minutes[i] += exercise
+    core = sum(m for i, m in enumerate(minutes) if i not in optional)
+    extra = sum(m for i, m in enumerate(minutes) if i in optional)
     return core, extra
 
 
@@ -229,19 +288,42 @@ def test_optional_parts_end_at_the_next_heading_of_their_level():
     assert optional_cells(nb) == {3, 4, 5, 6, 9, 10, 11}
 
 
+def exercise(body: str, *points: int) -> list:
+    """A solution cell whose solution is `body`, and one graded cell per point count."""
+    code = nbformat.v4.new_code_cell
+    lines = "".join(f"    {line}\n" if line else "\n" for line in body.splitlines())
+    solution = code("def answer():\n    ### BEGIN SOLUTION\n" + lines
+                    + "    ### END SOLUTION")
+    solution.metadata["nbgrader"] = {"grade": False, "solution": True}
+    tests = [code("check(answer)") for _ in points]
+    for test, n in zip(tests, points, strict=True):
+        test.metadata["nbgrader"] = {"grade": True, "points": n, "solution": False}
+    return [solution, *tests]
+
+
 def test_study_minutes_follow_the_stated_rule():
     md = nbformat.v4.new_markdown_cell
     code = nbformat.v4.new_code_cell
-    test = code("check_x(x)")
-    test.metadata["nbgrader"] = {"grade": True, "points": 2, "solution": False}
-    solution = code("def x(): ...")
-    solution.metadata["nbgrader"] = {"grade": False, "solution": True}
+    short = exercise("x = 1  # one\n\n# a comment\nreturn x", 2)  # 2 statements
+    data = exercise('return {\n    "a": "b",\n    "c": "d",\n}', 1, 1)  # 1 statement
+    written = exercise("total = 0\nfor v in values:\n    if v:\n        total += v\n"
+                       "return total", 1)  # 5 statements
     nb = crafted([md(" ".join(["word"] * 400)), code("print(1)"), code("assert 1"),
-                  code("%matplotlib inline\nimport math"), solution, test,
-                  md("## More (optional)"), code("print(2)")])
+                  code("%matplotlib inline\nimport math"), *short, *data,
+                  md("## More (optional)"), code("print(2)"), *written])
+    assert [solution_statements(nb["cells"][i]) for i in (4, 6, 11)] == [2, 1, 5]
+    assert exercise_minutes(nb) == {4: 2 * 2, 6: 2 * (1 + 1), 11: 1.25 * 5}
     core, extra = study_minutes(nb)
-    assert core == 400 / 200 + 1 + 0 + 0 + 2 * 2
-    assert extra == 3 / 200 + 1
+    assert core == 400 / 200 + 1 + 0 + 0 + max(2 * 2, 1.25 * 2) + 2 * 2
+    assert extra == 3 / 200 + 1 + max(2 * 1, 1.25 * 5)
+
+
+def test_lesson_09s_gan_step_costs_what_writing_it_takes():
+    """The calibration the docstring states: about 20 min for the GAN step."""
+    nb = read(ROOT / "notebooks" / "09_amp_in_practice.ipynb")
+    cell = next(i for i, c in enumerate(nb["cells"])
+                if nbgrader(c).get("grade_id") == "09_practice_gan_step")
+    assert 20 <= exercise_minutes(nb)[cell] <= 25
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
