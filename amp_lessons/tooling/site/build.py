@@ -272,6 +272,7 @@ def write_sources(executed: dict[str, Path], src: Path,
 
 
 def _sphinx(src: Path, html: Path, doctrees: Path) -> None:
+    """Build ``src`` into ``html``; myst-nb also writes ``html/../jupyter_execute``."""
     result = subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E",
          "-d", str(doctrees), str(src), str(html)],
@@ -340,7 +341,10 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
         staged = tmp / "html"
         _sphinx(src, staged, tmp / "doctrees")
         if es_copies:
-            _sphinx(es_src, staged / SPANISH, tmp / "doctrees-es")
+            # built apart, then moved in: myst-nb writes its notebook copies
+            # (jupyter_execute/) beside the output folder, which would be in the site
+            _sphinx(es_src, tmp / SPANISH / "html", tmp / SPANISH / "doctrees")
+            shutil.move(str(tmp / SPANISH / "html"), staged / SPANISH)
         problems = (verify.remote_problems(staged) + verify.leak_problems(staged, leaks)
                     + verify.index_problems(staged, editions))
         if problems:
