@@ -94,8 +94,9 @@ translations: setup-dev
 	$(VENV_PY) -m amp_lessons.tooling.translations check
 
 # The course as an offline website in build/site/ (README, "Read it without
-# installing"): every lesson executed here first, or, with
-# SITE_ARGS="--executed DIR", built in seconds from DIR/<lesson>.ipynb executed before
+# installing"), its Spanish edition in build/site/es/: every lesson executed here
+# first, or, with SITE_ARGS="--executed DIR", built in seconds from DIR/<lesson>.ipynb
+# and DIR/es/<lesson>.ipynb executed before
 # (`python -m amp_lessons.tooling.site execute DIR` records what ran them).
 SITE_ARGS ?=
 site:

@@ -7,6 +7,9 @@ DIR``). Then every page is opened in Chromium, served from 127.0.0.1: no console
 error, no request to another host, every image loads. No line of a solution or of a
 hidden test may appear in any page or in the search index. Each check is also shown
 rejecting a site spoiled on purpose.
+
+The Spanish edition (``es/``) is built beside it from Spanish lessons executed here:
+two of them (`ES_TESTED`), not all ten, to keep the run short (see there).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from html import escape
 from pathlib import Path
 
 import nbformat
@@ -33,6 +37,13 @@ from amp_lessons.tooling.site.execute import executed_info
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = colab.lesson_notebooks(ROOT / "notebooks")
 STEMS = [p.stem for p in LESSONS]
+ES_LESSONS = colab.lesson_notebooks(ROOT / "notebooks" / build.SPANISH)
+ES_STEMS = [p.stem for p in ES_LESSONS]
+# The Spanish lessons the test executes (it has no student-path runs of them to reuse):
+# all ten take about 75 s on 2 CPU cores (they run the English lessons' code), these
+# two about 15 s: the entry lesson (an exercise, a graded quick check) and 02 (a
+# widget, an exercise). `make site` and `execute DIR` execute and build all of them.
+ES_TESTED = ["00_amp_in_10_minutes", "02_underflow"]
 
 
 # ---- the Colab set-up cell ---------------------------------------------------------
@@ -261,6 +272,18 @@ def test_index_table_comes_from_the_readme():
     assert table["00_welcome"]["study time: core + optional"] == "7 min"
 
 
+def test_spanish_index_reads_each_lessons_study_time_from_its_first_cell():
+    """The Spanish table's study times come from the Spanish lessons themselves; they
+    agree with the README's (English) table, lesson by lesson."""
+    table = build.readme_lessons()
+    for path in ES_LESSONS:
+        said = build.spanish_study_time(nbformat.read(path, as_version=4))
+        assert said == table[path.stem]["study time: core + optional"], path.stem
+    untimed = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_markdown_cell("# 99 · x")])
+    assert build.spanish_study_time(untimed) == ""
+
+
 # ---- the built site -----------------------------------------------------------------
 
 @pytest.fixture(scope="session")
@@ -268,13 +291,15 @@ def executed_dir(tmp_path_factory, lesson_runs) -> Path:
     """Every lesson as executed once for the whole run: the first pass of the
     student-path kernels (conftest's ``lesson_runs``, which the slides use too), with
     what ran them; those kernels run this very Python, so it is probed here.
-    AMP_EXECUTED_NOTEBOOKS=DIR takes copies executed elsewhere instead."""
+    The Spanish lessons `ES_TESTED` are executed into ``es/`` (execute.py's own
+    kernels). AMP_EXECUTED_NOTEBOOKS=DIR takes copies executed elsewhere instead (all
+    of them, the Spanish ones in DIR/es, as ``execute DIR`` writes them)."""
     given = os.environ.get("AMP_EXECUTED_NOTEBOOKS")
     if given:
         return Path(given)
     from student_paths import paused_twice
 
-    from amp_lessons.tooling.site.execute import probe_here, record
+    from amp_lessons.tooling.site.execute import execute_lessons, probe_here, record
 
     out = tmp_path_factory.mktemp("executed")
     info = probe_here()
@@ -283,11 +308,19 @@ def executed_dir(tmp_path_factory, lesson_runs) -> Path:
         nb = copy.deepcopy(lesson.executed)
         record(nb, dict(info, seconds=round(lesson.run.pass_seconds(1), 1)))
         nbformat.write(nb, out / path.name)
+    execute_lessons([p for p in ES_LESSONS if p.stem in ES_TESTED],
+                    out / build.SPANISH)
     return out
 
 
 @pytest.fixture(scope="session")
-def site(executed_dir, tmp_path_factory) -> Path:
+def es_stems() -> list[str]:
+    """The Spanish lessons the site is built with (see `ES_TESTED`)."""
+    return ES_STEMS if os.environ.get("AMP_EXECUTED_NOTEBOOKS") else ES_TESTED
+
+
+@pytest.fixture(scope="session")
+def site(executed_dir, es_stems, tmp_path_factory) -> Path:
     from importlib.util import find_spec
 
     if not (find_spec("myst_nb") and find_spec("sphinx_book_theme")):
@@ -295,13 +328,15 @@ def site(executed_dir, tmp_path_factory) -> Path:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    return build.build_site(executed=executed_dir,
+    return build.build_site(executed=executed_dir, spanish=es_stems,
                             out=tmp_path_factory.mktemp("site") / "site")
 
 
 @pytest.fixture(scope="session")
 def leaks() -> set[str]:
-    return sanitize.solution_lines(nbformat.read(p, as_version=4) for p in LESSONS)
+    """The lines no page of either edition may show."""
+    return sanitize.solution_lines(nbformat.read(p, as_version=4)
+                                   for p in [*LESSONS, *ES_LESSONS])
 
 
 def test_site_has_a_page_per_lesson_and_the_index_links_each(site):
@@ -312,13 +347,72 @@ def test_site_has_a_page_per_lesson_and_the_index_links_each(site):
     assert (site / "search.html").is_file() and (site / "searchindex.js").is_file()
 
 
-def test_each_page_says_what_executed_it(site, executed_dir):
-    for stem in STEMS:
-        info = executed_info(nbformat.read(executed_dir / f"{stem}.ipynb", 4))
-        assert info, f"{stem}: the executed copy records nothing"
-        text = verify.page_text(site / f"{stem}.html")
-        assert (f"Executed on torch {info['torch']}, {info['device']} "
-                f"({info['device_name']}), {info['date']}") in text, stem
+def test_spanish_site_has_a_page_per_lesson_and_its_index_links_each(site, es_stems):
+    es = site / build.SPANISH
+    assert [p.stem for p in build.lesson_pages(es)] == es_stems
+    index = (es / "index.html").read_text()
+    linked = set(re.findall(r'href="(\d\d_[\w]+)\.html"', index))
+    assert linked == set(es_stems)
+    assert (es / "search.html").is_file() and (es / "searchindex.js").is_file()
+    # the table names each lesson by its Spanish heading, and the lessons not in
+    # Spanish by their English one
+    text = " ".join(verify.page_text(es / "index.html").split())
+    for path in ES_LESSONS:
+        title = build.lesson_title(nbformat.read(path, as_version=4))
+        assert (title in text) == (path.stem in es_stems), title
+    english = build.lesson_title(nbformat.read(LESSONS[-1], as_version=4))
+    assert "Aún solo en inglés (en la versión en inglés de este sitio)" in text
+    assert english in text  # 11, in English only
+    assert verify.index_problems(site, {"": STEMS, build.SPANISH: es_stems}) == []
+
+
+def test_spanish_pages_say_they_are_in_spanish(site, es_stems):
+    for name in ["index.html", "search.html", *(f"{s}.html" for s in es_stems)]:
+        html = (site / build.SPANISH / name).read_text()
+        assert re.search(r'<html lang="es"[ >]', html), name
+    assert re.search(r'<html lang="en"[ >]', (site / "index.html").read_text())
+    # the theme's own labels, from its Spanish catalogue (Sphinx's `language`)
+    text = verify.page_text(site / build.SPANISH / "02_underflow.html")
+    assert "Saltar al contenido principal" in text
+    assert "Skip to main content" not in text
+    assert "Skip to main content" in verify.page_text(site / "02_underflow.html")
+
+
+def test_each_index_links_the_other_edition(site):
+    english = (site / "index.html").read_text()
+    spanish = (site / build.SPANISH / "index.html").read_text()
+    assert re.search(r'<a href="es/index.html"[^>]*>Versión en español</a>', english)
+    assert re.search(r'<a href="../index.html"[^>]*>English version</a>', spanish)
+    assert "Versión en español" not in spanish and "English version" not in english
+
+
+def test_index_check_rejects_an_unlinked_or_missing_page_and_a_broken_edition_link(
+        site, es_stems, tmp_path):
+    spoiled = _spoiled_copy(site, tmp_path)
+    unlinked, gone = "02_underflow", "00_amp_in_10_minutes"
+    index = spoiled / build.SPANISH / "index.html"
+    index.write_text(index.read_text().replace(f'href="{unlinked}.html"', 'href="#"'))
+    (spoiled / build.SPANISH / f"{gone}.html").unlink()
+    index = spoiled / "index.html"
+    index.write_text(index.read_text().replace('href="es/index.html"',
+                                               'href="es/indice.html"'))
+    assert verify.index_problems(spoiled, {"": STEMS, build.SPANISH: es_stems}) == [
+        "index.html links es/indice.html, missing at es/indice.html",
+        f"es/{gone}.html is missing",
+        f"es/index.html does not link {unlinked}.html",
+        f"es/index.html links {gone}.html, missing at es/{gone}.html",
+    ]
+
+
+def test_each_page_says_what_executed_it(site, executed_dir, es_stems):
+    pages = [("", stem, "Executed on") for stem in STEMS]
+    pages += [("es/", stem, "Ejecutada en") for stem in es_stems]
+    for folder, stem, said in pages:
+        info = executed_info(nbformat.read(executed_dir / f"{folder}{stem}.ipynb", 4))
+        assert info, f"{folder}{stem}: the executed copy records nothing"
+        text = verify.page_text(site / f"{folder}{stem}.html")
+        assert (f"{said} torch {info['torch']}, {info['device']} "
+                f"({info['device_name']}), {info['date']}") in text, folder + stem
 
 
 def test_proof_cells_are_collapsed(site):
@@ -330,23 +424,28 @@ def test_proof_cells_are_collapsed(site):
         assert html.count('<details class="admonition hide above-input">') == hidden
 
 
-def test_widgets_show_a_picture_and_say_where_they_move(site, executed_dir):
-    shown = 0
-    for stem in STEMS:
-        nb = nbformat.read(executed_dir / f"{stem}.ipynb", as_version=4)
+def test_widgets_show_a_picture_and_say_where_they_move(site, executed_dir, es_stems):
+    shown = {"en": 0, "es": 0}
+    pages = [("", stem, "en") for stem in STEMS]
+    pages += [("es/", stem, "es") for stem in es_stems]
+    for folder, stem, lang in pages:
+        nb = nbformat.read(executed_dir / f"{folder}{stem}.ipynb", as_version=4)
         views = sum(1 for c in nb.cells for o in c.get("outputs", [])
                     if sanitize.WIDGET_VIEW in o.get("data", {}))
-        text = verify.page_text(site / f"{stem}.html")
-        assert text.count(sanitize.WIDGET_NOTE) == views, stem
-        assert "widget-view" not in (site / f"{stem}.html").read_text()
-        shown += views
-    assert shown >= 4  # lessons 01, 02, 06 and 11 each show one
+        text = verify.page_text(site / f"{folder}{stem}.html")
+        assert text.count(sanitize.NOTES[lang]["widget"]) == views, folder + stem
+        assert "widget-view" not in (site / f"{folder}{stem}.html").read_text()
+        shown[lang] += views
+    assert shown["en"] >= 4  # lessons 01, 02, 06 and 11 each show one
+    assert shown["es"] >= 1  # 02 (01 and 06 too, where built)
 
 
 def test_no_solution_or_hidden_test_line_anywhere(site, leaks):
     assert len(leaks) > 50  # the course's exercises: the check has lines to look for
     scanned = [p.relative_to(site).as_posix() for p in verify.site_files(site)]
     assert "searchindex.js" in scanned and "index.html" in scanned
+    assert "es/searchindex.js" in scanned and "es/index.html" in scanned
+    assert not [p for p in scanned if "/mathjax/" in p]
     assert verify.leak_problems(site, leaks) == []
     assert not list(site.rglob("*.ipynb")), "a notebook copy is published"
 
@@ -373,9 +472,29 @@ def test_leak_check_rejects_a_page_or_index_holding_a_solution_line(site, leaks,
     assert f"searchindex.js: {line}" in found
 
 
+def test_leak_check_rejects_a_spanish_page_holding_a_solution_line(site, leaks,
+                                                                   tmp_path):
+    """A line only the Spanish edition has (a solution's translated comment)."""
+    english = sanitize.solution_lines(nbformat.read(p, as_version=4) for p in LESSONS)
+    spanish_only = sorted(leaks - english)
+    assert spanish_only, "the Spanish solutions have no line of their own"
+    line = spanish_only[len(spanish_only) // 2]
+    spoiled = _spoiled_copy(site, tmp_path)
+    html = "".join(f'<span class="c1">{escape(w)}</span> ' for w in line.split(" "))
+    page = spoiled / build.SPANISH / "02_underflow.html"
+    page.write_text(page.read_text().replace("</main>", f"<pre>{html}</pre></main>", 1))
+    index = spoiled / build.SPANISH / "searchindex.js"
+    index.write_text(index.read_text() + f"\n// {line}\n")
+    found = verify.leak_problems(spoiled, leaks)
+    assert f"es/02_underflow.html: {line}" in found
+    assert f"es/searchindex.js: {line}" in found
+    assert not [f for f in found if not f.startswith("es/")]
+
+
 def test_no_page_loads_anything_from_another_host(site):
     assert verify.remote_problems(site) == []
     assert (site / "_static" / "mathjax" / "MathJax.js").is_file()
+    assert not (site / build.SPANISH / "_static" / "mathjax").exists()  # shared
     conf_mathjax = build.CONF.split("mathjax_path = ")[1].splitlines()[0]
     assert "://" not in conf_mathjax
 
@@ -393,6 +512,11 @@ def test_offline_check_rejects_remote_scripts_styles_and_fonts(site, tmp_path):
     assert "01_number_formats.html loads https://cdn.example.org/require.js" in found
     assert "01_number_formats.html loads //fonts.example.org/css" in found
     assert "pygments.css (linked by index.html) imports a remote" in found
+    page = spoiled / build.SPANISH / "02_underflow.html"
+    page.write_text(page.read_text().replace(
+        "</head>", '<script src="https://cdn.example.org/es.js"></script></head>', 1))
+    found = "\n".join(verify.remote_problems(spoiled))
+    assert "es/02_underflow.html loads https://cdn.example.org/es.js" in found
 
 
 # ---- in Chromium -------------------------------------------------------------------
@@ -454,16 +578,18 @@ def image_outputs(nb) -> int:
 
 
 @pytest.mark.browser
-def test_every_page_renders_offline_in_chromium(site, served, browser, executed_dir):
+def test_every_page_renders_offline_in_chromium(site, served, browser, executed_dir,
+                                                es_stems):
     _, base = served
-    pages = ["index.html", "search.html", *(f"{s}.html" for s in STEMS)]
+    pages = ["index.html", "search.html", *(f"{s}.html" for s in STEMS),
+             "es/index.html", "es/search.html", *(f"es/{s}.html" for s in es_stems)]
     problems = []
     for name in pages:
         seen = visit(browser, f"{base}/{name}")
         problems += [f"{name}: console: {e}" for e in seen["errors"]]
         problems += [f"{name}: requested {u}" for u in seen["remote"]]
         problems += [f"{name}: image did not load: {u}" for u in seen["broken_images"]]
-        if name[:2].isdigit():
+        if Path(name).name[:2].isdigit():
             executed = nbformat.read(executed_dir / name.replace(".html", ".ipynb"), 4)
             page = sanitize.sanitize(executed, set())
             if seen["images"] < image_outputs(page):
@@ -486,6 +612,34 @@ def test_search_works_offline(served, browser):
 
 
 @pytest.mark.browser
+def test_spanish_search_works_offline(served, browser):
+    _, base = served
+    seen = visit(browser, f"{base}/es/search.html?q=underflow")
+    assert seen["remote"] == [] and seen["errors"] == []
+    page = browser.new_page()
+    page.goto(f"{base}/es/search.html?q=underflow")
+    page.wait_for_selector("#search-results ul li", timeout=20_000)
+    hits = page.locator("#search-results ul li a").all_inner_texts()
+    page.close()
+    assert any("El problema del underflow" in h for h in hits), hits
+
+
+@pytest.mark.browser
+def test_the_edition_links_lead_from_one_index_to_the_other(served, browser):
+    _, base = served
+    page = browser.new_page()
+    page.goto(f"{base}/index.html")
+    page.click("text=Versión en español")
+    page.wait_for_url(f"{base}/es/index.html")
+    spanish = page.get_attribute("html", "lang")
+    page.click("text=English version")
+    page.wait_for_url(f"{base}/index.html")
+    english = page.get_attribute("html", "lang")
+    page.close()
+    assert (spanish, english) == ("es", "en")
+
+
+@pytest.mark.browser
 def test_browser_check_rejects_errors_remote_requests_and_broken_images(
         site, served, browser, tmp_path):
     _, base = served
@@ -504,14 +658,18 @@ def test_browser_check_rejects_errors_remote_requests_and_broken_images(
 
 
 @pytest.mark.browser
-def test_math_renders_offline_with_the_bundled_mathjax(executed_dir, browser,
+def test_math_renders_offline_with_the_bundled_mathjax(executed_dir, es_stems, browser,
                                                        monkeypatch, tmp_path):
-    """No lesson has math today: a site whose index has one formula shows that
-    MathJax (copied beside the pages) typesets it, with no error or request out."""
-    index_page = build.index_page
+    """No lesson has math today: a site whose indexes have one formula each shows
+    that MathJax (copied beside the English pages, loaded by the Spanish ones from
+    there) typesets it, with no error or request out."""
+    index_page, spanish_index_page = build.index_page, build.spanish_index_page
     monkeypatch.setattr(build, "index_page", lambda *a: index_page(*a).replace(
         "Widgets are pictures here", "Math: $2^{-24}$. Widgets are pictures here"))
-    site = build.build_site(executed=executed_dir, out=tmp_path / "site")
+    monkeypatch.setattr(build, "spanish_index_page", lambda *a: spanish_index_page(
+        *a).replace("Aquí los widgets", "Fórmula: $2^{-24}$. Aquí los widgets"))
+    site = build.build_site(executed=executed_dir, spanish=es_stems[:1],
+                            out=tmp_path / "site")
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
@@ -521,17 +679,21 @@ def test_math_renders_offline_with_the_bundled_mathjax(executed_dir, browser,
         ("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
+    results = []
     try:
-        seen = visit(browser, f"{base}/index.html")
-        page = browser.new_page()
-        page.goto(f"{base}/index.html")
-        page.wait_for_selector(".math span.MathJax", timeout=20_000)
-        typeset = page.locator(".math span.MathJax").count()
-        page.close()
+        for name in ("index.html", "es/index.html"):
+            seen = visit(browser, f"{base}/{name}")
+            page = browser.new_page()
+            page.goto(f"{base}/{name}")
+            page.wait_for_selector(".math span.MathJax", timeout=20_000)
+            typeset = page.locator(".math span.MathJax").count()
+            page.close()
+            results.append((name, seen["errors"], seen["remote"], typeset))
     finally:
         server.shutdown()
-    assert (seen["errors"], seen["remote"], typeset) == ([], [], 1)
+    assert results == [("index.html", [], [], 1), ("es/index.html", [], [], 1)]
     assert '_static/mathjax/MathJax.js' in (site / "index.html").read_text()
+    assert '../_static/mathjax/MathJax.js' in (site / "es" / "index.html").read_text()
 
 
 def test_build_refuses_a_missing_executed_copy(tmp_path):

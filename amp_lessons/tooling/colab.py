@@ -74,16 +74,18 @@ def repository_url(pyproject: Path = PYPROJECT) -> str | None:
     return url[:-4] if url.endswith(".git") else url
 
 
-def colab_url(notebook: str, repository: str | None) -> str | None:
-    """The "Open in Colab" address of ``notebooks/<notebook>`` on the main branch,
-    None without a GitHub repository (Colab opens notebooks from GitHub only)."""
+def colab_url(notebook: str, repository: str | None,
+              folder: str = "notebooks") -> str | None:
+    """The "Open in Colab" address of ``<folder>/<notebook>`` on the main branch
+    (``folder="notebooks/es"`` for the Spanish edition), None without a GitHub
+    repository (Colab opens notebooks from GitHub only)."""
     match = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+)", repository or "")
     if not match:
         return None
     owner, repo = match.groups()
     name = Path(notebook).name
     return ("https://colab.research.google.com/github/"
-            f"{owner}/{repo}/blob/main/notebooks/{name}")
+            f"{owner}/{repo}/blob/main/{folder}/{name}")
 
 
 def install_source(repository: str | None) -> str:

@@ -1,6 +1,6 @@
 """``python -m amp_lessons.tooling.site [--executed DIR] [--out DIR]`` builds the site;
-``python -m amp_lessons.tooling.site execute DIR`` executes every lesson into DIR
-(what CI hands the build with ``--executed DIR``)."""
+``python -m amp_lessons.tooling.site execute DIR`` executes every lesson into DIR and
+every Spanish one into DIR/es (what CI hands the build with ``--executed DIR``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from amp_lessons.tooling.colab import lesson_notebooks
-from amp_lessons.tooling.site.build import SITE_DIR, build_site
+from amp_lessons.tooling.site.build import NOTEBOOKS_DIR, SITE_DIR, SPANISH, build_site
 from amp_lessons.tooling.site.execute import execute_lessons
 
 
@@ -19,17 +19,23 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["execute"]:
         parser = argparse.ArgumentParser(
             prog="python -m amp_lessons.tooling.site execute",
-            description="Execute every lesson into DIR.")
+            description="Execute every lesson into DIR, every Spanish one into "
+                        "DIR/es.")
         parser.add_argument("out", type=Path)
         args = parser.parse_args(argv[1:])
         start = time.perf_counter()
-        execute_lessons(lesson_notebooks(), args.out)
-        print(f"executed {len(lesson_notebooks())} lessons into {args.out} in "
+        lessons = lesson_notebooks()
+        spanish = lesson_notebooks(NOTEBOOKS_DIR / SPANISH)
+        execute_lessons(lessons, args.out)
+        execute_lessons(spanish, args.out / SPANISH)
+        print(f"executed {len(lessons)} lessons into {args.out} and {len(spanish)} "
+              f"Spanish ones into {args.out / SPANISH} in "
               f"{time.perf_counter() - start:.0f} s")
         return 0
     parser = argparse.ArgumentParser(
         prog="python -m amp_lessons.tooling.site",
-        description="Build the course as a static offline website (build/site/).")
+        description="Build the course as a static offline website (build/site/, "
+                    "the Spanish edition in build/site/es/).")
     parser.add_argument("--executed", type=Path, metavar="DIR",
                         help="build from DIR/<lesson>.ipynb, already executed "
                              "(else each lesson is executed first)")

@@ -6,16 +6,26 @@ copied from jupyter-server-mathjax beside the pages, and myst-nb's widget script
 picture of each widget instead (``sanitize``). After Sphinx, ``verify`` must find no
 remote script, style, font or image and no solution line, or the build fails.
 
+The Spanish edition (``notebooks/es/``, the lessons translated so far) is a second
+Sphinx project built beside the first, into ``es/``, with ``language = "es"`` (the
+theme's labels and the search's stemmer in Spanish), the same sanitizing and the same
+checks; each index links the other edition. Its pages load the one MathJax copy of the
+English site (``../_static/mathjax``).
+
 Example: ``build_site(executed=Path("ci/executed"))`` -> ``build/site`` with
-``index.html``, ``00_welcome.html`` ... ``11_fp8.html`` and ``search.html``.
+``index.html``, ``00_welcome.html`` ... ``11_fp8.html`` and ``search.html``, and
+``es/index.html``, ``es/00_welcome.html`` ... ``es/08_quick_check.html``, from
+``ci/executed/<lesson>.ipynb`` and ``ci/executed/es/<lesson>.ipynb``.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import nbformat
@@ -30,11 +40,22 @@ SITE_DIR = ROOT / "build" / "site"
 README = ROOT / "README.md"
 TITLE = "AMP from the bits up"
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"  # one jupyter-server-mathjax ships
+MATHJAX = "mathjax/MathJax.js"  # under _static/ (Sphinx joins mathjax_path to it)
+SPANISH = "es"  # the Spanish edition: notebooks/es/ -> build/site/es/
+# Each index's link to the other edition: raw HTML, since the other edition is a page
+# of another Sphinx project (a MyST link would be looked up as a document of this one)
+EDITION_LINKS = {
+    "en": ('<p class="edition-link"><a href="es/index.html" hreflang="es" lang="es">'
+           "Versión en español</a></p>"),
+    "es": ('<p class="edition-link"><a href="../index.html" hreflang="en" lang="en">'
+           "English version</a></p>"),
+}
 
 CONF = """\
 # Written by amp_lessons.tooling.site.build for this build only.
 project = {title!r}
 html_title = {title!r}
+language = {language!r}
 extensions = ["myst_nb"]
 exclude_patterns = ["_build", ".*"]
 nb_execution_mode = "off"       # executed before, once (tooling.site.execute)
@@ -47,7 +68,7 @@ html_context = {{"default_mode": "light"}}
 html_static_path = ["_static"]
 html_copy_source = False        # the sources hold nothing more, but copy nothing
 html_show_sourcelink = False
-mathjax_path = "mathjax/MathJax.js?config={mathjax_config}"
+mathjax_path = "{mathjax}?config={mathjax_config}"
 # MathJax 2 (what jupyter-server-mathjax ships): its STIX-Web fonts only; math only
 # in Sphinx's .math spans (myst-nb marks the notebook areas tex2jax_ignore)
 myst_update_mathjax = False     # its settings are MathJax 3's
@@ -94,24 +115,61 @@ def readme_lessons(readme: Path = README) -> dict[str, dict[str, str]]:
     return rows
 
 
-def banner(nb, name: str, repository: str | None) -> str:
+BANNER = {
+    "en": {"executed": ("**Executed on** torch {torch}, {device} ({device_name}), "
+                        "{date}: every output on this page comes from that run. Run "
+                        "the lesson to measure your own machine."),
+           "unrecorded": ("**Executed on**: not recorded (this copy was not executed "
+                          "by `python -m amp_lessons.tooling.site execute`)."),
+           "colab": BADGE_START + " [open this lesson in Colab]({url})."},
+    "es": {"executed": ("**Ejecutada en** torch {torch}, {device} ({device_name}), "
+                        "{date}: cada salida de esta página procede de esa ejecución. "
+                        "Ejecute la lección para medir su propia máquina."),
+           "unrecorded": ("**Ejecutada en**: no consta (esta copia no la ejecutó "
+                          "`python -m amp_lessons.tooling.site execute`)."),
+           "colab": ("Ejecútela sin instalar nada: [abra esta lección en "
+                     "Colab]({url}).")},
+}
+
+
+def banner(nb, name: str, repository: str | None, lang: str = "en") -> str:
     """What the page says under its title: what executed it, where to run it."""
+    text = BANNER[lang]
     info = executed_info(nb)
-    if info:
-        lines = [f"**Executed on** torch {info['torch']}, {info['device']} "
-                 f"({info['device_name']}), {info['date']}: every output on this page "
-                 "comes from that run. Run the lesson to measure your own machine."]
-    else:
-        lines = ["**Executed on**: not recorded (this copy was not executed by "
-                 "`python -m amp_lessons.tooling.site execute`)."]
-    url = colab_url(name, repository)
+    lines = [text["executed"].format(**info) if info else text["unrecorded"]]
+    folder = "notebooks" if lang == "en" else f"notebooks/{lang}"
+    url = colab_url(name, repository, folder)
     if url:
-        lines.append(f"{BADGE_START} [open this lesson in Colab]({url}).")
+        lines.append(text["colab"].format(url=url))
     return "\n\n".join(lines)
 
 
-def index_page(titles: dict[str, str], table: dict[str, dict[str, str]]) -> str:
-    """The front page: what the course is and the lesson table (from the README)."""
+def spanish_study_time(nb) -> str:
+    """A Spanish lesson's study time as its first cell states it: "36 min + 11 min"
+    (core path + optional parts), or "7 min" (none optional); "" if not stated.
+
+    Example: "Tiempo de estudio: ruta principal, unos 36 min; partes opcionales, unos
+    11 min (...)" -> "36 min + 11 min".
+    """
+    text = " ".join(nb.cells[0].source.split())
+    stated = re.search(r"Tiempo de estudio:([^(]*)", text)
+    if not stated:
+        return ""
+    core = re.search(r"unos (\d+) min", stated.group(1))
+    optional = re.search(r"opcionales, unos (\d+) min", stated.group(1))
+    if not core:
+        return ""
+    return f"{core.group(1)} min" + (f" + {optional.group(1)} min" if optional else "")
+
+
+def _toctree(stems: Iterable[str]) -> str:
+    return "\n".join(["```{toctree}", ":hidden:", ":maxdepth: 1", "", *stems, "```"])
+
+
+def index_page(titles: dict[str, str], table: dict[str, dict[str, str]],
+               other_edition: str = "") -> str:
+    """The front page: what the course is and the lesson table (from the README);
+    ``other_edition``: the link to the Spanish edition (`EDITION_LINKS`), if built."""
     intro = README.read_text(encoding="utf-8").split("\n\n")[1]
     rows = ["| # | lesson | you leave knowing | widget | study time: core + optional |",
             "|---|---|---|---|---|"]
@@ -121,15 +179,47 @@ def index_page(titles: dict[str, str], table: dict[str, dict[str, str]]) -> str:
         rows.append(f"| {stem[:2]} | {{doc}}`{title} <{stem}>` | "
                     f"{row.get('you leave knowing', '')} | {row.get('widget', '')} | "
                     f"{study} |")
-    toctree = "\n".join(["```{toctree}", ":hidden:", ":maxdepth: 1", "",
-                         *titles, "```"])
     return "\n\n".join([
-        f"# {TITLE}", intro,
+        f"# {TITLE}", *([other_edition] if other_edition else []), intro,
         "Each lesson below was executed for this site; its page says on what. "
         "Exercises show their starting point and hint, never the solution: run the "
         "lessons (JupyterLab, or Colab where linked) to solve them and get feedback. "
         "Widgets are pictures here; they move in JupyterLab.",
-        "\n".join(rows), toctree, ""])
+        "\n".join(rows), _toctree(titles), ""])
+
+
+def spanish_index_page(titles: dict[str, str], times: dict[str, str],
+                       english_titles: dict[str, str]) -> str:
+    """The Spanish edition's front page. Its lesson table holds what the Spanish
+    notebooks themselves say (the README's table is in English): each one's first
+    heading and its study time (`spanish_study_time`); the lessons not translated
+    (yet) are named by their English titles, with a link to the English edition."""
+    rows = ["| # | lección | tiempo de estudio: ruta principal + partes opcionales |",
+            "|---|---|---|"]
+    for stem, title in titles.items():
+        rows.append(f"| {stem[:2]} | {{doc}}`{title} <{stem}>` | "
+                    f"{times.get(stem, '')} |")
+    only_english = [title for stem, title in english_titles.items()
+                    if stem not in titles]
+    parts = [
+        f"# {TITLE}", EDITION_LINKS["es"],
+        "Un curso práctico de entrenamiento con precisión mixta en PyTorch: desde los "
+        "bits de un float16 hasta un bucle de entrenamiento real con `torch.amp`, "
+        "pasando por gradientes reales que sufren underflow en fp16 y un escalador de "
+        "la pérdida escrito desde cero que se comporta bit a bit como "
+        "`torch.amp.GradScaler`. Cada número que se muestra se mide en la ejecución, "
+        "y cada afirmación la comprueba un `assert`.",
+        "Cada lección de la tabla se ejecutó para este sitio; su página indica en qué "
+        "máquina. Los ejercicios muestran su punto de partida y su pista, nunca la "
+        "solución: ejecute las lecciones (en JupyterLab, o en Colab donde haya enlace) "
+        "para resolverlos y recibir la corrección al momento. Aquí los widgets son "
+        "imágenes; en JupyterLab se mueven.",
+        "\n".join(rows)]
+    if only_english:
+        parts.append('Aún solo en inglés (en la <a href="../index.html" hreflang="en">'
+                     "versión en inglés</a> de este sitio): "
+                     + "; ".join(only_english) + ".")
+    return "\n\n".join([*parts, _toctree(titles), ""])
 
 
 def _mathjax() -> Path:
@@ -139,68 +229,124 @@ def _mathjax() -> Path:
 
 
 def write_sources(executed: dict[str, Path], src: Path,
-                  notebooks_dir: Path = NOTEBOOKS_DIR) -> set[str]:
-    """The Sphinx project in ``src``: sanitized lessons, index, conf, MathJax.
-    Returns the solution lines no page may show: those of the lessons and of the
-    executed copies (which may come from another commit)."""
+                  notebooks_dir: Path = NOTEBOOKS_DIR, lang: str = "en",
+                  index: Callable[[dict[str, str]], str] | None = None,
+                  leaks: set[str] | None = None) -> tuple[set[str], dict[str, str]]:
+    """The Sphinx project of one edition in ``src``: its sanitized lessons (sources in
+    ``notebooks_dir``), conf, and its index: ``index(titles)``, by default the English
+    one. ``leaks``: the solution lines no page may show, by default those of these
+    lessons and their executed copies (which may come from another commit).
+    Returns the leaks and each page's title."""
     copies = {stem: nbformat.read(path, as_version=4)
               for stem, path in executed.items()}
-    sources = [nbformat.read(Path(notebooks_dir) / f"{stem}.ipynb", as_version=4)
-               for stem in executed]
-    leaks = sanitize.solution_lines([*sources, *copies.values()])
+    if leaks is None:
+        sources = [nbformat.read(Path(notebooks_dir) / f"{stem}.ipynb", as_version=4)
+                   for stem in executed]
+        leaks = sanitize.solution_lines([*sources, *copies.values()])
     repository = repository_url()
     titles = {}
     for stem, nb in copies.items():
-        page = sanitize.sanitize(nb, leaks, banner(nb, f"{stem}.ipynb", repository))
+        said = banner(nb, f"{stem}.ipynb", repository, lang)
+        page = sanitize.sanitize(nb, leaks, said, lang)
         page.cells[0].source = sanitize.strip_colab_line(page.cells[0].source,
                                                          BADGE_START)
         titles[stem] = lesson_title(page)
         nbformat.write(page, src / f"{stem}.ipynb")
-    (src / "index.md").write_text(index_page(titles, readme_lessons()),
-                                  encoding="utf-8")
+    if index is None:
+        def index(titles):
+            return index_page(titles, readme_lessons())
+    (src / "index.md").write_text(index(titles), encoding="utf-8")
     options = {"use_download_button": False, "use_source_button": False,
                "home_page_in_toc": True, "show_navbar_depth": 1}
     if repository:
         options.update(repository_url=repository, use_repository_button=True)
-    (src / "conf.py").write_text(CONF.format(title=TITLE, theme_options=options,
+    # the Spanish pages, one folder down, load the English site's MathJax
+    mathjax = MATHJAX if lang == "en" else f"../../_static/{MATHJAX}"
+    (src / "_static").mkdir(exist_ok=True)
+    (src / "conf.py").write_text(CONF.format(title=TITLE, language=lang,
+                                             theme_options=options, mathjax=mathjax,
                                              mathjax_config=MATHJAX_CONFIG))
-    shutil.copytree(_mathjax(), src / "_static" / "mathjax")
-    return leaks
+    if lang == "en":
+        shutil.copytree(_mathjax(), src / "_static" / "mathjax")
+    return leaks, titles
+
+
+def _sphinx(src: Path, html: Path, doctrees: Path) -> None:
+    """Build ``src`` into ``html``; myst-nb also writes ``html/../jupyter_execute``."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E",
+         "-d", str(doctrees), str(src), str(html)],
+        capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError("Sphinx failed:\n" + (result.stdout + result.stderr)[-4000:])
+    if result.stderr.strip():
+        print(result.stderr.strip()[-3000:], file=sys.stderr)
+    (html / ".buildinfo").unlink(missing_ok=True)
 
 
 def build_site(executed: Path | None = None, out: Path = SITE_DIR,
-               notebooks_dir: Path = NOTEBOOKS_DIR) -> Path:
+               notebooks_dir: Path = NOTEBOOKS_DIR,
+               spanish: Iterable[str] | None = None) -> Path:
     """Build the site into ``out`` from executed copies ``executed/<stem>.ipynb`` (all
-    lessons), or, without ``executed``, execute the lessons first."""
+    lessons) and ``executed/es/<stem>.ipynb`` (the Spanish ones), or, without
+    ``executed``, execute the lessons first. ``spanish``: the Spanish lessons to
+    build (stems), every one of ``notebooks_dir/es`` by default, none for ``()``."""
     from amp_lessons.tooling.colab import lesson_notebooks
 
     out = Path(out)
     lessons = lesson_notebooks(notebooks_dir)
+    es_dir = Path(notebooks_dir) / SPANISH
+    es_lessons = lesson_notebooks(es_dir) if es_dir.is_dir() else []
+    if spanish is not None:
+        wanted = set(spanish)
+        unknown = wanted - {p.stem for p in es_lessons}
+        if unknown:
+            raise FileNotFoundError("no Spanish lesson " + ", ".join(sorted(unknown)))
+        es_lessons = [p for p in es_lessons if p.stem in wanted]
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="site-", dir=out.parent) as tmp:
         tmp = Path(tmp)
         if executed is None:
             execute_lessons(lessons, tmp / "executed")
+            execute_lessons(es_lessons, tmp / "executed" / SPANISH)
             executed = tmp / "executed"
         copies = {p.stem: Path(executed) / p.name for p in lessons}
-        missing = [str(p) for p in copies.values() if not p.is_file()]
+        es_copies = {p.stem: Path(executed) / SPANISH / p.name for p in es_lessons}
+        missing = [str(p) for p in [*copies.values(), *es_copies.values()]
+                   if not p.is_file()]
         if missing:
             raise FileNotFoundError("no executed copy of " + ", ".join(missing))
-        src = tmp / "src"
+        # one set of solution lines for the whole site: a line that a student
+        # edition shows in either language is no secret, and no page of either
+        # edition may show any other
+        leaks = sanitize.solution_lines(
+            nbformat.read(p, as_version=4)
+            for p in [*lessons, *es_lessons, *copies.values(), *es_copies.values()])
+        src, es_src = tmp / "src", tmp / "src-es"
         src.mkdir()
-        leaks = write_sources(copies, src, notebooks_dir)
+        link = EDITION_LINKS["en"] if es_copies else ""
+        _, titles = write_sources(
+            copies, src, notebooks_dir,
+            index=lambda titles: index_page(titles, readme_lessons(), link),
+            leaks=leaks)
+        editions = {"": list(titles)}
+        if es_copies:
+            es_src.mkdir()
+            times = {p.stem: spanish_study_time(nbformat.read(p, as_version=4))
+                     for p in es_lessons}
+            _, es_titles = write_sources(
+                es_copies, es_src, es_dir, SPANISH,
+                index=lambda es: spanish_index_page(es, times, titles), leaks=leaks)
+            editions[SPANISH] = list(es_titles)
         staged = tmp / "html"
-        result = subprocess.run(
-            [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E",
-             "-d", str(tmp / "doctrees"), str(src), str(staged)],
-            capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError("Sphinx failed:\n"
-                               + (result.stdout + result.stderr)[-4000:])
-        if result.stderr.strip():
-            print(result.stderr.strip()[-3000:], file=sys.stderr)
-        (staged / ".buildinfo").unlink(missing_ok=True)
-        problems = verify.remote_problems(staged) + verify.leak_problems(staged, leaks)
+        _sphinx(src, staged, tmp / "doctrees")
+        if es_copies:
+            # built apart, then moved in: myst-nb writes its notebook copies
+            # (jupyter_execute/) beside the output folder, which would be in the site
+            _sphinx(es_src, tmp / SPANISH / "html", tmp / SPANISH / "doctrees")
+            shutil.move(str(tmp / SPANISH / "html"), staged / SPANISH)
+        problems = (verify.remote_problems(staged) + verify.leak_problems(staged, leaks)
+                    + verify.index_problems(staged, editions))
         if problems:
             raise RuntimeError("the site is not fit to publish:\n"
                                + "\n".join(problems))

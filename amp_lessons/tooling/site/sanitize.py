@@ -37,6 +37,18 @@ TEST_NOTE = ("This check runs your answer when you run the lesson; its table is 
              "shown here (it was produced by the reference answer).")
 LEAK_NOTE = ("[output not shown on the site: it contains the answer to an exercise "
              "of the course; run the lesson to see it]")
+# What a page says in place of what it leaves out, in each edition's language
+NOTES = {
+    "en": {"widget": WIDGET_NOTE, "test": TEST_NOTE, "leak": LEAK_NOTE},
+    "es": {"widget": ("Una imagen de este widget tal como lo dejó la lección. El "
+                      "widget interactivo funciona en JupyterLab (o en Colab): ejecute "
+                      "la lección para moverlo."),
+           "test": ("Esta comprobación evalúa su respuesta cuando usted ejecuta la "
+                    "lección; su tabla no se muestra aquí (la produjo la respuesta de "
+                    "referencia)."),
+           "leak": ("[salida no mostrada en el sitio: contiene la respuesta a un "
+                    "ejercicio del curso; ejecute la lección para verla]")},
+}
 MIN_LEAK_CHARS = 12  # shorter lines ("else:", "return x") are not an answer
 SETUP_TAG = "colab-setup"
 
@@ -156,7 +168,7 @@ def _widget_models(nb) -> dict:
     return nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
 
 
-def widget_snapshot(model_id: str, models: dict) -> list:
+def widget_snapshot(model_id: str, models: dict, note: str = WIDGET_NOTE) -> list:
     """Outputs showing a widget's state: each Image widget's picture and HTML widget's
     markup, in the order the widget lays them out, then the note."""
     images, html, seen = [], [], set()
@@ -187,7 +199,7 @@ def widget_snapshot(model_id: str, models: dict) -> list:
         outputs.append(nbformat.v4.new_output(
             "display_data", data={"text/html": "\n".join(html)}))
     outputs.append(nbformat.v4.new_output("stream", name="stdout",
-                                          text=f"[{WIDGET_NOTE}]\n"))
+                                          text=f"[{note}]\n"))
     return outputs
 
 
@@ -195,12 +207,14 @@ def _tags(cell) -> list:
     return cell.setdefault("metadata", {}).setdefault("tags", [])
 
 
-def sanitize(nb, leaks: set[str], banner: str | None = None):
+def sanitize(nb, leaks: set[str], banner: str | None = None, lang: str = "en"):
     """A copy of the executed lesson ``nb`` that a reader may see (module docstring).
 
     ``leaks`` are the lines no output may hold (``solution_lines``); ``banner`` is
-    markdown put under the title (what executed the lesson, the Colab link).
+    markdown put under the title (what executed the lesson, the Colab link); ``lang``
+    the language of the notes put in place of what is left out ("en", "es").
     """
+    notes = NOTES[lang]
     nb = copy.deepcopy(nb)
     models = _widget_models(nb)
     cells = []
@@ -215,15 +229,16 @@ def sanitize(nb, leaks: set[str], banner: str | None = None):
         if cell.cell_type == "code":
             if is_test_cell(cell):
                 cell.outputs = [nbformat.v4.new_output(
-                    "stream", name="stdout", text=f"[{TEST_NOTE}]\n")]
+                    "stream", name="stdout", text=f"[{notes['test']}]\n")]
             outputs = []
             for output in cell.outputs:
                 view = output.get("data", {}).get(WIDGET_VIEW)
                 if view:
-                    outputs.extend(widget_snapshot(view.get("model_id", ""), models))
+                    outputs.extend(widget_snapshot(view.get("model_id", ""), models,
+                                                   notes["widget"]))
                 elif leaked(_output_text(output), leaks):
                     outputs.append(nbformat.v4.new_output(
-                        "stream", name="stdout", text=LEAK_NOTE + "\n"))
+                        "stream", name="stdout", text=notes["leak"] + "\n"))
                 else:
                     outputs.append(output)
             cell.outputs = outputs
@@ -241,6 +256,8 @@ def sanitize(nb, leaks: set[str], banner: str | None = None):
 
 
 def strip_colab_line(markdown: str, start: str) -> str:
-    """The first cell without its "Run it without installing" line (the page has its
-    own, under the title)."""
-    return re.sub(rf"\n*^{re.escape(start)}.*$", "", markdown, flags=re.M)
+    """The first cell without its "Run it without installing" line, or any line that
+    links to Colab (a translated one): the page has its own, under the title."""
+    markdown = re.sub(rf"\n*^{re.escape(start)}.*$", "", markdown, flags=re.M)
+    return re.sub(r"\n*^.*\]\(https://colab\.research\.google\.com/.*$", "", markdown,
+                  flags=re.M)
