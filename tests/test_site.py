@@ -415,6 +415,14 @@ def test_each_page_says_what_executed_it(site, executed_dir, es_stems):
                 f"({info['device_name']}), {info['date']}") in text, folder + stem
 
 
+def test_every_page_names_the_course_as_its_author(site):
+    # the theme's footer says "By <author>"; Sphinx's placeholder must never show
+    pages = sorted(site.rglob("*.html"))
+    unnamed = [p.name for p in pages if "Author name not set" in p.read_text()]
+    assert pages and not unnamed
+    assert "By AMP from the bits up" in (site / "index.html").read_text()
+
+
 def test_proof_cells_are_collapsed(site):
     for path in LESSONS:
         nb = nbformat.read(path, as_version=4)

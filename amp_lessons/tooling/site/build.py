@@ -54,6 +54,7 @@ EDITION_LINKS = {
 CONF = """\
 # Written by amp_lessons.tooling.site.build for this build only.
 project = {title!r}
+author = {title!r}  # the theme prints "By <author>"; unset, "Author name not set"
 html_title = {title!r}
 language = {language!r}
 extensions = ["myst_nb"]
