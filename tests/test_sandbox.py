@@ -210,18 +210,8 @@ TEST_CELL = ("import amp_lessons.teaching.checks as _checks\\n"
 config = {"key": "ab" * 32, "workdir": "/tmp/work", "package_root": %(root)r,
           "test_cells": {"7": TEST_CELL}, "course_cells": [], "protected": [%(root)r]}
 lines = []
-codes = set()
-for name, module in list(sys.modules.items()):
-    if name.startswith("amp_lessons.teaching.checks"):
-        for value in vars(module).values():
-            stack = [getattr(value, "__code__", None)]
-            while stack:
-                code = stack.pop()
-                if type(code) is type(guard.main.__code__):
-                    codes.add(code)
-                    stack += [c for c in code.co_consts if type(c) is type(code)]
 hook = guard.make_hook(config, guard.take_snapshot(), _engine.grade,
-                       frozenset(codes), lines.append)
+                       guard.check_codes(), lines.append)
 sys.addaudithook(hook)
 cell = guard.cell_names([TEST_CELL])[0]
 student = cell.rsplit("/", 1)[0] + "/424242.py"
@@ -348,18 +338,9 @@ def delegating(grads, scale):
 '''
 config = {"key": "ab" * 32, "workdir": "/tmp/work", "package_root": %(root)r,
           "test_cells": {"7": TEST_CELL}, "course_cells": [], "protected": [%(root)r]}
-lines, codes = [], set()
-for name, module in list(sys.modules.items()):
-    if name.startswith("amp_lessons.teaching.checks"):
-        for value in vars(module).values():
-            stack = [getattr(value, "__code__", None)]
-            while stack:
-                code = stack.pop()
-                if type(code) is type(guard.main.__code__):
-                    codes.add(code)
-                    stack += [c for c in code.co_consts if type(c) is type(code)]
+lines = []
 sys.addaudithook(guard.make_hook(config, guard.take_snapshot(), _engine.grade,
-                                 frozenset(codes), lines.append))
+                                 guard.check_codes(), lines.append))
 cell = guard.cell_names([TEST_CELL])[0]
 space = {}
 exec(compile(STUDENT_CELL, cell.rsplit("/", 1)[0] + "/424242.py", "exec"), space)

@@ -457,6 +457,22 @@ def _open_channel(fifo: str):
     return write
 
 
+def check_codes() -> frozenset:
+    """The code objects of the loaded checks' functions, nested ones included: a
+    frame running one of them is the grader's, not the student's."""
+    codes, code_type = set(), type(check_codes.__code__)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("amp_lessons.teaching.checks"):
+            for value in vars(module).values():
+                stack = [getattr(value, "__code__", None)]
+                while stack:
+                    code = stack.pop()
+                    if isinstance(code, code_type):
+                        codes.add(code)
+                        stack += [c for c in code.co_consts if isinstance(c, code_type)]
+    return frozenset(codes)
+
+
 def main() -> None:
     """Read and delete the config, snapshot, install the hook, become the kernel."""
     path = os.environ.pop(CONFIG_ENV)
@@ -468,18 +484,7 @@ def main() -> None:
     import amp_lessons.teaching.checks  # noqa: F401  (and torch: what the checks rely on)
     from amp_lessons.teaching.checks import _engine
 
-    check_codes = set()
-    for name, module in list(sys.modules.items()):
-        if name.startswith("amp_lessons.teaching.checks"):
-            for value in vars(module).values():
-                stack = [getattr(value, "__code__", None)]
-                while stack:
-                    code = stack.pop()
-                    if isinstance(code, type(main.__code__)):
-                        check_codes.add(code)
-                        stack += [c for c in code.co_consts
-                                  if isinstance(c, type(main.__code__))]
-    hook = make_hook(config, take_snapshot(), _engine.grade, frozenset(check_codes),
+    hook = make_hook(config, take_snapshot(), _engine.grade, check_codes(),
                      _open_channel(config["fifo"]))
     sys.addaudithook(hook)
     del config, hook
