@@ -8,6 +8,8 @@ notebooks in notebooks/ carry graded cells (they skip while none do).
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,10 +17,45 @@ import nbformat
 import pytest
 
 from amp_lessons.tooling import grading
+from amp_lessons.tooling.grading import nbgrader_main
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = grading.course_notebooks(ROOT / "notebooks")
 GRADED = [p for p in NOTEBOOKS if grading.is_graded(p)]
+
+
+def _python(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    return done.stdout.strip()
+
+
+def test_nbgrader_main_is_nbgrader_without_the_iri_grammar():
+    ours = subprocess.run(nbgrader_main.command("--version"), capture_output=True,
+                          text=True, check=True)
+    theirs = subprocess.run([sys.executable, "-m", "nbgrader", "--version"],
+                            capture_output=True, text=True, check=True)
+    assert ours.stdout == theirs.stdout and "nbgrader" in ours.stdout.lower()
+    probe = "import nbformat, sys; print('rfc3987_syntax' in sys.modules and " \
+            "sys.modules['rfc3987_syntax'] is not None)"
+    skip = "from amp_lessons.tooling.grading.nbgrader_main import skip_iri_grammar; " \
+           "skip_iri_grammar(); "
+    assert _python(skip + probe) == "False"
+    assert _python(probe) == "True"  # what it spares: the Jupyter stack installs it
+
+
+def test_the_sandboxed_processes_start_without_the_grading_tooling():
+    """The runner and the guarded kernel start as ``-m amp_lessons.tooling.grading.X``
+    once per submission: the package's names load lazily, so neither pays for
+    nbgrader, nbconvert or the slides on start-up."""
+    loaded = _python("import sys, amp_lessons.tooling.grading.guard, "
+                     "amp_lessons.tooling.grading.runner; print(sorted({m.split('.')[0] "
+                     "for m in sys.modules} & {'nbgrader', 'nbconvert', 'nbformat'}))")
+    assert loaded == "[]"
+    assert grading.rehearse.__module__ == "amp_lessons.tooling.grading.rehearsal"
+    assert sorted(grading.__all__) == sorted(set(dir(grading)) & set(grading.__all__))
+    with pytest.raises(AttributeError, match="no attribute 'rehearsee'"):
+        grading.rehearsee  # noqa: B018
 
 
 # ---------------------------------------------------------------------------------

@@ -115,6 +115,8 @@ def end_groups() -> int:
     left to interpreter finalization. Example: after ``world.close()`` and ``del
     model``, ``end_groups()`` -> ``1`` (the default group).
     """
+    if not _ENDED_GROUPS:
+        return 0  # nothing ended: spare every interpreter exit two full collections
     import gc
 
     gc.collect()

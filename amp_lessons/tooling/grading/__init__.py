@@ -8,7 +8,10 @@ nbgrader's executor and the audited kernel), ``review`` (flags and tamper checks
 against itself), ``lint`` (metadata and leaks), ``slides`` (offline decks;
 ``deck_layout`` stubs their exercises and cuts their slides to the stage, from
 ``slide_heights``' estimates) and ``cli`` (the command line). The names below are
-re-exported so ``from amp_lessons.tooling import grading`` reaches all of them.
+re-exported so ``from amp_lessons.tooling import grading`` reaches all of them; each
+is imported when first used, so the sandbox's runner and guarded kernel, which start
+as ``-m amp_lessons.tooling.grading.<module>`` for every submission, do not pay for
+nbgrader, nbconvert and the slide tooling they never call.
 
 The instructor's side of the notebooks, built on the real nbgrader. Each lesson
 notebook is one nbgrader assignment named after it (``02_underflow``), so a class can
@@ -32,88 +35,47 @@ Not covered here: nbgrader's exchange (release/collect on a shared JupyterHub); 
 own commands work unchanged in ``build/course`` (see notebooks/INSTRUCTORS.md).
 """
 
-from amp_lessons.tooling.grading.autograder import (
-    Outcome,
-    SandboxExecute,
-    autograde,
-    grade_one,
-    grades,
-)
-from amp_lessons.tooling.grading.cli import main
-from amp_lessons.tooling.grading.course import (
-    BUILD_DIR,
-    CELL_TIMEOUT_S,
-    CODE_STUB,
-    COURSE_DIR,
-    COURSE_ID,
-    NOTEBOOKS_DIR,
-    ROOT,
-    STUDENT_DIR,
-    NotebookScore,
-    autograded_path,
-    build_course,
-    course_notebooks,
-    export_student_edition,
-    format_scores,
-    generate_student_edition,
-    graded_notebooks,
-    is_graded,
-    is_solution_cell,
-    is_test_cell,
-    jupyter_env,
-    locate,
-    nbgrader_config,
-    nbgrader_meta,
-    read_scores,
-    run_nbgrader,
-    submit,
-)
-from amp_lessons.tooling.grading.lint import (
-    GRADE_ID_PATTERN,
-    HIDDEN_MARKERS,
-    LEAK_MIN_CHARS,
-    SLIDE_TYPES,
-    SOLUTION_MARKERS,
-    lint_course,
-    lint_notebook,
-    lint_slides,
-    lint_student_edition,
-)
-from amp_lessons.tooling.grading.rehearsal import (
-    BLANK_STUDENT,
-    REFERENCE_STUDENT,
-    REHEARSAL_MARK,
-    Rehearsal,
-    blank_run_problems,
-    rehearse,
-    solved_run_problems,
-)
-from amp_lessons.tooling.grading.review import scan_source
-from amp_lessons.tooling.grading.sandbox import run_notebook, sandbox_problem
-from amp_lessons.tooling.grading.slides import (
-    SLIDES_DIR,
-    copy_slide_assets,
-    execute_notebooks,
-    export_deck,
-    export_slides,
-    offline_problems,
-    slides_exporter,
-)
-from amp_lessons.tooling.grading.testcells import fix_test_cells, lint_test_cells
+from __future__ import annotations
 
-__all__ = [
-    "BLANK_STUDENT", "BUILD_DIR", "CELL_TIMEOUT_S", "CODE_STUB", "COURSE_DIR",
-    "COURSE_ID", "GRADE_ID_PATTERN", "HIDDEN_MARKERS", "LEAK_MIN_CHARS",
-    "NOTEBOOKS_DIR", "REFERENCE_STUDENT", "REHEARSAL_MARK", "ROOT", "SLIDES_DIR",
-    "SLIDE_TYPES", "SOLUTION_MARKERS", "STUDENT_DIR", "NotebookScore", "Rehearsal",
-    "autograde", "autograded_path", "blank_run_problems", "build_course",
-    "locate", "copy_slide_assets", "course_notebooks", "execute_notebooks",
-    "export_deck", "export_slides", "export_student_edition", "format_scores",
-    "generate_student_edition", "graded_notebooks", "is_graded", "is_solution_cell",
-    "is_test_cell", "jupyter_env", "lint_course", "lint_notebook", "lint_slides",
-    "lint_student_edition", "main", "nbgrader_config", "nbgrader_meta",
-    "offline_problems", "read_scores", "rehearse", "run_nbgrader",
-    "slides_exporter", "solved_run_problems", "submit", "Outcome", "SandboxExecute",
-    "grade_one", "grades", "scan_source", "run_notebook", "sandbox_problem",
-    "fix_test_cells", "lint_test_cells",
-]
+from importlib import import_module
+
+# Each public name -> the module that defines it (imported on first use: PEP 562).
+_HOMES = {
+    "autograder": ("Outcome", "SandboxExecute", "autograde", "grade_one", "grades"),
+    "cli": ("main",),
+    "course": (
+        "BUILD_DIR", "CELL_TIMEOUT_S", "CODE_STUB", "COURSE_DIR", "COURSE_ID",
+        "NOTEBOOKS_DIR", "ROOT", "STUDENT_DIR", "NotebookScore", "autograded_path",
+        "build_course", "course_notebooks", "export_student_edition", "format_scores",
+        "generate_student_edition", "graded_notebooks", "is_graded", "is_solution_cell",
+        "is_test_cell", "jupyter_env", "locate", "nbgrader_config", "nbgrader_meta",
+        "read_scores", "run_nbgrader", "submit"),
+    "lint": (
+        "GRADE_ID_PATTERN", "HIDDEN_MARKERS", "LEAK_MIN_CHARS", "SLIDE_TYPES",
+        "SOLUTION_MARKERS", "lint_course", "lint_notebook", "lint_slides",
+        "lint_student_edition"),
+    "rehearsal": (
+        "BLANK_STUDENT", "REFERENCE_STUDENT", "REHEARSAL_MARK", "Rehearsal",
+        "blank_run_problems", "rehearse", "solved_run_problems"),
+    "review": ("scan_source",),
+    "sandbox": ("run_notebook", "sandbox_problem"),
+    "slides": (
+        "SLIDES_DIR", "copy_slide_assets", "execute_notebooks", "export_deck",
+        "export_slides", "offline_problems", "slides_exporter"),
+    "testcells": ("fix_test_cells", "lint_test_cells"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_HOME_OF)
+
+
+def __getattr__(name: str):
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # once is enough
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

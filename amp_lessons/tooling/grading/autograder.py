@@ -35,7 +35,7 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Float, Integer
 
-from amp_lessons.tooling.grading import review, sandbox
+from amp_lessons.tooling.grading import nbgrader_main, review, sandbox
 from amp_lessons.tooling.grading.course import (
     CELL_TIMEOUT_S,
     COURSE_DIR,
@@ -157,9 +157,9 @@ def grade_one(course_dir: Path, student: str, lesson: str, *, sandboxed: bool = 
             flags.append(f"corrupt: {path.name} cannot be read as a notebook "
                          f"({problem}); scored 0")
     if not flags:
-        command = [sys.executable, "-m", "nbgrader", "autograde", lesson,
-                   f"--student={student}", "--force",
-                   *nbgrader_overrides(sandboxed, timeout)]
+        command = nbgrader_main.command(
+            "autograde", lesson, f"--student={student}", "--force",
+            *nbgrader_overrides(sandboxed, timeout))
         try:
             done = subprocess.run(command, cwd=course_dir, env=jupyter_env(course_dir),
                                   capture_output=True, text=True,

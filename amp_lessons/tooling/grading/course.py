@@ -20,6 +20,8 @@ from pathlib import Path
 
 import nbformat
 
+from amp_lessons.tooling.grading import nbgrader_main
+
 # amp_lessons/tooling/grading/course.py -> the repository
 ROOT = Path(__file__).resolve().parents[3]
 NOTEBOOKS_DIR = ROOT / "notebooks"
@@ -198,7 +200,7 @@ def run_nbgrader(course_dir: Path, *args: str) -> str:
 
     Raises RuntimeError with the end of nbgrader's log when it fails.
     """
-    command = [sys.executable, "-m", "nbgrader", *args]
+    command = nbgrader_main.command(*args)
     result = subprocess.run(command, cwd=course_dir, env=jupyter_env(course_dir),
                             capture_output=True, text=True)
     log = result.stdout + result.stderr
