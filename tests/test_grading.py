@@ -49,8 +49,9 @@ def test_the_sandboxed_processes_start_without_the_grading_tooling():
     once per submission: the package's names load lazily, so neither pays for
     nbgrader, nbconvert or the slides on start-up."""
     loaded = _python("import sys, amp_lessons.tooling.grading.guard, "
-                     "amp_lessons.tooling.grading.runner; print(sorted({m.split('.')[0] "
-                     "for m in sys.modules} & {'nbgrader', 'nbconvert', 'nbformat'}))")
+                     "amp_lessons.tooling.grading.runner; "
+                     "print(sorted({m.split('.')[0] for m in sys.modules} & "
+                     "{'nbgrader', 'nbconvert', 'nbformat'}))")
     assert loaded == "[]"
     assert grading.rehearse.__module__ == "amp_lessons.tooling.grading.rehearsal"
     assert sorted(grading.__all__) == sorted(set(dir(grading)) & set(grading.__all__))
