@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV_PY := .venv/bin/python
 
-.PHONY: lab test test-newest-torch test-newest-torch-env test-notebook setup setup-dev student grade slides site \
+.PHONY: lab test test-newest-torch test-newest-torch-env test-newest-torch-tests test-notebook setup setup-dev student grade slides site \
 	translations bench gpu-check clean
 
 setup:
@@ -35,7 +35,10 @@ test-newest-torch-env:
 	$(NEWEST_PY) -m pip install -q --disable-pip-version-check --upgrade -r requirements.txt \
 		'pytest<9.2' pytest-timeout pytest-xdist
 
-test-newest-torch: test-newest-torch-env
+test-newest-torch: test-newest-torch-env test-newest-torch-tests
+
+# The tests alone, in the environment as it is (.ci/run has just installed it)
+test-newest-torch-tests:
 	@$(NEWEST_PY) -c "import torch; print('newest torch:', torch.__version__)"
 	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(NEWEST_PY) -m pytest \
 		-n $(TEST_WORKERS) --dist loadgroup $(wildcard notebooks/*.ipynb) $(PARITY_TESTS)

@@ -8,8 +8,8 @@ error, no request to another host, every image loads. No line of a solution or o
 hidden test may appear in any page or in the search index. Each check is also shown
 rejecting a site spoiled on purpose.
 
-The Spanish edition (``es/``) is built beside it from Spanish lessons executed here:
-two of them (`ES_TESTED`), not all ten, to keep the run short (see there).
+The Spanish edition (``es/``) is built beside it from the Spanish lessons the student
+paths run: two of them (`ES_TESTED`), not all ten, to keep the run short (see there).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from test_student_paths import SPANISH
 
 from amp_lessons.tooling import colab
 from amp_lessons.tooling.site import build, sanitize, verify
@@ -39,11 +40,11 @@ LESSONS = colab.lesson_notebooks(ROOT / "notebooks")
 STEMS = [p.stem for p in LESSONS]
 ES_LESSONS = colab.lesson_notebooks(ROOT / "notebooks" / build.SPANISH)
 ES_STEMS = [p.stem for p in ES_LESSONS]
-# The Spanish lessons the test executes (it has no student-path runs of them to reuse):
-# all ten take about 75 s on 2 CPU cores (they run the English lessons' code), these
-# two about 15 s: the entry lesson (an exercise, a graded quick check) and 02 (a
-# widget, an exercise). `make site` and `execute DIR` execute and build all of them.
-ES_TESTED = ["00_amp_in_10_minutes", "02_underflow"]
+# The Spanish lessons the site test is built with: those the student paths run (the
+# entry lesson, with an exercise and a graded quick check, and 02, with a widget and
+# an exercise), as their kernels executed them. All ten would take about 75 s more on
+# 2 CPU cores; `make site` and `execute DIR` execute and build all of them.
+ES_TESTED = [p.stem for p in SPANISH]
 
 
 # ---- the Colab set-up cell ---------------------------------------------------------
@@ -290,26 +291,27 @@ def test_spanish_index_reads_each_lessons_study_time_from_its_first_cell():
 def executed_dir(tmp_path_factory, lesson_runs) -> Path:
     """Every lesson as executed once for the whole run: the first pass of the
     student-path kernels (conftest's ``lesson_runs``, which the slides use too), with
-    what ran them; those kernels run this very Python, so it is probed here.
-    The Spanish lessons `ES_TESTED` are executed into ``es/`` (execute.py's own
-    kernels). AMP_EXECUTED_NOTEBOOKS=DIR takes copies executed elsewhere instead (all
-    of them, the Spanish ones in DIR/es, as ``execute DIR`` writes them)."""
+    what ran them; those kernels run this very Python, so it is probed here. The
+    Spanish lessons `ES_TESTED` go to ``es/``. AMP_EXECUTED_NOTEBOOKS=DIR takes copies
+    executed elsewhere instead (all of them, the Spanish ones in DIR/es, as
+    ``execute DIR`` writes them)."""
     given = os.environ.get("AMP_EXECUTED_NOTEBOOKS")
     if given:
         return Path(given)
     from student_paths import paused_twice
 
-    from amp_lessons.tooling.site.execute import execute_lessons, probe_here, record
+    from amp_lessons.tooling.site.execute import probe_here, record
 
     out = tmp_path_factory.mktemp("executed")
+    (out / build.SPANISH).mkdir()
     info = probe_here()
-    for path in LESSONS:
+    spanish = [p for p in ES_LESSONS if p.stem in ES_TESTED]
+    for path in LESSONS + spanish:
         lesson = paused_twice(path, lesson_runs)
         nb = copy.deepcopy(lesson.executed)
         record(nb, dict(info, seconds=round(lesson.run.pass_seconds(1), 1)))
-        nbformat.write(nb, out / path.name)
-    execute_lessons([p for p in ES_LESSONS if p.stem in ES_TESTED],
-                    out / build.SPANISH)
+        folder = out / build.SPANISH if path in spanish else out
+        nbformat.write(nb, folder / path.name)
     return out
 
 
