@@ -216,23 +216,33 @@ def answer_wrongly(nb) -> int:
     return count
 
 
-def unsolved_path(released: Path, pause_s: float = 0.0) -> tuple[KernelRun, int]:
-    """Run a student edition untouched, then with every exercise answered wrongly
-    (``return None``), in one kernel; returns the run and the number of answers."""
-    unsolved = nbformat.read(released, as_version=4)
+def unsolved_path(released: Path, pause_s: float = 0.0, then=None
+                  ) -> tuple[KernelRun, int, nbformat.NotebookNode]:
+    """Run a student edition with every exercise answered wrongly (``return None``),
+    then untouched, in one kernel. ``then`` turns the wrongly answered notebook into
+    the one run (the tests skip its optional parts, `core_path`: first, in a fresh
+    kernel, so that nothing an optional cell defines is there). Returns the run, the
+    number of answers and the wrongly answered notebook, executed."""
     wrong = nbformat.read(released, as_version=4)
+    unsolved = nbformat.read(released, as_version=4)
     answers = answer_wrongly(wrong)
-    return run_in_one_kernel([unsolved, wrong], Path(released).parent, pause_s), answers
+    if then is not None:
+        wrong = then(wrong)
+    run = run_in_one_kernel([wrong, unsolved], Path(released).parent, pause_s)
+    return run, answers, wrong
 
 
-PASS_NAMES = {1: "unsolved", 2: "answered wrongly"}
+PASS_NAMES = {1: "answered wrongly", 2: "unsolved"}
 
 
 def unsolved_path_problems(run: KernelRun) -> list[str]:
     """What breaks a student who has not solved the exercises (empty: nothing).
 
     Only graded test cells may fail, and they must: a later cell that fails uses the
-    student's function; a graded cell that passes grades nothing.
+    student's function (or, in a pass without the optional parts, needs one of
+    them); a graded cell that passes grades nothing. Answered wrongly, a graded
+    cell must fail with the check's verdict, an AssertionError: any other error is
+    a check that crashed on an answer, or one that needs a cell the run skipped.
     """
     problems = []
     for c in run.cells:
@@ -241,7 +251,13 @@ def unsolved_path_problems(run: KernelRun) -> list[str]:
         if c.graded and not c.error:
             problems.append(f"{where}: the graded test cell passes, so it grades "
                             "nothing")
+        elif c.graded and how == "answered wrongly" and \
+                not c.error.startswith("AssertionError"):
+            problems.append(f"{where}: {c.error}; a graded test cell must fail with "
+                            "the check's verdict (AssertionError), not crash or miss "
+                            "a name")
         elif not c.graded and c.error:
             problems.append(f"{where}: {c.error}; only graded test cells may fail "
-                            "here: later cells must not use the student's function")
+                            "here: later cells must not use the student's function "
+                            "nor, on the core path, an optional part")
     return problems

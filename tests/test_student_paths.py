@@ -1,7 +1,7 @@
 """A student's path never breaks (COURSE.md, truth rules): every lesson passes with
 five-minute pauses between cells, Run All twice in one kernel, and as the student
-edition with its exercises unsolved or answered wrongly, and with its optional parts
-skipped.
+edition with its exercises answered wrongly and its optional parts skipped, and
+with its exercises unsolved.
 
 nbval runs each notebook once, straight through, as fast as it can: none of these
 paths. The kernels here are driven by `student_paths` (nbclient, in this process).
@@ -9,8 +9,10 @@ To keep CI short, the first two paths share one kernel per lesson: Run All with 
 clock jumping 5 minutes before every cell, then Run All again (conftest's
 ``lesson_runs`` keeps it for the slide test too). An error in the first
 pass is a pause problem (or a plain failure, which nbval reports too); an error only
-in the second is a re-run problem. The fixture notebooks below prove each test can
-fail, and that the clock jump leaves a cell's own timing alone.
+in the second is a re-run problem. Paths 3 and 4 share one kernel per graded lesson
+too (every lesson with optional parts is graded): the student edition's core path
+answered wrongly, then the whole edition unsolved. The fixture notebooks below prove
+each test can fail, and that the clock jump leaves a cell's own timing alone.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from pathlib import Path
 import nbformat
 import pytest
 from student_paths import (
-    answer_wrongly,
     paused_twice,
     run_in_one_kernel,
     unsolved_path,
@@ -79,7 +80,8 @@ def test_lesson_runs_twice_in_one_kernel(path, lesson_runs):
 
 
 # ---------------------------------------------------------------------------------
-# Path 3: the student edition, unsolved, then answered wrongly
+# Paths 3 and 4: the student edition answered wrongly on its core path (the optional
+# parts skipped), then unsolved, in one kernel
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +98,10 @@ def student_edition(tmp_path_factory) -> dict[str, Path]:
 def test_student_edition_runs_unsolved_and_answered_wrongly(path, student_edition,
                                                             capsys):
     released = student_edition[path.stem]
-    run, answers = unsolved_path(released)
-    report(capsys, f"{path.name}: unsolved {run.pass_seconds(1):.1f} s, answered "
-                   f"wrongly {run.pass_seconds(2):.1f} s ({answers} answers)")
+    run, answers, _ = unsolved_path(released, then=core_path)
+    report(capsys, f"{path.name}: answered wrongly on the core path "
+                   f"{run.pass_seconds(1):.1f} s, unsolved {run.pass_seconds(2):.1f} s "
+                   f"({answers} answers)")
     assert answers == sum(grading.is_solution_cell(c) for c in
                           nbformat.read(released, as_version=4).cells), (
         "a solution cell of the student edition has no stub to answer")
@@ -120,12 +123,9 @@ def spanish_student_edition(tmp_path_factory) -> dict[str, Path]:
 def test_spanish_edition_runs_unsolved_and_wrong_with_spanish_hints(
         path, spanish_student_edition):
     released = spanish_student_edition[path.stem]
-    run, _ = unsolved_path(released)
+    run, _, wrong = unsolved_path(released, then=core_path)
     problems = unsolved_path_problems(run)
     assert not problems, "\n".join(problems)
-    wrong = nbformat.read(released, as_version=4)
-    answer_wrongly(wrong)
-    run_in_one_kernel([wrong], released.parent)
     printed = "\n".join(o.get("text", "") + o.get("evalue", "") for c in wrong.cells
                         if grading.is_test_cell(c) for o in c.get("outputs", []))
     # the checks' tables speak Spanish: their verdict and hint labels
@@ -133,28 +133,23 @@ def test_spanish_edition_runs_unsolved_and_wrong_with_spanish_hints(
     assert "pista" in printed.lower(), printed[-2000:]
 
 
-# ---------------------------------------------------------------------------------
-# Path 4: the core path, the optional parts skipped
-
-
 def core_path(nb):
-    """`nb` without its optional parts (the cells under an "(optional)" heading)."""
+    """`nb` with its optional parts (the cells under an "(optional)" heading) turned
+    into raw cells: not run, and every other cell keeps its index for the reports."""
     skipped = optional_cells(nb)
     core = nbformat.from_dict(dict(nb))
-    core.cells = [c for i, c in enumerate(nb.cells) if i not in skipped]
+    core.cells = [nbformat.v4.new_raw_cell(c.source) if i in skipped else c
+                  for i, c in enumerate(nb.cells)]
     return core
 
 
 WITH_OPTIONAL = [p for p in ENGLISH if optional_cells(nbformat.read(p, 4))]
 
 
-@pytest.mark.parametrize("path", WITH_OPTIONAL, ids=lambda p: p.stem)
-def test_core_path_runs_without_the_optional_parts(path):
-    run = run_in_one_kernel([core_path(nbformat.read(path, 4))], path.parent)
-    errors = run.errors()
-    assert not errors, (f"{path.name} breaks when the student skips its optional "
-                        "parts (a later cell uses something only they define):\n"
-                        + "\n".join(errors))
+def test_every_lesson_with_optional_parts_runs_its_core_path_above():
+    """The core path runs as the second pass of the student edition's run (paths 3
+    and 4), so a lesson with optional parts and no graded cell would be left out."""
+    assert [p for p in WITH_OPTIONAL if p not in GRADED] == []
 
 
 # ---------------------------------------------------------------------------------
@@ -216,7 +211,7 @@ def test_unsolved_path_catches_cells_that_use_the_students_function(tmp_path):
         graded={0: "solution", 1: "test", 4: "solution", 5: "test"})
     released = tmp_path / "99_fixture.ipynb"
     nbformat.write(edition, released)
-    run, answers = unsolved_path(released)
+    run, answers, _ = unsolved_path(released)
     assert answers == 2
     found = unsolved_path_problems(run)
     text = "\n".join(found)
@@ -228,6 +223,35 @@ def test_unsolved_path_catches_cells_that_use_the_students_function(tmp_path):
     assert "cell 3 ('try:'), exercises unsolved" not in text
     assert text.count("cell 5 ('assert True  # grades nothing')") == 2
     assert "cell 6" not in text and "cell 1 " not in text
+
+
+def test_core_pass_catches_what_needs_an_optional_part_and_a_crashing_check(tmp_path):
+    """The first pass of paths 3 and 4: answered wrongly, the optional parts
+    skipped, in a fresh kernel (the unsolved pass after it runs them)."""
+    stub = "    # YOUR CODE HERE\n    raise NotImplementedError()"
+    edition = notebook(
+        f"def double(x):\n{stub}",                                   # 0 solution
+        "assert double(2) == 4",                                      # 1 test: fine
+        "## A detour (optional)", "scale = 2",                        # 2, 3
+        "## Back on the core path",                                   # 4
+        "print(scale)",                                               # 5 needs 3
+        "assert double(2) == 2 * scale",                              # 6 test needs 3
+        "assert len(double(2)) == 1",                                 # 7 test crashes
+        graded={0: "solution", 1: "test", 6: "test", 7: "test"})
+    for i in (2, 4):
+        edition.cells[i] = nbformat.v4.new_markdown_cell(edition.cells[i].source)
+    released = tmp_path / "99_fixture.ipynb"
+    nbformat.write(edition, released)
+    run, _, executed = unsolved_path(released, then=core_path)
+    text = "\n".join(unsolved_path_problems(run))
+    assert executed.cells[3].cell_type == "raw" and "outputs" not in executed.cells[3]
+    assert "cell 5 ('print(scale)'), exercises answered wrongly: NameError" in text
+    assert "cell 6 ('assert double(2) == 2 * scale'), exercises answered wrongly: " \
+           "NameError" in text
+    assert "cell 7 ('assert len(double(2)) == 1'), exercises answered wrongly: " \
+           "TypeError" in text
+    assert "unsolved" not in text and "cell 1 " not in text, text
+    assert len(unsolved_path_problems(run)) == 3, text
 
 
 def test_core_path_catches_a_cell_that_needs_an_optional_part(tmp_path):
