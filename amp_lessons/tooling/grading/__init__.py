@@ -1,6 +1,7 @@
 """Teaching the course: student edition, autograding, metadata lint and offline slides.
 
-One module per step: ``course`` (the nbgrader course and its runs), ``autograder``
+One module per step: ``course`` (the nbgrader course and its runs; ``nbgrader_main``
+starts nbgrader's command), ``autograder``
 (each submission on its own, sandboxed, never stopping for a bad one), ``sandbox``
 (bubblewrap around one notebook's run), ``runner`` and ``guard`` (what runs inside:
 nbgrader's executor and the audited kernel), ``review`` (flags and tamper checks),
