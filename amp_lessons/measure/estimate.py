@@ -1,0 +1,190 @@
+"""What AMP would buy on a GPU you do not have: a training step's time, from first
+principles.
+
+A step's time has three parts (Horace He, "Making Deep Learning Go Brrrr From First
+Principles"): **compute** (matmuls and convolutions on tensor cores, where 16-bit pays
+by the ratio of the peaks), **memory** (pointwise ops, norms, casts: bytes over
+bandwidth, so 16-bit gains at most 2x) and **overhead** (kernel launches and the
+CPU's Python and dispatch time: no gain at all). Each kernel of the step, traced on
+the meta device (``amp_lessons.measure.trace``), takes the longest of its compute
+time, its memory time and a launch floor; the CPU's time runs beside the GPU's, and
+the step waits for whichever is longer.
+
+Five numbers (``Efficiency``) turn datasheet peaks into achieved speed; they are
+fitted once on published measurements (``amp_lessons.measure.published``), with the
+leave-one-out error of every row reported there.
+
+Example:
+    >>> with torch.device("meta"):
+    ...     model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(3)])
+    >>> x = torch.empty(512, 4096, device="meta")
+    >>> e = estimate_step(model, x, "H100-SXM5-80GB", "bf16")
+    >>> e.regime in ("compute", "memory", "overhead")
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from amp_lessons.measure.gpus import GPU, GPUS, PRECISIONS, find_gpu
+from amp_lessons.measure.trace import Kernel, Trace, trace_step
+
+__all__ = ["GPUS", "OPTIMIZERS", "Efficiency", "Estimate", "FITTED", "estimate_step",
+           "price", "step_kernels"]
+
+# Bytes an optimizer step moves per fp32 parameter, as one fused kernel (apex's and
+# torch's fused=True): Adam reads p, g, m, v and writes p, m, v (7 x 4 B); LAMB adds a
+# second pass for its trust ratio (reads p and the update, writes p); SGD with
+# momentum reads p, g, buf and writes p, buf.
+OPTIMIZERS = {"adam": 28, "lamb": 40, "sgd": 20, "none": 0}
+SCALER_BYTES = 8  # GradScaler's unscale_: reads and writes every gradient (fp16 only)
+TENSORS_PER_LAUNCH = 64  # a multi-tensor kernel takes a list of tensors per launch
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What fraction of a datasheet's peaks real kernels reach, and the fixed costs.
+
+    ``tensor``: of the tensor-core peak (tf32, fp16, bf16, fp8); ``fp32``: of the
+    CUDA-core peak; ``memory``: of the bandwidth; ``kernel_us``: the shortest a
+    kernel takes, launch included; ``cpu_us``: the CPU's time per aten op in eager
+    mode (Python, dispatch and the launch call).
+    """
+
+    tensor: float = 0.6
+    fp32: float = 0.8
+    memory: float = 0.75
+    kernel_us: float = 4.0
+    cpu_us: float = 6.0
+
+
+# Fitted on notebooks/results/published_speedups.csv by
+# `python -m amp_lessons.measure.published --fit` (tests/test_estimate.py refits it).
+FITTED = Efficiency(tensor=0.6, fp32=0.8, memory=0.75, kernel_us=4.0, cpu_us=6.0)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The predicted time of one training step, and where it goes.
+
+    ``compute_s + memory_s + overhead_s == seconds``; ``by_kind`` splits the GPU's
+    kernels by op kind (matmul, attention, convolution, norm, cast, pointwise, ...,
+    optimizer), and ``overhead_s`` holds the launch floors plus the time the GPU
+    waits for the CPU.
+    """
+
+    gpu: str
+    precision: str
+    seconds: float
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    flops: int
+    bytes: int
+    kernels: int
+    by_kind: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def regime(self) -> str:
+        """``"compute"``, ``"memory"`` or ``"overhead"``: the largest of the three."""
+        parts = {"compute": self.compute_s, "memory": self.memory_s,
+                 "overhead": self.overhead_s}
+        return max(parts, key=parts.get)
+
+    def tflops(self) -> float:
+        """Achieved TFLOP/s: the step's FLOPs over its predicted time."""
+        return self.flops / self.seconds / 1e12
+
+
+def step_kernels(model: torch.nn.Module, precision: str, optimizer: str) -> list[Kernel]:
+    """The kernels after backward: GradScaler's unscale_ (fp16 only) and the
+    optimizer step over the fp32 master weights."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of: "
+                         f"{', '.join(OPTIMIZERS)}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    numel = sum(p.numel() for p in params)
+    launches = max(1, math.ceil(len(params) / TENSORS_PER_LAUNCH))
+    kernels = []
+    if precision == "fp16":
+        kernels.append(Kernel("unscale_", "scaler", 0, SCALER_BYTES * numel,
+                              launches=launches))
+    if OPTIMIZERS[optimizer]:
+        kernels.append(Kernel(optimizer, "optimizer", 0, OPTIMIZERS[optimizer] * numel,
+                              launches=launches * (2 if optimizer == "lamb" else 1)))
+    return kernels
+
+
+def price(trace: Trace, gpu: GPU, precision: str, eff: Efficiency = FITTED,
+          extra: list[Kernel] = ()) -> Estimate:
+    """Price a traced step on ``gpu``: each kernel takes the longest of its compute
+    time, its memory time and its launch floor; the step takes the longer of the
+    GPU's sum and the CPU's dispatch time."""
+    parts = defaultdict(float)
+    by_kind = defaultdict(float)
+    kernels = [*trace.kernels, *extra]
+    bandwidth = gpu.bandwidth_gbs * 1e9 * eff.memory
+    for k in kernels:
+        compute = (k.flops / (gpu.peak(k.math) * (eff.fp32 if k.math == "fp32"
+                                                   else eff.tensor))
+                   if k.flops else 0.0)
+        memory = k.bytes / bandwidth
+        floor = k.launches * eff.kernel_us * 1e-6
+        seconds = max(compute, memory, floor)
+        regime = ("overhead" if floor >= max(compute, memory) else
+                  "compute" if compute >= memory else "memory")
+        parts[regime] += seconds
+        by_kind[k.kind] += seconds
+    gpu_s = sum(parts.values())
+    cpu_s = trace.dispatched_ops * eff.cpu_us * 1e-6
+    waiting = max(0.0, cpu_s - gpu_s)  # the GPU idles while Python launches kernels
+    return Estimate(gpu.name, precision, gpu_s + waiting, parts["compute"],
+                    parts["memory"], parts["overhead"] + waiting,
+                    sum(k.flops for k in kernels), sum(k.bytes for k in kernels),
+                    sum(k.launches for k in kernels), dict(by_kind))
+
+
+def check_precision(gpu: GPU, precision: str) -> None:
+    """A clear error for a precision that does not exist or that this GPU lacks."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of: "
+                         f"{', '.join(PRECISIONS)}")
+    if not gpu.supports(precision):
+        raise ValueError(gpu.refusal(precision))
+
+
+def estimate_step(model: torch.nn.Module, inputs, gpu: str, precision: str,
+                  optimizer: str = "adam", loss_fn: Callable | None = None,
+                  efficiency: Efficiency = FITTED) -> Estimate:
+    """Predict one training step's time on ``gpu`` in ``precision``.
+
+    ``model`` and ``inputs`` (a tensor or a tuple) live on the meta device, so
+    nothing is allocated and no GPU is needed. The step is the forward, the backward
+    of ``loss_fn(output)`` (default: the output's float sum), GradScaler's unscale_
+    for fp16, and ``optimizer``'s step (``adam``, ``lamb``, ``sgd`` or ``none``).
+    ``precision``: ``fp32``, ``tf32``, ``fp16``, ``bf16`` (CUDA autocast's policy)
+    or ``fp8`` (bf16 autocast with fp8 Linears, as lesson 11 converts them).
+
+    Example: BERT-large on an A100, seq 128, batch 256 in bf16 ->
+    ``estimate_step(bert, ids, "A100-SXM4-80GB", "bf16").seconds`` about 0.4 s.
+    """
+    device = find_gpu(gpu)
+    check_precision(device, precision)
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of: "
+                         f"{', '.join(OPTIMIZERS)}")
+    tensors = inputs if isinstance(inputs, tuple) else (inputs,)
+    off_meta = [t.device for t in (*tensors, *model.parameters())
+                if isinstance(t, torch.Tensor) and t.device.type != "meta"]
+    if off_meta:
+        raise ValueError(f"model and inputs must be on the meta device, found "
+                         f"{off_meta[0]}: build them under `with torch.device('meta'):`")
+    trace = trace_step(model, inputs, precision, loss_fn)
+    return price(trace, device, precision, efficiency,
+                 step_kernels(model, precision, optimizer))

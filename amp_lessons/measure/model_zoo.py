@@ -1,0 +1,204 @@
+"""Model families to estimate, built on the meta device: shapes only, no memory.
+
+Each builder returns a ``Workload``: the model, its inputs, the loss, and how many
+items (samples, tokens, frames) one step processes, in the unit its published
+throughput uses. They rebuild the shapes of the published rows' models
+(``notebooks/results/published_speedups.csv``) and of the command line's families;
+they are not those repositories' code, and the differences that matter to a step's
+time (fused kernels, memory layouts) are named where they occur.
+
+Example:
+    >>> w = transformer(layers=2, width=256, heads=4, seq=128, batch=8)
+    >>> w.inputs.device.type, w.items
+    ('meta', 8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from amp_lessons.core.models import GPT, MLP
+
+META = torch.device("meta")
+
+
+@dataclass
+class Workload:
+    """A model on the meta device, its inputs, its loss and the items of one step."""
+
+    model: nn.Module
+    inputs: torch.Tensor | tuple
+    loss_fn: Callable | None
+    items: int
+    optimizer: str = "adam"
+
+
+def _ids(batch: int, seq: int, vocab: int) -> torch.Tensor:
+    return torch.zeros(batch, seq, dtype=torch.long, device=META).clamp_(max=vocab - 1)
+
+
+def _token_loss(targets: torch.Tensor) -> Callable:
+    return lambda logits: F.cross_entropy(logits.flatten(0, -2), targets.flatten())
+
+
+class Attention(nn.Module):
+    """Multi-head attention. ``explicit``: scores, softmax, dropout and two batched
+    matmuls (BERT's and fairseq's code of 2019-21, a T x T matrix per head);
+    otherwise ``F.scaled_dot_product_attention`` (a fused flash kernel)."""
+
+    def __init__(self, width: int, heads: int, explicit: bool, causal: bool = False,
+                 dropout: float = 0.1):
+        super().__init__()
+        self.heads, self.explicit, self.causal, self.dropout = (heads, explicit, causal,
+                                                                dropout)
+        self.q = nn.Linear(width, width)
+        self.kv = nn.Linear(width, 2 * width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None):
+        B, T, C = x.shape
+        context = x if context is None else context
+        q = self.q(x).view(B, T, self.heads, -1).transpose(1, 2)
+        k, v = (t.view(B, context.shape[1], self.heads, -1).transpose(1, 2)
+                for t in self.kv(context).split(C, dim=2))
+        if self.explicit:
+            scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+            p = F.dropout(F.softmax(scores, dim=-1), self.dropout, self.training)
+            y = p @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return F.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)), self.dropout,
+                         self.training)
+
+
+class Layer(nn.Module):
+    """A post-LN transformer layer (BERT, Transformer big): attention, optional
+    cross-attention, and a GELU feed-forward, each with a residual and LayerNorm.
+    ``conv_kernel`` > 0 makes the feed-forward two 1-D convolutions (FastPitch's
+    FFT block)."""
+
+    def __init__(self, width: int, heads: int, ffn: int, explicit: bool = True,
+                 causal: bool = False, cross: bool = False, conv_kernel: int = 0):
+        super().__init__()
+        self.attn = Attention(width, heads, explicit, causal)
+        self.ln1 = nn.LayerNorm(width)
+        self.cross = Attention(width, heads, explicit) if cross else None
+        self.ln_cross = nn.LayerNorm(width) if cross else None
+        if conv_kernel:
+            pad = conv_kernel // 2
+            self.ff1 = nn.Conv1d(width, ffn, conv_kernel, padding=pad)
+            self.ff2 = nn.Conv1d(ffn, width, conv_kernel, padding=pad)
+        else:
+            self.ff1, self.ff2 = nn.Linear(width, ffn), nn.Linear(ffn, width)
+        self.conv = bool(conv_kernel)
+        self.ln2 = nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None):
+        x = self.ln1(x + self.attn(x))
+        if self.cross is not None:
+            x = self.ln_cross(x + self.cross(x, context))
+        h = x.transpose(1, 2) if self.conv else x
+        h = self.ff2(F.gelu(self.ff1(h)))
+        h = h.transpose(1, 2) if self.conv else h
+        return self.ln2(x + F.dropout(h, 0.1, self.training))
+
+
+class Encoder(nn.Module):
+    """Token embeddings, ``layers`` transformer layers, and a head of ``outputs``."""
+
+    def __init__(self, vocab: int, width: int, layers: int, heads: int, ffn: int,
+                 outputs: int, explicit: bool, causal: bool = False, seq: int = 512):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(seq, width)
+        self.ln = nn.LayerNorm(width)
+        self.layers = nn.ModuleList(Layer(width, heads, ffn, explicit, causal)
+                                    for _ in range(layers))
+        self.head = nn.Linear(width, outputs)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = F.dropout(self.ln(self.tok(ids) + self.pos(pos)), 0.1, self.training)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def transformer(layers: int = 24, width: int = 1024, heads: int = 16, ffn: int = 0,
+                seq: int = 512, batch: int = 32, vocab: int = 30528,
+                outputs: int | None = None, explicit: bool = False,
+                optimizer: str = "adam") -> Workload:
+    """A BERT-style encoder; ``outputs`` is its head's width (default: the vocab, as
+    in masked-LM pre-training over every token; 2 for SQuAD's start/end logits)."""
+    outputs = vocab if outputs is None else outputs
+    with META:
+        model = Encoder(vocab, width, layers, heads, ffn or 4 * width, outputs, explicit,
+                        seq=seq)
+    ids = _ids(batch, seq, vocab)
+    targets = _ids(batch, seq, outputs)
+    return Workload(model, ids, _token_loss(targets), batch, optimizer)
+
+
+def gpt(layers: int = 12, width: int = 768, heads: int = 12, seq: int = 1024,
+        batch: int = 32, vocab: int = 8192, optimizer: str = "adam") -> Workload:
+    """The course's own GPT (``amp_lessons.core.models.GPT``, the bench's transformer):
+    pre-LN blocks, flash attention, a linear head over the vocab."""
+    with META:
+        model = GPT(vocab, seq, layers, heads, width)
+    ids = _ids(batch, seq, vocab)
+    return Workload(model, ids, _token_loss(ids), batch, optimizer)
+
+
+def mlp(layers: int = 3, width: int = 4096, batch: int = 512,
+        optimizer: str = "adam") -> Workload:
+    """``layers`` x Linear(width) with ReLU and an MSE loss: the PyTorch AMP recipe's
+    MLP and the bench's ``mlp`` config (``amp_lessons.core.models.MLP``)."""
+    with META:
+        model = MLP((width,) * (layers + 1))
+    x = torch.empty(batch, width, device=META)
+    y = torch.empty(batch, width, device=META)
+    return Workload(model, x, lambda out: F.mse_loss(out, y), batch, optimizer)
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, c_in: int, width: int, stride: int):
+        super().__init__()
+        c_out = 4 * width
+        self.convs = nn.ModuleList([nn.Conv2d(c_in, width, 1, bias=False),
+                                    nn.Conv2d(width, width, 3, stride, 1, bias=False),
+                                    nn.Conv2d(width, c_out, 1, bias=False)])
+        self.norms = nn.ModuleList(nn.BatchNorm2d(c) for c in (width, width, c_out))
+        self.down = (nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
+                                   nn.BatchNorm2d(c_out))
+                     if stride != 1 or c_in != c_out else nn.Identity())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
+            h = norm(conv(h))
+            h = F.relu(h) if i < 2 else h
+        return F.relu(h + self.down(x))
+
+
+def resnet50(batch: int = 256, image: int = 224, classes: int = 1000,
+             optimizer: str = "sgd") -> Workload:
+    """ResNet-50 v1.5 (stride on the 3x3 convolution), SGD with momentum."""
+    layers: list[nn.Module] = []
+    with META:
+        layers += [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                   nn.MaxPool2d(3, 2, 1)]
+        c_in = 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                layers.append(Bottleneck(c_in, width, stride if i == 0 else 1))
+                c_in = 4 * width
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, classes)]
+        model = nn.Sequential(*layers)
+    x = torch.empty(batch, 3, image, image, device=META)
+    y = torch.zeros(batch, dtype=torch.long, device=META)
+    return Workload(model, x, lambda out: F.cross_entropy(out, y), batch, optimizer)
