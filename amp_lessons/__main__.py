@@ -1,4 +1,5 @@
-"""Command line: ``python -m amp_lessons train|bench|gpu-check`` (or ``amp-lessons``).
+"""Command line: ``python -m amp_lessons train|bench|estimate|gpu-check`` (or
+``amp-lessons``).
 
 Examples::
 
@@ -9,6 +10,8 @@ Examples::
     python -m amp_lessons bench --device cpu --json out.json
     python -m amp_lessons bench --device cuda --record  # notebooks/results/bench_*
     python -m amp_lessons gpu-check  # the whole GPU proof, <= 8 min (exit 2 without)
+    python -m amp_lessons estimate --gpu A100-SXM4-80GB --model transformer \
+        --layers 24 --width 1024 --seq 512 --batch 32  # a GPU's step time, predicted
 
 Mistakes (an unknown precision, CUDA asked without CUDA, a scaler with bf16, ...) end
 with one line on stderr saying what to do instead, and exit status 2.
@@ -55,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
                       "training steps and measure memory (--json for a results file)",
         description="Step time, peak memory, saved activations, TFLOP/s and MFU for "
                     "fp32 (TF32 off), tf32, fp16 and bf16, side by side."))
+    _add_estimate(commands.add_parser(
+        "estimate", help="predict a training step's time on a GPU you do not have, per "
+                         "precision, and what dominates it (no GPU needed)",
+        description="The first-principles estimate (amp_lessons.measure.estimate): the "
+                    "model is traced on the meta device under CUDA autocast's op "
+                    "policy and each kernel priced from the GPU's datasheet, with "
+                    "efficiencies fitted on published measurements."))
     _add_gpu_check(commands.add_parser(
         "gpu-check", help="the whole GPU proof in one run: gpu tests, the bench, "
                           "lessons 00/04/06/07 and a summary (CUDA only)",
@@ -202,6 +212,62 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", action="store_true",
                    help="also write notebooks/results/bench_<device>.json, the "
                         "file lesson 06 shows")
+
+
+def _add_estimate(p: argparse.ArgumentParser) -> None:
+    from amp_lessons.measure.estimate import GPUS, OPTIMIZERS
+    from amp_lessons.measure.gpus import PRECISIONS as GPU_PRECISIONS
+    from amp_lessons.measure.model_zoo import CLI_FAMILIES
+
+    p.add_argument("--gpu", choices=GPUS, default="A100-SXM4-80GB")
+    p.add_argument("--model", choices=CLI_FAMILIES, default="transformer",
+                   help="transformer: a BERT-style encoder; gpt: a GPT-style decoder; "
+                        "mlp: Linear layers; resnet50 (default: %(default)s)")
+    p.add_argument("--layers", type=positive_int, default=None,
+                   help="transformer, gpt, mlp: layers (default: the family's own)")
+    p.add_argument("--width", type=positive_int, default=None,
+                   help="transformer, gpt, mlp: hidden width")
+    p.add_argument("--seq", type=positive_int, default=None,
+                   help="transformer, gpt: tokens a sequence")
+    p.add_argument("--batch", type=positive_int, default=None)
+    p.add_argument("--image", type=positive_int, default=None,
+                   help="resnet50: image side in pixels (default 224)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                   help="default: the family's own (sgd for resnet50, adam otherwise)")
+    p.add_argument("--precision", nargs="+", choices=GPU_PRECISIONS, default=None,
+                   help="default: every precision the GPU's tensor cores take")
+    p.add_argument("--json", action="store_true", help="print the estimates as JSON")
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from amp_lessons.measure.estimate import GPUS, estimate_step
+    from amp_lessons.measure.model_zoo import build
+
+    sizes = {k: getattr(args, k) for k in ("layers", "width", "seq", "batch", "image",
+                                           "optimizer") if getattr(args, k) is not None}
+    gpu = GPUS[args.gpu]
+    precisions = args.precision or [p for p in ("fp32", "tf32", "fp16", "bf16", "fp8")
+                                    if gpu.supports(p)]
+    rows = []
+    for precision in precisions:
+        w = build(args.model, **sizes)  # a fresh model: a trace leaves nothing behind
+        rows.append(estimate_step(w.model, w.inputs, args.gpu, precision, w.optimizer,
+                                  w.loss_fn))
+    if args.json:
+        print(json.dumps([{**asdict(e), "regime": e.regime, "items_per_s":
+                           w.items / e.seconds} for e in rows], indent=1))
+        return 0
+    print(f"{args.model} {sizes or '(default sizes)'} on {args.gpu}: {w.items} "
+          f"samples a step, estimated (not measured)")
+    print(f"{'precision':9} {'step ms':>9} {'vs ' + rows[0].precision:>8} "
+          f"{'samples/s':>10} {'compute':>8} {'memory':>8} {'overhead':>8}  dominant")
+    for e in rows:
+        print(f"{e.precision:9} {e.seconds * 1e3:9.2f} {rows[0].seconds / e.seconds:7.2f}x "
+              f"{w.items / e.seconds:10.1f} {e.compute_s / e.seconds:8.0%} "
+              f"{e.memory_s / e.seconds:8.0%} {e.overhead_s / e.seconds:8.0%}  {e.regime}")
+    return 0
 
 
 def _add_gpu_check(p: argparse.ArgumentParser) -> None:
@@ -412,6 +478,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 end_groups()  # here, not at interpreter exit (issue 21)
         if args.command == "gpu-check":
             return run_gpu_check(args, argv)
+        if args.command == "estimate":
+            return run_estimate(args)
         return run_bench(args, argv)
     except torch.OutOfMemoryError as e:
         print(f"error: out of GPU memory ({str(e).splitlines()[0]}). Fix: lower the "

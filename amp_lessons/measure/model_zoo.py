@@ -202,3 +202,199 @@ def resnet50(batch: int = 256, image: int = 224, classes: int = 1000,
     x = torch.empty(batch, 3, image, image, device=META)
     y = torch.zeros(batch, dtype=torch.long, device=META)
     return Workload(model, x, lambda out: F.cross_entropy(out, y), batch, optimizer)
+
+
+class Seq2Seq(nn.Module):
+    """An encoder-decoder transformer (Transformer big): shared embeddings, post-LN
+    layers, the decoder with causal self-attention and cross-attention."""
+
+    def __init__(self, vocab: int, width: int, heads: int, ffn: int, layers: int,
+                 explicit: bool):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, width)
+        self.encoder = nn.ModuleList(Layer(width, heads, ffn, explicit)
+                                     for _ in range(layers))
+        self.decoder = nn.ModuleList(Layer(width, heads, ffn, explicit, causal=True,
+                                           cross=True) for _ in range(layers))
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        memory = F.dropout(self.emb(src), 0.3, self.training)
+        for layer in self.encoder:
+            memory = layer(memory)
+        x = F.dropout(self.emb(tgt), 0.3, self.training)
+        for layer in self.decoder:
+            x = layer(x, memory)
+        return x @ self.emb.weight.t()  # the output projection shares the embeddings
+
+
+def seq2seq(layers: int = 6, width: int = 1024, heads: int = 16, ffn: int = 4096,
+            vocab: int = 33712, seq: int = 32, batch: int = 10240, explicit: bool = True,
+            optimizer: str = "adam") -> Workload:
+    """Transformer big for translation; ``batch`` counts tokens (fairseq's
+    --max-tokens), split into sentences of ``seq`` tokens on each side."""
+    with META:
+        model = Seq2Seq(vocab, width, heads, ffn, layers, explicit)
+    sentences = max(1, batch // seq)
+    src, tgt = _ids(sentences, seq, vocab), _ids(sentences, seq, vocab)
+    return Workload(model, (src, tgt), _token_loss(tgt), sentences * seq, optimizer)
+
+
+class UNet(nn.Module):
+    """nnU-Net's U-Net: per stage two (convolution, instance norm, leaky ReLU)
+    blocks, strided convolutions down, transposed convolutions up, skip connections."""
+
+    def __init__(self, dims: int, channels: int, classes: int, filters: list[int]):
+        super().__init__()
+        conv = nn.Conv3d if dims == 3 else nn.Conv2d
+        up = nn.ConvTranspose3d if dims == 3 else nn.ConvTranspose2d
+        norm = nn.InstanceNorm3d if dims == 3 else nn.InstanceNorm2d
+
+        def block(c_in, c_out, stride=1):
+            return nn.Sequential(conv(c_in, c_out, 3, stride, 1), norm(c_out, affine=True),
+                                 nn.LeakyReLU(0.01),
+                                 conv(c_out, c_out, 3, 1, 1), norm(c_out, affine=True),
+                                 nn.LeakyReLU(0.01))
+
+        self.down = nn.ModuleList(block(c_in, c_out, 1 if i == 0 else 2) for i, (c_in, c_out)
+                                  in enumerate(zip([channels, *filters[:-1]], filters)))
+        self.up = nn.ModuleList(up(c_in, c_out, 2, 2) for c_in, c_out
+                                in zip(filters[:0:-1], filters[-2::-1]))
+        self.merge = nn.ModuleList(block(2 * c, c) for c in filters[-2::-1])
+        self.out = conv(filters[0], classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = []
+        for block in self.down:
+            x = block(x)
+            skips.append(x)
+        for up, merge, skip in zip(self.up, self.merge, skips[-2::-1], strict=True):
+            x = merge(torch.cat([up(x), skip], dim=1))
+        return self.out(x)
+
+
+def unet(dims: int = 3, patch: int = 128, channels: int = 4, classes: int = 4,
+         depth: int = 6, batch: int = 2, optimizer: str = "adam") -> Workload:
+    """nnU-Net on cubes (``dims=3``) or squares of side ``patch``; filters 32, 64, ...
+    doubling up to 320 (3D) or 512 (2D), ``depth`` stages."""
+    cap = 320 if dims == 3 else 512
+    filters = [min(32 * 2**i, cap) for i in range(depth)]
+    with META:
+        model = UNet(dims, channels, classes, filters)
+    x = torch.empty(batch, channels, *(patch,) * dims, device=META)
+    y = torch.zeros(batch, *(patch,) * dims, dtype=torch.long, device=META)
+    return Workload(model, x, lambda out: F.cross_entropy(out, y), batch, optimizer)
+
+
+class FastPitch(nn.Module):
+    """FastPitch: a text encoder and a mel decoder of FFT blocks (self-attention and
+    a convolutional feed-forward), duration and pitch predictors between them; each
+    character's encoding is repeated for its frames (``frames_per_symbol``)."""
+
+    def __init__(self, symbols: int, width: int, layers: int, heads: int, ffn: int,
+                 kernel: int, mels: int, frames_per_symbol: int):
+        super().__init__()
+        self.emb = nn.Embedding(symbols, width)
+        self.encoder = nn.ModuleList(Layer(width, heads, ffn, explicit=True,
+                                           conv_kernel=kernel) for _ in range(layers))
+        self.decoder = nn.ModuleList(Layer(width, heads, ffn, explicit=True,
+                                           conv_kernel=kernel) for _ in range(layers))
+        self.predictors = nn.ModuleList(
+            nn.Sequential(nn.Conv1d(width, 256, 3, padding=1), nn.ReLU(),
+                          nn.Conv1d(256, 256, 3, padding=1), nn.ReLU(),
+                          nn.Conv1d(256, 1, 1)) for _ in range(2))
+        self.pitch_emb = nn.Conv1d(1, width, 3, padding=1)
+        self.mel = nn.Linear(width, mels)
+        self.repeat = frames_per_symbol
+
+    def forward(self, text: torch.Tensor) -> torch.Tensor:
+        x = self.emb(text)
+        for layer in self.encoder:
+            x = layer(x)
+        h = x.transpose(1, 2)
+        duration, pitch = (p(h) for p in self.predictors)
+        x = x + self.pitch_emb(pitch).transpose(1, 2)
+        x = x.repeat_interleave(self.repeat, dim=1) + duration.mean() * 0
+        for layer in self.decoder:
+            x = layer(x)
+        return self.mel(x)
+
+
+def fastpitch(symbols: int = 148, width: int = 384, layers: int = 6, heads: int = 1,
+              ffn: int = 1536, kernel: int = 3, mels: int = 80, text: int = 100,
+              frames_per_symbol: int = 6, batch: int = 16, optimizer: str = "lamb"
+              ) -> Workload:
+    """FastPitch on ``text`` characters a sample; one step's items are mel frames."""
+    with META:
+        model = FastPitch(symbols, width, layers, heads, ffn, kernel, mels,
+                          frames_per_symbol)
+    ids = _ids(batch, text, symbols)
+    target = torch.empty(batch, text * frames_per_symbol, mels, device=META)
+    return Workload(model, ids, lambda out: F.mse_loss(out, target),
+                    batch * text * frames_per_symbol, optimizer)
+
+
+class DLRM(nn.Module):
+    """DLRM: a bottom MLP on dense features, one embedding per categorical feature,
+    their pairwise dot products, and a top MLP. The tables are updated sparsely (only
+    the rows a batch touches), so they are not part of the dense optimizer step."""
+
+    def __init__(self, dense: int, tables: int, rows: int, dim: int,
+                 bottom: list[int], top: list[int]):
+        super().__init__()
+        self.bottom = MLP([dense, *bottom])
+        self.tables = nn.ModuleList(nn.Embedding(rows, dim) for _ in range(tables))
+        for t in self.tables:
+            t.weight.requires_grad_(False)
+        n = tables + 1
+        self.top = MLP([dim + n * (n - 1) // 2, *top, 1])
+
+    def forward(self, dense: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        vectors = [F.relu(self.bottom(dense))]
+        vectors += [t(categorical[:, i]) for i, t in enumerate(self.tables)]
+        z = torch.stack(vectors, dim=1)
+        dots = z @ z.transpose(1, 2)
+        i, j = torch.triu_indices(z.shape[1], z.shape[1], 1, device=z.device)
+        return self.top(torch.cat([vectors[0], dots[:, i, j]], dim=1)).squeeze(1)
+
+
+def dlrm(dense: int = 13, tables: int = 26, rows: int = 100_000, dim: int = 128,
+         bottom: str = "512-256-128", top: str = "1024-1024-512-256", batch: int = 65536,
+         optimizer: str = "sgd") -> Workload:
+    """DLRM on Criteo-like features; ``bottom`` and ``top`` are hidden widths."""
+    with META:
+        model = DLRM(dense, tables, rows, dim, [int(w) for w in str(bottom).split("-")],
+                     [int(w) for w in str(top).split("-")])
+    x = torch.empty(batch, dense, device=META)
+    cat = torch.zeros(batch, tables, dtype=torch.long, device=META)
+    y = torch.empty(batch, device=META)
+    return Workload(model, (x, cat),
+                    lambda out: F.binary_cross_entropy_with_logits(out, y), batch,
+                    optimizer)
+
+
+CLI_FAMILIES = {"transformer": transformer, "gpt": gpt, "mlp": mlp, "resnet50": resnet50}
+_SIZES = {"transformer": ("layers", "width", "seq", "batch", "optimizer"),
+          "gpt": ("layers", "width", "seq", "batch", "optimizer"),
+          "mlp": ("layers", "width", "batch", "optimizer"),
+          "resnet50": ("batch", "image", "optimizer")}
+
+
+def build(family: str, **sizes) -> Workload:
+    """A command-line family at the sizes given: ``build("gpt", layers=2)``.
+
+    A size the family does not have is refused by name; heads follow the width
+    (64 per head), as in BERT and GPT-2.
+    """
+    if family not in CLI_FAMILIES:
+        raise ValueError(f"unknown model {family!r}; choose one of: "
+                         f"{', '.join(CLI_FAMILIES)}")
+    unknown = sorted(set(sizes) - set(_SIZES[family]))
+    if unknown:
+        raise ValueError(f"{family} has no size {', '.join(unknown)}; it takes: "
+                         f"{', '.join(_SIZES[family])}")
+    if family in ("transformer", "gpt") and "width" in sizes:
+        if sizes["width"] % 64:
+            raise ValueError(f"width must be a multiple of 64 (64 per head), got "
+                             f"{sizes['width']}")
+        sizes["heads"] = sizes["width"] // 64
+    return CLI_FAMILIES[family](**sizes)

@@ -1,0 +1,298 @@
+"""Published GPU measurements of AMP, and the estimate fitted and checked on them.
+
+``notebooks/results/published_speedups.csv`` holds single-GPU training throughputs,
+full precision (fp32 or TF32) against AMP, each row with its source (repository,
+file, table, row). Rows with ``role`` ``fit`` fit the estimate's five efficiencies
+(``amp_lessons.measure.estimate.Efficiency``) by a grid search; rows with ``role``
+``check`` are only predicted. Each fit row's leave-one-out error is its error when
+the fit has not seen it.
+
+``python -m amp_lessons.measure.published`` prints the table (``--json`` for the
+numbers); lesson 06 plots it.
+
+Example:
+    >>> rows = load_rows()
+    >>> rows[0].speedup > 1
+    True
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from amp_lessons.measure import model_zoo
+from amp_lessons.measure.estimate import (Efficiency, Estimate, find_gpu, price,
+                                          step_kernels)
+from amp_lessons.measure.trace import Trace, trace_step
+
+DATA_FILE = (Path(__file__).resolve().parents[2] / "notebooks" / "results"
+             / "published_speedups.csv")
+FAMILIES = {"transformer": model_zoo.transformer, "gpt": model_zoo.gpt,
+            "mlp": model_zoo.mlp, "resnet50": model_zoo.resnet50,
+            "seq2seq": model_zoo.seq2seq, "unet": model_zoo.unet,
+            "fastpitch": model_zoo.fastpitch, "dlrm": model_zoo.dlrm}
+# The grid the fit searches: each efficiency's candidate values.
+GRID = {"tensor": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+        "fp32": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+        "memory": (0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+        "kernel_us": (2.0, 3.0, 4.0, 6.0, 8.0, 12.0),
+        "cpu_us": (0.0, 4.0, 8.0, 12.0, 16.0, 24.0)}
+ABSOLUTE_WEIGHT = 0.1  # the step times themselves count a little, to pin the scale
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published measurement: ``full`` precision vs AMP on one GPU."""
+
+    id: str
+    role: str
+    model: str
+    gpu: str
+    full_precision: str
+    amp_precision: str
+    full_throughput: float
+    amp_throughput: float
+    unit: str
+    full_batch: int
+    amp_batch: int
+    config: str
+    source: str
+
+    @property
+    def speedup(self) -> float:
+        return self.amp_throughput / self.full_throughput
+
+    def shape(self) -> dict:
+        """The builder's arguments: ``"family=transformer;layers=24"`` -> a dict."""
+        out = {}
+        for item in filter(None, self.config.split(";")):
+            key, _, value = item.partition("=")
+            out[key.strip()] = _number(value.strip())
+        return out
+
+
+def _number(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def load_rows(path: Path = DATA_FILE) -> list[Row]:
+    """The data file's rows, checked: known GPUs and precisions, positive numbers."""
+    rows = []
+    with open(path, newline="") as f:
+        for n, rec in enumerate(csv.DictReader(f), start=2):
+            source = " / ".join(rec[k] for k in ("source_repo", "source_file",
+                                                 "source_table", "source_row"))
+            row = Row(rec["id"], rec["role"], rec["model"], rec["gpu"],
+                      rec["full_precision"], rec.get("amp_precision") or "fp16",
+                      float(rec["full_throughput"]), float(rec["amp_throughput"]),
+                      rec["unit"], int(rec["full_batch"]), int(rec["amp_batch"]),
+                      rec["config"], source)
+            find_gpu(row.gpu)
+            if row.role not in ("fit", "check") or row.full_throughput <= 0 \
+                    or row.amp_throughput <= 0 or row.shape().get("family") not in FAMILIES:
+                raise ValueError(f"{path.name} line {n}: bad row {rec['id']!r} (role "
+                                 f"fit/check, positive throughputs, a family of "
+                                 f"{', '.join(FAMILIES)})")
+            rows.append(row)
+    return rows
+
+
+def workload(row: Row, amp: bool) -> model_zoo.Workload:
+    """The row's model at the batch its full-precision or AMP run used."""
+    shape = row.shape()
+    family = FAMILIES[shape.pop("family")]
+    per_item = shape.pop("items_per_sample", 1)
+    batch = row.amp_batch if amp else row.full_batch
+    w = family(batch=batch, **shape)
+    w.items = int(batch * per_item)
+    return w
+
+
+@dataclass(frozen=True)
+class Traced:
+    """A row's two traced steps and everything the fit needs from them."""
+
+    row: Row
+    full: tuple[Trace, list, int]  # trace, optimizer/scaler kernels, items per step
+    amp: tuple[Trace, list, int]
+
+
+@cache
+def traced(row: Row) -> Traced:
+    """Trace a row's full-precision and AMP steps once (seconds, on the CPU)."""
+    out = []
+    for amp, precision in ((False, row.full_precision), (True, row.amp_precision)):
+        w = workload(row, amp)
+        trace = trace_step(w.model, w.inputs, precision, w.loss_fn)
+        out.append((trace, step_kernels(w.model, precision, w.optimizer), w.items))
+    return Traced(row, *out)
+
+
+def estimates(t: Traced, eff: Efficiency) -> tuple[Estimate, Estimate]:
+    """The row's full-precision and AMP estimates under ``eff``."""
+    gpu = find_gpu(t.row.gpu)
+    return (price(t.full[0], gpu, t.row.full_precision, eff, t.full[1]),
+            price(t.amp[0], gpu, t.row.amp_precision, eff, t.amp[1]))
+
+
+# ---- the fit: every grid point priced at once ---------------------------------------
+
+
+def _grid_seconds(trace: Trace, extra: list, gpu, combos: torch.Tensor) -> torch.Tensor:
+    """Step seconds for every row of ``combos`` (tensor, fp32, memory, kernel_us,
+    cpu_us), as ``price`` computes them, vectorized over the grid."""
+    kernels = [*trace.kernels, *extra]
+    flops = torch.tensor([float(k.flops) for k in kernels], dtype=torch.float64)
+    peak = torch.tensor([gpu.peak(k.math) if k.flops else 1.0 for k in kernels],
+                        dtype=torch.float64)
+    is_fp32 = torch.tensor([k.math == "fp32" for k in kernels])
+    moved = torch.tensor([float(k.bytes) for k in kernels], dtype=torch.float64)
+    launches = torch.tensor([float(k.launches) for k in kernels], dtype=torch.float64)
+    eff = torch.where(is_fp32, combos[:, 1:2], combos[:, 0:1])
+    compute = flops / (peak * eff)
+    memory = moved / (gpu.bandwidth_gbs * 1e9 * combos[:, 2:3])
+    floor = launches * combos[:, 3:4] * 1e-6
+    gpu_s = torch.maximum(torch.maximum(compute, memory), floor).sum(1)
+    return torch.maximum(gpu_s, trace.dispatched_ops * combos[:, 4] * 1e-6)
+
+
+def grid() -> torch.Tensor:
+    """Every combination of ``GRID``'s values, one per row."""
+    return torch.tensor(list(itertools.product(*GRID.values())), dtype=torch.float64)
+
+
+def _log_errors(all_traced: list[Traced], combos: torch.Tensor):
+    """Per row and grid point: log(predicted / published) speed-up, and the two
+    throughputs' log errors."""
+    speedup, absolute = [], []
+    for t in all_traced:
+        gpu = find_gpu(t.row.gpu)
+        full = t.full[2] / _grid_seconds(t.full[0], t.full[1], gpu, combos)
+        amp = t.amp[2] / _grid_seconds(t.amp[0], t.amp[1], gpu, combos)
+        speedup.append(torch.log(amp / full / t.row.speedup))
+        absolute.append(torch.log(full / t.row.full_throughput) ** 2
+                        + torch.log(amp / t.row.amp_throughput) ** 2)
+    return torch.stack(speedup), torch.stack(absolute)
+
+
+def _best(speedup_err: torch.Tensor, absolute_err: torch.Tensor,
+          keep: torch.Tensor) -> int:
+    loss = ((speedup_err[keep] ** 2).mean(0)
+            + ABSOLUTE_WEIGHT * absolute_err[keep].mean(0) / 2)
+    return int(loss.argmin())
+
+
+@dataclass(frozen=True)
+class FitRow:
+    """One row of the fit's report: published and predicted speed-ups."""
+
+    id: str
+    role: str
+    model: str
+    gpu: str
+    published: float
+    predicted: float
+    error: float  # predicted / published - 1
+    loo_predicted: float | None  # fit rows: predicted by the fit without this row
+    loo_error: float | None
+    full_regime: str
+    amp_regime: str
+    full: dict  # the full-precision estimate's compute/memory/overhead seconds
+    amp: dict
+
+
+@dataclass(frozen=True)
+class Fit:
+    efficiency: Efficiency
+    rows: list[FitRow]
+
+    def errors(self, role: str = "fit", loo: bool = False) -> list[float]:
+        return [abs(r.loo_error if loo else r.error) for r in self.rows if r.role == role]
+
+    def median_error(self, loo: bool = False) -> float:
+        return statistics.median(self.errors("fit", loo))
+
+
+def _parts(e: Estimate) -> dict:
+    return {"seconds": e.seconds, "compute_s": e.compute_s, "memory_s": e.memory_s,
+            "overhead_s": e.overhead_s}
+
+
+def fit(rows: list[Row] | None = None) -> Fit:
+    """Fit the efficiencies on the ``fit`` rows; predict every row, and each fit row
+    again without it (leave-one-out)."""
+    rows = load_rows() if rows is None else rows
+    all_traced = [traced(r) for r in rows]
+    combos = grid()
+    speedup_err, absolute_err = _log_errors(all_traced, combos)
+    is_fit = torch.tensor([r.role == "fit" for r in rows])
+    best = Efficiency(*combos[_best(speedup_err, absolute_err, is_fit)].tolist())
+    report = []
+    for i, t in enumerate(all_traced):
+        full, amp = estimates(t, best)
+        predicted = (t.amp[2] / amp.seconds) / (t.full[2] / full.seconds)
+        loo = None
+        if rows[i].role == "fit":
+            keep = is_fit.clone()
+            keep[i] = False
+            j = _best(speedup_err, absolute_err, keep)
+            loo = math.exp(float(speedup_err[i, j])) * rows[i].speedup
+        report.append(FitRow(
+            rows[i].id, rows[i].role, rows[i].model, rows[i].gpu, rows[i].speedup,
+            predicted, predicted / rows[i].speedup - 1, loo,
+            None if loo is None else loo / rows[i].speedup - 1, full.regime,
+            amp.regime, _parts(full), _parts(amp)))
+    return Fit(best, report)
+
+
+def format_fit(result: Fit) -> str:
+    """The fit as a table a reader can check line by line."""
+    lines = [f"fitted: {result.efficiency}",
+             f"{'row':34} {'gpu':15} {'published':>9} {'estimate':>8} {'error':>7} "
+             f"{'leave-1-out':>11} {'regime full -> AMP':>20}"]
+    for r in result.rows:
+        loo = "" if r.loo_error is None else f"{r.loo_error:+.0%}"
+        lines.append(f"{r.id:34} {r.gpu:15} {r.published:8.2f}x {r.predicted:7.2f}x "
+                     f"{r.error:+7.0%} {loo:>11} {r.full_regime:>9} -> {r.amp_regime}"
+                     + ("" if r.role == "fit" else "  (check: not fitted)"))
+    lines.append(f"median |error| over fit rows: {result.median_error():.0%}, "
+                 f"leave-one-out {result.median_error(loo=True):.0%}; largest "
+                 f"{max(result.errors()):.0%}, leave-one-out "
+                 f"{max(result.errors(loo=True)):.0%}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m amp_lessons.measure.published",
+        description="Fit the estimate on the published measurements and print each "
+                    "row's published and predicted AMP speed-up.")
+    parser.add_argument("--json", action="store_true", help="print the fit as JSON")
+    args = parser.parse_args(argv)
+    result = fit()
+    if args.json:
+        print(json.dumps({"efficiency": asdict(result.efficiency),
+                          "rows": [asdict(r) for r in result.rows]}, indent=1))
+    else:
+        print(format_fit(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
