@@ -74,6 +74,7 @@ class Kernel:
     bytes: int
     math: str | None = None
     launches: int = 1  # a foreach optimizer step launches one kernel per chunk
+    dtype: torch.dtype | None = None  # its (first) output's
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,8 @@ class KernelRecorder(TorchDispatchMode):
         read = sum(_read_bytes(t) // (t.element_size() if math == "fp8" else 1)
                    for t in inputs)
         written = sum(t.numel() * t.element_size() for t in outputs)
-        self.add(Kernel(name, kind_of(name, bool(flops)), flops, read + written, math))
+        self.add(Kernel(name, kind_of(name, bool(flops)), flops, read + written, math,
+                        dtype=outputs[0].dtype if outputs else None))
         return out
 
 

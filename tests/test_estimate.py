@@ -1,0 +1,311 @@
+"""The first-principles estimate: its trace counted by hand, its autocast policy
+against torch's own, its errors, the fit computed from the published data file."""
+
+import json
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from amp_lessons.__main__ import main
+from amp_lessons.measure import model_zoo, published
+from amp_lessons.measure.estimate import FITTED, GPUS, Efficiency, estimate_step, price
+from amp_lessons.measure.trace import AutocastPolicy, KernelRecorder, Trace, trace_step
+
+META = torch.device("meta")
+
+
+def _linear(n_in=1024, n_out=512):
+    with META:
+        return torch.nn.Linear(n_in, n_out)
+
+
+def test_linear_flops_and_bytes_by_hand():
+    model, batch = _linear(), 8
+    x = torch.empty(batch, 1024, device=META)  # no grad: backward is the weight's only
+    kernels = trace_step(model, x, "fp32").kernels
+    mms = [k for k in kernels if k.flops]
+    assert [k.name for k in mms] == ["addmm", "mm"]
+    assert all(k.flops == 2 * batch * 1024 * 512 for k in mms)
+    # forward: reads bias, x, W; writes y
+    assert mms[0].bytes == 4 * (512 + batch * 1024 + 1024 * 512 + batch * 512)
+    # weight gradient: reads dy and x, writes dW. dy is sum()'s gradient, one value
+    # expanded to B x 512 (stride 0): read once
+    assert mms[1].bytes == 4 * (1 + batch * 1024 + 512 * 1024)
+    assert {k.math for k in mms} == {"fp32"}
+    assert {k.math for k in trace_step(model, x, "tf32").kernels if k.flops} == {"tf32"}
+
+
+def test_bf16_casts_the_weight_once_and_runs_the_matmuls_in_bf16():
+    model, x = _linear(), torch.empty(8, 1024, device=META)
+    kernels = trace_step(model, x, "bf16").kernels
+    assert {(k.math, k.dtype) for k in kernels if k.flops} == {("bf16", torch.bfloat16)}
+    weight_casts = [k for k in kernels if k.name == "_to_copy"
+                    and k.bytes == 1024 * 512 * (4 + 2)]
+    assert len(weight_casts) == 2  # forward fp32 -> bf16, its gradient bf16 -> fp32
+
+
+def test_fused_attention_counted_as_one_kernel_each_way():
+    B, H, T, D = 2, 4, 128, 64
+    q = torch.empty(B, H, T, D, device=META, requires_grad=True)
+
+    class SDPA(torch.nn.Module):
+        def forward(self, q):
+            return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    kernels = trace_step(SDPA(), q, "bf16").kernels
+    fwd, bwd = (k for k in kernels if k.kind == "attention")
+    assert fwd.flops == 4 * B * H * T * T * D and bwd.flops == int(2.5 * fwd.flops)
+    assert fwd.bytes == 4 * B * H * T * D * 2  # q, k, v read, output written: bf16
+    assert not any(k.name in ("bmm", "_softmax") for k in kernels)  # no math fallback
+
+
+def test_explicit_attention_block_flops_by_hand():
+    B, T, C, heads = 2, 64, 256, 4
+    with META:
+        block = model_zoo.Attention(C, heads, explicit=True).eval()
+    x = torch.empty(B, T, C, device=META, requires_grad=True)
+    kernels = trace_step(block, x, "fp32").kernels
+    forward = sum(k.flops for k in kernels[:kernels.index(
+        next(k for k in kernels if k.name == "ones_like"))])
+    projections = 2 * B * T * C * (C + 2 * C + C)  # q, k and v, output
+    scores_and_mix = 2 * 2 * B * T * T * C  # q k^T and p v, all heads
+    assert forward == projections + scores_and_mix
+    total = sum(k.flops for k in kernels)
+    assert total == 3 * forward  # backward: two matmuls per forward matmul
+
+
+def test_policy_dtypes_softmax_and_loss_in_fp32_matmuls_in_fp16():
+    with META:
+        model = model_zoo.Attention(64, 2, explicit=True)
+    x = torch.empty(2, 16, 64, device=META)
+    recorder = KernelRecorder()
+    with recorder, AutocastPolicy(torch.float16, recorder):
+        out = model(x)
+        loss = F.mse_loss(out, torch.zeros_like(out))
+    by_name = {}
+    for k in recorder.kernels:
+        by_name.setdefault(k.name, set()).add(k.dtype)
+    assert by_name["bmm"] == {torch.float16} and by_name["addmm"] == {torch.float16}
+    assert by_name["_softmax"] == {torch.float32}
+    assert loss.dtype == torch.float32 and out.dtype == torch.float16
+
+
+# Where the CPU's and CUDA's autocast lists agree (torch.amp documentation), the
+# policy must give what torch.autocast gives on real CPU tensors.
+AGREE = {
+    "linear": lambda x, w: F.linear(x, w), "matmul": lambda x, w: x @ w,
+    "bmm": lambda x, w: torch.bmm(x[None], w[None]),
+    "addmm": lambda x, w: torch.addmm(x, x, w),
+    "conv2d": lambda x, w: F.conv2d(x[None, None], w[None, None]),
+    "mse_loss": lambda x, w: F.mse_loss(x, w),
+    "l1_loss": lambda x, w: F.l1_loss(x, w),
+    "cross_entropy": lambda x, w: F.cross_entropy(x, torch.zeros(8, dtype=torch.long)),
+    "bce_with_logits": lambda x, w: F.binary_cross_entropy_with_logits(x, w),
+    "prod": lambda x, w: x.prod(),
+}
+
+
+@pytest.mark.parametrize("op", AGREE)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_policy_matches_cpu_autocast(op, dtype):
+    x, w = torch.randn(8, 8).to(dtype), torch.randn(8, 8).to(dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = AGREE[op](x, w).dtype
+    with AutocastPolicy(torch.bfloat16):
+        assert AGREE[op](x, w).dtype == expected
+
+
+def test_policy_follows_cuda_where_cpu_differs():
+    # CUDA autocast runs softmax in fp32; the CPU's list leaves it in bf16
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert F.softmax(x, -1).dtype == torch.bfloat16
+    with AutocastPolicy(torch.bfloat16):
+        assert F.softmax(x, -1).dtype == torch.float32
+
+
+def _dispatched(fn):
+    class Log(torch.utils._python_dispatch.TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            dtypes = [t.dtype for t in torch.utils._pytree.tree_leaves(out)
+                      if isinstance(t, torch.Tensor)]
+            self.ops.append((func._overloadpacket.__name__, tuple(dtypes)))
+            return out
+
+    log = Log()
+    with log:
+        fn()
+    return log.ops
+
+
+@pytest.mark.gpu
+def test_policy_matches_cuda_autocast_kernel_by_kernel():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    torch.manual_seed(0)
+    model = model_zoo.Layer(64, 4, 256, explicit=True).cuda()
+    x = torch.randn(2, 16, 64, device="cuda")
+
+    def step(ctx):
+        def run():
+            with ctx:
+                loss = F.mse_loss(model(x), torch.zeros_like(x))
+            loss.backward()
+        return run
+
+    for low in (torch.float16, torch.bfloat16):
+        real = _dispatched(step(torch.autocast("cuda", dtype=low)))
+        ours = _dispatched(step(AutocastPolicy(low)))
+        assert ours == real, low
+
+
+def test_fp8_prices_linears_on_fp8_tensor_cores():
+    w = model_zoo.mlp(layers=2, width=1024, batch=256)
+    kernels = trace_step(w.model, w.inputs, "fp8", w.loss_fn).kernels
+    maths = {k.math for k in kernels if k.flops}
+    assert maths == {"fp8"}
+    assert any(k.name == "amax" for k in kernels)  # the scaling costs kernels too
+    with pytest.raises(ValueError, match="fp8 tensor cores"):
+        estimate_step(w.model, w.inputs, "A100-SXM4-80GB", "fp8")
+
+
+@pytest.mark.parametrize("gpu, precision, message", [
+    ("H300", "bf16", "unknown gpu 'H300'; choose one of: V100-SXM2-16GB"),
+    ("A100-SXM4-80GB", "fp64", "unknown precision 'fp64'; choose one of: fp32"),
+    ("V100-SXM2-32GB", "bf16", "no bf16 tensor cores: bf16 needs 8.0"),
+    ("T4", "tf32", "no tf32 tensor cores"),
+])
+def test_clear_errors(gpu, precision, message):
+    w = model_zoo.mlp(layers=1, width=64, batch=4)
+    with pytest.raises(ValueError, match=message):
+        estimate_step(w.model, w.inputs, gpu, precision)
+
+
+def test_refuses_real_tensors_and_unknown_optimizer():
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(ValueError, match="meta device, found cpu"):
+        estimate_step(model, torch.zeros(2, 4), "A100-SXM4-80GB", "bf16")
+    w = model_zoo.mlp(layers=1, width=64, batch=4)
+    with pytest.raises(ValueError, match="unknown optimizer 'adagrad'"):
+        estimate_step(w.model, w.inputs, "A100-SXM4-80GB", "bf16", optimizer="adagrad")
+
+
+def test_breakdown_adds_up_and_regimes_follow_the_model():
+    big = model_zoo.gpt(layers=4, width=1024, heads=16, seq=1024, batch=16)
+    e = estimate_step(big.model, big.inputs, "H100-SXM5-80GB", "bf16", "adam",
+                      big.loss_fn)
+    assert e.compute_s + e.memory_s + e.overhead_s == pytest.approx(e.seconds)
+    assert sum(e.by_kind.values()) <= e.seconds
+    assert e.regime == "compute" and e.by_kind["optimizer"] > 0
+    tiny = model_zoo.mlp(layers=2, width=64, batch=8)
+    t = estimate_step(tiny.model, tiny.inputs, "H100-SXM5-80GB", "bf16")
+    assert t.regime == "overhead"
+
+
+def test_gpu_table_holds_the_issue_s_gpus_with_sources():
+    for name in ("V100-SXM2-16GB", "V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB",
+                 "H100-SXM5-80GB", "H200-SXM-141GB", "T4", "L4", "RTX-4090"):
+        gpu = GPUS[name]
+        assert gpu.source and gpu.bandwidth_gbs > 0 and gpu.fp16 > gpu.fp32
+    assert GPUS["V100-SXM2-16GB"].bf16 is None and GPUS["T4"].bf16 is None
+    # COURSE.md's reference facts: H100 dense fp16 ~989, TF32 ~495, fp32 ~67
+    assert GPUS["H100-SXM5-80GB"].fp16 == pytest.approx(989, rel=0.01)
+
+
+def test_bert_large_is_estimated_in_seconds():
+    start = time.perf_counter()
+    w = model_zoo.transformer(layers=24, width=1024, heads=16, seq=512, batch=32)
+    estimate_step(w.model, w.inputs, "A100-SXM4-80GB", "bf16", "lamb", w.loss_fn)
+    assert time.perf_counter() - start < 10
+
+
+def test_a_slower_memory_makes_memory_bound_steps_slower():
+    w = model_zoo.mlp(layers=2, width=4096, batch=8192)
+    trace = trace_step(w.model, w.inputs, "bf16", w.loss_fn)
+    fast = price(trace, GPUS["H200-SXM-141GB"], "bf16")
+    slow = price(trace, GPUS["H100-SXM5-80GB"], "bf16")
+    assert slow.memory_s > fast.memory_s and slow.compute_s == fast.compute_s
+    # the CPU's dispatch time is the floor of a step
+    cpu_bound = price(Trace(trace.kernels, 10**6), GPUS["H200-SXM-141GB"], "bf16",
+                      Efficiency(cpu_us=10))
+    assert cpu_bound.seconds == pytest.approx(10.0) and cpu_bound.regime == "overhead"
+
+
+# ---- the published rows and the fit -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fit():
+    return published.fit()
+
+
+def test_data_file_has_sourced_rows():
+    rows = published.load_rows()
+    assert sum(r.role == "fit" for r in rows) >= 12
+    for r in rows:
+        assert "github.com" in r.source or "huggingface" in r.source, r.id
+        assert r.source.count(" / ") == 3 and r.unit
+
+
+def test_fitted_constants_are_the_fit_of_the_data_file(fit):
+    assert fit.efficiency == FITTED  # estimate.py's FITTED is refitted here
+
+
+def test_fit_meets_the_goals_and_reports_leave_one_out(fit):
+    errors = fit.errors()
+    assert sum(e > 0.35 for e in errors) <= 2, published.format_fit(fit)
+    assert fit.median_error() <= 0.15, published.format_fit(fit)
+    assert all(r.loo_error is not None for r in fit.rows if r.role == "fit")
+    assert all(r.loo_error is None for r in fit.rows if r.role == "check")
+    # the table is computed from the file: change a published number, its error moves
+    rows = published.load_rows()
+    doubled = [published.Row(**{**r.__dict__, "amp_throughput": 2 * r.amp_throughput})
+               if i == 0 else r for i, r in enumerate(rows)]
+    other = published.fit(doubled)
+    assert other.rows[0].published == pytest.approx(2 * fit.rows[0].published)
+    assert other.rows[0].error != pytest.approx(fit.rows[0].error)
+
+
+def test_bad_data_rows_are_refused(tmp_path):
+    text = published.DATA_FILE.read_text().splitlines()
+    header, first = text[0], text[1]
+    bad = tmp_path / "bad.csv"
+    bad.write_text(header + "\n" + first.replace(",fit,", ",maybe,", 1) + "\n")
+    with pytest.raises(ValueError, match="bad row"):
+        published.load_rows(bad)
+
+
+# ---- the command line -------------------------------------------------------------
+
+
+def test_cli_table_and_json(capsys):
+    assert main(["estimate", "--gpu", "A100-SXM4-80GB", "--model", "transformer",
+                 "--layers", "2", "--width", "256", "--seq", "128", "--batch", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "estimated (not measured)" in out
+    assert [line.split()[0] for line in out.splitlines()[2:]] == ["fp32", "tf32", "fp16",
+                                                                 "bf16"]
+    assert main(["estimate", "--gpu", "H100-SXM5-80GB", "--model", "mlp", "--width",
+                 "512", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["precision"] for r in rows] == ["fp32", "tf32", "fp16", "bf16", "fp8"]
+    assert {r["regime"] for r in rows} <= {"compute", "memory", "overhead"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpu", "H300"], "invalid choice: 'H300' (choose from 'V100-SXM2-16GB'"),
+    (["--precision", "fp64"], "invalid choice: 'fp64' (choose from 'fp32'"),
+    (["--gpu", "T4", "--precision", "bf16"], "T4 (compute capability 7.5) has no bf16"),
+    (["--model", "resnet50", "--width", "64"], "resnet50 has no size width"),
+])
+def test_cli_mistakes_get_one_line(capsys, argv, message):
+    assert main(["estimate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
