@@ -262,11 +262,13 @@ def run_estimate(args: argparse.Namespace) -> int:
     print(f"{args.model} {sizes or '(default sizes)'} on {args.gpu}: {w.items} "
           f"samples a step, estimated (not measured)")
     print(f"{'precision':9} {'step ms':>9} {'vs ' + rows[0].precision:>8} "
-          f"{'samples/s':>10} {'compute':>8} {'memory':>8} {'overhead':>8}  dominant")
+          f"{'samples/s':>10} {'compute':>8} {'memory':>8} {'overhead':>8}"
+          "  dominant")
     for e in rows:
+        parts = (e.compute_s, e.memory_s, e.overhead_s)
         print(f"{e.precision:9} {e.seconds * 1e3:9.2f} {rows[0].seconds / e.seconds:7.2f}x "
-              f"{w.items / e.seconds:10.1f} {e.compute_s / e.seconds:8.0%} "
-              f"{e.memory_s / e.seconds:8.0%} {e.overhead_s / e.seconds:8.0%}  {e.regime}")
+              f"{w.items / e.seconds:10.1f} "
+              + " ".join(f"{part / e.seconds:8.0%}" for part in parts) + f"  {e.regime}")
     return 0
 
 

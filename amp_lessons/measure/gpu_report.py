@@ -282,6 +282,10 @@ def summary_markdown(report: dict | None, bench_file: str | None, tests: TestCou
     lines.append("")
     if report:
         lines.append(bench_section(report, bench_file or "?"))
+        from amp_lessons.measure.estimate_check import estimate_section
+
+        beside = estimate_section(report)
+        lines += ["", beside] if beside else []
     else:
         lines.append("## Speed and memory\n\nNo bench row was measured (see Steps).")
     lines += ["", "## Tests: `pytest -m gpu`", "", _tests_line(tests)]

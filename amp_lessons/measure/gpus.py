@@ -40,36 +40,107 @@ class GPU:
 
     def refusal(self, precision: str) -> str:
         """Why this GPU cannot run ``precision`` fast, and what to pick instead."""
-        needs = {"tf32": "8.0 (Ampere)", "bf16": "8.0 (Ampere)", "fp8": "8.9 (Ada, Hopper)"}
+        needs = {
+            "tf32": "8.0 (Ampere)",
+            "bf16": "8.0 (Ampere)",
+            "fp8": "8.9 (Ada, Hopper)",
+        }
         have = ", ".join(p for p in PRECISIONS if getattr(self, p) is not None)
-        return (f"{self.name} (compute capability {self.capability}) has no {precision} "
-                f"tensor cores: {precision} needs {needs.get(precision, '?')} or newer. "
-                f"Choose one of: {have}")
+        return (
+            f"{self.name} (compute capability {self.capability}) has no {precision} "
+            f"tensor cores: {precision} needs {needs.get(precision, '?')} or newer. "
+            f"Choose one of: {have}"
+        )
 
     def supports(self, precision: str) -> bool:
         return precision in PRECISIONS and getattr(self, precision) is not None
 
 
-_V100 = "NVIDIA Tesla V100 datasheet (SXM2 column: fp32 15.7, tensor 125 TFLOP/s, 900 GB/s)"
-_A100 = "NVIDIA A100 Tensor Core GPU datasheet (A100 SXM columns; dense, without sparsity)"
-_H100 = "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column; dense = half the 'with sparsity' figures)"
-_H200 = "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column; dense = half the 'with sparsity' figures)"
+_V100 = (
+    "NVIDIA Tesla V100 datasheet (SXM2 column: fp32 15.7, tensor 125 TFLOP/s, 900 GB/s)"
+)
+_A100 = (
+    "NVIDIA A100 Tensor Core GPU datasheet (A100 SXM columns; dense, without sparsity)"
+)
+_HALF = "dense = half the 'with sparsity' figures"
+_H100 = f"NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column; {_HALF})"
+_H200 = f"NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column; {_HALF})"
 
-GPUS: dict[str, GPU] = {g.name: g for g in (
-    GPU("V100-SXM2-16GB", 15.7, None, 125.0, None, None, 900.0, 16, "7.0", _V100),
-    GPU("V100-SXM2-32GB", 15.7, None, 125.0, None, None, 900.0, 32, "7.0", _V100),
-    GPU("T4", 8.1, None, 65.0, None, None, 320.0, 16, "7.5",
-        "NVIDIA T4 datasheet (fp32 8.1, mixed-precision fp16/fp32 65 TFLOP/s, 320 GB/s)"),
-    GPU("A100-SXM4-40GB", 19.5, 156.0, 312.0, 312.0, None, 1555.0, 40, "8.0", _A100),
-    GPU("A100-SXM4-80GB", 19.5, 156.0, 312.0, 312.0, None, 2039.0, 80, "8.0", _A100),
-    GPU("L4", 30.3, 60.0, 121.0, 121.0, 242.0, 300.0, 24, "8.9",
-        "NVIDIA L4 datasheet (dense = half the 'with sparsity' figures)"),
-    GPU("RTX-4090", 82.6, 82.6, 165.2, 165.2, 330.3, 1008.0, 24, "8.9",
-        "NVIDIA Ada Lovelace GPU architecture whitepaper, table 2 (GeForce RTX 4090, "
-        "float32 accumulation)"),
-    GPU("H100-SXM5-80GB", 67.0, 494.7, 989.4, 989.4, 1978.9, 3350.0, 80, "9.0", _H100),
-    GPU("H200-SXM-141GB", 67.0, 494.7, 989.4, 989.4, 1978.9, 4800.0, 141, "9.0", _H200),
-)}
+GPUS: dict[str, GPU] = {
+    g.name: g
+    for g in (
+        GPU("V100-SXM2-16GB", 15.7, None, 125.0, None, None, 900.0, 16, "7.0", _V100),
+        GPU("V100-SXM2-32GB", 15.7, None, 125.0, None, None, 900.0, 32, "7.0", _V100),
+        GPU(
+            "T4",
+            8.1,
+            None,
+            65.0,
+            None,
+            None,
+            320.0,
+            16,
+            "7.5",
+            "NVIDIA T4 datasheet (fp32 8.1, mixed-precision fp16/fp32 65 TFLOP/s, "
+            "320 GB/s)",
+        ),
+        GPU(
+            "A100-SXM4-40GB", 19.5, 156.0, 312.0, 312.0, None, 1555.0, 40, "8.0", _A100
+        ),
+        GPU(
+            "A100-SXM4-80GB", 19.5, 156.0, 312.0, 312.0, None, 2039.0, 80, "8.0", _A100
+        ),
+        GPU(
+            "L4",
+            30.3,
+            60.0,
+            121.0,
+            121.0,
+            242.0,
+            300.0,
+            24,
+            "8.9",
+            "NVIDIA L4 datasheet (dense = half the 'with sparsity' figures)",
+        ),
+        GPU(
+            "RTX-4090",
+            82.6,
+            82.6,
+            165.2,
+            165.2,
+            330.3,
+            1008.0,
+            24,
+            "8.9",
+            "NVIDIA Ada Lovelace GPU architecture whitepaper, table 2 (GeForce RTX 4090, "
+            "float32 accumulation)",
+        ),
+        GPU(
+            "H100-SXM5-80GB",
+            67.0,
+            494.7,
+            989.4,
+            989.4,
+            1978.9,
+            3350.0,
+            80,
+            "9.0",
+            _H100,
+        ),
+        GPU(
+            "H200-SXM-141GB",
+            67.0,
+            494.7,
+            989.4,
+            989.4,
+            1978.9,
+            4800.0,
+            141,
+            "9.0",
+            _H200,
+        ),
+    )
+}
 
 
 def find_gpu(name: str) -> GPU:

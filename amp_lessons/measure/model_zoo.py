@@ -51,11 +51,21 @@ class Attention(nn.Module):
     matmuls (BERT's and fairseq's code of 2019-21, a T x T matrix per head);
     otherwise ``F.scaled_dot_product_attention`` (a fused flash kernel)."""
 
-    def __init__(self, width: int, heads: int, explicit: bool, causal: bool = False,
-                 dropout: float = 0.1):
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        explicit: bool,
+        causal: bool = False,
+        dropout: float = 0.1,
+    ):
         super().__init__()
-        self.heads, self.explicit, self.causal, self.dropout = (heads, explicit, causal,
-                                                                dropout)
+        self.heads, self.explicit, self.causal, self.dropout = (
+            heads,
+            explicit,
+            causal,
+            dropout,
+        )
         self.q = nn.Linear(width, width)
         self.kv = nn.Linear(width, 2 * width)
         self.proj = nn.Linear(width, width)
@@ -64,16 +74,19 @@ class Attention(nn.Module):
         B, T, C = x.shape
         context = x if context is None else context
         q = self.q(x).view(B, T, self.heads, -1).transpose(1, 2)
-        k, v = (t.view(B, context.shape[1], self.heads, -1).transpose(1, 2)
-                for t in self.kv(context).split(C, dim=2))
+        k, v = (
+            t.view(B, context.shape[1], self.heads, -1).transpose(1, 2)
+            for t in self.kv(context).split(C, dim=2)
+        )
         if self.explicit:
             scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
             p = F.dropout(F.softmax(scores, dim=-1), self.dropout, self.training)
             y = p @ v
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-        return F.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)), self.dropout,
-                         self.training)
+        return F.dropout(
+            self.proj(y.transpose(1, 2).reshape(B, T, C)), self.dropout, self.training
+        )
 
 
 class Layer(nn.Module):
@@ -82,8 +95,16 @@ class Layer(nn.Module):
     ``conv_kernel`` > 0 makes the feed-forward two 1-D convolutions (FastPitch's
     FFT block)."""
 
-    def __init__(self, width: int, heads: int, ffn: int, explicit: bool = True,
-                 causal: bool = False, cross: bool = False, conv_kernel: int = 0):
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        ffn: int,
+        explicit: bool = True,
+        causal: bool = False,
+        cross: bool = False,
+        conv_kernel: int = 0,
+    ):
         super().__init__()
         self.attn = Attention(width, heads, explicit, causal)
         self.ln1 = nn.LayerNorm(width)
@@ -98,8 +119,16 @@ class Layer(nn.Module):
         self.conv = bool(conv_kernel)
         self.ln2 = nn.LayerNorm(width)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None):
-        x = self.ln1(x + self.attn(x))
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
+    ):
+        # Transformer-XL attends over the previous segment's states too (`memory`)
+        x = self.ln1(
+            x + self.attn(x, None if memory is None else torch.cat([memory, x], dim=1))
+        )
         if self.cross is not None:
             x = self.ln_cross(x + self.cross(x, context))
         h = x.transpose(1, 2) if self.conv else x
@@ -111,41 +140,87 @@ class Layer(nn.Module):
 class Encoder(nn.Module):
     """Token embeddings, ``layers`` transformer layers, and a head of ``outputs``."""
 
-    def __init__(self, vocab: int, width: int, layers: int, heads: int, ffn: int,
-                 outputs: int, explicit: bool, causal: bool = False, seq: int = 512):
+    def __init__(
+        self,
+        vocab: int,
+        width: int,
+        layers: int,
+        heads: int,
+        ffn: int,
+        outputs: int,
+        explicit: bool,
+        causal: bool = False,
+        seq: int = 512,
+        predictions: int = 0,
+        memory: int = 0,
+    ):
         super().__init__()
+        self.predictions, self.memory = predictions, memory
         self.tok = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(seq, width)
         self.ln = nn.LayerNorm(width)
-        self.layers = nn.ModuleList(Layer(width, heads, ffn, explicit, causal)
-                                    for _ in range(layers))
+        self.layers = nn.ModuleList(
+            Layer(width, heads, ffn, explicit, causal) for _ in range(layers)
+        )
         self.head = nn.Linear(width, outputs)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(ids.shape[1], device=ids.device)
         x = F.dropout(self.ln(self.tok(ids) + self.pos(pos)), 0.1, self.training)
         for layer in self.layers:
-            x = layer(x)
+            memory = x.detach()[:, -self.memory :] if self.memory else None
+            x = layer(x, memory=memory)
+        if self.predictions:  # BERT's masked-LM head sees only the masked positions
+            x = x[:, : self.predictions].contiguous()
         return self.head(x)
 
 
-def transformer(layers: int = 24, width: int = 1024, heads: int = 16, ffn: int = 0,
-                seq: int = 512, batch: int = 32, vocab: int = 30528,
-                outputs: int | None = None, explicit: bool = False,
-                optimizer: str = "adam") -> Workload:
+def transformer(
+    layers: int = 24,
+    width: int = 1024,
+    heads: int = 16,
+    ffn: int = 0,
+    seq: int = 512,
+    batch: int = 32,
+    vocab: int = 30528,
+    outputs: int | None = None,
+    explicit: bool = False,
+    predictions: int = 0,
+    memory: int = 0,
+    optimizer: str = "adam",
+) -> Workload:
     """A BERT-style encoder; ``outputs`` is its head's width (default: the vocab, as
-    in masked-LM pre-training over every token; 2 for SQuAD's start/end logits)."""
+    in masked-LM pre-training; 2 for SQuAD's start/end logits), applied to
+    ``predictions`` positions a sequence (default: all). ``memory`` > 0 makes each
+    layer attend over that many earlier states too (Transformer-XL)."""
     outputs = vocab if outputs is None else outputs
     with META:
-        model = Encoder(vocab, width, layers, heads, ffn or 4 * width, outputs, explicit,
-                        seq=seq)
+        model = Encoder(
+            vocab,
+            width,
+            layers,
+            heads,
+            ffn or 4 * width,
+            outputs,
+            explicit,
+            seq=seq,
+            predictions=predictions,
+            memory=memory,
+        )
     ids = _ids(batch, seq, vocab)
-    targets = _ids(batch, seq, outputs)
+    targets = _ids(batch, predictions or seq, outputs)
     return Workload(model, ids, _token_loss(targets), batch, optimizer)
 
 
-def gpt(layers: int = 12, width: int = 768, heads: int = 12, seq: int = 1024,
-        batch: int = 32, vocab: int = 8192, optimizer: str = "adam") -> Workload:
+def gpt(
+    layers: int = 12,
+    width: int = 768,
+    heads: int = 12,
+    seq: int = 1024,
+    batch: int = 32,
+    vocab: int = 8192,
+    optimizer: str = "adam",
+) -> Workload:
     """The course's own GPT (``amp_lessons.core.models.GPT``, the bench's transformer):
     pre-LN blocks, flash attention, a linear head over the vocab."""
     with META:
@@ -154,8 +229,9 @@ def gpt(layers: int = 12, width: int = 768, heads: int = 12, seq: int = 1024,
     return Workload(model, ids, _token_loss(ids), batch, optimizer)
 
 
-def mlp(layers: int = 3, width: int = 4096, batch: int = 512,
-        optimizer: str = "adam") -> Workload:
+def mlp(
+    layers: int = 3, width: int = 4096, batch: int = 512, optimizer: str = "adam"
+) -> Workload:
     """``layers`` x Linear(width) with ReLU and an MSE loss: the PyTorch AMP recipe's
     MLP and the bench's ``mlp`` config (``amp_lessons.core.models.MLP``)."""
     with META:
@@ -166,16 +242,23 @@ def mlp(layers: int = 3, width: int = 4096, batch: int = 512,
 
 
 class Bottleneck(nn.Module):
-    def __init__(self, c_in: int, width: int, stride: int):
+    def __init__(self, c_in: int, width: int, c_out: int, stride: int, groups: int = 1):
         super().__init__()
-        c_out = 4 * width
-        self.convs = nn.ModuleList([nn.Conv2d(c_in, width, 1, bias=False),
-                                    nn.Conv2d(width, width, 3, stride, 1, bias=False),
-                                    nn.Conv2d(width, c_out, 1, bias=False)])
+        self.convs = nn.ModuleList(
+            [
+                nn.Conv2d(c_in, width, 1, bias=False),
+                nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False),
+                nn.Conv2d(width, c_out, 1, bias=False),
+            ]
+        )
         self.norms = nn.ModuleList(nn.BatchNorm2d(c) for c in (width, width, c_out))
-        self.down = (nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
-                                   nn.BatchNorm2d(c_out))
-                     if stride != 1 or c_in != c_out else nn.Identity())
+        self.down = (
+            nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out)
+            )
+            if stride != 1 or c_in != c_out
+            else nn.Identity()
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x
@@ -185,18 +268,33 @@ class Bottleneck(nn.Module):
         return F.relu(h + self.down(x))
 
 
-def resnet50(batch: int = 256, image: int = 224, classes: int = 1000,
-             optimizer: str = "sgd") -> Workload:
-    """ResNet-50 v1.5 (stride on the 3x3 convolution), SGD with momentum."""
+def resnet50(
+    batch: int = 256,
+    image: int = 224,
+    classes: int = 1000,
+    blocks: str = "3-4-6-3",
+    groups: int = 1,
+    width_per_group: int = 64,
+    optimizer: str = "sgd",
+) -> Workload:
+    """ResNet-50 v1.5 (stride on the 3x3 convolution), SGD with momentum; other
+    ``blocks``, ``groups`` and ``width_per_group`` make ResNet-101 or ResNeXt
+    (ResNeXt101-32x4d: ``blocks="3-4-23-3", groups=32, width_per_group=4``)."""
     layers: list[nn.Module] = []
     with META:
-        layers += [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                   nn.MaxPool2d(3, 2, 1)]
+        layers += [
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1),
+        ]
         c_in = 64
-        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-            for i in range(blocks):
-                layers.append(Bottleneck(c_in, width, stride if i == 0 else 1))
-                c_in = 4 * width
+        for stage, n in enumerate(int(b) for b in str(blocks).split("-")):
+            width, c_out = groups * width_per_group * 2**stage, 256 * 2**stage
+            for i in range(n):
+                stride = 2 if i == 0 and stage > 0 else 1
+                layers.append(Bottleneck(c_in, width, c_out, stride, groups))
+                c_in = c_out
         layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, classes)]
         model = nn.Sequential(*layers)
     x = torch.empty(batch, 3, image, image, device=META)
@@ -208,14 +306,18 @@ class Seq2Seq(nn.Module):
     """An encoder-decoder transformer (Transformer big): shared embeddings, post-LN
     layers, the decoder with causal self-attention and cross-attention."""
 
-    def __init__(self, vocab: int, width: int, heads: int, ffn: int, layers: int,
-                 explicit: bool):
+    def __init__(
+        self, vocab: int, width: int, heads: int, ffn: int, layers: int, explicit: bool
+    ):
         super().__init__()
         self.emb = nn.Embedding(vocab, width)
-        self.encoder = nn.ModuleList(Layer(width, heads, ffn, explicit)
-                                     for _ in range(layers))
-        self.decoder = nn.ModuleList(Layer(width, heads, ffn, explicit, causal=True,
-                                           cross=True) for _ in range(layers))
+        self.encoder = nn.ModuleList(
+            Layer(width, heads, ffn, explicit) for _ in range(layers)
+        )
+        self.decoder = nn.ModuleList(
+            Layer(width, heads, ffn, explicit, causal=True, cross=True)
+            for _ in range(layers)
+        )
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         memory = F.dropout(self.emb(src), 0.3, self.training)
@@ -227,9 +329,17 @@ class Seq2Seq(nn.Module):
         return x @ self.emb.weight.t()  # the output projection shares the embeddings
 
 
-def seq2seq(layers: int = 6, width: int = 1024, heads: int = 16, ffn: int = 4096,
-            vocab: int = 33712, seq: int = 32, batch: int = 10240, explicit: bool = True,
-            optimizer: str = "adam") -> Workload:
+def seq2seq(
+    layers: int = 6,
+    width: int = 1024,
+    heads: int = 16,
+    ffn: int = 4096,
+    vocab: int = 33712,
+    seq: int = 32,
+    batch: int = 10240,
+    explicit: bool = True,
+    optimizer: str = "adam",
+) -> Workload:
     """Transformer big for translation; ``batch`` counts tokens (fairseq's
     --max-tokens), split into sentences of ``seq`` tokens on each side."""
     with META:
@@ -250,15 +360,25 @@ class UNet(nn.Module):
         norm = nn.InstanceNorm3d if dims == 3 else nn.InstanceNorm2d
 
         def block(c_in, c_out, stride=1):
-            return nn.Sequential(conv(c_in, c_out, 3, stride, 1), norm(c_out, affine=True),
-                                 nn.LeakyReLU(0.01),
-                                 conv(c_out, c_out, 3, 1, 1), norm(c_out, affine=True),
-                                 nn.LeakyReLU(0.01))
+            return nn.Sequential(
+                conv(c_in, c_out, 3, stride, 1),
+                norm(c_out, affine=True),
+                nn.LeakyReLU(0.01),
+                conv(c_out, c_out, 3, 1, 1),
+                norm(c_out, affine=True),
+                nn.LeakyReLU(0.01),
+            )
 
-        self.down = nn.ModuleList(block(c_in, c_out, 1 if i == 0 else 2) for i, (c_in, c_out)
-                                  in enumerate(zip([channels, *filters[:-1]], filters)))
-        self.up = nn.ModuleList(up(c_in, c_out, 2, 2) for c_in, c_out
-                                in zip(filters[:0:-1], filters[-2::-1]))
+        self.down = nn.ModuleList(
+            block(c_in, c_out, 1 if i == 0 else 2)
+            for i, (c_in, c_out) in enumerate(
+                zip([channels, *filters[:-1]], filters, strict=True)
+            )
+        )
+        self.up = nn.ModuleList(
+            up(c_in, c_out, 2, 2)
+            for c_in, c_out in zip(filters[:0:-1], filters[-2::-1], strict=True)
+        )
         self.merge = nn.ModuleList(block(2 * c, c) for c in filters[-2::-1])
         self.out = conv(filters[0], classes, 1)
 
@@ -272,37 +392,68 @@ class UNet(nn.Module):
         return self.out(x)
 
 
-def unet(dims: int = 3, patch: int = 128, channels: int = 4, classes: int = 4,
-         depth: int = 6, batch: int = 2, optimizer: str = "adam") -> Workload:
-    """nnU-Net on cubes (``dims=3``) or squares of side ``patch``; filters 32, 64, ...
-    doubling up to 320 (3D) or 512 (2D), ``depth`` stages."""
+def unet(
+    dims: int = 3,
+    patch: int | str = 128,
+    channels: int = 4,
+    classes: int = 4,
+    depth: int = 6,
+    batch: int = 2,
+    optimizer: str = "adam",
+) -> Workload:
+    """nnU-Net on patches of ``patch`` voxels a side (or ``"192x160"``), in 3D or 2D
+    (``dims``); filters 32, 64, ... doubling up to 320 (3D) or 512 (2D), ``depth``
+    stages."""
+    sides = tuple(int(s) for s in str(patch).split("x"))
+    patch = sides if len(sides) == dims else sides * dims
     cap = 320 if dims == 3 else 512
     filters = [min(32 * 2**i, cap) for i in range(depth)]
     with META:
         model = UNet(dims, channels, classes, filters)
-    x = torch.empty(batch, channels, *(patch,) * dims, device=META)
-    y = torch.zeros(batch, *(patch,) * dims, dtype=torch.long, device=META)
+    x = torch.empty(batch, channels, *patch, device=META)
+    y = torch.zeros(batch, *patch, dtype=torch.long, device=META)
     return Workload(model, x, lambda out: F.cross_entropy(out, y), batch, optimizer)
 
 
 class FastPitch(nn.Module):
     """FastPitch: a text encoder and a mel decoder of FFT blocks (self-attention and
-    a convolutional feed-forward), duration and pitch predictors between them; each
+    a convolutional feed-forward), duration, pitch and energy predictors between
+    them; each
     character's encoding is repeated for its frames (``frames_per_symbol``)."""
 
-    def __init__(self, symbols: int, width: int, layers: int, heads: int, ffn: int,
-                 kernel: int, mels: int, frames_per_symbol: int):
+    def __init__(
+        self,
+        symbols: int,
+        width: int,
+        layers: int,
+        heads: int,
+        ffn: int,
+        kernel: int,
+        mels: int,
+        frames_per_symbol: int,
+    ):
         super().__init__()
         self.emb = nn.Embedding(symbols, width)
-        self.encoder = nn.ModuleList(Layer(width, heads, ffn, explicit=True,
-                                           conv_kernel=kernel) for _ in range(layers))
-        self.decoder = nn.ModuleList(Layer(width, heads, ffn, explicit=True,
-                                           conv_kernel=kernel) for _ in range(layers))
+        self.encoder = nn.ModuleList(
+            Layer(width, heads, ffn, explicit=True, conv_kernel=kernel)
+            for _ in range(layers)
+        )
+        self.decoder = nn.ModuleList(
+            Layer(width, heads, ffn, explicit=True, conv_kernel=kernel)
+            for _ in range(layers)
+        )
         self.predictors = nn.ModuleList(
-            nn.Sequential(nn.Conv1d(width, 256, 3, padding=1), nn.ReLU(),
-                          nn.Conv1d(256, 256, 3, padding=1), nn.ReLU(),
-                          nn.Conv1d(256, 1, 1)) for _ in range(2))
+            nn.Sequential(
+                nn.Conv1d(width, 256, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv1d(256, 256, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv1d(256, 1, 1),
+            )
+            for _ in range(3)
+        )
         self.pitch_emb = nn.Conv1d(1, width, 3, padding=1)
+        self.energy_emb = nn.Conv1d(1, width, 3, padding=1)
         self.mel = nn.Linear(width, mels)
         self.repeat = frames_per_symbol
 
@@ -311,26 +462,41 @@ class FastPitch(nn.Module):
         for layer in self.encoder:
             x = layer(x)
         h = x.transpose(1, 2)
-        duration, pitch = (p(h) for p in self.predictors)
-        x = x + self.pitch_emb(pitch).transpose(1, 2)
+        duration, pitch, energy = (p(h) for p in self.predictors)
+        x = x + (self.pitch_emb(pitch) + self.energy_emb(energy)).transpose(1, 2)
         x = x.repeat_interleave(self.repeat, dim=1) + duration.mean() * 0
         for layer in self.decoder:
             x = layer(x)
         return self.mel(x)
 
 
-def fastpitch(symbols: int = 148, width: int = 384, layers: int = 6, heads: int = 1,
-              ffn: int = 1536, kernel: int = 3, mels: int = 80, text: int = 100,
-              frames_per_symbol: int = 6, batch: int = 16, optimizer: str = "lamb"
-              ) -> Workload:
+def fastpitch(
+    symbols: int = 148,
+    width: int = 384,
+    layers: int = 6,
+    heads: int = 1,
+    ffn: int = 1536,
+    kernel: int = 3,
+    mels: int = 80,
+    text: int = 100,
+    frames_per_symbol: int = 6,
+    batch: int = 16,
+    optimizer: str = "lamb",
+) -> Workload:
     """FastPitch on ``text`` characters a sample; one step's items are mel frames."""
     with META:
-        model = FastPitch(symbols, width, layers, heads, ffn, kernel, mels,
-                          frames_per_symbol)
+        model = FastPitch(
+            symbols, width, layers, heads, ffn, kernel, mels, frames_per_symbol
+        )
     ids = _ids(batch, text, symbols)
     target = torch.empty(batch, text * frames_per_symbol, mels, device=META)
-    return Workload(model, ids, lambda out: F.mse_loss(out, target),
-                    batch * text * frames_per_symbol, optimizer)
+    return Workload(
+        model,
+        ids,
+        lambda out: F.mse_loss(out, target),
+        batch * text * frames_per_symbol,
+        optimizer,
+    )
 
 
 class DLRM(nn.Module):
@@ -338,8 +504,15 @@ class DLRM(nn.Module):
     their pairwise dot products, and a top MLP. The tables are updated sparsely (only
     the rows a batch touches), so they are not part of the dense optimizer step."""
 
-    def __init__(self, dense: int, tables: int, rows: int, dim: int,
-                 bottom: list[int], top: list[int]):
+    def __init__(
+        self,
+        dense: int,
+        tables: int,
+        rows: int,
+        dim: int,
+        bottom: list[int],
+        top: list[int],
+    ):
         super().__init__()
         self.bottom = MLP([dense, *bottom])
         self.tables = nn.ModuleList(nn.Embedding(rows, dim) for _ in range(tables))
@@ -357,26 +530,50 @@ class DLRM(nn.Module):
         return self.top(torch.cat([vectors[0], dots[:, i, j]], dim=1)).squeeze(1)
 
 
-def dlrm(dense: int = 13, tables: int = 26, rows: int = 100_000, dim: int = 128,
-         bottom: str = "512-256-128", top: str = "1024-1024-512-256", batch: int = 65536,
-         optimizer: str = "sgd") -> Workload:
+def dlrm(
+    dense: int = 13,
+    tables: int = 26,
+    rows: int = 100_000,
+    dim: int = 128,
+    bottom: str = "512-256-128",
+    top: str = "1024-1024-512-256",
+    batch: int = 65536,
+    optimizer: str = "sgd",
+) -> Workload:
     """DLRM on Criteo-like features; ``bottom`` and ``top`` are hidden widths."""
     with META:
-        model = DLRM(dense, tables, rows, dim, [int(w) for w in str(bottom).split("-")],
-                     [int(w) for w in str(top).split("-")])
+        model = DLRM(
+            dense,
+            tables,
+            rows,
+            dim,
+            [int(w) for w in str(bottom).split("-")],
+            [int(w) for w in str(top).split("-")],
+        )
     x = torch.empty(batch, dense, device=META)
     cat = torch.zeros(batch, tables, dtype=torch.long, device=META)
     y = torch.empty(batch, device=META)
-    return Workload(model, (x, cat),
-                    lambda out: F.binary_cross_entropy_with_logits(out, y), batch,
-                    optimizer)
+    return Workload(
+        model,
+        (x, cat),
+        lambda out: F.binary_cross_entropy_with_logits(out, y),
+        batch,
+        optimizer,
+    )
 
 
-CLI_FAMILIES = {"transformer": transformer, "gpt": gpt, "mlp": mlp, "resnet50": resnet50}
-_SIZES = {"transformer": ("layers", "width", "seq", "batch", "optimizer"),
-          "gpt": ("layers", "width", "seq", "batch", "optimizer"),
-          "mlp": ("layers", "width", "batch", "optimizer"),
-          "resnet50": ("batch", "image", "optimizer")}
+CLI_FAMILIES = {
+    "transformer": transformer,
+    "gpt": gpt,
+    "mlp": mlp,
+    "resnet50": resnet50,
+}
+_SIZES = {
+    "transformer": ("layers", "width", "seq", "batch", "optimizer"),
+    "gpt": ("layers", "width", "seq", "batch", "optimizer"),
+    "mlp": ("layers", "width", "batch", "optimizer"),
+    "resnet50": ("batch", "image", "optimizer"),
+}
 
 
 def build(family: str, **sizes) -> Workload:
@@ -386,15 +583,19 @@ def build(family: str, **sizes) -> Workload:
     (64 per head), as in BERT and GPT-2.
     """
     if family not in CLI_FAMILIES:
-        raise ValueError(f"unknown model {family!r}; choose one of: "
-                         f"{', '.join(CLI_FAMILIES)}")
+        raise ValueError(
+            f"unknown model {family!r}; choose one of: {', '.join(CLI_FAMILIES)}"
+        )
     unknown = sorted(set(sizes) - set(_SIZES[family]))
     if unknown:
-        raise ValueError(f"{family} has no size {', '.join(unknown)}; it takes: "
-                         f"{', '.join(_SIZES[family])}")
+        raise ValueError(
+            f"{family} has no size {', '.join(unknown)}; it takes: "
+            f"{', '.join(_SIZES[family])}"
+        )
     if family in ("transformer", "gpt") and "width" in sizes:
         if sizes["width"] % 64:
-            raise ValueError(f"width must be a multiple of 64 (64 per head), got "
-                             f"{sizes['width']}")
+            raise ValueError(
+                f"width must be a multiple of 64 (64 per head), got {sizes['width']}"
+            )
         sizes["heads"] = sizes["width"] // 64
     return CLI_FAMILIES[family](**sizes)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime
+import hashlib
 import itertools
 import json
 import math
@@ -32,23 +34,42 @@ from pathlib import Path
 import torch
 
 from amp_lessons.measure import model_zoo
-from amp_lessons.measure.estimate import (Efficiency, Estimate, find_gpu, price,
-                                          step_kernels)
+from amp_lessons.measure.estimate import (
+    Efficiency,
+    Estimate,
+    find_gpu,
+    price,
+    step_kernels,
+)
 from amp_lessons.measure.trace import Trace, trace_step
 
-DATA_FILE = (Path(__file__).resolve().parents[2] / "notebooks" / "results"
-             / "published_speedups.csv")
-FAMILIES = {"transformer": model_zoo.transformer, "gpt": model_zoo.gpt,
-            "mlp": model_zoo.mlp, "resnet50": model_zoo.resnet50,
-            "seq2seq": model_zoo.seq2seq, "unet": model_zoo.unet,
-            "fastpitch": model_zoo.fastpitch, "dlrm": model_zoo.dlrm}
+RESULTS = Path(__file__).resolve().parents[2] / "notebooks" / "results"
+DATA_FILE = RESULTS / "published_speedups.csv"
+FIT_FILE = RESULTS / "published_fit.json"  # the fit as run, for lesson 06 to read
+FAMILIES = {
+    "transformer": model_zoo.transformer,
+    "gpt": model_zoo.gpt,
+    "mlp": model_zoo.mlp,
+    "resnet50": model_zoo.resnet50,
+    "seq2seq": model_zoo.seq2seq,
+    "unet": model_zoo.unet,
+    "fastpitch": model_zoo.fastpitch,
+    "dlrm": model_zoo.dlrm,
+}
 # The grid the fit searches: each efficiency's candidate values.
-GRID = {"tensor": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-        "fp32": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
-        "memory": (0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-        "kernel_us": (2.0, 3.0, 4.0, 6.0, 8.0, 12.0),
-        "cpu_us": (0.0, 4.0, 8.0, 12.0, 16.0, 24.0)}
-ABSOLUTE_WEIGHT = 0.1  # the step times themselves count a little, to pin the scale
+# Fractions of a peak stop where good kernels stop (about 90% of a datasheet's peak
+# for large GEMMs and copies); the time grids reach well past what eager PyTorch
+# costs (a few microseconds a kernel, some more a Python-level op).
+GRID = {
+    "tensor": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "fp32": (0.5, 0.6, 0.7, 0.8, 0.9),
+    "memory": (0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "kernel_us": (2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0),
+    "cpu_us": (0.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0),
+}
+# The throughputs themselves count too, less than the speed-ups: they pin the scale
+# that speed-ups alone leave free (faster kernels and larger fixed costs cancel).
+ABSOLUTE_WEIGHT = 0.3
 
 
 @dataclass(frozen=True)
@@ -66,17 +87,18 @@ class Row:
     unit: str
     full_batch: int
     amp_batch: int
-    config: str
+    shape: str  # the model family and its sizes, as the builder's arguments
+    amp_mode: str  # "autocast", or "half": model.half() with fp32 master weights
     source: str
 
     @property
     def speedup(self) -> float:
         return self.amp_throughput / self.full_throughput
 
-    def shape(self) -> dict:
+    def sizes(self) -> dict:
         """The builder's arguments: ``"family=transformer;layers=24"`` -> a dict."""
         out = {}
-        for item in filter(None, self.config.split(";")):
+        for item in filter(None, self.shape.split(";")):
             key, _, value = item.partition("=")
             out[key.strip()] = _number(value.strip())
         return out
@@ -91,31 +113,52 @@ def _number(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
-def load_rows(path: Path = DATA_FILE) -> list[Row]:
+def load_rows(path: Path | None = None) -> list[Row]:
     """The data file's rows, checked: known GPUs and precisions, positive numbers."""
-    rows = []
+    rows, path = [], path or DATA_FILE
     with open(path, newline="") as f:
         for n, rec in enumerate(csv.DictReader(f), start=2):
-            source = " / ".join(rec[k] for k in ("source_repo", "source_file",
-                                                 "source_table", "source_row"))
-            row = Row(rec["id"], rec["role"], rec["model"], rec["gpu"],
-                      rec["full_precision"], rec.get("amp_precision") or "fp16",
-                      float(rec["full_throughput"]), float(rec["amp_throughput"]),
-                      rec["unit"], int(rec["full_batch"]), int(rec["amp_batch"]),
-                      rec["config"], source)
+            source = " / ".join(
+                rec[k]
+                for k in ("source_repo", "source_file", "source_table", "source_row")
+            )
+            row = Row(
+                rec["id"],
+                rec["role"],
+                rec["model"],
+                rec["gpu"],
+                rec["full_precision"],
+                rec.get("amp_precision") or "fp16",
+                float(rec["full_throughput"]),
+                float(rec["amp_throughput"]),
+                rec["unit"],
+                int(rec["full_batch"]),
+                int(rec["amp_batch"]),
+                rec["shape"],
+                rec["amp_mode"],
+                source,
+            )
             find_gpu(row.gpu)
-            if row.role not in ("fit", "check") or row.full_throughput <= 0 \
-                    or row.amp_throughput <= 0 or row.shape().get("family") not in FAMILIES:
-                raise ValueError(f"{path.name} line {n}: bad row {rec['id']!r} (role "
-                                 f"fit/check, positive throughputs, a family of "
-                                 f"{', '.join(FAMILIES)})")
+            if (
+                row.role not in ("fit", "check")
+                or row.full_throughput <= 0
+                or row.amp_mode not in ("autocast", "half")
+                or row.amp_throughput <= 0
+                or row.sizes().get("family") not in FAMILIES
+            ):
+                raise ValueError(
+                    f"{path.name} line {n}: bad row {rec['id']!r} (role "
+                    f"fit/check, amp_mode autocast/half, positive "
+                    f"throughputs, a family of "
+                    f"{', '.join(FAMILIES)})"
+                )
             rows.append(row)
     return rows
 
 
 def workload(row: Row, amp: bool) -> model_zoo.Workload:
     """The row's model at the batch its full-precision or AMP run used."""
-    shape = row.shape()
+    shape = row.sizes()
     family = FAMILIES[shape.pop("family")]
     per_item = shape.pop("items_per_sample", 1)
     batch = row.amp_batch if amp else row.full_batch
@@ -139,7 +182,21 @@ def traced(row: Row) -> Traced:
     out = []
     for amp, precision in ((False, row.full_precision), (True, row.amp_precision)):
         w = workload(row, amp)
-        trace = trace_step(w.model, w.inputs, precision, w.loss_fn)
+        if amp and row.amp_mode == "half":
+            # apex's O2 and BERT's fp16 pre-training: the model itself in fp16 (the
+            # optimizer keeps fp32 master weights), no autocast casts
+            w.model.half()
+            w.inputs = tuple(
+                t.half() if t.is_floating_point() else t
+                for t in (w.inputs if isinstance(w.inputs, tuple) else (w.inputs,))
+            )
+        trace = trace_step(
+            w.model,
+            w.inputs,
+            precision,
+            w.loss_fn,
+            autocast=not (amp and row.amp_mode == "half"),
+        )
         out.append((trace, step_kernels(w.model, precision, w.optimizer), w.items))
     return Traced(row, *out)
 
@@ -147,29 +204,38 @@ def traced(row: Row) -> Traced:
 def estimates(t: Traced, eff: Efficiency) -> tuple[Estimate, Estimate]:
     """The row's full-precision and AMP estimates under ``eff``."""
     gpu = find_gpu(t.row.gpu)
-    return (price(t.full[0], gpu, t.row.full_precision, eff, t.full[1]),
-            price(t.amp[0], gpu, t.row.amp_precision, eff, t.amp[1]))
+    return (
+        price(t.full[0], gpu, t.row.full_precision, eff, t.full[1]),
+        price(t.amp[0], gpu, t.row.amp_precision, eff, t.amp[1]),
+    )
 
 
 # ---- the fit: every grid point priced at once ---------------------------------------
 
 
-def _grid_seconds(trace: Trace, extra: list, gpu, combos: torch.Tensor) -> torch.Tensor:
-    """Step seconds for every row of ``combos`` (tensor, fp32, memory, kernel_us,
-    cpu_us), as ``price`` computes them, vectorized over the grid."""
+def _grid_seconds(trace: Trace, extra: list, gpu) -> torch.Tensor:
+    """Step seconds at every point of ``grid()``, as ``price`` computes them,
+    vectorized: the GPU's time over the first four efficiencies, then the CPU's."""
     kernels = [*trace.kernels, *extra]
     flops = torch.tensor([float(k.flops) for k in kernels], dtype=torch.float64)
-    peak = torch.tensor([gpu.peak(k.math) if k.flops else 1.0 for k in kernels],
-                        dtype=torch.float64)
+    peak = torch.tensor(
+        [gpu.peak(k.math) if k.flops else 1.0 for k in kernels], dtype=torch.float64
+    )
     is_fp32 = torch.tensor([k.math == "fp32" for k in kernels])
     moved = torch.tensor([float(k.bytes) for k in kernels], dtype=torch.float64)
     launches = torch.tensor([float(k.launches) for k in kernels], dtype=torch.float64)
-    eff = torch.where(is_fp32, combos[:, 1:2], combos[:, 0:1])
+    gpu_part = torch.tensor(
+        list(itertools.product(*list(GRID.values())[:4])), dtype=torch.float64
+    )
+    eff = torch.where(is_fp32, gpu_part[:, 1:2], gpu_part[:, 0:1])
     compute = flops / (peak * eff)
-    memory = moved / (gpu.bandwidth_gbs * 1e9 * combos[:, 2:3])
-    floor = launches * combos[:, 3:4] * 1e-6
+    memory = moved / (gpu.bandwidth_gbs * 1e9 * gpu_part[:, 2:3])
+    floor = launches * gpu_part[:, 3:4] * 1e-6
     gpu_s = torch.maximum(torch.maximum(compute, memory), floor).sum(1)
-    return torch.maximum(gpu_s, trace.dispatched_ops * combos[:, 4] * 1e-6)
+    cpu_s = (
+        trace.dispatched_ops * torch.tensor(GRID["cpu_us"], dtype=torch.float64) * 1e-6
+    )
+    return torch.maximum(gpu_s[:, None], cpu_s[None, :]).reshape(-1)
 
 
 def grid() -> torch.Tensor:
@@ -177,24 +243,28 @@ def grid() -> torch.Tensor:
     return torch.tensor(list(itertools.product(*GRID.values())), dtype=torch.float64)
 
 
-def _log_errors(all_traced: list[Traced], combos: torch.Tensor):
+def _log_errors(all_traced: list[Traced]):
     """Per row and grid point: log(predicted / published) speed-up, and the two
     throughputs' log errors."""
     speedup, absolute = [], []
     for t in all_traced:
         gpu = find_gpu(t.row.gpu)
-        full = t.full[2] / _grid_seconds(t.full[0], t.full[1], gpu, combos)
-        amp = t.amp[2] / _grid_seconds(t.amp[0], t.amp[1], gpu, combos)
+        full = t.full[2] / _grid_seconds(t.full[0], t.full[1], gpu)
+        amp = t.amp[2] / _grid_seconds(t.amp[0], t.amp[1], gpu)
         speedup.append(torch.log(amp / full / t.row.speedup))
-        absolute.append(torch.log(full / t.row.full_throughput) ** 2
-                        + torch.log(amp / t.row.amp_throughput) ** 2)
+        absolute.append(
+            torch.log(full / t.row.full_throughput) ** 2
+            + torch.log(amp / t.row.amp_throughput) ** 2
+        )
     return torch.stack(speedup), torch.stack(absolute)
 
 
-def _best(speedup_err: torch.Tensor, absolute_err: torch.Tensor,
-          keep: torch.Tensor) -> int:
-    loss = ((speedup_err[keep] ** 2).mean(0)
-            + ABSOLUTE_WEIGHT * absolute_err[keep].mean(0) / 2)
+def _best(
+    speedup_err: torch.Tensor, absolute_err: torch.Tensor, keep: torch.Tensor
+) -> int:
+    loss = (speedup_err[keep] ** 2).mean(0) + ABSOLUTE_WEIGHT * absolute_err[keep].mean(
+        0
+    ) / 2
     return int(loss.argmin())
 
 
@@ -223,15 +293,21 @@ class Fit:
     rows: list[FitRow]
 
     def errors(self, role: str = "fit", loo: bool = False) -> list[float]:
-        return [abs(r.loo_error if loo else r.error) for r in self.rows if r.role == role]
+        return [
+            abs(r.loo_error if loo else r.error) for r in self.rows if r.role == role
+        ]
 
     def median_error(self, loo: bool = False) -> float:
         return statistics.median(self.errors("fit", loo))
 
 
 def _parts(e: Estimate) -> dict:
-    return {"seconds": e.seconds, "compute_s": e.compute_s, "memory_s": e.memory_s,
-            "overhead_s": e.overhead_s}
+    return {
+        "seconds": e.seconds,
+        "compute_s": e.compute_s,
+        "memory_s": e.memory_s,
+        "overhead_s": e.overhead_s,
+    }
 
 
 def fit(rows: list[Row] | None = None) -> Fit:
@@ -240,7 +316,7 @@ def fit(rows: list[Row] | None = None) -> Fit:
     rows = load_rows() if rows is None else rows
     all_traced = [traced(r) for r in rows]
     combos = grid()
-    speedup_err, absolute_err = _log_errors(all_traced, combos)
+    speedup_err, absolute_err = _log_errors(all_traced)
     is_fit = torch.tensor([r.role == "fit" for r in rows])
     best = Efficiency(*combos[_best(speedup_err, absolute_err, is_fit)].tolist())
     report = []
@@ -253,28 +329,46 @@ def fit(rows: list[Row] | None = None) -> Fit:
             keep[i] = False
             j = _best(speedup_err, absolute_err, keep)
             loo = math.exp(float(speedup_err[i, j])) * rows[i].speedup
-        report.append(FitRow(
-            rows[i].id, rows[i].role, rows[i].model, rows[i].gpu, rows[i].speedup,
-            predicted, predicted / rows[i].speedup - 1, loo,
-            None if loo is None else loo / rows[i].speedup - 1, full.regime,
-            amp.regime, _parts(full), _parts(amp)))
+        report.append(
+            FitRow(
+                rows[i].id,
+                rows[i].role,
+                rows[i].model,
+                rows[i].gpu,
+                rows[i].speedup,
+                predicted,
+                predicted / rows[i].speedup - 1,
+                loo,
+                None if loo is None else loo / rows[i].speedup - 1,
+                full.regime,
+                amp.regime,
+                _parts(full),
+                _parts(amp),
+            )
+        )
     return Fit(best, report)
 
 
 def format_fit(result: Fit) -> str:
     """The fit as a table a reader can check line by line."""
-    lines = [f"fitted: {result.efficiency}",
-             f"{'row':34} {'gpu':15} {'published':>9} {'estimate':>8} {'error':>7} "
-             f"{'leave-1-out':>11} {'regime full -> AMP':>20}"]
+    lines = [
+        f"fitted: {result.efficiency}",
+        f"{'row':34} {'gpu':15} {'published':>9} {'estimate':>8} {'error':>7} "
+        f"{'leave-1-out':>11} {'regime full -> AMP':>20}",
+    ]
     for r in result.rows:
         loo = "" if r.loo_error is None else f"{r.loo_error:+.0%}"
-        lines.append(f"{r.id:34} {r.gpu:15} {r.published:8.2f}x {r.predicted:7.2f}x "
-                     f"{r.error:+7.0%} {loo:>11} {r.full_regime:>9} -> {r.amp_regime}"
-                     + ("" if r.role == "fit" else "  (check: not fitted)"))
-    lines.append(f"median |error| over fit rows: {result.median_error():.0%}, "
-                 f"leave-one-out {result.median_error(loo=True):.0%}; largest "
-                 f"{max(result.errors()):.0%}, leave-one-out "
-                 f"{max(result.errors(loo=True)):.0%}")
+        lines.append(
+            f"{r.id:34} {r.gpu:15} {r.published:8.2f}x {r.predicted:7.2f}x "
+            f"{r.error:+7.0%} {loo:>11} {r.full_regime:>9} -> {r.amp_regime}"
+            + ("" if r.role == "fit" else "  (check: not fitted)")
+        )
+    lines.append(
+        f"median |error| over fit rows: {result.median_error():.0%}, "
+        f"leave-one-out {result.median_error(loo=True):.0%}; largest "
+        f"{max(result.errors()):.0%}, leave-one-out "
+        f"{max(result.errors(loo=True)):.0%}"
+    )
     return "\n".join(lines)
 
 
@@ -282,16 +376,59 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m amp_lessons.measure.published",
         description="Fit the estimate on the published measurements and print each "
-                    "row's published and predicted AMP speed-up.")
+        "row's published and predicted AMP speed-up.",
+    )
     parser.add_argument("--json", action="store_true", help="print the fit as JSON")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help=f"record the fit in {FIT_FILE.relative_to(RESULTS.parents[1])}"
+        " (lesson 06 reads it; a test refits and compares)",
+    )
     args = parser.parse_args(argv)
     result = fit()
-    if args.json:
-        print(json.dumps({"efficiency": asdict(result.efficiency),
-                          "rows": [asdict(r) for r in result.rows]}, indent=1))
-    else:
-        print(format_fit(result))
+    if args.json or args.write:
+        record = fit_record(result, "python -m amp_lessons.measure.published --write")
+        if args.write:
+            FIT_FILE.write_text(json.dumps(record, indent=1) + "\n")
+            print(f"wrote {FIT_FILE}")
+        else:
+            print(json.dumps(record, indent=1))
+    print(format_fit(result), file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def data_digest(path: Path | None = None) -> str:
+    """The data file's SHA-256: a recorded fit names the data it was fitted on."""
+    return hashlib.sha256((path or DATA_FILE).read_bytes()).hexdigest()
+
+
+def fit_record(result: Fit, command: str) -> dict:
+    """The fit with its provenance, as ``FIT_FILE`` holds it."""
+    return {
+        "command": command,
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "data_file": DATA_FILE.name,
+        "data_sha256": data_digest(),
+        "efficiency": asdict(result.efficiency),
+        "rows": [asdict(r) for r in result.rows],
+    }
+
+
+def load_fit(path: Path | None = None) -> Fit:
+    """The recorded fit; refused if the data file changed since it was written."""
+    path = path or FIT_FILE
+    record = json.loads(path.read_text())
+    if record["data_sha256"] != data_digest():
+        raise ValueError(
+            f"{path.name} was fitted on another version of "
+            f"{DATA_FILE.name}: run `python -m amp_lessons.measure."
+            f"published --write`"
+        )
+    return Fit(
+        Efficiency(**record["efficiency"]), [FitRow(**r) for r in record["rows"]]
+    )
 
 
 if __name__ == "__main__":

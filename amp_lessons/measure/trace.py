@@ -38,28 +38,118 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 # CUDA autocast's op lists (torch.amp documentation), by Python function name.
-LOWER_PRECISION_OPS = frozenset({
-    "__matmul__", "addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm",
-    "chain_matmul", "multi_dot", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-    "conv_transpose2d", "conv_transpose3d", "GRUCell", "linear", "LSTMCell", "matmul",
-    "mm", "mv", "prelu", "RNNCell", "scaled_dot_product_attention"})
-FP32_OPS = frozenset({
-    "__pow__", "__rdiv__", "__rpow__", "__rtruediv__", "acos", "asin",
-    "binary_cross_entropy_with_logits", "cosh", "cosine_embedding_loss", "cdist",
-    "cosine_similarity", "cross_entropy", "cumprod", "cumsum", "dist", "erfinv", "exp",
-    "expm1", "group_norm", "hinge_embedding_loss", "kl_div", "l1_loss", "layer_norm",
-    "log", "log_softmax", "log10", "log1p", "log2", "margin_ranking_loss", "mse_loss",
-    "multilabel_margin_loss", "multi_margin_loss", "nll_loss", "norm", "normalize",
-    "pdist", "poisson_nll_loss", "pow", "prod", "reciprocal", "rsqrt", "sinh",
-    "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "sum",
-    "renorm", "tan", "triplet_margin_loss"})
-PROMOTE_OPS = frozenset({"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot",
-                         "grid_sample", "index_put", "scatter_add", "tensordot"})
+LOWER_PRECISION_OPS = frozenset(
+    {
+        "__matmul__",
+        "addbmm",
+        "addmm",
+        "addmv",
+        "addr",
+        "baddbmm",
+        "bmm",
+        "chain_matmul",
+        "multi_dot",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "GRUCell",
+        "linear",
+        "LSTMCell",
+        "matmul",
+        "mm",
+        "mv",
+        "prelu",
+        "RNNCell",
+        "scaled_dot_product_attention",
+    }
+)
+FP32_OPS = frozenset(
+    {
+        "__pow__",
+        "__rdiv__",
+        "__rpow__",
+        "__rtruediv__",
+        "acos",
+        "asin",
+        "binary_cross_entropy_with_logits",
+        "cosh",
+        "cosine_embedding_loss",
+        "cdist",
+        "cosine_similarity",
+        "cross_entropy",
+        "cumprod",
+        "cumsum",
+        "dist",
+        "erfinv",
+        "exp",
+        "expm1",
+        "group_norm",
+        "hinge_embedding_loss",
+        "kl_div",
+        "l1_loss",
+        "layer_norm",
+        "log",
+        "log_softmax",
+        "log10",
+        "log1p",
+        "log2",
+        "margin_ranking_loss",
+        "mse_loss",
+        "multilabel_margin_loss",
+        "multi_margin_loss",
+        "nll_loss",
+        "norm",
+        "normalize",
+        "pdist",
+        "poisson_nll_loss",
+        "pow",
+        "prod",
+        "reciprocal",
+        "rsqrt",
+        "sinh",
+        "smooth_l1_loss",
+        "soft_margin_loss",
+        "softmax",
+        "softmin",
+        "softplus",
+        "sum",
+        "renorm",
+        "tan",
+        "triplet_margin_loss",
+    }
+)
+PROMOTE_OPS = frozenset(
+    {
+        "addcdiv",
+        "addcmul",
+        "atan2",
+        "bilinear",
+        "cross",
+        "dot",
+        "grid_sample",
+        "index_put",
+        "scatter_add",
+        "tensordot",
+    }
+)
 
 LOW_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
-_FREE_OPS = frozenset({"_unsafe_view", "lift_fresh", "empty", "empty_like",
-                       "empty_strided", "new_empty", "new_empty_strided",
-                       "scalar_tensor", "_local_scalar_dense"})
+_FREE_OPS = frozenset(
+    {
+        "_unsafe_view",
+        "lift_fresh",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "scalar_tensor",
+        "_local_scalar_dense",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -94,9 +184,17 @@ def kind_of(name: str, has_flops: bool) -> str:
         return "convolution"
     if has_flops:
         return "matmul"
-    for part, kind in (("_to_copy", "cast"), ("copy", "cast"), ("norm", "norm"),
-                       ("softmax", "softmax"), ("loss", "loss"), ("embedding", "index"),
-                       ("index", "index"), ("gather", "index"), ("scatter", "index")):
+    for part, kind in (
+        ("_to_copy", "cast"),
+        ("copy", "cast"),
+        ("norm", "norm"),
+        ("softmax", "softmax"),
+        ("loss", "loss"),
+        ("embedding", "index"),
+        ("index", "index"),
+        ("gather", "index"),
+        ("scatter", "index"),
+    ):
         if part in name:
             return kind
     return "pointwise"
@@ -111,7 +209,9 @@ def _read_bytes(t: torch.Tensor) -> int:
 
 
 def _tensors(tree) -> list[torch.Tensor]:
-    return [t for t in torch.utils._pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+    return [
+        t for t in torch.utils._pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)
+    ]
 
 
 class KernelRecorder(TorchDispatchMode):
@@ -137,25 +237,42 @@ class KernelRecorder(TorchDispatchMode):
         self.dispatched_ops += 1
         name = func._overloadpacket.__name__
         returns = func._schema.returns
-        is_view = bool(returns) and all(r.alias_info is not None and not
-                                        r.alias_info.is_write for r in returns)
+        is_view = bool(returns) and all(
+            r.alias_info is not None and not r.alias_info.is_write for r in returns
+        )
         if is_view or name in _FREE_OPS:
             return out
         packet = func._overloadpacket
-        flops = int(flop_registry[packet](*args, **kwargs, out_val=out)) \
-            if packet in flop_registry else 0
+        flops = (
+            int(flop_registry[packet](*args, **kwargs, out_val=out))
+            if packet in flop_registry
+            else 0
+        )
         inputs, outputs = _tensors((args, kwargs)), _tensors(out)
         math = None
         if flops:
             dtype = inputs[0].dtype
-            math = ("fp8" if self.fp8_region else
-                    {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
-                        dtype, "tf32" if self.tf32 else "fp32"))
-        read = sum(_read_bytes(t) // (t.element_size() if math == "fp8" else 1)
-                   for t in inputs)
+            math = (
+                "fp8"
+                if self.fp8_region
+                else {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
+                    dtype, "tf32" if self.tf32 else "fp32"
+                )
+            )
+        read = sum(
+            _read_bytes(t) // (t.element_size() if math == "fp8" else 1) for t in inputs
+        )
         written = sum(t.numel() * t.element_size() for t in outputs)
-        self.add(Kernel(name, kind_of(name, bool(flops)), flops, read + written, math,
-                        dtype=outputs[0].dtype if outputs else None))
+        self.add(
+            Kernel(
+                name,
+                kind_of(name, bool(flops)),
+                flops,
+                read + written,
+                math,
+                dtype=outputs[0].dtype if outputs else None,
+            )
+        )
         return out
 
 
@@ -166,15 +283,22 @@ class AutocastPolicy(TorchFunctionMode):
     weight (a leaf that requires grad) is cast once, as autocast's cast cache does.
     """
 
-    def __init__(self, low: torch.dtype, recorder: KernelRecorder | None = None,
-                 fp8_linears: bool = False):
+    def __init__(
+        self,
+        low: torch.dtype,
+        recorder: KernelRecorder | None = None,
+        fp8_linears: bool = False,
+    ):
         super().__init__()
         self.low, self.recorder, self.fp8_linears = low, recorder, fp8_linears
         self.cache: dict[int, torch.Tensor] = {}
 
     def cast(self, t, dtype: torch.dtype):
-        if not (isinstance(t, torch.Tensor) and t.is_floating_point()
-                and t.dtype not in (dtype, torch.float64)):
+        if not (
+            isinstance(t, torch.Tensor)
+            and t.is_floating_point()
+            and t.dtype not in (dtype, torch.float64)
+        ):
             return t
         if t.is_leaf and t.requires_grad:  # a weight: cast once per step
             if id(t) not in self.cache:
@@ -187,20 +311,25 @@ class AutocastPolicy(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in LOWER_PRECISION_OPS:
             args, kwargs = torch.utils._pytree.tree_map(
-                lambda t: self.cast(t, self.low), (args, kwargs))
+                lambda t: self.cast(t, self.low), (args, kwargs)
+            )
             if name == "scaled_dot_product_attention" and self.recorder is not None:
                 return fused_attention(self.recorder, *args, **kwargs)
             if name == "linear" and self.fp8_linears and self.recorder is not None:
                 return Fp8Linear.apply(self.recorder, *args, *kwargs.values())
         elif name in FP32_OPS:
             args, kwargs = torch.utils._pytree.tree_map(
-                lambda t: self.cast(t, torch.float32), (args, kwargs))
+                lambda t: self.cast(t, torch.float32), (args, kwargs)
+            )
         elif name in PROMOTE_OPS:
-            floats = [t.dtype for t in _tensors((args, kwargs)) if t.is_floating_point()]
+            floats = [
+                t.dtype for t in _tensors((args, kwargs)) if t.is_floating_point()
+            ]
             if floats:
                 widest = max(floats, key=lambda d: torch.finfo(d).bits)
                 args, kwargs = torch.utils._pytree.tree_map(
-                    lambda t: self.cast(t, widest), (args, kwargs))
+                    lambda t: self.cast(t, widest), (args, kwargs)
+                )
         return func(*args, **kwargs)
 
 
@@ -216,27 +345,46 @@ class _AttentionKernel(torch.autograd.Function):
         flops = 4 * q.shape[:-2].numel() * q.shape[-2] * k.shape[-2] * q.shape[-1]
         ctx.flops = flops
         moved = sum(t.numel() * t.element_size() for t in (q, k, v, q))
-        recorder.add(Kernel("fused_attention", "attention", flops, moved,
-                            _math(recorder, q.dtype)))
+        recorder.add(
+            Kernel(
+                "fused_attention", "attention", flops, moved, _math(recorder, q.dtype)
+            )
+        )
         return torch.empty_like(q)
 
     @staticmethod
     def backward(ctx, grad):
         q, k, v = ctx.saved_tensors
         moved = sum(t.numel() * t.element_size() for t in (q, k, v, q, grad, q, k, v))
-        ctx.recorder.add(Kernel("fused_attention_backward", "attention",
-                                int(2.5 * ctx.flops), moved,
-                                _math(ctx.recorder, q.dtype)))
+        ctx.recorder.add(
+            Kernel(
+                "fused_attention_backward",
+                "attention",
+                int(2.5 * ctx.flops),
+                moved,
+                _math(ctx.recorder, q.dtype),
+            )
+        )
         return None, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _math(recorder: KernelRecorder, dtype: torch.dtype) -> str:
     return {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
-        dtype, "tf32" if recorder.tf32 else "fp32")
+        dtype, "tf32" if recorder.tf32 else "fp32"
+    )
 
 
-def fused_attention(recorder: KernelRecorder, q, k, v, attn_mask=None, dropout_p=0.0,
-                    is_causal=False, scale=None, enable_gqa=False):
+def fused_attention(
+    recorder: KernelRecorder,
+    q,
+    k,
+    v,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+):
     """``F.scaled_dot_product_attention`` priced as one fused kernel (see above)."""
     return _AttentionKernel.apply(recorder, q, k, v)
 
@@ -279,17 +427,23 @@ class Fp8Linear(torch.autograd.Function):
         return None, grad_x, grad_w, grad_b
 
 
-def trace_step(model: torch.nn.Module, inputs, precision: str,
-               loss_fn: Callable | None = None) -> Trace:
+def trace_step(
+    model: torch.nn.Module,
+    inputs,
+    precision: str,
+    loss_fn: Callable | None = None,
+    autocast: bool = True,
+) -> Trace:
     """The kernels of one forward and backward of ``model(*inputs)`` (no optimizer).
 
     ``precision`` is ``fp32``, ``tf32``, ``fp16``, ``bf16`` or ``fp8`` (bf16 autocast
     with fp8 Linears). The loss is ``loss_fn(output)`` computed under the policy, as
-    it would be under autocast, or the output's float sum.
+    it would be under autocast, or the output's float sum. ``autocast=False`` runs
+    the model in its own dtypes (a model already in fp16, as apex's O2 makes it).
     """
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     recorder = KernelRecorder(tf32=precision == "tf32")
-    low = LOW_DTYPES.get(precision)
+    low = LOW_DTYPES.get(precision) if autocast else None
     with recorder:
         if low is None:
             out = model(*inputs)

@@ -1,0 +1,118 @@
+"""The estimate beside a real GPU run: the bench's own configs, measured and predicted.
+
+``make gpu-check`` writes ``bench_<gpu>.json``; this module estimates the same two
+configs (the recipe's MLP and the course's GPT, at the bench's sizes) on the same GPU
+and sets each precision's measured and estimated step time side by side. The summary
+page of the check and lesson 06 show that table.
+
+Example:
+    >>> rows = measured_vs_estimated(load_results("notebooks/results/bench_h200.json"))
+    >>> rows[0]["config"], rows[0]["precision"]
+    ('mlp', 'fp32')
+"""
+
+from __future__ import annotations
+
+from amp_lessons.measure import model_zoo
+from amp_lessons.measure.estimate import estimate_step
+from amp_lessons.measure.gpus import GPUS
+
+# torch.cuda.get_device_name() -> the estimate's GPU table
+DEVICE_NAMES = {
+    "NVIDIA H200": "H200-SXM-141GB",
+    "NVIDIA H100 80GB HBM3": "H100-SXM5-80GB",
+    "NVIDIA A100-SXM4-80GB": "A100-SXM4-80GB",
+    "NVIDIA A100-SXM4-40GB": "A100-SXM4-40GB",
+    "Tesla V100-SXM2-16GB": "V100-SXM2-16GB",
+    "Tesla V100-SXM2-32GB": "V100-SXM2-32GB",
+    "Tesla T4": "T4",
+    "NVIDIA L4": "L4",
+    "NVIDIA GeForce RTX 4090": "RTX-4090",
+}
+
+
+def gpu_key(device_name: str) -> str | None:
+    """``gpu_key("NVIDIA H200")`` -> ``"H200-SXM-141GB"``; None for a GPU not in
+    the table."""
+    return DEVICE_NAMES.get(device_name)
+
+
+def bench_workload(config: str, sizes: dict) -> model_zoo.Workload:
+    """The bench's ``mlp`` or ``transformer`` config on the meta device, with the
+    bench's optimizer (plain SGD for the recipe's MLP, AdamW for the GPT)."""
+    if config == "mlp":
+        return model_zoo.mlp(sizes["layers"], sizes["width"], sizes["batch"], "sgd")
+    if config == "transformer":
+        return model_zoo.gpt(
+            sizes["n_layer"],
+            sizes["n_embd"],
+            sizes["n_head"],
+            sizes["block_size"],
+            sizes["batch"],
+            sizes["vocab_size"],
+        )
+    raise ValueError(f"unknown bench config {config!r}; the bench has mlp, transformer")
+
+
+def measured_vs_estimated(report: dict) -> list[dict]:
+    """Each measured row of a bench report with the estimate of the same step.
+
+    Rows: ``config``, ``precision``, ``measured_ms``, ``estimated_ms``, ``regime``
+    and both speed-ups against the config's fp32 row. Empty where the report's GPU
+    is not in the estimate's table or no row was timed.
+    """
+    gpu = gpu_key(report.get("device_name") or report.get("gpu") or "")
+    if gpu is None:
+        return []
+    out, fp32 = [], {}
+    for row in report["results"]:
+        precision = row["precision"]
+        if row.get("step_ms") is None or not GPUS[gpu].supports(precision):
+            continue
+        w = bench_workload(row["config"], report["sizes"][row["config"]])
+        e = estimate_step(w.model, w.inputs, gpu, precision, w.optimizer, w.loss_fn)
+        if precision == "fp32":
+            fp32[row["config"]] = (row["step_ms"], e.seconds * 1e3)
+        out.append(
+            {
+                "config": row["config"],
+                "precision": precision,
+                "measured_ms": row["step_ms"],
+                "estimated_ms": e.seconds * 1e3,
+                "regime": e.regime,
+            }
+        )
+    for r in out:
+        base = fp32.get(r["config"])
+        r["measured_speedup"] = base and base[0] / r["measured_ms"]
+        r["estimated_speedup"] = base and base[1] / r["estimated_ms"]
+    return out
+
+
+def estimate_section(report: dict) -> str:
+    """The summary page's table: measured and estimated step times, side by side."""
+    rows = measured_vs_estimated(report)
+    if not rows:
+        return ""
+    lines = [
+        "## Measured here vs the first-principles estimate",
+        "",
+        "The estimate (`python -m amp_lessons estimate`, efficiencies fitted on "
+        "published rows, not on this run) of the same two configs on this GPU.",
+        "",
+        "| config | precision | measured ms | estimated ms | estimate / measured "
+        "| measured vs fp32 | estimated vs fp32 | dominant (estimate) |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['config']} | {r['precision']} | {r['measured_ms']:.2f} | "
+            f"{r['estimated_ms']:.2f} | {r['estimated_ms'] / r['measured_ms']:.2f} | "
+            f"{_x(r['measured_speedup'])} | {_x(r['estimated_speedup'])} | "
+            f"{r['regime']} |"
+        )
+    return "\n".join(lines)
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
