@@ -9,6 +9,7 @@ per picture, in lesson order:
 * ``gradients``: ``plot_gradient_histogram`` (02), ``plot_scale_trajectory`` (03);
 * ``training``: ``plot_losses`` (05);
 * ``speed_memory``: ``plot_speed_memory`` (06);
+* ``estimate``: ``plot_published_vs_estimate``, ``plot_breakdowns`` (06);
 * ``fp8``: ``plot_scaling_stream``, ``plot_row_errors`` (11);
 * ``_render``: fixed-size figures, ``figure_png`` and blitting, shared with
   ``amp_lessons.teaching.widgets``, whose explorers redraw these pictures.
@@ -25,10 +26,12 @@ from amp_lessons.teaching.plots.gradients import (
 )
 from amp_lessons.teaching.plots.number_lines import plot_format_ranges, plot_number_line
 from amp_lessons.teaching.plots.speed_memory import MEMORY_PARTS, plot_speed_memory
+from amp_lessons.teaching.plots.estimate import plot_breakdowns, plot_published_vs_estimate
 from amp_lessons.teaching.plots.training import plot_losses
 
 __all__ = [
-    "DPI", "MEMORY_PARTS", "WIDTH_IN", "ZONE_COLORS", "figure_png",
+    "DPI", "MEMORY_PARTS", "WIDTH_IN", "ZONE_COLORS", "figure_png", "plot_breakdowns",
+    "plot_published_vs_estimate",
     "plot_format_ranges", "plot_gradient_histogram", "plot_losses", "plot_number_line",
     "plot_row_errors", "plot_scale_trajectory", "plot_scaling_stream",
     "plot_speed_memory",

@@ -1,0 +1,82 @@
+"""The GPU estimate panel of notebook 06: pick a GPU and a model's size, see the
+predicted step time per precision and what dominates it.
+
+Nothing runs on a GPU: ``amp_lessons.measure.estimate`` traces the model on the meta
+device and prices it from the GPU's datasheet.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+from amp_lessons.measure.estimate import GPUS, estimate_step
+from amp_lessons.measure.model_zoo import build
+from amp_lessons.teaching.plots._render import _figure, figure_png
+from amp_lessons.teaching.plots.estimate import REGIME_COLORS
+
+
+class EstimateExplorer(widgets.VBox):
+    """Dropdowns for the GPU and the model family, sliders for width, depth and
+    batch; a bar per precision split into compute, memory and overhead."""
+
+    def __init__(self, gpu: str = "A100-SXM4-80GB"):
+        self.gpu = widgets.Dropdown(options=list(GPUS), value=gpu, description="GPU")
+        self.model = widgets.Dropdown(options=["transformer", "gpt", "mlp"],
+                                      value="transformer", description="model")
+        self.width = widgets.SelectionSlider(options=[256, 512, 768, 1024, 2048, 4096],
+                                             value=1024, description="width")
+        self.layers = widgets.IntSlider(value=12, min=1, max=48, description="depth")
+        self.batch = widgets.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64, 128, 256],
+                                             value=32, description="batch")
+        self.image = widgets.Image(format="png")
+        self.message = widgets.HTML()
+        self.estimates = []
+        for w in (self.gpu, self.model, self.width, self.layers, self.batch):
+            w.observe(lambda _change: self.update(), names="value")
+        super().__init__([widgets.HBox([self.gpu, self.model]),
+                          widgets.HBox([self.width, self.layers, self.batch]),
+                          self.message, self.image])
+        self.update()
+
+    def update(self) -> None:
+        gpu = GPUS[self.gpu.value]
+        sizes = {"layers": self.layers.value, "width": self.width.value,
+                 "batch": self.batch.value}
+        if self.model.value != "mlp":
+            sizes["seq"] = 512
+        self.estimates = []
+        for precision in ("fp32", "tf32", "fp16", "bf16", "fp8"):
+            if gpu.supports(precision):
+                w = build(self.model.value, **sizes)
+                self.estimates.append(estimate_step(w.model, w.inputs, gpu.name,
+                                                    precision, w.optimizer, w.loss_fn))
+        fastest = min(self.estimates, key=lambda e: e.seconds)
+        self.message.value = (
+            f"<b>{gpu.name}</b>: fp32 {self.estimates[0].seconds * 1e3:.1f} ms a step; "
+            f"fastest {fastest.precision}, {fastest.seconds * 1e3:.1f} ms "
+            f"({self.estimates[0].seconds / fastest.seconds:.1f}x), "
+            f"dominated by <b>{fastest.regime}</b>. Estimated, not measured.")
+        self.image.value = figure_png(self.figure())
+
+    def figure(self):
+        fig = _figure(2.6, left=0.8, bottom=0.6)
+        ax = fig.add_subplot()
+        for i, e in enumerate(self.estimates):
+            left = 0.0
+            for regime, color in REGIME_COLORS.items():
+                width = getattr(e, f"{regime}_s") * 1e3
+                ax.barh(i, width, left=left, color=color,
+                        label=regime if i == 0 else None)
+                left += width
+        ax.set_yticks(range(len(self.estimates)),
+                      [e.precision for e in self.estimates])
+        ax.invert_yaxis()
+        ax.set(xlabel="estimated step time (ms)")
+        ax.legend(loc="lower right", fontsize=8)
+        return fig
+
+
+def estimate_explorer(gpu: str = "A100-SXM4-80GB") -> EstimateExplorer:
+    """The panel: ``w = estimate_explorer(); w.gpu.value = "V100-SXM2-16GB"`` redraws
+    with fp32 and fp16 only (a V100 has no bf16 or TF32 tensor cores)."""
+    return EstimateExplorer(gpu)

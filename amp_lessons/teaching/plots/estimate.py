@@ -1,0 +1,74 @@
+"""What AMP buys on a GPU (notebook 06): published speed-ups against the estimate,
+and where each step's time goes.
+
+Both pictures take ``amp_lessons.measure.published.Fit`` (``load_fit()``: the fit as
+recorded from the published data file).
+"""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+from amp_lessons.teaching.plots._render import _figure
+
+REGIME_COLORS = {"compute": "#4c72b0", "memory": "#dd8452", "overhead": "#8c8c8c"}
+
+
+def plot_published_vs_estimate(fit) -> Figure:
+    """One labelled point per published row: its speed-up (x) against the
+    estimate's (y); the diagonal is a perfect estimate, the band +/-35%."""
+    fig = _figure(5.2, left=0.8, bottom=0.65)
+    ax = fig.add_subplot()
+    top = max(max(r.published, r.predicted) for r in fit.rows) * 1.15
+    line = [0.9, top]
+    ax.plot(line, line, color="black", lw=1)
+    ax.fill_between(line, [v / 1.35 for v in line], [v * 1.35 for v in line],
+                    color="#dddddd", label="within 35%")
+    for role, marker in (("fit", "o"), ("check", "s")):
+        rows = [r for r in fit.rows if r.role == role]
+        ax.scatter([r.published for r in rows], [r.predicted for r in rows],
+                   marker=marker, zorder=3,
+                   label="fitted row" if role == "fit" else "check row (not fitted)")
+        for r in rows:
+            ax.annotate(r.id.replace("_", " "), (r.published, r.predicted), fontsize=6,
+                        xytext=(3, 2), textcoords="offset points")
+    ax.set(xscale="log", yscale="log", xlim=line, ylim=line,
+           xlabel="published AMP speed-up (NVIDIA, Hugging Face)",
+           ylabel="estimated speed-up",
+           title="AMP speed-up on one GPU: published vs first-principles estimate")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xticks([1, 1.5, 2, 3, 4, 5, 6])
+    ax.set_yticks([1, 1.5, 2, 3, 4, 5, 6])
+    ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def plot_breakdowns(fit) -> Figure:
+    """Each row's estimated time per sample, full precision and AMP, split into
+    compute, memory and overhead, as fractions of full precision's (AMP runs often
+    take twice the batch: per sample is what the speed-up compares)."""
+    rows = fit.rows
+    fig = _figure(0.32 * len(rows) + 1.2, left=2.6, bottom=0.6)
+    ax = fig.add_subplot()
+    labels = []
+    for i, r in enumerate(rows):
+        amp_share = 1 / r.predicted / r.amp["seconds"]  # AMP's bar ends at 1/speed-up
+        for j, (parts, scale) in enumerate(((r.full, 1 / r.full["seconds"]),
+                                            (r.amp, amp_share))):
+            y, left = 2 * i + j * 0.8, 0.0
+            for regime, color in REGIME_COLORS.items():
+                width = parts[f"{regime}_s"] * scale
+                ax.barh(y, width, left=left, height=0.75, color=color,
+                        label=regime if i == 0 and j == 0 else None)
+                left += width
+        labels.append((2 * i + 0.4, f"{r.id.replace('_', ' ')}  {r.predicted:.2f}x"))
+    ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xlabel="estimated time per sample, full precision's = 1 "
+                  "(upper bar: full precision, lower: AMP)",
+           title="Where a step's time goes")
+    ax.legend(loc="lower right", fontsize=8)
+    return fig
