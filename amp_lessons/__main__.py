@@ -266,9 +266,10 @@ def run_estimate(args: argparse.Namespace) -> int:
           "  dominant")
     for e in rows:
         parts = (e.compute_s, e.memory_s, e.overhead_s)
-        print(f"{e.precision:9} {e.seconds * 1e3:9.2f} {rows[0].seconds / e.seconds:7.2f}x "
-              f"{w.items / e.seconds:10.1f} "
-              + " ".join(f"{part / e.seconds:8.0%}" for part in parts) + f"  {e.regime}")
+        speedup = rows[0].seconds / e.seconds
+        shares = " ".join(f"{part / e.seconds:8.0%}" for part in parts)
+        print(f"{e.precision:9} {e.seconds * 1e3:9.2f} {speedup:7.2f}x "
+              f"{w.items / e.seconds:10.1f} {shares}  {e.regime}")
     return 0
 
 

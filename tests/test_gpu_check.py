@@ -490,7 +490,7 @@ def test_reading_recorded_results_checks_their_provenance(tmp_path, monkeypatch)
 def recorded_problems(folder: Path) -> list[str]:
     """What is wrong with the recorded results in a folder (empty: nothing)."""
     problems = []
-    for path in sorted(folder.rglob("*.json")):
+    for path in sorted(folder.rglob("bench_*.json")):
         try:
             report = json.loads(path.read_text())
             bench_results.validate_report(report, path.name)

@@ -62,14 +62,16 @@ def measured_vs_estimated(report: dict) -> list[dict]:
     is not in the estimate's table or no row was timed.
     """
     gpu = gpu_key(report.get("device_name") or report.get("gpu") or "")
-    if gpu is None:
+    if gpu is None or report.get("synthetic"):  # made-up numbers: nothing to check
         return []
     out, fp32 = [], {}
     for row in report["results"]:
         precision = row["precision"]
-        if row.get("step_ms") is None or not GPUS[gpu].supports(precision):
+        sizes = report.get("sizes", {}).get(row["config"])
+        if row.get("step_ms") is None or sizes is None or not GPUS[gpu].supports(
+                precision):
             continue
-        w = bench_workload(row["config"], report["sizes"][row["config"]])
+        w = bench_workload(row["config"], sizes)
         e = estimate_step(w.model, w.inputs, gpu, precision, w.optimizer, w.loss_fn)
         if precision == "fp32":
             fp32[row["config"]] = (row["step_ms"], e.seconds * 1e3)

@@ -112,8 +112,8 @@ GPUS: dict[str, GPU] = {
             1008.0,
             24,
             "8.9",
-            "NVIDIA Ada Lovelace GPU architecture whitepaper, table 2 (GeForce RTX 4090, "
-            "float32 accumulation)",
+            "NVIDIA Ada Lovelace GPU architecture whitepaper, appendix A (GeForce "
+            "RTX 4090, float32 accumulation)",
         ),
         GPU(
             "H100-SXM5-80GB",

@@ -121,6 +121,11 @@ FP32_OPS = frozenset(
         "triplet_margin_loss",
     }
 )
+# Among them, ops CUDA autocast runs in fp32 by passing dtype=float32 rather than
+# casting the input (its fp32_set_opt_dtype policy): a softmax reads fp16 and writes
+# fp32 in one kernel (found by comparing with CUDA's own autocast, kernel by kernel).
+SET_OPT_DTYPE_OPS = frozenset({"softmax", "log_softmax", "sum", "prod", "cumsum",
+                               "cumprod"})
 PROMOTE_OPS = frozenset(
     {
         "addcdiv",
@@ -317,6 +322,11 @@ class AutocastPolicy(TorchFunctionMode):
                 return fused_attention(self.recorder, *args, **kwargs)
             if name == "linear" and self.fp8_linears and self.recorder is not None:
                 return Fp8Linear.apply(self.recorder, *args, *kwargs.values())
+        elif name in SET_OPT_DTYPE_OPS:
+            tensors = _tensors((args, kwargs))
+            if (tensors and tensors[0].dtype in (torch.float16, torch.bfloat16)
+                    and kwargs.get("dtype") is None):
+                kwargs = {**kwargs, "dtype": torch.float32}
         elif name in FP32_OPS:
             args, kwargs = torch.utils._pytree.tree_map(
                 lambda t: self.cast(t, torch.float32), (args, kwargs)

@@ -19,6 +19,10 @@ Not covered here: interactive (zoomable) matplotlib backends.
 """
 
 from amp_lessons.teaching.plots._render import DPI, WIDTH_IN, ZONE_COLORS, figure_png
+from amp_lessons.teaching.plots.estimate import (
+    plot_breakdowns,
+    plot_published_vs_estimate,
+)
 from amp_lessons.teaching.plots.fp8 import plot_row_errors, plot_scaling_stream
 from amp_lessons.teaching.plots.gradients import (
     plot_gradient_histogram,
@@ -26,7 +30,6 @@ from amp_lessons.teaching.plots.gradients import (
 )
 from amp_lessons.teaching.plots.number_lines import plot_format_ranges, plot_number_line
 from amp_lessons.teaching.plots.speed_memory import MEMORY_PARTS, plot_speed_memory
-from amp_lessons.teaching.plots.estimate import plot_breakdowns, plot_published_vs_estimate
 from amp_lessons.teaching.plots.training import plot_losses
 
 __all__ = [
