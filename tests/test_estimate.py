@@ -407,3 +407,34 @@ def test_recorded_fit_refused_after_the_data_changed(tmp_path, monkeypatch):
     monkeypatch.setattr(published, "DATA_FILE", data)
     with pytest.raises(ValueError, match="another version"):
         published.load_fit()
+
+
+# ---- the panel (headless) -----------------------------------------------------------
+
+
+def test_panel_redraws_and_offers_only_what_the_gpu_has(no_pyplot_figures):
+    from amp_lessons.teaching.estimate_widget import estimate_explorer
+
+    w = estimate_explorer("A100-SXM4-80GB")
+    assert [e.precision for e in w.estimates] == ["fp32", "tf32", "fp16", "bf16"]
+    picture = w.image.value
+    w.gpu.value = "V100-SXM2-16GB"
+    assert [e.precision for e in w.estimates] == ["fp32", "fp16"]
+    assert w.image.value != picture and "V100-SXM2-16GB" in w.message.value
+    w.gpu.value = "H100-SXM5-80GB"
+    assert w.estimates[-1].precision == "fp8"
+    # the panel prices shared traces: the same numbers as estimate_step
+    w.model.value, w.width.value, w.layers.value, w.batch.value = "gpt", 512, 2, 4
+    direct = model_zoo.build("gpt", layers=2, width=512, batch=4, seq=512)
+    for e in w.estimates:
+        expected = estimate_step(direct.model, direct.inputs, "H100-SXM5-80GB",
+                                 e.precision, direct.optimizer, direct.loss_fn)
+        assert e.seconds == pytest.approx(expected.seconds, rel=1e-12), e.precision
+    picture = w.image.value
+    w.batch.value = 256
+    assert w.image.value != picture
+
+
+def test_readme_shows_the_recorded_fit_row_by_row():
+    readme = (published.RESULTS.parents[1] / "README.md").read_text()
+    assert published.markdown_table(published.load_fit()) in readme

@@ -372,6 +372,18 @@ def format_fit(result: Fit) -> str:
     return "\n".join(lines)
 
 
+def markdown_table(result: Fit) -> str:
+    """Every row's published and estimated speed-up, as the README shows it."""
+    lines = ["| row | GPU | published | estimate | error | leave-one-out |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in result.rows:
+        loo = "-" if r.loo_error is None else f"{r.loo_error:+.0%}"
+        check = "" if r.role == "fit" else " (check)"
+        lines.append(f"| {r.id}{check} | {r.gpu} | {r.published:.2f}x | "
+                     f"{r.predicted:.2f}x | {r.error:+.0%} | {loo} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m amp_lessons.measure.published",

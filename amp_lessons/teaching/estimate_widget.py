@@ -7,10 +7,14 @@ device and prices it from the GPU's datasheet.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ipywidgets as widgets
 
-from amp_lessons.measure.estimate import GPUS, estimate_step
+from amp_lessons.measure.estimate import GPUS, Estimate, price, step_kernels
+from amp_lessons.measure.gpus import PRECISIONS
 from amp_lessons.measure.model_zoo import build
+from amp_lessons.measure.trace import Trace, trace_step
 from amp_lessons.teaching.plots._render import _figure, figure_png
 from amp_lessons.teaching.plots.estimate import REGIME_COLORS
 
@@ -30,7 +34,8 @@ class EstimateExplorer(widgets.VBox):
                                              value=32, description="batch")
         self.image = widgets.Image(format="png")
         self.message = widgets.HTML()
-        self.estimates = []
+        self.estimates: list[Estimate] = []
+        self._traces: dict[tuple, tuple] = {}
         for w in (self.gpu, self.model, self.width, self.layers, self.batch):
             w.observe(lambda _change: self.update(), names="value")
         super().__init__([widgets.HBox([self.gpu, self.model]),
@@ -38,18 +43,31 @@ class EstimateExplorer(widgets.VBox):
                           self.message, self.image])
         self.update()
 
-    def update(self) -> None:
-        gpu = GPUS[self.gpu.value]
+    def sizes(self) -> dict:
         sizes = {"layers": self.layers.value, "width": self.width.value,
                  "batch": self.batch.value}
         if self.model.value != "mlp":
             sizes["seq"] = 512
-        self.estimates = []
-        for precision in ("fp32", "tf32", "fp16", "bf16", "fp8"):
-            if gpu.supports(precision):
-                w = build(self.model.value, **sizes)
-                self.estimates.append(estimate_step(w.model, w.inputs, gpu.name,
-                                                    precision, w.optimizer, w.loss_fn))
+        return sizes
+
+    def estimate(self, precision: str) -> Estimate:
+        """One precision's estimate, tracing the model only when its size changed:
+        tf32 prices fp32's trace, fp16 bf16's (the same kernels, other tensor-core
+        rates), so a new GPU only re-prices."""
+        traced_as = {"tf32": "fp32", "fp16": "bf16"}.get(precision, precision)
+        key = (self.model.value, *self.sizes().values(), traced_as)
+        if key not in self._traces:
+            w = build(self.model.value, **self.sizes())
+            self._traces[key] = (trace_step(w.model, w.inputs, traced_as, w.loss_fn), w)
+        trace, w = self._traces[key]
+        kernels = [replace(k, math=precision) if k.math == traced_as else k
+                   for k in trace.kernels]
+        return price(Trace(kernels, trace.dispatched_ops), GPUS[self.gpu.value],
+                     precision, extra=step_kernels(w.model, precision, w.optimizer))
+
+    def update(self) -> None:
+        gpu = GPUS[self.gpu.value]
+        self.estimates = [self.estimate(p) for p in PRECISIONS if gpu.supports(p)]
         fastest = min(self.estimates, key=lambda e: e.seconds)
         self.message.value = (
             f"<b>{gpu.name}</b>: fp32 {self.estimates[0].seconds * 1e3:.1f} ms a step; "
