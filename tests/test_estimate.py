@@ -164,6 +164,8 @@ def test_policy_matches_cuda_autocast_kernel_by_kernel():
 
     def step(ctx):
         def run():
+            # grads left by the previous run would make this one accumulate (add_)
+            model.zero_grad(set_to_none=True)
             with ctx:
                 loss = F.mse_loss(model(x), torch.zeros_like(x))
             loss.backward()
