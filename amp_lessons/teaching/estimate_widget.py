@@ -24,15 +24,24 @@ class EstimateExplorer(widgets.VBox):
     batch; a bar per precision split into compute, memory and overhead."""
 
     def __init__(self, gpu: str = "A100-SXM4-80GB"):
-        self.gpu = widgets.Dropdown(options=list(GPUS), value=gpu, description="GPU")
+        def width(px):
+            return widgets.Layout(width=f"{px}px")
+
+        self.gpu = widgets.Dropdown(options=list(GPUS), value=gpu, description="GPU",
+                                    layout=width(330))
         self.model = widgets.Dropdown(options=["transformer", "gpt", "mlp"],
-                                      value="transformer", description="model")
-        self.width = widgets.SelectionSlider(options=[256, 512, 768, 1024, 2048, 4096],
-                                             value=1024, description="width")
-        self.layers = widgets.IntSlider(value=12, min=1, max=48, description="depth")
-        self.batch = widgets.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64, 128, 256],
-                                             value=32, description="batch")
-        self.image = widgets.Image(format="png")
+                                      value="transformer", description="model",
+                                      layout=width(250))
+        self.width = widgets.SelectionSlider(
+            options=[256, 512, 768, 1024, 2048, 4096], value=1024, description="width",
+            continuous_update=False, layout=width(285))
+        self.layers = widgets.IntSlider(value=12, min=1, max=48, description="depth",
+                                        continuous_update=False, layout=width(285))
+        self.batch = widgets.SelectionSlider(
+            options=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=32, description="batch",
+            continuous_update=False, layout=width(285))
+        self.image = widgets.Image(format="png", layout=widgets.Layout(
+            max_width="100%", height="auto"))
         self.message = widgets.HTML()
         self.estimates: list[Estimate] = []
         self._traces: dict[tuple, tuple] = {}
@@ -40,7 +49,8 @@ class EstimateExplorer(widgets.VBox):
             w.observe(lambda _change: self.update(), names="value")
         super().__init__([widgets.HBox([self.gpu, self.model]),
                           widgets.HBox([self.width, self.layers, self.batch]),
-                          self.message, self.image])
+                          self.message, self.image],
+                         layout=widgets.Layout(max_width="900px"))
         self.update()
 
     def sizes(self) -> dict:
