@@ -434,5 +434,5 @@ def test_panel_redraws_and_offers_only_what_the_gpu_has(no_pyplot_figures):
 
 
 def test_readme_shows_the_recorded_fit_row_by_row():
-    readme = (published.RESULTS.parents[1] / "README.md").read_text()
+    readme = (published.DATA_DIR.parents[2] / "README.md").read_text()
     assert published.markdown_table(published.load_fit()) in readme

@@ -72,7 +72,7 @@ class Efficiency:
     cpu_us: float = 6.0
 
 
-# Fitted on notebooks/results/published_speedups.csv by
+# Fitted on amp_lessons/measure/data/published_speedups.csv by
 # `python -m amp_lessons.measure.published --write` (tests/test_estimate.py refits it).
 # Effective values: the published code fuses kernels (LayerNorm, bias + GELU,
 # softmax + dropout, the optimizer) that the eager trace counts one by one, so the

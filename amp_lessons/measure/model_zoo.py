@@ -3,8 +3,7 @@
 Each builder returns a ``Workload``: the model, its inputs, the loss, and how many
 items (samples, tokens, frames) one step processes, in the unit its published
 throughput uses. They rebuild the shapes of the published rows' models
-(``notebooks/results/published_speedups.csv``) and of the command line's families;
-they are not those repositories' code, and the differences that matter to a step's
+(``data/published_speedups.csv``) and of the command line's families; they are not those repositories' code, and the differences that matter to a step's
 time (fused kernels, memory layouts) are named where they occur.
 
 Example:

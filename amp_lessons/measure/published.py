@@ -1,7 +1,7 @@
 """Published GPU measurements of AMP, and the estimate fitted and checked on them.
 
-``notebooks/results/published_speedups.csv`` holds single-GPU training throughputs,
-full precision (fp32 or TF32) against AMP, each row with its source (repository,
+``data/published_speedups.csv`` (beside this module) holds single-GPU training
+throughputs, full precision (fp32 or TF32) against AMP, each row with its source (repository,
 file, table, row). Rows with ``role`` ``fit`` fit the estimate's five efficiencies
 (``amp_lessons.measure.estimate.Efficiency``) by a grid search; rows with ``role``
 ``check`` are only predicted. Each fit row's leave-one-out error is its error when
@@ -43,9 +43,11 @@ from amp_lessons.measure.estimate import (
 )
 from amp_lessons.measure.trace import Trace, trace_step
 
-RESULTS = Path(__file__).resolve().parents[2] / "notebooks" / "results"
-DATA_FILE = RESULTS / "published_speedups.csv"
-FIT_FILE = RESULTS / "published_fit.json"  # the fit as run, for lesson 06 to read
+# Package data, so that the lessons find them wherever the course is installed (Colab,
+# the grading sandbox), not only in a clone of the repository
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_FILE = DATA_DIR / "published_speedups.csv"
+FIT_FILE = DATA_DIR / "published_fit.json"  # the fit as run, for lesson 06 to read
 FAMILIES = {
     "transformer": model_zoo.transformer,
     "gpt": model_zoo.gpt,
@@ -394,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--write",
         action="store_true",
-        help=f"record the fit in {FIT_FILE.relative_to(RESULTS.parents[1])}"
+        help="record the fit in amp_lessons/measure/data/published_fit.json"
         " (lesson 06 reads it; a test refits and compares)",
     )
     args = parser.parse_args(argv)
