@@ -3,8 +3,9 @@
 Each builder returns a ``Workload``: the model, its inputs, the loss, and how many
 items (samples, tokens, frames) one step processes, in the unit its published
 throughput uses. They rebuild the shapes of the published rows' models
-(``data/published_speedups.csv``) and of the command line's families; they are not those repositories' code, and the differences that matter to a step's
-time (fused kernels, memory layouts) are named where they occur.
+(``data/published_speedups.csv``) and of the command line's families; they are not
+those repositories' code, and the differences that matter to a step's time (fused
+kernels, memory layouts) are named where they occur.
 
 Example:
     >>> w = transformer(layers=2, width=256, heads=4, seq=128, batch=8)
