@@ -4,8 +4,8 @@
 throughputs, full precision (fp32 or TF32) against AMP, each row with its source
 (repository, file, table, row). Rows with ``role`` ``fit`` fit the estimate's five
 efficiencies (``amp_lessons.measure.estimate.Efficiency``) by a grid search; rows
-with ``role`` ``check`` are only predicted. Each fit row's leave-one-out error is its error when
-the fit has not seen it.
+with ``role`` ``check`` are only predicted. Each fit row's leave-one-out error is its
+error when the fit has not seen it.
 
 ``python -m amp_lessons.measure.published`` prints the table (``--json`` for the
 numbers); lesson 06 plots it.
