@@ -417,6 +417,19 @@ def test_each_page_says_what_executed_it(site, executed_dir, es_stems):
                 f"({info['device_name']}), {info['date']}") in text, folder + stem
 
 
+def test_one_search_box_and_an_icon_on_every_page(site, es_stems):
+    pages = [site / "index.html", *(site / f"{s}.html" for s in STEMS),
+             site / "es" / "index.html", *(site / "es" / f"{s}.html" for s in es_stems)]
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        # the sidebar's search field (the header's persistent one is switched off)
+        assert html.count("search-button-field") == 1, page.name
+        # an icon of its own: else Chromium asks for /favicon.ico and logs a 404
+        assert '<link rel="icon" href="_static/favicon.svg"/>' in html, page.name
+    for edition in (site, site / "es"):
+        assert (edition / "_static" / "favicon.svg").read_text().startswith("<svg")
+
+
 def test_every_page_names_the_course_as_its_author(site):
     # the theme's footer says "By <author>"; Sphinx's placeholder must never show
     pages = sorted(site.rglob("*.html"))

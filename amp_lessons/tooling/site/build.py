@@ -51,6 +51,16 @@ EDITION_LINKS = {
            "English version</a></p>"),
 }
 
+# The course's icon: a 16-bit float's three fields (sign, exponent, mantissa)
+FAVICON = """\
+<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">
+<rect width="16" height="16" rx="3" fill="#1f2937"/>
+<rect x="2" y="5" width="2" height="6" fill="#f87171"/>
+<rect x="5" y="5" width="4" height="6" fill="#60a5fa"/>
+<rect x="10" y="5" width="4" height="6" fill="#34d399"/>
+</svg>
+"""
+
 CONF = """\
 # Written by amp_lessons.tooling.site.build for this build only.
 project = {title!r}
@@ -67,6 +77,8 @@ html_theme_options = {theme_options!r}
 # unset, the theme's script logs "Got invalid theme mode" on every page
 html_context = {{"default_mode": "light"}}
 html_static_path = ["_static"]
+# Chromium asks every site for an icon: without one, /favicon.ico is a 404 it logs
+html_favicon = "_static/favicon.svg"
 html_copy_source = False        # the sources hold nothing more, but copy nothing
 html_show_sourcelink = False
 mathjax_path = "{mathjax}?config={mathjax_config}"
@@ -257,13 +269,16 @@ def write_sources(executed: dict[str, Path], src: Path,
         def index(titles):
             return index_page(titles, readme_lessons())
     (src / "index.md").write_text(index(titles), encoding="utf-8")
+    # one search box: the sidebar's (the header's would be a second one)
     options = {"use_download_button": False, "use_source_button": False,
-               "home_page_in_toc": True, "show_navbar_depth": 1}
+               "home_page_in_toc": True, "show_navbar_depth": 1,
+               "navbar_persistent": []}
     if repository:
         options.update(repository_url=repository, use_repository_button=True)
     # the Spanish pages, one folder down, load the English site's MathJax
     mathjax = MATHJAX if lang == "en" else f"../../_static/{MATHJAX}"
     (src / "_static").mkdir(exist_ok=True)
+    (src / "_static" / "favicon.svg").write_text(FAVICON, encoding="utf-8")
     (src / "conf.py").write_text(CONF.format(title=TITLE, language=lang,
                                              theme_options=options, mathjax=mathjax,
                                              mathjax_config=MATHJAX_CONFIG))
