@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV_PY := .venv/bin/python
 
 .PHONY: lab test test-newest-torch test-newest-torch-env test-newest-torch-tests test-notebook setup setup-dev student grade slides site \
-	translations bench gpu-check clean
+	translations bench gpu-check colab-edition clean
 
 setup:
 	@$(PYTHON) amp_lessons/tooling/bootstrap.py
@@ -101,10 +101,22 @@ translations: setup-dev
 # first, or, with SITE_ARGS="--executed DIR", built in seconds from DIR/<lesson>.ipynb
 # and DIR/es/<lesson>.ipynb executed before
 # (`python -m amp_lessons.tooling.site execute DIR` records what ran them).
+# REPOSITORY=owner/name (what the site workflow passes, from GITHUB_REPOSITORY): the
+# Colab links open that repository's lessons, from the branch `colab` that
+# `make colab-edition` fills; unset, pyproject.toml's repository, on main.
 SITE_ARGS ?=
+REPOSITORY ?=
 site:
 	@$(PYTHON) amp_lessons/tooling/bootstrap.py site
-	$(VENV_PY) -m amp_lessons.tooling.site $(SITE_ARGS)
+	$(VENV_PY) -m amp_lessons.tooling.site $(if $(REPOSITORY),--repository $(REPOSITORY)) \
+		$(SITE_ARGS)
+
+# The lessons as Colab opens them, into build/colab/: each set-up cell installs
+# REPOSITORY at REF (default: this commit). The site workflow pushes it to `colab`.
+REF ?= $(shell git rev-parse HEAD 2>/dev/null)
+colab-edition: setup
+	$(VENV_PY) -m amp_lessons.tooling.colab --edition build/colab \
+		--repository "$(REPOSITORY)" --ref "$(REF)"
 
 clean:
 	rm -rf .venv .venv-newest student build

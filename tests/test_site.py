@@ -715,3 +715,69 @@ def test_build_refuses_a_missing_executed_copy(tmp_path):
         build.build_site(executed=tmp_path, out=tmp_path / "site")
     assert not (tmp_path / "site").exists()
 
+
+
+# ---- the site publishes itself (.github/workflows/site.yml) ------------------------
+
+WORKFLOW = ROOT / ".github" / "workflows" / "site.yml"
+
+
+def test_workflow_validates_against_githubs_schema():
+    check = shutil.which("check-jsonschema") or str(
+        Path(sys.executable).parent / "check-jsonschema")
+    result = subprocess.run([check, "--builtin-schema", "vendor.github-workflows",
+                             str(WORKFLOW)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # and the check can fail: a job without runs-on is refused
+    broken = WORKFLOW.read_text().replace("    runs-on: ubuntu-latest\n", "", 1)
+    bad = ROOT / "build" / "site-broken.yml"
+    bad.parent.mkdir(exist_ok=True)
+    bad.write_text(broken)
+    try:
+        result = subprocess.run([check, "--builtin-schema", "vendor.github-workflows",
+                                 str(bad)], capture_output=True, text=True)
+    finally:
+        bad.unlink()
+    assert result.returncode != 0
+
+
+def test_workflow_runs_the_make_targets_for_its_own_repository():
+    text = WORKFLOW.read_text()
+    assert "make site REPOSITORY=${{ github.repository }}" in text
+    assert ("make colab-edition REPOSITORY=${{ github.repository }} "
+            "REF=${{ github.sha }}") in text
+    assert "actions/deploy-pages" in text and "branches: [main]" in text
+    dry = subprocess.run(["make", "-n", "site", "colab-edition", "REPOSITORY=ada/amp",
+                          "REF=abc123"], cwd=ROOT, capture_output=True, text=True)
+    assert "-m amp_lessons.tooling.site --repository ada/amp" in dry.stdout
+    assert '--repository "ada/amp" --ref "abc123"' in dry.stdout
+
+
+def test_site_colab_links_open_the_given_repository_on_the_colab_branch():
+    nb = nbformat.read(LESSONS[0], as_version=4)
+    home = build.Home(colab.github_url("ada/amp"), colab.COLAB_BRANCH)
+    said = build.banner(nb, LESSONS[0].name, home.repository, "en", home.branch)
+    assert (f"https://colab.research.google.com/github/ada/amp/blob/colab/notebooks/"
+            f"{LESSONS[0].name}") in said
+    es = build.banner(nb, LESSONS[0].name, home.repository, "es", home.branch)
+    assert f"/ada/amp/blob/colab/notebooks/es/{LESSONS[0].name}" in es
+    assert build.Home.from_pyproject() == build.Home(colab.repository_url(), "main")
+    for bad in ("ada", "ada/amp/extra", "https://github.com/ada/amp", "ada amp/x"):
+        with pytest.raises(ValueError, match="OWNER/NAME"):
+            colab.github_url(bad)
+
+
+def test_colab_edition_installs_the_repository_at_the_commit(tmp_path):
+    written = colab.write_colab_edition(tmp_path, colab.github_url("ada/amp"), "abc123")
+    names = {p.relative_to(tmp_path).as_posix() for p in written}
+    assert {f"notebooks/{p.name}" for p in LESSONS} <= names
+    assert {f"notebooks/es/{p.name}" for p in ES_LESSONS} <= names
+    for path in written:
+        nb = nbformat.read(path, as_version=4)
+        setup = next(c for c in nb.cells if c.get("id") == colab.CELL_ID)
+        assert '"git+https://github.com/ada/amp@abc123"' in setup.source
+        folder = path.parent.relative_to(tmp_path).as_posix()
+        assert (f"](https://colab.research.google.com/github/ada/amp/blob/colab/"
+                f"{folder}/{path.name})") in nb.cells[0].source
+    # the lessons themselves are left as they are
+    assert colab.main(["--check"]) == 0

@@ -8,6 +8,12 @@ repository and anywhere else does nothing. A notebook cannot read pyproject.toml
 Colab, so the cell's text is generated: ``python -m amp_lessons.tooling.colab``
 rewrites it in every lesson (``--check`` only reports the ones that disagree).
 
+The site workflow (``.github/workflows/site.yml``) publishes a fork's own copy: it
+builds the site with the repository it runs in (``GITHUB_REPOSITORY``) and pushes a
+*Colab edition* of the lessons, whose set-up cells install that repository at that
+commit, to the branch ``colab``, where the site's Colab links point
+(``python -m amp_lessons.tooling.colab --edition DIR --repository OWNER/NAME``).
+
 Example: with ``Repository = "https://github.com/ada/amp"``,
 ``colab_url("02_underflow.ipynb", "https://github.com/ada/amp")`` is
 ``"https://colab.research.google.com/github/ada/amp/blob/main/notebooks/02_underflow.ipynb"``.
@@ -74,9 +80,17 @@ def repository_url(pyproject: Path = PYPROJECT) -> str | None:
     return url[:-4] if url.endswith(".git") else url
 
 
+def github_url(slug: str) -> str:
+    """``github_url("ada/amp")`` -> ``"https://github.com/ada/amp"`` (what
+    ``GITHUB_REPOSITORY`` holds in a workflow); anything else is refused."""
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", slug or ""):
+        raise ValueError(f"repository must be OWNER/NAME as on GitHub, got {slug!r}")
+    return f"https://github.com/{slug}"
+
+
 def colab_url(notebook: str, repository: str | None,
-              folder: str = "notebooks") -> str | None:
-    """The "Open in Colab" address of ``<folder>/<notebook>`` on the main branch
+              folder: str = "notebooks", branch: str = "main") -> str | None:
+    """The "Open in Colab" address of ``<folder>/<notebook>`` on ``branch``
     (``folder="notebooks/es"`` for the Spanish edition), None without a GitHub
     repository (Colab opens notebooks from GitHub only)."""
     match = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+)", repository or "")
@@ -85,21 +99,25 @@ def colab_url(notebook: str, repository: str | None,
     owner, repo = match.groups()
     name = Path(notebook).name
     return ("https://colab.research.google.com/github/"
-            f"{owner}/{repo}/blob/main/{folder}/{name}")
+            f"{owner}/{repo}/blob/{branch}/{folder}/{name}")
 
 
-def install_source(repository: str | None) -> str:
-    """What pip installs the course from: ``git+<repository>``, or "" unset."""
-    return f"git+{repository}" if repository else ""
+def install_source(repository: str | None, ref: str | None = None) -> str:
+    """What pip installs the course from: ``git+<repository>`` (at ``ref``, a commit
+    or branch, when given), or "" unset."""
+    if not repository:
+        return ""
+    return f"git+{repository}" + (f"@{ref}" if ref else "")
 
 
-def setup_cell_source(repository: str | None) -> str:
+def setup_cell_source(repository: str | None, ref: str | None = None) -> str:
     """The text of every lesson's first code cell for this repository URL."""
-    return CELL_TEMPLATE.format(env=INSTALL_ENV, source=install_source(repository))
+    return CELL_TEMPLATE.format(env=INSTALL_ENV, source=install_source(repository, ref))
 
 
-def badge_line(notebook: str, repository: str | None) -> str | None:
-    url = colab_url(notebook, repository)
+def badge_line(notebook: str, repository: str | None, folder: str = "notebooks",
+               branch: str = "main") -> str | None:
+    url = colab_url(notebook, repository, folder, branch)
     return f"{BADGE_START} [open this lesson in Colab]({url})." if url else None
 
 
@@ -111,12 +129,13 @@ def _with_badge(markdown: str, line: str | None) -> str:
     return "\n".join(kept + (["", line] if line else []))
 
 
-def refresh_notebook(nb, name: str, repository: str | None) -> bool:
+def refresh_notebook(nb, name: str, repository: str | None, ref: str | None = None,
+                     folder: str = "notebooks", branch: str = "main") -> bool:
     """Put the set-up cell first among the code cells and the Colab line at the end of
     the first markdown cell, both as ``repository`` says; True when ``nb`` changed."""
     before = nbformat.writes(nb)
     cells = [c for c in nb.cells if c.get("id") != CELL_ID]
-    cell = nbformat.v4.new_code_cell(setup_cell_source(repository))
+    cell = nbformat.v4.new_code_cell(setup_cell_source(repository, ref))
     cell.id = CELL_ID
     cell.metadata = {"slideshow": {"slide_type": "skip"}, "tags": [TAG]}
     # right after the title cell: the first code cell, outside any section
@@ -124,7 +143,8 @@ def refresh_notebook(nb, name: str, repository: str | None) -> bool:
                       len(cells))
     cells.insert(min(first_code, 1 if cells[0].cell_type == "markdown" else 0), cell)
     if cells[0].cell_type == "markdown":
-        cells[0].source = _with_badge(cells[0].source, badge_line(name, repository))
+        cells[0].source = _with_badge(cells[0].source,
+                                      badge_line(name, repository, folder, branch))
     nb.cells = cells
     return nbformat.writes(nb) != before
 
@@ -147,14 +167,57 @@ def lesson_notebooks(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     return sorted(p for p in Path(notebooks_dir).glob("*.ipynb") if p.is_file())
 
 
+COLAB_BRANCH = "colab"  # where the site workflow publishes the Colab edition
+
+
+def write_colab_edition(out: Path, repository: str, ref: str,
+                        notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
+    """The lessons as Colab should open them, in ``out/notebooks`` (and
+    ``out/notebooks/es``): each set-up cell installs ``repository`` at ``ref``, each
+    Colab line points at the branch ``COLAB_BRANCH``. Returns the files written.
+
+    Example: ``write_colab_edition(Path("build/colab"), github_url("ada/amp"),
+    "3f2c1e0")`` -> ``[.../notebooks/00_amp_in_10_minutes.ipynb, ...]``.
+    """
+    written = []
+    for folder in ("notebooks", "notebooks/es"):
+        source = Path(notebooks_dir).parent / folder
+        for path in lesson_notebooks(source) if source.is_dir() else []:
+            nb = nbformat.read(path, as_version=4)
+            refresh_notebook(nb, path.name, repository, ref, folder, COLAB_BRANCH)
+            dest = Path(out) / folder / path.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, dest)
+            written.append(dest)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m amp_lessons.tooling.colab",
         description="Write each lesson's Colab cell and link from pyproject.toml.")
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 if a lesson disagrees")
+    parser.add_argument("--edition", type=Path, metavar="DIR",
+                        help="write the Colab edition of every lesson into DIR "
+                             f"(for the branch {COLAB_BRANCH}) instead; needs "
+                             "--repository and --ref")
+    parser.add_argument("--repository", metavar="OWNER/NAME",
+                        help="the GitHub repository the Colab edition installs")
+    parser.add_argument("--ref", help="the commit it installs")
     parser.add_argument("notebooks", nargs="*", type=Path)
     args = parser.parse_args(argv)
+    if args.edition:
+        if not (args.repository and args.ref):
+            parser.error("--edition needs --repository OWNER/NAME and --ref COMMIT")
+        try:
+            written = write_colab_edition(args.edition, github_url(args.repository),
+                                          args.ref)
+        except ValueError as error:
+            parser.error(str(error))
+        print(f"wrote {len(written)} lessons into {args.edition}: they install "
+              f"{args.repository} at {args.ref}")
+        return 0
     repository = repository_url()
     paths = args.notebooks or lesson_notebooks()
     if args.check:

@@ -1,16 +1,24 @@
-"""``python -m amp_lessons.tooling.site [--executed DIR] [--out DIR]`` builds the site;
+"""``python -m amp_lessons.tooling.site [--executed DIR] [--out DIR] [--repository
+OWNER/NAME]`` builds the site;
 ``python -m amp_lessons.tooling.site execute DIR`` executes every lesson into DIR and
 every Spanish one into DIR/es (what CI hands the build with ``--executed DIR``)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
-from amp_lessons.tooling.colab import lesson_notebooks
-from amp_lessons.tooling.site.build import NOTEBOOKS_DIR, SITE_DIR, SPANISH, build_site
+from amp_lessons.tooling.colab import COLAB_BRANCH, github_url, lesson_notebooks
+from amp_lessons.tooling.site.build import (
+    NOTEBOOKS_DIR,
+    SITE_DIR,
+    SPANISH,
+    Home,
+    build_site,
+)
 from amp_lessons.tooling.site.execute import execute_lessons
 
 
@@ -40,10 +48,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="build from DIR/<lesson>.ipynb, already executed "
                              "(else each lesson is executed first)")
     parser.add_argument("--out", type=Path, default=SITE_DIR)
+    parser.add_argument(
+        "--repository", metavar="OWNER/NAME",
+        default=os.environ.get("GITHUB_REPOSITORY"),
+        help="the GitHub repository the Colab links open the lessons from, on the "
+             f"branch {COLAB_BRANCH} that the site workflow publishes (default: "
+             "$GITHUB_REPOSITORY in a workflow, else pyproject.toml's, on main)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        out = build_site(executed=args.executed, out=args.out)
+        home = (Home(github_url(args.repository), COLAB_BRANCH) if args.repository
+                else None)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        out = build_site(executed=args.executed, out=args.out, home=home)
     except (FileNotFoundError, RuntimeError) as error:
         print(f"make site: {error}", file=sys.stderr)
         return 1

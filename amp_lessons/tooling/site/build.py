@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -145,13 +146,29 @@ BANNER = {
 }
 
 
-def banner(nb, name: str, repository: str | None, lang: str = "en") -> str:
-    """What the page says under its title: what executed it, where to run it."""
+@dataclass(frozen=True)
+class Home:
+    """Where the site sends a reader to run a lesson: the GitHub repository and the
+    branch Colab opens the lessons from. Default: pyproject.toml's repository, main;
+    the site workflow passes the repository it runs in and the branch ``colab``."""
+
+    repository: str | None = None
+    branch: str = "main"
+
+    @classmethod
+    def from_pyproject(cls) -> Home:
+        return cls(repository_url())
+
+
+def banner(nb, name: str, repository: str | None, lang: str = "en",
+           branch: str = "main") -> str:
+    """What the page says under its title: what executed it, where to run it (the
+    lesson on ``branch`` of ``repository``, in Colab)."""
     text = BANNER[lang]
     info = executed_info(nb)
     lines = [text["executed"].format(**info) if info else text["unrecorded"]]
     folder = "notebooks" if lang == "en" else f"notebooks/{lang}"
-    url = colab_url(name, repository, folder)
+    url = colab_url(name, repository, folder, branch)
     if url:
         lines.append(text["colab"].format(url=url))
     return "\n\n".join(lines)
@@ -244,11 +261,13 @@ def _mathjax() -> Path:
 def write_sources(executed: dict[str, Path], src: Path,
                   notebooks_dir: Path = NOTEBOOKS_DIR, lang: str = "en",
                   index: Callable[[dict[str, str]], str] | None = None,
-                  leaks: set[str] | None = None) -> tuple[set[str], dict[str, str]]:
+                  leaks: set[str] | None = None,
+                  home: Home | None = None) -> tuple[set[str], dict[str, str]]:
     """The Sphinx project of one edition in ``src``: its sanitized lessons (sources in
     ``notebooks_dir``), conf, and its index: ``index(titles)``, by default the English
     one. ``leaks``: the solution lines no page may show, by default those of these
-    lessons and their executed copies (which may come from another commit).
+    lessons and their executed copies (which may come from another commit). ``home``:
+    where its Colab links and repository button point (default: pyproject's).
     Returns the leaks and each page's title."""
     copies = {stem: nbformat.read(path, as_version=4)
               for stem, path in executed.items()}
@@ -256,10 +275,11 @@ def write_sources(executed: dict[str, Path], src: Path,
         sources = [nbformat.read(Path(notebooks_dir) / f"{stem}.ipynb", as_version=4)
                    for stem in executed]
         leaks = sanitize.solution_lines([*sources, *copies.values()])
-    repository = repository_url()
+    home = home or Home.from_pyproject()
+    repository = home.repository
     titles = {}
     for stem, nb in copies.items():
-        said = banner(nb, f"{stem}.ipynb", repository, lang)
+        said = banner(nb, f"{stem}.ipynb", repository, lang, home.branch)
         page = sanitize.sanitize(nb, leaks, said, lang)
         page.cells[0].source = sanitize.strip_colab_line(page.cells[0].source,
                                                          BADGE_START)
@@ -302,11 +322,12 @@ def _sphinx(src: Path, html: Path, doctrees: Path) -> None:
 
 def build_site(executed: Path | None = None, out: Path = SITE_DIR,
                notebooks_dir: Path = NOTEBOOKS_DIR,
-               spanish: Iterable[str] | None = None) -> Path:
+               spanish: Iterable[str] | None = None, home: Home | None = None) -> Path:
     """Build the site into ``out`` from executed copies ``executed/<stem>.ipynb`` (all
     lessons) and ``executed/es/<stem>.ipynb`` (the Spanish ones), or, without
     ``executed``, execute the lessons first. ``spanish``: the Spanish lessons to
-    build (stems), every one of ``notebooks_dir/es`` by default, none for ``()``."""
+    build (stems), every one of ``notebooks_dir/es`` by default, none for ``()``.
+    ``home``: where the Colab links point (``Home``)."""
     from amp_lessons.tooling.colab import lesson_notebooks
 
     out = Path(out)
@@ -344,7 +365,7 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
         _, titles = write_sources(
             copies, src, notebooks_dir,
             index=lambda titles: index_page(titles, readme_lessons(), link),
-            leaks=leaks)
+            leaks=leaks, home=home)
         editions = {"": list(titles)}
         if es_copies:
             es_src.mkdir()
@@ -352,7 +373,8 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
                      for p in es_lessons}
             _, es_titles = write_sources(
                 es_copies, es_src, es_dir, SPANISH,
-                index=lambda es: spanish_index_page(es, times, titles), leaks=leaks)
+                index=lambda es: spanish_index_page(es, times, titles), leaks=leaks,
+                home=home)
             editions[SPANISH] = list(es_titles)
         staged = tmp / "html"
         _sphinx(src, staged, tmp / "doctrees")
