@@ -233,7 +233,8 @@ def _add_estimate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", type=positive_int, default=None,
                    help="resnet50: image side in pixels (default 224)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="default: the family's own (sgd for resnet50, adam otherwise)")
+                   help="default: the family's own (sgd_momentum for resnet50, adam "
+                        "otherwise)")
     p.add_argument("--precision", nargs="+", choices=GPU_PRECISIONS, default=None,
                    help="default: every precision the GPU's tensor cores take")
     p.add_argument("--json", action="store_true", help="print the estimates as JSON")

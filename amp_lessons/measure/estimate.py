@@ -49,8 +49,8 @@ __all__ = [
 # Bytes an optimizer step moves per fp32 parameter, as one fused kernel (apex's and
 # torch's fused=True): Adam reads p, g, m, v and writes p, m, v (7 x 4 B); LAMB adds a
 # second pass for its trust ratio (reads p and the update, writes p); SGD with
-# momentum reads p, g, buf and writes p, buf.
-OPTIMIZERS = {"adam": 28, "lamb": 40, "sgd": 20, "none": 0}
+# momentum reads p, g, buf and writes p, buf; plain SGD reads p, g and writes p.
+OPTIMIZERS = {"adam": 28, "lamb": 40, "sgd_momentum": 20, "sgd": 12, "none": 0}
 SCALER_BYTES = 8  # GradScaler's unscale_: reads and writes every gradient (fp16 only)
 TENSORS_PER_LAUNCH = 64  # a multi-tensor kernel takes a list of tensors per launch
 

@@ -275,7 +275,7 @@ def resnet50(
     blocks: str = "3-4-6-3",
     groups: int = 1,
     width_per_group: int = 64,
-    optimizer: str = "sgd",
+    optimizer: str = "sgd_momentum",
 ) -> Workload:
     """ResNet-50 v1.5 (stride on the 3x3 convolution), SGD with momentum; other
     ``blocks``, ``groups`` and ``width_per_group`` make ResNet-101 or ResNeXt

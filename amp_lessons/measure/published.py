@@ -170,12 +170,22 @@ def workload(row: Row, amp: bool) -> model_zoo.Workload:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One traced training step: its kernels, the optimizer's (and GradScaler's)
+    kernels after them, and the items it processes."""
+
+    trace: Trace
+    extra: list
+    items: int
+
+
+@dataclass(frozen=True)
 class Traced:
-    """A row's two traced steps and everything the fit needs from them."""
+    """A row's two traced steps, full precision and AMP."""
 
     row: Row
-    full: tuple[Trace, list, int]  # trace, optimizer/scaler kernels, items per step
-    amp: tuple[Trace, list, int]
+    full: Step
+    amp: Step
 
 
 @cache
@@ -199,7 +209,7 @@ def traced(row: Row) -> Traced:
             w.loss_fn,
             autocast=not (amp and row.amp_mode == "half"),
         )
-        out.append((trace, step_kernels(w.model, precision, w.optimizer), w.items))
+        out.append(Step(trace, step_kernels(w.model, precision, w.optimizer), w.items))
     return Traced(row, *out)
 
 
@@ -207,18 +217,18 @@ def estimates(t: Traced, eff: Efficiency) -> tuple[Estimate, Estimate]:
     """The row's full-precision and AMP estimates under ``eff``."""
     gpu = find_gpu(t.row.gpu)
     return (
-        price(t.full[0], gpu, t.row.full_precision, eff, t.full[1]),
-        price(t.amp[0], gpu, t.row.amp_precision, eff, t.amp[1]),
+        price(t.full.trace, gpu, t.row.full_precision, eff, t.full.extra),
+        price(t.amp.trace, gpu, t.row.amp_precision, eff, t.amp.extra),
     )
 
 
 # ---- the fit: every grid point priced at once ---------------------------------------
 
 
-def _grid_seconds(trace: Trace, extra: list, gpu) -> torch.Tensor:
+def _grid_seconds(step: Step, gpu) -> torch.Tensor:
     """Step seconds at every point of ``grid()``, as ``price`` computes them,
     vectorized: the GPU's time over the first four efficiencies, then the CPU's."""
-    kernels = [*trace.kernels, *extra]
+    trace, kernels = step.trace, [*step.trace.kernels, *step.extra]
     flops = torch.tensor([float(k.flops) for k in kernels], dtype=torch.float64)
     peak = torch.tensor(
         [gpu.peak(k.math) if k.flops else 1.0 for k in kernels], dtype=torch.float64
@@ -251,8 +261,8 @@ def _log_errors(all_traced: list[Traced]):
     speedup, absolute = [], []
     for t in all_traced:
         gpu = find_gpu(t.row.gpu)
-        full = t.full[2] / _grid_seconds(t.full[0], t.full[1], gpu)
-        amp = t.amp[2] / _grid_seconds(t.amp[0], t.amp[1], gpu)
+        full = t.full.items / _grid_seconds(t.full, gpu)
+        amp = t.amp.items / _grid_seconds(t.amp, gpu)
         speedup.append(torch.log(amp / full / t.row.speedup))
         absolute.append(
             torch.log(full / t.row.full_throughput) ** 2
@@ -302,6 +312,21 @@ class Fit:
     def median_error(self, loo: bool = False) -> float:
         return statistics.median(self.errors("fit", loo))
 
+    def at_grid_bounds(self) -> list[str]:
+        """The efficiencies the fit left at the edge of ``GRID``: the data pull them
+        further, so each row's leave-one-out fit often lands on the same point."""
+        return [name for name, value in asdict(self.efficiency).items()
+                if value in (GRID[name][0], GRID[name][-1])]
+
+    def summary(self) -> str:
+        """One sentence of the fit's quality, as the README states it."""
+        misses = [r for r in self.rows if abs(r.error) > 0.35]
+        return (f"median error {self.median_error():.0%} over the "
+                f"{len(self.errors())} fitted rows (leave-one-out "
+                f"{self.median_error(loo=True):.0%}); "
+                f"{len(self.rows) - len(misses)} of {len(self.rows)} rows within 35% "
+                f"(misses: {', '.join(r.id for r in misses) or 'none'})")
+
 
 def _parts(e: Estimate) -> dict:
     return {
@@ -324,7 +349,7 @@ def fit(rows: list[Row] | None = None) -> Fit:
     report = []
     for i, t in enumerate(all_traced):
         full, amp = estimates(t, best)
-        predicted = (t.amp[2] / amp.seconds) / (t.full[2] / full.seconds)
+        predicted = (t.amp.items / amp.seconds) / (t.full.items / full.seconds)
         loo = None
         if rows[i].role == "fit":
             keep = is_fit.clone()
@@ -365,12 +390,9 @@ def format_fit(result: Fit) -> str:
             f"{r.error:+7.0%} {loo:>11} {r.full_regime:>9} -> {r.amp_regime}"
             + ("" if r.role == "fit" else "  (check: not fitted)")
         )
-    lines.append(
-        f"median |error| over fit rows: {result.median_error():.0%}, "
-        f"leave-one-out {result.median_error(loo=True):.0%}; largest "
-        f"{max(result.errors()):.0%}, leave-one-out "
-        f"{max(result.errors(loo=True)):.0%}"
-    )
+    lines.append(result.summary())
+    if result.at_grid_bounds():
+        lines.append(f"at the grid's bound: {', '.join(result.at_grid_bounds())}")
     return "\n".join(lines)
 
 

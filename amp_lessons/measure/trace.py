@@ -142,6 +142,12 @@ PROMOTE_OPS = frozenset(
 )
 
 LOW_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
+# Ops that only write their output (reading no input), and ops that read only the
+# rows their indices pick (an embedding reads a batch's rows, not the whole table)
+_WRITE_ONLY_OPS = frozenset({"zeros_like", "ones_like", "full_like", "zeros", "ones",
+                             "full", "new_zeros", "new_ones", "new_full", "zero_",
+                             "fill_", "arange"})
+_GATHER_OPS = frozenset({"embedding", "index_select", "gather", "index"})
 _FREE_OPS = frozenset(
     {
         "_unsafe_view",
@@ -236,6 +242,23 @@ class KernelRecorder(TorchDispatchMode):
     def add(self, kernel: Kernel) -> None:
         self.kernels.append(kernel)
 
+    @staticmethod
+    def read_bytes(name: str, inputs: list[torch.Tensor], written: int,
+                   fp8: bool) -> int:
+        """The bytes an op reads: each input once (an fp8 matmul's at 1 byte an
+        element), nothing for an op that only writes, the source alone for a copy,
+        and for a gather its indices and the rows they pick (as many as it writes)."""
+        if name in _WRITE_ONLY_OPS:
+            return 0
+        if name == "copy_":  # copy_(destination, source): the destination is written
+            inputs = inputs[1:]
+        if name in _GATHER_OPS:
+            indices = [t for t in inputs if not t.is_floating_point()]
+            return written + sum(_read_bytes(t) for t in indices)
+        if fp8:
+            return sum(_read_bytes(t) // t.element_size() for t in inputs)
+        return sum(_read_bytes(t) for t in inputs)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -264,10 +287,8 @@ class KernelRecorder(TorchDispatchMode):
                     dtype, "tf32" if self.tf32 else "fp32"
                 )
             )
-        read = sum(
-            _read_bytes(t) // (t.element_size() if math == "fp8" else 1) for t in inputs
-        )
         written = sum(t.numel() * t.element_size() for t in outputs)
+        read = self.read_bytes(name, inputs, written, math == "fp8")
         self.add(
             Kernel(
                 name,
@@ -286,11 +307,13 @@ class AutocastPolicy(TorchFunctionMode):
 
     ``low`` is the dtype of the lower-precision ops (float16 or bfloat16). Each
     weight (a leaf that requires grad) is cast once, as autocast's cast cache does.
+    With ``low=None`` (fp32, tf32) nothing is cast: the mode only prices attention
+    as the fused kernel a GPU runs, in every precision alike.
     """
 
     def __init__(
         self,
-        low: torch.dtype,
+        low: torch.dtype | None,
         recorder: KernelRecorder | None = None,
         fp8_linears: bool = False,
     ):
@@ -314,6 +337,10 @@ class AutocastPolicy(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if self.low is None:
+            if name == "scaled_dot_product_attention" and self.recorder is not None:
+                return fused_attention(self.recorder, *args, **kwargs)
+            return func(*args, **kwargs)
         if name in LOWER_PRECISION_OPS:
             args, kwargs = torch.utils._pytree.tree_map(
                 lambda t: self.cast(t, self.low), (args, kwargs)
@@ -349,10 +376,12 @@ class _AttentionKernel(torch.autograd.Function):
     gradient) and writes the output (and q, k, v's gradients)."""
 
     @staticmethod
-    def forward(ctx, recorder, q, k, v):
+    def forward(ctx, recorder, q, k, v, causal):
         ctx.recorder = recorder
         ctx.save_for_backward(q, k, v)
         flops = 4 * q.shape[:-2].numel() * q.shape[-2] * k.shape[-2] * q.shape[-1]
+        if causal:  # flash attention skips the masked half of the scores
+            flops //= 2
         ctx.flops = flops
         moved = sum(t.numel() * t.element_size() for t in (q, k, v, q))
         recorder.add(
@@ -375,13 +404,14 @@ class _AttentionKernel(torch.autograd.Function):
                 _math(ctx.recorder, q.dtype),
             )
         )
-        return None, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        grads = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        return None, *grads, None
 
 
 def _math(recorder: KernelRecorder, dtype: torch.dtype) -> str:
-    return {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
-        dtype, "tf32" if recorder.tf32 else "fp32"
-    )
+    # float32 attention runs the memory-efficient kernel on CUDA cores, TF32 or not
+    # (priced at the TF32 rate, the H200 run's GPT step came out 1.3x too fast)
+    return {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, "fp32")
 
 
 def fused_attention(
@@ -396,7 +426,7 @@ def fused_attention(
     enable_gqa=False,
 ):
     """``F.scaled_dot_product_attention`` priced as one fused kernel (see above)."""
-    return _AttentionKernel.apply(recorder, q, k, v)
+    return _AttentionKernel.apply(recorder, q, k, v, is_causal)
 
 
 class Fp8Linear(torch.autograd.Function):
@@ -455,13 +485,9 @@ def trace_step(
     recorder = KernelRecorder(tf32=precision == "tf32")
     low = LOW_DTYPES.get(precision) if autocast else None
     with recorder:
-        if low is None:
+        with AutocastPolicy(low, recorder, fp8_linears=precision == "fp8"):
             out = model(*inputs)
             loss = loss_fn(out) if loss_fn else out.float().sum()
-        else:
-            with AutocastPolicy(low, recorder, fp8_linears=precision == "fp8"):
-                out = model(*inputs)
-                loss = loss_fn(out) if loss_fn else out.float().sum()
         loss.backward()
     for p in model.parameters():
         p.grad = None
