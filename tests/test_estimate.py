@@ -2,6 +2,7 @@
 against torch's own, its errors, the fit computed from the published data file."""
 
 import json
+import re
 import time
 from collections import Counter
 
@@ -302,10 +303,11 @@ def test_data_file_has_sourced_rows():
         repo, file, table, row = r.source.split(" / ", 3)
         assert repo in ("NVIDIA/DeepLearningExamples", "huggingface/transformers"), r.id
         assert ".md" in file and table and r.unit
-        # the table row quoted holds both published numbers
-        quoted = row.replace(",", "")
-        assert written(r.full_throughput) in quoted, r.id
-        assert written(r.amp_throughput) in quoted, r.id
+        # the table row quoted holds both published numbers, each a whole cell or
+        # number (so 12 does not pass inside 128)
+        numbers = re.findall(r"\d+(?:\.\d+)?", row.replace(",", ""))
+        assert written(r.full_throughput) in numbers, r.id
+        assert written(r.amp_throughput) in numbers, r.id
 
 
 def test_fitted_constants_are_the_fit_of_the_data_file(fit):
@@ -414,9 +416,12 @@ def test_recorded_fit_is_the_fit_of_the_data_file(fit):
     recorded = published.load_fit()
     assert recorded.efficiency == fit.efficiency
     for mine, theirs in zip(recorded.rows, fit.rows, strict=True):
-        assert mine.id == theirs.id
+        assert (mine.id, mine.full_regime, mine.amp_regime) == (
+            theirs.id, theirs.full_regime, theirs.amp_regime)
         assert mine.predicted == pytest.approx(theirs.predicted, rel=1e-9)
-        assert (mine.loo_predicted is None) == (theirs.loo_predicted is None)
+        assert mine.loo_predicted == pytest.approx(theirs.loo_predicted, rel=1e-9)
+        assert mine.full == pytest.approx(theirs.full, rel=1e-9)
+        assert mine.amp == pytest.approx(theirs.amp, rel=1e-9)
 
 
 def test_recorded_fit_refused_after_the_data_changed(tmp_path, monkeypatch):
@@ -458,3 +463,37 @@ def test_readme_shows_the_recorded_fit_row_by_row():
     fit = published.load_fit()
     assert " ".join(published.markdown_table(fit).split()) in readme
     assert fit.summary() in readme
+
+
+# ---- the estimate beside a recorded GPU run ----------------------------------------
+
+
+def _report(**changes):
+    from amp_lessons.measure.bench_results import load_results
+
+    report = load_results(published.DATA_DIR.parents[2] / "notebooks" / "results"
+                          / "bench_h200.json")
+    return {**report, **changes}
+
+
+def test_estimate_beside_the_recorded_h200_run():
+    from amp_lessons.measure import estimate_check
+
+    rows = estimate_check.measured_vs_estimated(_report())
+    precisions = ("fp32", "tf32", "fp16", "bf16")
+    assert {(r["config"], r["precision"]) for r in rows} == {
+        (c, p) for c in ("mlp", "transformer") for p in precisions}
+    for r in rows:
+        assert 1 / 3 < r["estimated_ms"] / r["measured_ms"] < 3, r
+        if r["precision"] == "fp32":
+            assert r["measured_speedup"] == r["estimated_speedup"] == 1
+    section = estimate_check.estimate_section(_report())
+    assert section.count("\n| transformer |") == 4
+    # nothing to set beside: a GPU the estimate does not know, or made-up numbers
+    assert estimate_check.measured_vs_estimated(_report(device_name="Tesla K80",
+                                                        gpu="Tesla K80")) == []
+    assert estimate_check.estimate_section(_report(synthetic=True)) == ""
+    no_fp32 = _report(results=[r for r in _report()["results"]
+                                if r["precision"] != "fp32"])
+    assert all(r["measured_speedup"] is None
+               for r in estimate_check.measured_vs_estimated(no_fp32))

@@ -121,10 +121,7 @@ def step_kernels(
 ) -> list[Kernel]:
     """The kernels after backward: GradScaler's unscale_ (fp16 only) and the
     optimizer step over the fp32 master weights."""
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(
-            f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}"
-        )
+    check_optimizer(optimizer)
     params = [p for p in model.parameters() if p.requires_grad]
     numel = sum(p.numel() for p in params)
     launches = max(1, math.ceil(len(params) / TENSORS_PER_LAUNCH))
@@ -196,6 +193,14 @@ def price(
     )
 
 
+def check_optimizer(optimizer: str) -> None:
+    """A clear error for an optimizer the estimate does not price."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(
+            f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}"
+        )
+
+
 def check_precision(gpu: GPU, precision: str) -> None:
     """A clear error for a precision that does not exist or that this GPU lacks."""
     if precision not in PRECISIONS:
@@ -229,10 +234,7 @@ def estimate_step(
     """
     device = find_gpu(gpu)
     check_precision(device, precision)
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(
-            f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}"
-        )
+    check_optimizer(optimizer)
     tensors = inputs if isinstance(inputs, tuple) else (inputs,)
     off_meta = [
         t.device

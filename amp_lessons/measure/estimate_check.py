@@ -6,6 +6,7 @@ and sets each precision's measured and estimated step time side by side. The sum
 page of the check and lesson 06 show that table.
 
 Example:
+    >>> from amp_lessons.measure.bench_results import load_results
     >>> rows = measured_vs_estimated(load_results("notebooks/results/bench_h200.json"))
     >>> rows[0]["config"], rows[0]["precision"]
     ('mlp', 'fp32')
