@@ -497,3 +497,17 @@ def test_estimate_beside_the_recorded_h200_run():
                                 if r["precision"] != "fp32"])
     assert all(r["measured_speedup"] is None
                for r in estimate_check.measured_vs_estimated(no_fp32))
+
+
+@pytest.mark.parametrize("build, sizes, message", [
+    (model_zoo.unet, {"patch": 100}, "multiple of 2\\*\\*\\(depth - 1\\) = 32"),
+    (model_zoo.unet, {"dims": 3, "patch": "192x160"}, "must give 1 or 3 sides"),
+    (model_zoo.transformer, {"width": 100, "heads": 16}, "multiple of heads 16"),
+    (model_zoo.transformer, {"seq": 64, "predictions": 80}, "must not exceed seq"),
+    (model_zoo.fastpitch, {"kernel": 4}, "kernel must be odd"),
+    (model_zoo.dlrm, {"bottom": "512-256-64"}, "end at the embedding width"),
+    (model_zoo.resnet50, {"image": 32, "batch": 1}, "too small"),
+])
+def test_model_sizes_that_cannot_be_built_are_refused_by_name(build, sizes, message):
+    with pytest.raises(ValueError, match=message):
+        build(**sizes)

@@ -38,6 +38,12 @@ class Workload:
     optimizer: str = "adam"
 
 
+def _require(condition: bool, message: str) -> None:
+    """A size a model cannot be built with: one clear ValueError, before any layer."""
+    if not condition:
+        raise ValueError(message)
+
+
 def _ids(batch: int, seq: int, vocab: int) -> torch.Tensor:
     return torch.zeros(batch, seq, dtype=torch.long, device=META).clamp_(max=vocab - 1)
 
@@ -193,6 +199,10 @@ def transformer(
     in masked-LM pre-training; 2 for SQuAD's start/end logits), applied to
     ``predictions`` positions a sequence (default: all). ``memory`` > 0 makes each
     layer attend over that many earlier states too (Transformer-XL)."""
+    _require(width % heads == 0, f"width {width} must be a multiple of heads {heads}")
+    _require(predictions <= seq and memory <= seq,
+             f"predictions ({predictions}) and memory ({memory}) must not exceed "
+             f"seq ({seq})")
     outputs = vocab if outputs is None else outputs
     with META:
         model = Encoder(
@@ -280,6 +290,10 @@ def resnet50(
     """ResNet-50 v1.5 (stride on the 3x3 convolution), SGD with momentum; other
     ``blocks``, ``groups`` and ``width_per_group`` make ResNet-101 or ResNeXt
     (ResNeXt101-32x4d: ``blocks="3-4-23-3", groups=32, width_per_group=4``)."""
+    # the last stage sees image / 32 pixels a side; batch norm needs 2 values a channel
+    _require(image >= 64 or (batch > 1 and image >= 32),
+             f"image {image} px is too small for ResNet-50's 32x downsampling at batch "
+             f"{batch}: use at least 64 (or 32 with a batch above 1)")
     layers: list[nn.Module] = []
     with META:
         layers += [
@@ -405,7 +419,12 @@ def unet(
     (``dims``); filters 32, 64, ... doubling up to 320 (3D) or 512 (2D), ``depth``
     stages."""
     sides = tuple(int(s) for s in str(patch).split("x"))
+    _require(len(sides) in (1, dims), f"patch {patch!r} must give 1 or {dims} sides")
     patch = sides if len(sides) == dims else sides * dims
+    step = 2 ** (depth - 1)  # each stage halves the patch, the way up doubles it
+    _require(all(side % step == 0 for side in patch),
+             f"each patch side must be a multiple of 2**(depth - 1) = {step}, got "
+             f"{patch}")
     cap = 320 if dims == 3 else 512
     filters = [min(32 * 2**i, cap) for i in range(depth)]
     with META:
@@ -484,6 +503,8 @@ def fastpitch(
     optimizer: str = "lamb",
 ) -> Workload:
     """FastPitch on ``text`` characters a sample; one step's items are mel frames."""
+    _require(kernel % 2 == 1, f"kernel must be odd (same-length convolutions), got "
+             f"{kernel}")
     with META:
         model = FastPitch(
             symbols, width, layers, heads, ffn, kernel, mels, frames_per_symbol
@@ -541,6 +562,8 @@ def dlrm(
     optimizer: str = "sgd",
 ) -> Workload:
     """DLRM on Criteo-like features; ``bottom`` and ``top`` are hidden widths."""
+    _require(int(str(bottom).split("-")[-1]) == dim,
+             f"the bottom MLP must end at the embedding width dim={dim}, got {bottom}")
     with META:
         model = DLRM(
             dense,
