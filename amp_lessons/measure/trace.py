@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
@@ -229,7 +228,7 @@ class KernelRecorder(TorchDispatchMode):
     """Records every aten op that launches a kernel, as a ``Kernel``.
 
     ``math`` of an op with FLOPs is its inputs' dtype (``"tf32"`` for float32 when
-    ``tf32`` is set), or ``"fp8"`` inside ``fp8_region``.
+    ``tf32`` is set).
     """
 
     def __init__(self, tf32: bool = False):
@@ -237,17 +236,15 @@ class KernelRecorder(TorchDispatchMode):
         self.kernels: list[Kernel] = []
         self.dispatched_ops = 0
         self.tf32 = tf32
-        self.fp8_region = False
 
     def add(self, kernel: Kernel) -> None:
         self.kernels.append(kernel)
 
     @staticmethod
-    def read_bytes(name: str, inputs: list[torch.Tensor], written: int,
-                   fp8: bool) -> int:
-        """The bytes an op reads: each input once (an fp8 matmul's at 1 byte an
-        element), nothing for an op that only writes, the source alone for a copy,
-        and for a gather its indices and the rows they pick (as many as it writes)."""
+    def read_bytes(name: str, inputs: list[torch.Tensor], written: int) -> int:
+        """The bytes an op reads: each input once, nothing for an op that only
+        writes, the source alone for a copy, and for a gather its indices and the
+        rows they pick (as many as it writes)."""
         if name in _WRITE_ONLY_OPS:
             return 0
         if name == "copy_":  # copy_(destination, source): the destination is written
@@ -255,8 +252,6 @@ class KernelRecorder(TorchDispatchMode):
         if name in _GATHER_OPS:
             indices = [t for t in inputs if not t.is_floating_point()]
             return written + sum(_read_bytes(t) for t in indices)
-        if fp8:
-            return sum(_read_bytes(t) // t.element_size() for t in inputs)
         return sum(_read_bytes(t) for t in inputs)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -280,15 +275,10 @@ class KernelRecorder(TorchDispatchMode):
         math = None
         if flops:
             dtype = inputs[0].dtype
-            math = (
-                "fp8"
-                if self.fp8_region
-                else {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
-                    dtype, "tf32" if self.tf32 else "fp32"
-                )
-            )
+            math = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
+                dtype, "tf32" if self.tf32 else "fp32")
         written = sum(t.numel() * t.element_size() for t in outputs)
-        read = self.read_bytes(name, inputs, written, math == "fp8")
+        read = self.read_bytes(name, inputs, written)
         self.add(
             Kernel(
                 name,
@@ -341,14 +331,18 @@ class AutocastPolicy(TorchFunctionMode):
             if name == "scaled_dot_product_attention" and self.recorder is not None:
                 return fused_attention(self.recorder, *args, **kwargs)
             return func(*args, **kwargs)
+        if name == "linear" and self.fp8_linears and self.recorder is not None:
+            # the fp32 master weight is cast to fp8 directly; the input and bias as
+            # autocast casts them
+            x, weight, bias = (*args, *kwargs.values(), None)[:3]
+            return Fp8Linear.apply(self.recorder, self.cast(x, self.low), weight,
+                                   self.cast(bias, self.low))
         if name in LOWER_PRECISION_OPS:
             args, kwargs = torch.utils._pytree.tree_map(
                 lambda t: self.cast(t, self.low), (args, kwargs)
             )
             if name == "scaled_dot_product_attention" and self.recorder is not None:
                 return fused_attention(self.recorder, *args, **kwargs)
-            if name == "linear" and self.fp8_linears and self.recorder is not None:
-                return Fp8Linear.apply(self.recorder, *args, *kwargs.values())
         elif name in SET_OPT_DTYPE_OPS:
             tensors = _tensors((args, kwargs))
             if (tensors and tensors[0].dtype in (torch.float16, torch.bfloat16)
@@ -429,42 +423,51 @@ def fused_attention(
     return _AttentionKernel.apply(recorder, q, k, v, is_causal)
 
 
+def _amax(recorder: KernelRecorder, t: torch.Tensor) -> None:
+    # one fused abs-max reduction: reads the tensor, writes one float32 scale
+    recorder.add(Kernel("amax", "pointwise", 0, _read_bytes(t) + 4))
+
+
+def _fp8_matmul(recorder: KernelRecorder, m: int, n: int, k: int,
+                out_bytes: int) -> None:
+    # torch._scaled_mm: both operands at 1 byte an element, the result in 16 or 32 bits
+    recorder.add(Kernel("_scaled_mm", "matmul", 2 * m * n * k,
+                        m * k + n * k + m * n * out_bytes, "fp8"))
+
+
 class Fp8Linear(torch.autograd.Function):
-    """A Linear as lesson 11's fp8 training runs it: the input, the weight and (in
-    backward) the output's gradient each get an amax and a cast to fp8, then the three
-    matmuls run on fp8 tensor cores. The matmuls are traced in bf16 (meta tensors
-    have no fp8 matmul) and priced as fp8 by the recorder."""
+    """A Linear as lesson 11's fp8 training runs it: the input, the fp32 master weight
+    and (in backward) the output's gradient each get an amax and a cast to fp8, then
+    the three matmuls run on fp8 tensor cores. Meta tensors have no fp8 matmul, so
+    the matmuls are recorded by their shapes (``_fp8_matmul``)."""
 
     @staticmethod
     def forward(ctx, recorder, x, weight, bias=None):
         ctx.recorder = recorder
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
+        m, k, n = x.shape[:-1].numel(), x.shape[-1], weight.shape[0]
         with torch.no_grad():
             for t in (x, weight):
-                t.abs().amax()
+                _amax(recorder, t)
                 t.to(torch.float8_e4m3fn)
-            recorder.fp8_region = True
-            try:
-                out = F.linear(x, weight, bias)
-            finally:
-                recorder.fp8_region = False
+            _fp8_matmul(recorder, m, n, k, x.element_size())
+            out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=x.device)
+            if bias is not None:
+                out = out + bias
         return out
 
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
         recorder = ctx.recorder
-        grad.abs().amax()
+        m, k, n = x.shape[:-1].numel(), x.shape[-1], weight.shape[0]
+        _amax(recorder, grad)
         grad.to(torch.float8_e5m2)
-        recorder.fp8_region = True
-        try:
-            grad_x = grad @ weight
-            grad_w = grad.flatten(0, -2).t() @ x.flatten(0, -2)
-        finally:
-            recorder.fp8_region = False
+        _fp8_matmul(recorder, m, k, n, x.element_size())  # grad_x = grad @ weight
+        _fp8_matmul(recorder, n, k, m, weight.element_size())  # grad_w = grad^T @ x
         grad_b = grad.flatten(0, -2).sum(0) if ctx.has_bias else None
-        return None, grad_x, grad_w, grad_b
+        return None, torch.empty_like(x), torch.empty_like(weight), grad_b
 
 
 def trace_step(
