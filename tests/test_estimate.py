@@ -314,6 +314,13 @@ def test_fitted_constants_are_the_fit_of_the_data_file(fit):
     assert fit.efficiency == FITTED  # estimate.py's FITTED is refitted here
 
 
+def test_estimated_throughputs_are_in_the_published_units(fit):
+    # a row whose items were counted in another unit (samples for mel frames) would be
+    # off by orders of magnitude; the absolute estimate is within 4x everywhere
+    for r in fit.rows:
+        assert all(0.25 < ratio < 4 for ratio in r.throughput_ratios), r
+
+
 def test_fit_meets_the_goals_and_reports_leave_one_out(fit):
     errors = fit.errors()
     assert sum(e > 0.35 for e in errors) <= 2, published.format_fit(fit)
@@ -463,6 +470,14 @@ def test_readme_shows_the_recorded_fit_row_by_row():
     fit = published.load_fit()
     assert " ".join(published.markdown_table(fit).split()) in readme
     assert fit.summary() in readme
+    low, high = fit.throughput_range()
+    assert f"between {low:.1f}x and {high:.1f}x of the published" in readme
+    efficiency = fit.efficiency
+    assert (f"matmuls reach {efficiency.tensor:.0%} on tensor cores and "
+            f"{efficiency.fp32:.0%} on CUDA cores, pointwise kernels "
+            f"{efficiency.memory:.0%} of the bandwidth; a kernel takes at least "
+            f"{efficiency.kernel_us:.0f} us and the CPU {efficiency.cpu_us:.0f} us an op"
+            ) in readme
 
 
 # ---- the estimate beside a recorded GPU run ----------------------------------------

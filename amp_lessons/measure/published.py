@@ -60,13 +60,13 @@ FAMILIES = {
 }
 # The grid the fit searches: each efficiency's candidate values.
 # Fractions of a peak stop where good kernels stop (about 90% of a datasheet's peak
-# for large GEMMs and copies); the time grids reach well past what eager PyTorch
-# costs (a few microseconds a kernel, some more a Python-level op).
+# for large GEMMs and copies). The time grids reach well past what a kernel launch
+# or a Python-level op costs, since the fit uses them for more (see estimate.FITTED).
 GRID = {
     "tensor": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     "fp32": (0.5, 0.6, 0.7, 0.8, 0.9),
     "memory": (0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-    "kernel_us": (2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0),
+    "kernel_us": (2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0),
     "cpu_us": (0.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0),
 }
 # The throughputs themselves count too, less than the speed-ups: they pin the scale
@@ -159,13 +159,16 @@ def load_rows(path: Path | None = None) -> list[Row]:
 
 
 def workload(row: Row, amp: bool) -> model_zoo.Workload:
-    """The row's model at the batch its full-precision or AMP run used."""
+    """The row's model at the batch its full-precision or AMP run used. A step's
+    items are the builder's (samples, tokens, mel frames), unless the row says how
+    many of its unit a sample holds (``items_per_sample``: Transformer-XL's tokens)."""
     shape = row.sizes()
     family = FAMILIES[shape.pop("family")]
-    per_item = shape.pop("items_per_sample", 1)
+    per_item = shape.pop("items_per_sample", None)
     batch = row.amp_batch if amp else row.full_batch
     w = family(batch=batch, **shape)
-    w.items = int(batch * per_item)
+    if per_item is not None:
+        w.items = int(batch * per_item)
     return w
 
 
@@ -297,6 +300,8 @@ class FitRow:
     amp_regime: str
     full: dict  # the full-precision estimate's compute/memory/overhead seconds
     amp: dict
+    # estimated throughput / published, full precision and AMP
+    throughput_ratios: tuple[float, float] = (1.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -317,6 +322,12 @@ class Fit:
         further, so each row's leave-one-out fit often lands on the same point."""
         return [name for name, value in asdict(self.efficiency).items()
                 if value in (GRID[name][0], GRID[name][-1])]
+
+    def throughput_range(self) -> tuple[float, float]:
+        """The smallest and largest estimated / published throughput, both precisions
+        of every row: how far the absolute estimate is off, where speed-ups agree."""
+        ratios = [x for r in self.rows for x in r.throughput_ratios]
+        return min(ratios), max(ratios)
 
     def summary(self) -> str:
         """One sentence of the fit's quality, as the README states it."""
@@ -371,6 +382,8 @@ def fit(rows: list[Row] | None = None) -> Fit:
                 amp.regime,
                 _parts(full),
                 _parts(amp),
+                (t.full.items / full.seconds / rows[i].full_throughput,
+                 t.amp.items / amp.seconds / rows[i].amp_throughput),
             )
         )
     return Fit(best, report)
