@@ -472,11 +472,10 @@ def test_readme_shows_the_recorded_fit_row_by_row():
     assert fit.summary() in readme
     low, high = fit.throughput_range()
     assert f"between {low:.1f}x and {high:.1f}x of the published" in readme
-    efficiency = fit.efficiency
-    assert (f"matmuls reach {efficiency.tensor:.0%} on tensor cores and "
-            f"{efficiency.fp32:.0%} on CUDA cores, pointwise kernels "
-            f"{efficiency.memory:.0%} of the bandwidth; a kernel takes at least "
-            f"{efficiency.kernel_us:.0f} us and the CPU {efficiency.cpu_us:.0f} us an op"
+    e = fit.efficiency
+    assert (f"matmuls reach {e.tensor:.0%} on tensor cores and {e.fp32:.0%} on CUDA "
+            f"cores, pointwise kernels {e.memory:.0%} of the bandwidth; a kernel takes "
+            f"at least {e.kernel_us:.0f} us and the CPU {e.cpu_us:.0f} us an op"
             ) in readme
 
 
