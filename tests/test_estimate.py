@@ -525,3 +525,12 @@ def test_estimate_beside_the_recorded_h200_run():
 def test_model_sizes_that_cannot_be_built_are_refused_by_name(build, sizes, message):
     with pytest.raises(ValueError, match=message):
         build(**sizes)
+
+
+def test_readme_states_the_estimate_against_the_recorded_h200_run():
+    from amp_lessons.measure import estimate_check
+
+    ratios = [r["estimated_ms"] / r["measured_ms"]
+              for r in estimate_check.measured_vs_estimated(_report())]
+    readme = " ".join((published.DATA_DIR.parents[2] / "README.md").read_text().split())
+    assert f"at {min(ratios):.2f}x to {max(ratios):.2f}x of the measured ones" in readme
