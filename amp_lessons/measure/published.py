@@ -27,6 +27,7 @@ import json
 import math
 import statistics
 import sys
+import textwrap
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -390,20 +391,24 @@ def fit(rows: list[Row] | None = None) -> Fit:
 
 
 def format_fit(result: Fit) -> str:
-    """The fit as a table a reader can check line by line."""
+    """The fit as a table a reader can check line by line, 80 columns wide (a row's id
+    names its GPU; "LOO": the fit without that row; check rows are marked *)."""
+    e = result.efficiency
     lines = [
-        f"fitted: {result.efficiency}",
-        f"{'row':34} {'gpu':15} {'published':>9} {'estimate':>8} {'error':>7} "
-        f"{'leave-1-out':>11} {'regime full -> AMP':>20}",
+        f"fitted: tensor {e.tensor:.0%}, fp32 {e.fp32:.0%}, memory {e.memory:.0%} of "
+        f"peak; {e.kernel_us:g} us a kernel, {e.cpu_us:g} us a CPU op",
+        f"{'row':31} {'published':>9} {'estimate':>8} {'error':>6} {'LOO':>6}  "
+        "regime full/AMP",
     ]
     for r in result.rows:
-        loo = "" if r.loo_error is None else f"{r.loo_error:+.0%}"
+        loo = "" if r.loo_error is None else f"{r.loo_error:+.1%}"
+        star = " " if r.role == "fit" else "*"
         lines.append(
-            f"{r.id:34} {r.gpu:15} {r.published:8.2f}x {r.predicted:7.2f}x "
-            f"{r.error:+7.0%} {loo:>11} {r.full_regime:>9} -> {r.amp_regime}"
-            + ("" if r.role == "fit" else "  (check: not fitted)")
+            f"{r.id + star:31} {r.published:8.2f}x {r.predicted:7.2f}x "
+            f"{r.error:+6.1%} {loo:>6}  {r.full_regime}/{r.amp_regime}"
         )
-    lines.append(result.summary())
+    lines.append("* a check row, never fitted")
+    lines += textwrap.wrap(result.summary(), 80)
     if result.at_grid_bounds():
         lines.append(f"at the grid's bound: {', '.join(result.at_grid_bounds())}")
     return "\n".join(lines)
@@ -414,10 +419,10 @@ def markdown_table(result: Fit) -> str:
     lines = ["| row | GPU | published | estimate | error | leave-one-out |",
              "|---|---|---:|---:|---:|---:|"]
     for r in result.rows:
-        loo = "-" if r.loo_error is None else f"{r.loo_error:+.0%}"
+        loo = "-" if r.loo_error is None else f"{r.loo_error:+.1%}"
         check = "" if r.role == "fit" else " (check)"
         lines.append(f"| {r.id}{check} | {r.gpu} | {r.published:.2f}x | "
-                     f"{r.predicted:.2f}x | {r.error:+.0%} | {loo} |")
+                     f"{r.predicted:.2f}x | {r.error:+.1%} | {loo} |")
     return "\n".join(lines)
 
 

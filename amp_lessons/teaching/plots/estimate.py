@@ -30,9 +30,10 @@ def plot_published_vs_estimate(fit) -> Figure:
         ax.scatter([r.published for r in rows], [r.predicted for r in rows],
                    marker=marker, zorder=3,
                    label="fitted row" if role == "fit" else "check row (not fitted)")
-        for r in rows:
+        for i, r in enumerate(rows):
+            # alternate above and below: neighbouring rows' labels do not overlap
             ax.annotate(r.id.replace("_", " "), (r.published, r.predicted), fontsize=6,
-                        xytext=(3, 2), textcoords="offset points")
+                        xytext=(4, 3 if i % 2 else -8), textcoords="offset points")
     ax.set(xscale="log", yscale="log", xlim=line, ylim=line,
            xlabel="published AMP speed-up (NVIDIA, Hugging Face)",
            ylabel="estimated speed-up",
