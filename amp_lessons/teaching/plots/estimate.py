@@ -25,17 +25,15 @@ def plot_published_vs_estimate(fit) -> Figure:
     ax.plot(line, line, color="black", lw=1)
     ax.fill_between(line, [v / 1.35 for v in line], [v * 1.35 for v in line],
                     color="#dddddd", label="within 35%")
+    ax.set(xscale="log", yscale="log", xlim=line, ylim=line)
     for role, marker in (("fit", "o"), ("check", "s")):
         rows = [r for r in fit.rows if r.role == role]
         ax.scatter([r.published for r in rows], [r.predicted for r in rows],
                    marker=marker, zorder=3,
                    label="fitted row" if role == "fit" else "check row (not fitted)")
-        for i, r in enumerate(rows):
-            # alternate above and below: neighbouring rows' labels do not overlap
-            ax.annotate(r.id.replace("_", " "), (r.published, r.predicted), fontsize=6,
-                        xytext=(4, 3 if i % 2 else -8), textcoords="offset points")
-    ax.set(xscale="log", yscale="log", xlim=line, ylim=line,
-           xlabel="published AMP speed-up (NVIDIA, Hugging Face)",
+    _label_points(ax, [(r.id.replace("_", " "), r.published, r.predicted)
+                       for r in fit.rows])
+    ax.set(xlabel="published AMP speed-up (NVIDIA, Hugging Face)",
            ylabel="estimated speed-up",
            title="AMP speed-up on one GPU: published vs first-principles estimate")
     for axis in (ax.xaxis, ax.yaxis):
@@ -45,6 +43,23 @@ def plot_published_vs_estimate(fit) -> Figure:
     ax.set_yticks([1, 1.5, 2, 3, 4, 5, 6])
     ax.legend(loc="upper left", fontsize=8)
     return fig
+
+
+def _label_points(ax, points: list[tuple[str, float, float]]) -> None:
+    """Label each point beside it, moving a label up or down (in steps of a line)
+    until it overlaps no label placed before: dense clusters stay readable."""
+    placed: list[tuple[float, float, float, float]] = []
+    for text, x, y in sorted(points, key=lambda p: (-p[2], p[1])):
+        px, py = ax.transData.transform((x, y))
+        width, height = 3.6 * len(text), 8.0  # pixels of 6-point text at 100 dpi
+        for dy in (2, -9, 11, -18, 20, -27, 29, -36, 38, -45):
+            box = (px + 5, py + dy, px + 5 + width, py + dy + height)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3]
+                       and b[1] < box[3] for b in placed):
+                break
+        placed.append(box)
+        ax.annotate(text, (x, y), fontsize=6, xytext=(5, box[1] - py),
+                    textcoords="offset pixels", annotation_clip=False)
 
 
 def plot_breakdowns(fit) -> Figure:
@@ -68,8 +83,10 @@ def plot_breakdowns(fit) -> Figure:
         labels.append((2 * i + 0.4, f"{r.id.replace('_', ' ')}  {r.predicted:.2f}x"))
     ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize=7)
     ax.invert_yaxis()
-    ax.set(xlabel="estimated time per sample, full precision's = 1 "
-                  "(upper bar: full precision, lower: AMP)",
-           title="Where a step's time goes")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("estimated time per sample, full precision's = 1 "
+                  "(upper bar: full precision, lower: AMP)")
+    ax.set_title("Where a step's time goes", loc="left")
+    # above the bars, right of the title: inside, it would hide the last row
+    ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize=8,
+              frameon=False)
     return fig
