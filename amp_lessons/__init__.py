@@ -11,13 +11,14 @@ contract in pyproject.toml holds this):
   ``fp8_vs_torchao`` (11).
 - ``measure``: ``bench`` (fp32 vs fp16 vs bf16 in one run) with ``bench_results``,
   ``bench_fp8`` and ``scaler_bench``; ``gpu_check`` (the whole GPU proof in one run,
-  ``python -m amp_lessons gpu-check``) with ``gpu_report``.
+  ``python -m amp_lessons gpu-check``) with ``gpu_report``; ``estimate`` (what AMP
+  would buy on a GPU, from first principles, 06) with ``trace``, ``gpus``,
+  ``model_zoo``, ``published`` (the published runs and the fit) and ``estimate_check``.
 - ``teaching``: the lessons' material: ``autocast_demos`` (04), ``scaler_vs_torch``
-(03),
-  ``clinic`` (07, 09), ``quiz`` (08), ``practice``, ``compiled`` and ``reproductions``
-  (09), ``rank_memory``, ``gradient_sync`` and ``accelerate_loop`` (10), ``plots``,
-  ``widgets`` and ``checks`` (the exercise graders: ``_engine`` plus one module per
-  lesson).
+  (03), ``clinic`` (07, 09), ``quiz`` (08), ``practice``, ``compiled`` and
+  ``reproductions`` (09), ``rank_memory``, ``gradient_sync`` and ``accelerate_loop``
+  (10), ``plots``, ``widgets``, ``estimate_widget`` (06) and ``checks`` (the exercise
+  graders: ``_engine`` plus one module per lesson).
 - ``tooling``: ``bootstrap``, ``lab``, ``grading``, ``site``, ``colab`` and
   ``translations``.
 
