@@ -13,7 +13,8 @@ contract in pyproject.toml holds this):
   ``bench_fp8`` and ``scaler_bench``; ``gpu_check`` (the whole GPU proof in one run,
   ``python -m amp_lessons gpu-check``) with ``gpu_report``; ``estimate`` (what AMP
   would buy on a GPU, from first principles, 06) with ``trace``, ``gpus``,
-  ``model_zoo``, ``published`` (the published runs and the fit) and ``estimate_check``.
+  ``model_zoo``, ``published_models``, ``published`` (the published runs and the
+  fit) and ``estimate_check``.
 - ``teaching``: the lessons' material: ``autocast_demos`` (04), ``scaler_vs_torch``
   (03), ``clinic`` (07, 09), ``quiz`` (08), ``practice``, ``compiled`` and
   ``reproductions`` (09), ``rank_memory``, ``gradient_sync`` and ``accelerate_loop``

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from amp_lessons.__main__ import main
-from amp_lessons.measure import model_zoo, published
+from amp_lessons.measure import model_zoo, published, published_models
 from amp_lessons.measure.estimate import FITTED, GPUS, Efficiency, estimate_step, price
 from amp_lessons.measure.trace import AutocastPolicy, KernelRecorder, Trace, trace_step
 
@@ -514,12 +514,12 @@ def test_estimate_beside_the_recorded_h200_run():
 
 
 @pytest.mark.parametrize("build, sizes, message", [
-    (model_zoo.unet, {"patch": 100}, "multiple of 2\\*\\*\\(depth - 1\\) = 32"),
-    (model_zoo.unet, {"dims": 3, "patch": "192x160"}, "must give 1 or 3 sides"),
+    (published_models.unet, {"patch": 100}, "multiple of 2\\*\\*\\(depth - 1\\) = 32"),
+    (published_models.unet, {"dims": 3, "patch": "192x160"}, "must give 1 or 3 sides"),
     (model_zoo.transformer, {"width": 100, "heads": 16}, "multiple of heads 16"),
     (model_zoo.transformer, {"seq": 64, "predictions": 80}, "must not exceed seq"),
-    (model_zoo.fastpitch, {"kernel": 4}, "kernel must be odd"),
-    (model_zoo.dlrm, {"bottom": "512-256-64"}, "end at the embedding width"),
+    (published_models.fastpitch, {"kernel": 4}, "kernel must be odd"),
+    (published_models.dlrm, {"bottom": "512-256-64"}, "end at the embedding width"),
     (model_zoo.resnet50, {"image": 32, "batch": 1}, "too small"),
 ])
 def test_model_sizes_that_cannot_be_built_are_refused_by_name(build, sizes, message):

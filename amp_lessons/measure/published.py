@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from amp_lessons.measure import model_zoo
+from amp_lessons.measure import model_zoo, published_models
 from amp_lessons.measure.estimate import (
     Efficiency,
     Estimate,
@@ -54,10 +54,10 @@ FAMILIES = {
     "gpt": model_zoo.gpt,
     "mlp": model_zoo.mlp,
     "resnet50": model_zoo.resnet50,
-    "seq2seq": model_zoo.seq2seq,
-    "unet": model_zoo.unet,
-    "fastpitch": model_zoo.fastpitch,
-    "dlrm": model_zoo.dlrm,
+    "seq2seq": published_models.seq2seq,
+    "unet": published_models.unet,
+    "fastpitch": published_models.fastpitch,
+    "dlrm": published_models.dlrm,
 }
 # The grid the fit searches: each efficiency's candidate values.
 # Fractions of a peak stop where good kernels stop (about 90% of a datasheet's peak
