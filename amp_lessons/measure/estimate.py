@@ -77,7 +77,7 @@ class Efficiency:
 # Effective values, not measurements: the published code fuses kernels (LayerNorm,
 # bias + GELU, softmax + dropout, the optimizer) that the eager trace counts one by
 # one, and small kernels reach far less than a large GEMM's rate; the fit puts the
-# latter into a long "shortest kernel" (48 us, where a bare launch takes about 5).
+# latter into a long "shortest kernel" (48 us, far longer than a bare launch).
 FITTED = Efficiency(tensor=0.5, fp32=0.8, memory=0.8, kernel_us=48.0, cpu_us=24.0)
 
 
