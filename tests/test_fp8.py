@@ -255,6 +255,34 @@ def test_non_contiguous_input_matches_torchao():
 
 
 @needs_torchao
+@pytest.mark.parametrize("recipe", [TENSORWISE, ROWWISE], ids=["tensorwise", "rowwise"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_input_feature_and_one_row_match_torchao(seed, recipe):
+    # in_features == 1: the weight operand of the input gradient has torchao's
+    # layout (see the next test), else the input gradient is 1-2 ulps off.
+    rows = compare_with_torchao(_mlp(1, True, seed), _input((1, 1), seed), recipe)
+    assert all(_all_same(rows).values()), _all_same(rows)
+
+
+@pytest.mark.parametrize("recipe", [TENSORWISE, ROWWISE], ids=["tensorwise", "rowwise"])
+def test_the_input_gradient_takes_the_weight_in_torchaos_layout(recipe, monkeypatch):
+    # torchao casts w.t() and transposes the fp8 tensor back: for a (64, 1) weight
+    # the strides (1, 64), not the (1, 1) of casting w itself. BLAS picks its
+    # summation order from the strides. (Checked here without torchao.)
+    layouts = []
+
+    def recording_mm(a, b, out_dtype):
+        layouts.append((tuple(b.data.shape), b.data.stride()))
+        return scaled_mm(a, b, out_dtype)
+
+    monkeypatch.setattr(fp8, "scaled_mm", recording_mm)
+    layer = to_float8(nn.Linear(1, 64), recipe=recipe)
+    layer(torch.ones(1, 1, requires_grad=True)).sum().backward()
+    _, grad_input, _ = layouts  # forward, input gradient, weight gradient
+    assert grad_input == ((64, 1), (1, 64))
+
+
+@needs_torchao
 def test_torchao_converts_the_same_modules_with_the_same_filter():
     model = GPT(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=32)
     calls = {"ours": [], "theirs": []}

@@ -577,20 +577,61 @@ def scaled_gradients(dtype: torch.dtype) -> list[torch.Tensor]:
     return [g.to(dtype) for g in grads]
 
 
+SIGNALLING_NAN_BITS = {torch.float32: 0x7FA00001, torch.float64: 0x7FF4000000000001,
+                       torch.float16: 0xFC01 - 2**16,  # negative in 16 bits
+                       torch.bfloat16: 0xFF81 - 2**16}  # fmt: skip
+
+
+def signalling_nan(dtype: torch.dtype) -> torch.Tensor:
+    """A NaN with its quiet bit clear and a payload: arithmetic rewrites such bits,
+    a copy keeps them."""
+    int_dtype = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+    return torch.tensor(SIGNALLING_NAN_BITS[dtype], dtype=int_dtype).view(dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("scale", [65536.0, 3000.0, 1.0, 0.25, 1e-40, 0.0, INF, NAN])
-@pytest.mark.parametrize("bad", [None, INF, -INF, NAN])
+@pytest.mark.parametrize("bad", [None, INF, -INF, NAN, "signalling_nan"])
 def test_unscale_grads_matches_torch_kernel(dtype, scale, bad):
+    # At a scale of 1.0 the kernel leaves float32 and float64 values alone, so a
+    # signalling NaN keeps its bits; bf16 makes a float32 round trip that rewrites it.
     grads = scaled_gradients(dtype)
     if bad is not None:
-        grads[2][17] = bad
+        grads[2][17] = signalling_nan(dtype) if bad == "signalling_nan" else bad
     theirs = [g.clone() for g in grads]
     inv_scale = torch.tensor(scale).double().reciprocal().float()
     found_inf = torch.zeros(())
     torch._amp_foreach_non_finite_check_and_unscale_(theirs, found_inf, inv_scale)
     found = unscale_grads_(grads, inv_scale)
     assert bool(found) == bool(found_inf) == (bad is not None)
+    if math.isnan(scale) and bad == "signalling_nan":
+        # The documented difference: NaN * NaN may keep the other NaN's bits.
+        assert theirs[2][17].isnan() and grads[2][17].isnan()
+        theirs[2][17] = grads[2][17]
     assert_same([tensor_bits(g) for g in theirs], [tensor_bits(g) for g in grads])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_unscale_grads_rewrites_every_16_bit_nan_as_torch_does(dtype, scale):
+    # Every fp16 and bf16 bit pattern: the multiply even by 1 must rewrite the NaNs
+    # exactly as the kernel's float32 round trip does (and leave the rest alone).
+    every_pattern = torch.arange(-(2**15), 2**15, dtype=torch.int32).short().view(dtype)
+    theirs, ours = every_pattern.clone(), every_pattern.clone()
+    inv_scale = torch.tensor(1 / scale)
+    torch._amp_foreach_non_finite_check_and_unscale_([theirs], torch.zeros(()),
+                                                     inv_scale)  # fmt: skip
+    unscale_grads_([ours], inv_scale)
+    assert_same(tensor_bits(theirs), tensor_bits(ours))
+
+
+def test_a_scale_of_one_keeps_a_signalling_nan_gradient_as_torch_does():
+    # scaler.unscale_ at scale 1.0: torch's kernel does not multiply, so the injected
+    # NaN's bits stay in the gradient (a multiply by 1 would set its quiet bit).
+    trace = assert_twins(scaler_kwargs={"init_scale": 1.0},
+                         inject={1: [("grad", 0, signalling_nan(torch.float32))]},
+                         num_steps=3)  # fmt: skip
+    assert trace[1]["grads"][0].view(-1)[0] == 0x7FA00001
 
 
 def torch_update_rule(scale, tracker, found_inf, growth, backoff, interval):
@@ -612,6 +653,26 @@ def test_next_scale_matches_torch_kernel(scale, growth, backoff):
             for found_inf in (False, True):
                 args = (scale, tracker, found_inf, growth, backoff, interval)
                 assert next_scale(*args) == torch_update_rule(*args), args
+
+
+@pytest.mark.parametrize("interval", [2**31 - 1, 2**31, 2**32 + 1, 2**40])
+def test_next_scale_wraps_the_growth_tracker_at_int32_like_torch(interval):
+    # torch's tracker is an int32 tensor: one step past 2**31 - 1 it reads -2**31,
+    # so an interval of 2**31 or more is never reached (2**32 + 1 is not taken
+    # modulo 2**32 either: the kernel compares in 64 bits).
+    for tracker in (2**31 - 2, 2**31 - 1, -(2**31), -1, 0):
+        args = (1024.0, tracker, False, 2.0, 0.5, interval)
+        assert next_scale(*args) == torch_update_rule(*args), args
+    assert next_scale(1024.0, 2**31 - 1, False, growth_interval=2**40) == (
+        1024.0, -(2**31))  # fmt: skip
+
+
+def test_a_scaler_counts_past_int32_like_torch():
+    # 2**31 clean steps are out of reach: load a tracker near int32's end, with an
+    # interval too large to reset it first.
+    trace = assert_twins(scaler_kwargs={"growth_interval": 2**40}, num_steps=3,
+                         after_update={0: set_growth_tracker(2**31 - 2)})  # fmt: skip
+    assert [snap["growth_tracker"] for snap in trace] == [1, 2**31 - 1, -(2**31)]
 
 
 def test_float32_reciprocal_would_be_the_same_number():
@@ -718,6 +779,16 @@ def misuse_new_scale_on_another_device(model, opt, scaler):
     backward(model, scaler)
     scaler.step(opt)
     scaler.update(torch.tensor(1.0, device="meta"))
+
+
+def misuse_load_growth_tracker_past_int32(model, opt, scaler):
+    scaler.load_state_dict({**scaler.state_dict(), "_growth_tracker": 2**31})
+    backward(model, scaler)  # torch fills its int32 tracker here, and fails
+
+
+def misuse_load_growth_tracker_past_int32_mid_run(model, opt, scaler):
+    backward(model, scaler)
+    scaler.load_state_dict({**scaler.state_dict(), "_growth_tracker": -(2**31) - 1})
 
 
 def misuse_scale_a_number(model, opt, scaler):

@@ -14,7 +14,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from test_scaler import Mismatch, assert_same, assert_twins, make_model
+from test_scaler import (
+    Mismatch,
+    assert_same,
+    assert_twins,
+    make_model,
+    signalling_nan,
+)
 from torch import nn
 
 from amp_lessons.core.formats import tensor_bits
@@ -283,3 +289,14 @@ def test_scheduler_twins_with_parameters_compared():
         results[name] = ([tensor_bits(p) for p in model.parameters()],
                          scaler.get_scale(), scheduler.get_last_lr())  # fmt: skip
     assert_same(results["torch"], results["ours"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_fused_look_rewrites_16_bit_nans_as_torch_does(dtype):
+    # torch's fused step looks for inf/nan with its unscale kernel and a dummy scale
+    # of 1: fp16 and bf16 gradients make a float32 round trip, which rewrites their
+    # NaNs (bf16's to 0x7fc0 or 0xffff, by code path). Ours must leave the same bits.
+    injected = signalling_nan(dtype)
+    trace = assert_twins(optimizer="adam_fused", model_dtype=dtype,
+                         inject={1: [("grad", 0, injected)]}, num_steps=2)  # fmt: skip
+    assert trace[1]["grads"][0].view(-1)[0] != tensor_bits(injected)  # rewritten

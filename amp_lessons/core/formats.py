@@ -209,7 +209,9 @@ def _encode(x: float, fmt: Format) -> int:
     m = fmt.mantissa_bits
     sign_bit = int(math.copysign(1.0, x) < 0) << (fmt.bits - 1)
     if math.isnan(x):
-        return sign_bit | _nan_pattern(fmt)
+        # torch's scalar bf16 cast (c10::BFloat16) writes 0x7FC0 for every nan,
+        # dropping the sign; its other casts keep it.
+        return (0 if fmt.dtype == torch.bfloat16 else sign_bit) | _nan_pattern(fmt)
     if math.isinf(x):
         return sign_bit | _overflow_pattern(fmt)
     # Near |x| the format's values are spaced 2**(exponent - m) apart; the exponent
@@ -261,6 +263,11 @@ def decompose(value: float, fmt: str | Format) -> Decomposed:
     first rounded to fp32, then to the format (round to nearest, ties to even; tf32:
     the fp32 mantissa rounded to 10 bits). Beyond `max` the format's `overflow` rule
     applies; e4m3fn, which has no inf, follows it for inf too.
+
+    A nan becomes the format's one nan pattern (a payload is not kept), with its sign,
+    except in bf16: there that cast writes 0x7FC0 for every nan, so -nan loses its
+    sign too. (torch's vectorized cast of a float32 tensor writes yet another bf16
+    nan, 0xFFFF on x86 CPUs: torch itself has no single bf16 nan.)
 
     Example:
         >>> d = decompose(0.1, "fp16")

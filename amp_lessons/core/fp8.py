@@ -117,6 +117,10 @@ class Fp8Tensor:
     def dequantize(self) -> torch.Tensor:
         return self.data.to(self.hp_dtype) / self.scale
 
+    def t(self) -> Fp8Tensor:
+        """The transpose; a per-row scale becomes a per-column one."""
+        return Fp8Tensor(self.data.t(), self.scale.t(), self.hp_dtype)
+
 
 def to_fp8(x: torch.Tensor, dtype: torch.dtype = E4M3, dim: int | None = None,
            power_of_2: bool = False) -> Fp8Tensor:
@@ -193,12 +197,17 @@ def _matmul_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
+def _cast(x: torch.Tensor, dtype: torch.dtype, summed_dim: int,
+          recipe: Recipe) -> Fp8Tensor:
+    """``x`` cast to fp8 as the recipe says; a rowwise scale spans ``summed_dim``,
+    the dimension the matmul sums over."""
+    return to_fp8(x, dtype, summed_dim if recipe.rowwise else None, recipe.power_of_2)
+
+
 def _fp8_mm(a: torch.Tensor, a_dtype: torch.dtype, b: torch.Tensor,
             b_dtype: torch.dtype, recipe: Recipe) -> torch.Tensor:
     """``a @ b`` (2-D) with both operands cast to fp8 as the recipe says."""
-    a_dim, b_dim = (-1, 0) if recipe.rowwise else (None, None)  # the summed dimension
-    a8 = to_fp8(a, a_dtype, a_dim, recipe.power_of_2)
-    b8 = to_fp8(b, b_dtype, b_dim, recipe.power_of_2)
+    a8, b8 = _cast(a, a_dtype, -1, recipe), _cast(b, b_dtype, 0, recipe)
     return scaled_mm(a8, b8, _matmul_dtype(a))
 
 
@@ -225,7 +234,11 @@ class _Float8Matmul(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         r = ctx.recipe
         g = grad_y.reshape(-1, grad_y.shape[-1])
-        grad_x = _fp8_mm(g, r.grad_dtype, weight, E4M3, r)
+        # torchao casts w.t() (what its forward saved) and transposes the fp8 tensor
+        # back: the bits of casting w, but for in_features == 1 another memory layout
+        # (strides (1, out) instead of (1, 1)), so BLAS sums in another order.
+        w8 = _cast(weight.t(), E4M3, -1, r).t()
+        grad_x = scaled_mm(_cast(g, r.grad_dtype, -1, r), w8, _matmul_dtype(g))
         grad_w = _fp8_mm(g.t(), r.grad_dtype, x.reshape(-1, x.shape[-1]), E4M3, r)
         # autograd casts each gradient to its input's dtype (bf16 -> fp32 weights)
         return grad_x.reshape(*grad_y.shape[:-1], grad_x.shape[-1]), grad_w, None

@@ -21,7 +21,8 @@ step.
 
 Fused optimizers (``fused=True``) unscale and skip in their own kernel: ``step()`` only
 looks for inf/nan and sets ``optimizer.grad_scale`` and ``optimizer.found_inf`` for the
-call, as torch does. Not covered: a ``step(grad_scaler=...)`` optimizer (a deprecated
+call, as torch does (its look "unscales" by 1, which rewrites fp16 and bf16 NaNs; so
+does ours). Not covered: a ``step(grad_scaler=...)`` optimizer (a deprecated
 contract that calls torch's private scaler methods) and, like torch, closures.
 """
 
@@ -70,7 +71,9 @@ def next_scale(
 ) -> tuple[float, int]:
     """The dynamic loss-scale rule: returns the new ``(scale, growth_tracker)``.
 
-    ``growth_tracker`` counts the clean steps since the last change of scale.
+    ``growth_tracker`` counts the clean steps since the last change of scale. Like
+    torch's int32 tensor it wraps from 2**31 - 1 to -2**31, so a ``growth_interval``
+    of 2**31 or more never grows the scale.
 
     Example:
         >>> next_scale(65536.0, 7, found_inf=True)   # overflow: halve, restart count
@@ -83,7 +86,7 @@ def next_scale(
     if found_inf:
         # float32 * double is computed in double, then stored back as float32.
         return round_to_float32(scale * backoff_factor), 0
-    successful = growth_tracker + 1
+    successful = _wrap_int32(growth_tracker + 1)
     # `==`, not `>=`: torch's kernel compares for equality, so a tracker loaded past
     # the interval (from a state_dict) never triggers growth. We copy that.
     if successful == growth_interval:
@@ -93,12 +96,31 @@ def next_scale(
     return scale, successful
 
 
+def _wrap_int32(n: int) -> int:
+    # The two's-complement wrap of torch's int32 count (its kernel adds 1 in C++).
+    return (n + 2**31) % 2**32 - 2**31
+
+
+def _int32_count(value: Any) -> int:
+    # What torch's int32 tracker tensor holds once filled with `value`: an int, or
+    # torch's own RuntimeError when the value is outside int32's range.
+    return torch.full((), value, dtype=torch.int32).item()
+
+
 def unscale_grads_(grads: list[torch.Tensor], inv_scale: torch.Tensor) -> torch.Tensor:
     """Multiply ``grads`` in place by ``inv_scale``; return True if any held inf or nan.
 
     The plain-tensor twin of torch's private fused kernel. All tensors must share one
     device and one dtype. The check looks at the values *before* they are multiplied,
     and the gradients are unscaled even when an inf is found, both as torch does.
+    ``inv_scale`` is read on the host (keep it on the CPU to spare a GPU sync): like
+    torch's kernel, an ``inv_scale`` of exactly 1 leaves float32 and float64 gradients
+    untouched, NaN payloads included, and still rewrites fp16 and bf16 NaNs.
+
+    A deliberate difference: with a NaN ``inv_scale`` (a scale forced to NaN), a
+    gradient that already holds a NaN may come out with ``inv_scale``'s NaN where the
+    kernel keeps the gradient's; which operand's NaN a multiply returns depends on the
+    operand order in torch's vectorized loops, which no public op lets us choose.
 
     Example:
         >>> grads = [torch.tensor([512.0, -1024.0]), torch.tensor([-float("inf")])]
@@ -109,9 +131,16 @@ def unscale_grads_(grads: list[torch.Tensor], inv_scale: torch.Tensor) -> torch.
     """
     # Before the multiply: with a scale below 1, a finite value can grow to inf.
     found_inf = _any_non_finite(grads)
-    # One batched call, not a Python loop of mul_(): per-call overhead dominates for
-    # small tensors on the CPU.
-    torch._foreach_mul_(grads, inv_scale.to(grads[0].device))
+    # torch's kernel returns a value unchanged when inv_scale is 1, where a multiply
+    # would quiet a signalling NaN. It computes in float32, so fp16 and bf16 values
+    # make a round trip that rewrites their NaNs exactly as a multiply does: those are
+    # multiplied even by 1.
+    if inv_scale.item() != 1 or grads[0].dtype in (torch.float16, torch.bfloat16):
+        # One batched call, not a Python loop of mul_(): per-call overhead dominates
+        # for small tensors on the CPU. By a tensor: a Python number would be rounded
+        # to bf16 first for bf16 gradients. (non_blocking: no wait for the GPU.)
+        device = grads[0].device
+        torch._foreach_mul_(grads, inv_scale.to(device, non_blocking=True))
     return found_inf
 
 
@@ -242,7 +271,7 @@ class LossScaler:
             (), self._init_scale, dtype=torch.float32, device=device
         )
         self._scale_value = round_to_float32(self._init_scale)
-        self._growth_tracker = self._init_growth_tracker
+        self._growth_tracker = _int32_count(self._init_growth_tracker)
 
     def _require_scale(self, funcname: str) -> torch.Tensor:
         # torch's AssertionError and words, for code that relies on them.
@@ -271,7 +300,7 @@ class LossScaler:
         """
         if not self._enabled:
             return
-        scale = self._require_scale("unscale_")
+        self._require_scale("unscale_")
         record = self._per_optimizer_states[id(optimizer)]
         if record.stage is OptState.UNSCALED:
             raise RuntimeError(
@@ -281,28 +310,27 @@ class LossScaler:
         if record.stage is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
         # 1/scale in float64, rounded to float32: the number torch multiplies by.
-        # A float32 division can be off by an ulp under some compiler flags.
-        record.found_inf = self._check_grads(
-            optimizer, scale.double().reciprocal().float()
-        )
+        # A float32 division can be off by an ulp under some compiler flags. Made on
+        # the CPU from the scale's value, so unscale_grads_ reads it without a GPU sync.
+        inv_scale = torch.tensor(self._scale_value, dtype=torch.float64).reciprocal()
+        record.found_inf = self._check_grads(optimizer, inv_scale.float())
         record.stage = OptState.UNSCALED
 
     def _check_grads(
         self, optimizer: torch.optim.Optimizer, inv_scale: torch.Tensor | None
     ) -> torch.Tensor | None:
         """How many devices' gradients hold inf/nan (None: no gradients); unscales
-        them by ``inv_scale``, or only looks if None (a fused step, fp16 allowed)."""
+        them by ``inv_scale``. None: a fused step, which allows fp16 and, as torch's,
+        "unscales" by 1: float32 stays as it is, fp16 and bf16 NaNs are rewritten."""
         scale = self._require_scale("unscale_")
+        fused = inv_scale is None
+        inv_scale = torch.ones(()) if fused else inv_scale
         flags: defaultdict[torch.device, list[torch.Tensor]] = defaultdict(list)
         # no_grad: after backward(create_graph=True) the gradients require grad.
         with torch.no_grad():
-            batches = _gradients_by_device_and_dtype(optimizer, inv_scale is None)
+            batches = _gradients_by_device_and_dtype(optimizer, allow_fp16=fused)
             for (device, _), grads in batches.items():
-                flags[device].append(
-                    _any_non_finite(grads)
-                    if inv_scale is None
-                    else unscale_grads_(grads, inv_scale)
-                )
+                flags[device].append(unscale_grads_(grads, inv_scale))
         if not flags:
             return None
         # One 0/1 per device, summed in float32 as torch sums them.
@@ -519,7 +547,7 @@ class LossScaler:
         if self._scale is not None:
             self._scale.fill_(state_dict["scale"])
             self._scale_value = round_to_float32(state_dict["scale"])
-            self._growth_tracker = state_dict["_growth_tracker"]
+            self._growth_tracker = _int32_count(state_dict["_growth_tracker"])
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickle (torch.save, deepcopy) only between iterations, and without the
