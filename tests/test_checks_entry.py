@@ -1,120 +1,108 @@
-"""The entry lesson's graders (amp_lessons.teaching.checks.entry): reference,
-known-wrong answers with their hints, the stub, a table that never gives the answer
-away, and the notebook grading them in the locked form."""
+"""The entry lesson's graders (amp_lessons.teaching.checks.entry): the reference passes,
+each mistake readers make fails with its own hint, a correct step written differently
+passes, the quiz never says which answer is wrong, and the notebook grades both."""
 
 import json
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn.functional as F
 from grader_harness import grader_tests, other_correct_test
 
 from amp_lessons.teaching.checks import (
     ENTRY_QUESTIONS,
-    ENTRY_STEPS,
+    check_entry_amp_step,
     check_entry_quiz,
-    check_entry_step_order,
-    entry_quiz_text,
 )
-from amp_lessons.teaching.quiz import QUESTIONS
 
 NOTEBOOK = (Path(__file__).resolve().parent.parent / "notebooks"
             / "00_amp_in_10_minutes.ipynb")
 
+
+def _step_ending(tail):
+    """The lesson's `amp_step` with `tail(loss, optimizer, scaler)` for the two lines
+    the reader writes."""
+
+    def amp_step(model, optimizer, scaler, x, y):
+        optimizer.zero_grad()
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            loss = F.mse_loss(model(x), y)
+        tail(loss, optimizer, scaler)
+        scaler.update()
+        return loss
+
+    return amp_step
+
+
 # --- reference solutions (copy into the solution cells) -------------------------
 
-
-def quick_check_answers():
-    return {
-        "why_scale": "c",
-        "autocast_scope": "b",
-        "step_with_inf": "d",
-        "backward_call": "a",
-        "where_fastest": "d",
-    }
+amp_step = _step_ending(lambda loss, opt, scaler: (scaler.scale(loss).backward(),
+                                                   scaler.step(opt)))
 
 
-def seed_loop_order():
-    return [
-        "zero_grad",
-        "forward under autocast",
-        "scaler.scale(loss).backward()",
-        "scaler.step(optimizer)",
-        "scaler.update()",
-    ]
+def quiz_answers():
+    return {"fp16_and_bf16": "b", "scale_after_32": "b"}
 
 
 # --- known-wrong answers, each with a fragment of the hint it must get ------------
 
+the_broken_step = _step_ending(lambda loss, opt, scaler: (loss.backward(), opt.step()))
+unscaled_backward = _step_ending(lambda loss, opt, scaler: (loss.backward(),
+                                                            scaler.step(opt)))
+optimizer_step = _step_ending(lambda loss, opt, scaler: (scaler.scale(loss).backward(),
+                                                         opt.step()))
+unscale_then_optimizer_step = _step_ending(
+    lambda loss, opt, scaler: (scaler.scale(loss).backward(), scaler.unscale_(opt),
+                               opt.step()))
+step_twice = _step_ending(
+    lambda loss, opt, scaler: (scaler.scale(loss).backward(), scaler.step(opt),
+                               scaler.step(opt)))
+backward_twice = _step_ending(
+    lambda loss, opt, scaler: (scaler.scale(loss).backward(retain_graph=True),
+                               scaler.scale(loss).backward(), scaler.step(opt)))
 
-def quiz_overflow():
-    return {**quick_check_answers(), "why_scale": "a"}
+
+def quiz_one_wrong():
+    return {**quiz_answers(), "scale_after_32": "a"}
 
 
-def quiz_wrap_everything():
-    return {**quick_check_answers(), "autocast_scope": "a"}
+def quiz_prediction_wrong():
+    return {**quiz_answers(), "fp16_and_bf16": "a"}
 
 
 def quiz_one_missing():
-    answers = quick_check_answers()
-    del answers["step_with_inf"]
-    return answers
+    return {"fp16_and_bf16": "b"}
 
 
-def quiz_backward_twice():
-    return {**quick_check_answers(), "backward_call": "c"}
-
-
-def quiz_cpu_fastest():
-    return {**quick_check_answers(), "where_fastest": "a"}
-
-
-def order_update_first():
-    return ["zero_grad", "forward under autocast", "scaler.scale(loss).backward()",
-            "scaler.update()", "scaler.step(optimizer)"]
-
-
-def order_step_before_backward():
-    return ["zero_grad", "forward under autocast", "scaler.step(optimizer)",
-            "scaler.scale(loss).backward()", "scaler.update()"]
-
-
-def order_zero_grad_between():
-    return ["forward under autocast", "scaler.scale(loss).backward()", "zero_grad",
-            "scaler.step(optimizer)", "scaler.update()"]
-
-
-def order_with_unscale():
-    return [*seed_loop_order()[:3], "scaler.unscale_(optimizer)",
-            *seed_loop_order()[3:]]
-
-
-def order_nanogpt():  # zero_grad last: right too
-    return [*seed_loop_order()[1:], "zero_grad"]
+def quiz_not_a_letter():
+    return {**quiz_answers(), "scale_after_32": ["b"]}
 
 
 # (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
 CASES = {
-    "quiz": (
-        check_entry_quiz,
-        quick_check_answers,
+    "amp_step": (
+        check_entry_amp_step,
+        amp_step,
         [
-            (quiz_overflow, False, "scaling makes values BIGGER"),
-            (quiz_wrap_everything, False, "the docs advise against wrapping backward"),
-            (quiz_one_missing, False, "missing or invalid: step_with_inf"),
-            (quiz_backward_twice, True, "call backward once, on the scaled loss"),
-            (quiz_cpu_fastest, True, "SLOWER than fp32"),
+            (the_broken_step, False, "backward ran on the unscaled loss"),
+            (unscaled_backward, True, "call scaler.scale(loss).backward()"),
+            (optimizer_step, False, "instead of optimizer.step()"),
+            (unscale_then_optimizer_step, False, "optimizer.step() never skips"),
+            (unscale_then_optimizer_step, True, "optimizer.step() never skips"),
+            (step_twice, False, "scaler.step ran twice"),
+            (backward_twice, True, "write the two lines the lesson names"),
         ],
     ),
-    "order": (
-        check_entry_step_order,
-        seed_loop_order,
+    "quiz": (
+        check_entry_quiz,
+        quiz_answers,
         [
-            (order_update_first, False, "No inf checks were recorded"),
-            (order_step_before_backward, False, "step on last iteration's gradients"),
-            (order_zero_grad_between, False, "wipes the grads"),
-            (order_zero_grad_between, True, "raised: No inf checks were recorded"),
-            (order_step_before_backward, True, "running your order raised"),
-            (order_with_unscale, False, "not in ENTRY_STEPS: 'scaler.unscale_"),
+            (quiz_one_wrong, False, "the check does not say which"),
+            (quiz_prediction_wrong, False, "the check does not say which"),
+            (quiz_one_wrong, True, "the check does not say which"),
+            (quiz_one_missing, False, "missing or invalid: scale_after_32"),
+            (quiz_not_a_letter, False, "missing or invalid: scale_after_32"),
         ],
     ),
 }
@@ -123,56 +111,61 @@ CASES = {
     test_wrong_answer_rejected_with_hint,
     test_stub_is_not_attempted,
 ) = grader_tests(CASES)
+
+
+def scaled_by_hand(model, optimizer, scaler, x, y):
+    """Right, written another way: the scaled loss as a variable, autograd.backward,
+    an explicit unscale_, and the step."""
+    optimizer.zero_grad(set_to_none=False)
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        prediction = model(x)
+    loss = F.mse_loss(prediction.float(), y)
+    scaled = scaler.scale(loss)
+    torch.autograd.backward(scaled)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
 test_other_correct_answers_pass = other_correct_test(
-    [(check_entry_step_order, order_nanogpt, "zero-grad-last")]
+    [(check_entry_amp_step, scaled_by_hand, "scaled-by-hand")]
 )
 
 
-# --- the questions are lesson 08's, the steps lesson 05's ---------------------------
+# --- fair grading -------------------------------------------------------------------
 
 
-def test_questions_and_steps_come_from_the_course():
-    assert set(ENTRY_QUESTIONS) <= set(QUESTIONS)
-    assert all(qid in entry_quiz_text() for qid in ENTRY_QUESTIONS)
-    assert sorted(ENTRY_STEPS) == sorted(seed_loop_order())
-    assert list(ENTRY_STEPS) != seed_loop_order()  # shown shuffled
-
-
-# --- fair grading: the tables never print the right answer -------------------------
-
-
-def test_quiz_table_never_prints_the_right_choice(capsys):
-    def all_wrong():
-        return {q: next(k for k, (_, why) in QUESTIONS[q][1].items() if why)
-                for q in ENTRY_QUESTIONS}
-
-    for hidden in (False, True):
+def test_quiz_table_never_says_which_answer_is_wrong(capsys):
+    """Told which answer is wrong, a reader passes by trying letters: the visible table
+    reads the same whichever of the two is wrong."""
+    tables = []
+    for wrong in (quiz_one_wrong, quiz_prediction_wrong):
         with pytest.raises(AssertionError):
-            check_entry_quiz(all_wrong, hidden=hidden)
-    flat = " ".join(capsys.readouterr().out.split())
-    for qid in ENTRY_QUESTIONS:
-        right = next(c for c, why in QUESTIONS[qid][1].values() if not why)
-        assert right not in flat
+            check_entry_quiz(wrong)
+        tables.append(capsys.readouterr().out)
+    assert tables[0] == tables[1]
+    assert all(qid not in tables[0] for qid in ENTRY_QUESTIONS)
 
 
-def test_order_table_does_not_give_the_order_away(capsys):
-    with pytest.raises(AssertionError):
-        check_entry_step_order(lambda: list(ENTRY_STEPS))
-    rows = [line for line in capsys.readouterr().out.splitlines() if " vs " in line]
-    assert len(rows) == 3 and all("(not shown)" in row for row in rows)
-    assert all(row.split()[0] < row.split()[2] for row in rows)  # named alphabetically
+def test_every_wrong_letter_pair_fails():
+    for first in ENTRY_QUESTIONS["fp16_and_bf16"]:
+        for second in ENTRY_QUESTIONS["scale_after_32"]:
+            answers = {"fp16_and_bf16": first, "scale_after_32": second}
+            if answers == quiz_answers():
+                continue
+            with pytest.raises(AssertionError):
+                check_entry_quiz(lambda answers=answers: answers)
 
 
 # --- the notebook grades both, in the locked form -----------------------------------
 
 
 def test_notebook_grades_both_exercises():
-    if not NOTEBOOK.exists():
-        pytest.skip("the entry lesson is not written yet")
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     graded = ["".join(c["source"]) for c in cells
               if c["metadata"].get("nbgrader", {}).get("grade")]
     assert len(graded) == 2
-    assert "_checks.check_entry_quiz(quick_check_answers)" in graded[0]
-    assert "_checks.check_entry_step_order(seed_loop_order)" in graded[1]
+    assert "_checks.check_entry_amp_step(amp_step)" in graded[0]
+    assert "_checks.check_entry_quiz(quiz_answers)" in graded[1]
     assert all("hidden=True" in text for text in graded)

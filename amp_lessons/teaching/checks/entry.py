@@ -1,193 +1,241 @@
-"""The entry lesson's graders (notebooks/00_amp_in_10_minutes): the seed's quick check,
-five of lesson 08's questions answered in one cell, and the seed's loop put in order.
+"""The entry lesson's graders (notebooks/00_amp_in_10_minutes): the AMP step the reader
+writes, and the reader's prediction and one question, graded as a pair.
 
-Both reuse what lesson 08 and lesson 05 already grade with: the questions, choices and
-reasons of `amp_lessons.teaching.quiz`, and the step names, torch's live errors and the
-reference run of `step_order`. Only the selection is new: the five questions the entry
-lesson teaches, and the five calls of the seed's loop (no unscale_, no clipping).
+`check_entry_amp_step` runs the reader's `amp_step` for a few steps on a tiny model
+beside the same step written with a real `torch.amp.GradScaler`, and compares the
+parameters, the scale and the growth tracker bit for bit, an overflow included. A
+wrong run is matched against the mistakes readers make (each run the same way) to
+name the one made. `check_entry_quiz` says only whether both answers are right: told
+which one is wrong, a reader could pass by trying letters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
 
 from amp_lessons.core.formats import same_bits
 from amp_lessons.i18n import N_, _
 from amp_lessons.teaching.checks._engine import (
     NOT_SHOWN,
+    Raised,
     Row,
     answer_of_type,
     answered_row,
     as_choice,
+    call_student,
     grade,
-    same_float,
+    show_value,
 )
-from amp_lessons.teaching.checks.quiz import _answered_row, _question_row
-from amp_lessons.teaching.checks.step_order import (
-    _BWD,
-    _FWD,
-    _SHORT,
-    _STEP,
-    _UPDATE,
-    _ZERO,
-    _live_error,
-    _order_run,
-    _read_order,
+
+__all__ = ["ENTRY_QUESTIONS", "check_entry_amp_step", "check_entry_quiz"]
+
+
+# --- the AMP step ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _StepCase:
+    name: str
+    optimizer: str
+    init_scale: float
+    growth_interval: int
+    targets: tuple[float, ...]  # the size of each step's target: 1e6 overflows
+
+
+_CASES = (
+    _StepCase(N_("3 steps, SGD"), "sgd", 2.0**16, 2000, (1.0, 1.0, 1.0)),
+    _StepCase(N_("overflow at step 2 of 3"), "sgd", 2.0**16, 2000, (1.0, 1e6, 1.0)),
 )
-from amp_lessons.teaching.quiz import QUICK_CHECK
-
-__all__ = [
-    "ENTRY_QUESTIONS",
-    "ENTRY_STEPS",
-    "check_entry_quiz",
-    "check_entry_step_order",
-    "entry_quiz_text",
-]
-
-ENTRY_QUESTIONS: tuple[str, ...] = (
-    "why_scale", "autocast_scope", "step_with_inf", "backward_call", "where_fastest",
-)
-"""The quick check of the entry lesson: ids of `amp_lessons.teaching.quiz.QUESTIONS`,
-one per section of the seed (underflow, autocast, step, tip 1, tip 3)."""
-_VISIBLE = ENTRY_QUESTIONS[:3]  # the hidden cases grade the other two
-
-_SEED_ORDER = (_ZERO, _FWD, _BWD, _STEP, _UPDATE)
-ENTRY_STEPS: tuple[str, ...] = (_UPDATE, _FWD, _STEP, _ZERO, _BWD)
-"""The five calls of the seed's loop, shuffled: `seed_loop_order()` puts them in
-order."""
+_HIDDEN = (
+    _StepCase(N_("Adam, overflow at step 1 of 3"), "adam", 2.0**16, 2000,
+              (1e6, 1.0, 1.0)),
+    _StepCase(N_("growth after every clean step"), "sgd", 2.0**8, 1, (1.0, 1.0, 1.0)),
+)  # fmt: skip
 
 
-def entry_quiz_text() -> str:
-    """The entry lesson's questions and choices as text, ready to print.
-
-    Example:
-        >>> print(entry_quiz_text().splitlines()[1])
-           (a) To prevent overflow in fp16
-    """
-    lines = []
-    for qid in ENTRY_QUESTIONS:
-        item = QUICK_CHECK[qid]
-        lines.append(f"{qid}: {_(item['question'])}")
-        lines += [f"   ({k}) {_(text)}" for k, text in item["choices"].items()]
-    return "\n".join(lines)
+def _reference_step(model, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss = F.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss
 
 
-def _quiz_rows(quick_check_answers: Callable, hidden: bool) -> list[Row]:
-    got = answer_of_type(
-        quick_check_answers, dict, "dict", N_("a dict {question id: letter}")
+def _mistaken_step(mistake: str) -> Callable:
+    """The lesson's step with one mistake readers make, to recognise it in a run."""
+
+    def step(model, optimizer, scaler, x, y):
+        optimizer.zero_grad()
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            loss = F.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        if mistake == "unscale_then_optimizer_step":
+            scaler.unscale_(optimizer)
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+        scaler.update()
+        return loss
+
+    return step
+
+
+_MISTAKES = {
+    "unscale_then_optimizer_step": N_(
+        "on the overflow step your step applied inf: optimizer.step() never skips. "
+        "scaler.step(optimizer) unscales and skips a step whose gradients hold "
+        "inf/NaN"),
+}  # fmt: skip
+_ERRORS = {
+    "No inf checks were recorded": N_(
+        "the gradients went to the optimizer without scaler.step(optimizer), so "
+        "scaler.update() found no inf check to act on: call scaler.step(optimizer) "
+        "instead of optimizer.step()"),
+    "_scale is None": N_(
+        "backward ran on the unscaled loss, so the scaler has no scale to divide "
+        "by (and in fp16 the gradients below 2^-24 were already lost): call "
+        "scaler.scale(loss).backward()"),
+    "step() has already been called since the last update()": N_(
+        "scaler.step ran twice in one step: call it once, then the given "
+        "scaler.update()"),
+    "has already been called on this optimizer since the last update": N_(
+        "the scaler unscaled twice in one step: call scaler.step(optimizer) once"),
+}  # fmt: skip
+
+
+def _make_optimizer(name: str, params) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-2)
+    return torch.optim.SGD(params, lr=0.1)
+
+
+def _run(amp_step: Callable, case: _StepCase) -> Any:
+    """(params, scale, growth tracker) after the case's steps, or Raised."""
+    torch.manual_seed(11)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = _make_optimizer(case.optimizer, model.parameters())
+    scaler = torch.amp.GradScaler(
+        "cpu", init_scale=case.init_scale, growth_interval=case.growth_interval
     )
-    if hidden:
-        return [_question_row(q, got) for q in ENTRY_QUESTIONS if q not in _VISIBLE]
-    bad = [q for q in ENTRY_QUESTIONS
-           if as_choice(got.get(q), QUICK_CHECK[q]["choices"]) is None]
-    hint = _("answer every question id printed above with one of its letters; "
-             "missing or invalid: {ids}").format(ids=", ".join(bad))
-    case = _("all {total} questions answered").format(total=len(ENTRY_QUESTIONS))
-    rows = [answered_row(case, bad, hint)]
-    rows += [_question_row(q, got) for q in _VISIBLE]
-    return rows + [_answered_row(q, got) for q in ENTRY_QUESTIONS
-                   if q not in _VISIBLE]
+    gen = torch.Generator().manual_seed(12)
+    for size in case.targets:
+        x = torch.randn(16, 4, generator=gen) * 2**-6  # small: gradients near 2^-24
+        y = torch.randn(16, 2, generator=gen) * size * 2**-6
+        got = call_student(amp_step, model, optimizer, scaler, x, y)
+        if isinstance(got, Raised):
+            return got
+    params = [p.detach().clone() for p in model.parameters()]
+    return params, scaler.get_scale(), scaler.state_dict()["_growth_tracker"]
 
 
-def check_entry_quiz(
-    quick_check_answers: Callable[[], dict[str, str]], hidden: bool = False
-) -> None:
-    """Check `quick_check_answers() -> {question id: letter}` for ENTRY_QUESTIONS.
-
-    The visible cases check that all five are answered and grade the first three; the
-    hidden cases grade the other two. A wrong choice gets the reason it is wrong; the
-    table never prints the right letter.
-
-    Example:
-        >>> check_entry_quiz(lambda: {"why_scale": "c", ...})
-    """
-    grade("check_entry_quiz", quick_check_answers, hidden, _quiz_rows)
+def _same_run(a: Any, b: Any) -> bool:
+    if isinstance(a, Raised) or isinstance(b, Raised):
+        return False
+    (pa, *sa), (pb, *sb) = a, b
+    return sa == sb and all(same_bits(x, y) for x, y in zip(pa, pb, strict=True))
 
 
-def _rules() -> list[tuple[str, str, str]]:
-    """(first, then, why) pairs that the seed's loop satisfies."""
-    update_first = _live_error(lambda s, o: s.update())
-    return [
-        (_FWD, _BWD, _("backward needs the loss that the forward pass computes")),
-        (_BWD, _STEP, _("scaler.step unscales and applies the gradients that backward "
-         "makes; before backward it would step on last iteration's gradients")),
-        (_STEP, _UPDATE, _("update() needs the inf checks that step records; called "
-         "first it fails: {error}").format(error=update_first)),
-    ]  # fmt: skip
+def _step_hint(case: _StepCase, got: Any) -> str:
+    if isinstance(got, Raised):
+        for fragment, hint in _ERRORS.items():
+            if fragment in got.message:
+                return _(hint)
+        return got.hint
+    for mistake, hint in _MISTAKES.items():
+        if _same_run(got, _run(_mistaken_step(mistake), case)):
+            return _(hint)
+    if any(not torch.isfinite(p).all() for p in got[0]):
+        return _("a parameter is inf or NaN: a step with inf/NaN gradients was not "
+                 "skipped; scaler.step(optimizer) skips it")
+    return _("write the two lines the lesson names: scaler.scale(loss).backward(), "
+             "then scaler.step(optimizer); zero_grad, the forward pass and "
+             "scaler.update() are given")
 
 
-def _order_of(seed_loop_order: Callable) -> tuple[list[str], Row]:
-    return _read_order(seed_loop_order, ENTRY_STEPS,
-                       N_("a list of the names in ENTRY_STEPS"),
-                       _("not in ENTRY_STEPS"), _("each of the 5 calls once"))
+def _describe(run: Any) -> str:
+    if isinstance(run, Raised):
+        return str(run)
+    return _("scale {scale}").format(scale=show_value(run[1]))
 
 
-def _zero_grad_row(order: list[str]) -> Row:
-    ok = _ZERO in order and not (
-        _BWD in order and _STEP in order
-        and order.index(_BWD) < order.index(_ZERO) < order.index(_STEP)
-    )
-    where = _("missing") if _ZERO not in order else _("position {n}").format(
-        n=order.index(_ZERO) + 1)
-    return Row(_("where zero_grad goes"), NOT_SHOWN, where, ok,
-               _("zero_grad between backward and step wipes the grads you just "
-                 "computed. Put it first (the seed's loop) or last: both are fine"))
-
-
-def _run_rows(order: list[str] | None) -> list[Row]:
+def _step_rows(amp_step: Callable, hidden: bool) -> list[Row]:
     rows = []
-    same = _("same params")
-    for case, overflow in ((_("your loop, 3 iterations"), False),
-                           (_("same, overflow at iteration 2"), True)):
-        if order is None:
-            rows.append(Row(case, same, _("not run"), False,
-                            _("fix the list of calls first")))
-            continue
-        expected = _order_run(_SEED_ORDER, overflow)
-        try:
-            got = _order_run(order, overflow)
-        except Exception as exc:  # torch's own error for a misordered loop
-            rows.append(Row(case, same,
-                            _("raised {name}").format(name=type(exc).__name__), False,
-                            _("running your order raised: {error}").format(error=exc)))
-            continue
-        ok = all(same_bits(a, b) for a, b in zip(got[:-1], expected[:-1], strict=True))
-        ok = ok and same_float(got[-1], expected[-1])
-        rows.append(Row(case, same, same if ok else _("differ"), ok,
-                        _("your order trains the model differently from zero_grad -> "
-                          "forward -> scale(loss).backward() -> step -> update")))
+    for case in _HIDDEN if hidden else _CASES:
+        expected, got = _run(_reference_step, case), _run(amp_step, case)
+        ok = _same_run(got, expected)
+        shown = _describe(got)
+        if not ok and not isinstance(got, Raised) and got[1:] == expected[1:]:
+            shown = _("params differ")
+        rows.append(Row(_(case.name), _describe(expected), shown, ok,
+                        "" if ok else _step_hint(case, got)))
     return rows
 
 
-def _step_order_rows(seed_loop_order: Callable, hidden: bool) -> list[Row]:
-    order, complete = _order_of(seed_loop_order)
-    if hidden:
-        return [complete, *_run_rows(order if complete.ok else None)]
-    rows = [complete]
-    for first, then, why in _rules():
-        where, ok = _("right order"), True
-        if first not in order or then not in order:
-            where, ok = _("missing"), False
-        elif order.index(first) > order.index(then):
-            where, ok = _("wrong order"), False
-        label = " vs ".join(sorted((_SHORT[first], _SHORT[then])))  # no giveaway
-        rows.append(Row(label, NOT_SHOWN, where, ok, why))
-    return [*rows, _zero_grad_row(order)]
+def check_entry_amp_step(amp_step: Callable, hidden: bool = False) -> None:
+    """Check `amp_step(model, optimizer, scaler, x, y)`: one AMP step in which the
+    reader writes the scaled backward and the scaler's step.
 
-
-def check_entry_step_order(
-    seed_loop_order: Callable[[], list[str]], hidden: bool = False
-) -> None:
-    """Check `seed_loop_order() -> list[str]`: the names of ENTRY_STEPS in the order
-    one iteration of the seed's loop runs them.
-
-    Visible cases check each ordering rule (quoting the error torch raises when one is
-    broken) without printing the order; hidden cases run the student's order for 3
-    iterations of a tiny fp16-autocast model, with and without an overflow, and
-    compare the parameters and the scale with the seed's order, bit for bit.
-    zero_grad may come first or last.
+    Each case runs the reader's step for 3 steps on a tiny model (fp16 autocast on
+    the CPU) beside the reference step with a real `torch.amp.GradScaler`;
+    parameters, scale and growth tracker must match bit for bit. The visible cases
+    include an overflow; the hidden ones use Adam and a scale that grows every step.
 
     Example:
-        >>> check_entry_step_order(lambda: ["zero_grad", "forward under autocast", ...])
+        >>> check_entry_amp_step(amp_step)
     """
-    grade("check_entry_step_order", seed_loop_order, hidden, _step_order_rows)
+    grade("check_entry_amp_step", amp_step, hidden, _step_rows)
+
+
+# --- the two questions --------------------------------------------------------------
+
+ENTRY_QUESTIONS: dict[str, tuple[str, ...]] = {
+    "fp16_and_bf16": ("a", "b", "c", "d"),
+    "scale_after_32": ("a", "b", "c", "d"),
+}
+"""The entry lesson's questions (their text is the lesson's) and their choices: the
+prediction made before the gradients are counted, and a question on the scaler."""
+_RIGHT = {"fp16_and_bf16": "b", "scale_after_32": "b"}
+_WHERE = N_("the lesson's table of gradients and the paragraph on GradScaler")
+
+
+def _quiz_rows(quiz_answers: Callable, hidden: bool) -> list[Row]:
+    got = answer_of_type(quiz_answers, dict, "dict", N_("a dict {question id: letter}"))
+    choices = {q: as_choice(got.get(q), c) for q, c in ENTRY_QUESTIONS.items()}
+    bad = [q for q, choice in choices.items() if choice is None]
+    rows = [answered_row(
+        _("both questions answered"), bad,
+        _("answer each question id with one of its letters; missing or invalid: "
+          "{ids}").format(ids=", ".join(bad)))]
+    if bad:
+        return rows
+    right = all(choices[q] == _RIGHT[q] for q in ENTRY_QUESTIONS)
+    rows.append(Row(_("both answers right"), NOT_SHOWN,
+                    _("yes") if right else _("no"), right,
+                    _("at least one answer is wrong (the check does not say which): "
+                      "reread {where}").format(where=_(_WHERE))))
+    if hidden:  # the instructor's grade: each question on its own
+        rows += [Row(q, NOT_SHOWN, _("right") if choices[q] == _RIGHT[q] else
+                     _("wrong"), choices[q] == _RIGHT[q]) for q in ENTRY_QUESTIONS]
+    return rows
+
+
+def check_entry_quiz(quiz_answers: Callable[[], dict[str, str]],
+                     hidden: bool = False) -> None:
+    """Check `quiz_answers() -> {question id: letter}` for ENTRY_QUESTIONS.
+
+    The table says whether both answers are right, never which one is wrong, so
+    trying letters one question at a time does not work; the hidden cases also grade
+    each question on its own for the instructor.
+
+    Example:
+        >>> check_entry_quiz(lambda: {"fp16_and_bf16": "b", "scale_after_32": "b"})
+    """
+    grade("check_entry_quiz", quiz_answers, hidden, _quiz_rows)
