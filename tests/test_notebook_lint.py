@@ -268,10 +268,12 @@ def visible_proof_cells(nb) -> list[int]:
 
 
 def hidden_lesson_cells(nb) -> list[int]:
-    """Collapsed code cells that hold no assert: lesson code a student cannot see."""
+    """Collapsed code cells that hold no assert: lesson code a student cannot see
+    (the Colab set-up cell, collapsed on purpose, is set-up, not the lesson)."""
     return [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
             and c.get("metadata", {}).get("jupyter", {}).get("source_hidden")
-            and not is_proof_cell(c)]
+            and not is_proof_cell(c)
+            and "colab-setup" not in c.get("metadata", {}).get("tags", [])]
 
 
 # Test technique: mocks, and code that moves a widget's controls (tests/ does that)

@@ -83,7 +83,7 @@ def test_repository_url_and_colab_link_come_from_pyproject(tmp_path):
         "02_underflow.ipynb")
     assert colab.colab_url("02_underflow.ipynb", "https://gitlab.com/a/b") is None
     assert colab.colab_url("02_underflow.ipynb", None) is None
-    assert 'f"amp_lessons @ {course_source}"' in colab.setup_cell_source(url)
+    assert 'f"amp_lessons @ {source}"' in colab.setup_cell_source(url)
     assert '"git+https://github.com/ada/amp"' in colab.setup_cell_source(url)
     # the repository's own pyproject sets none today: no link anywhere
     assert colab.repository_url() is None

@@ -37,25 +37,22 @@ TAG = "colab-setup"
 INSTALL_ENV = "AMP_LESSONS_SOURCE"
 BADGE_START = "Run it without installing:"
 
-# The cell stays tiny: outside Colab it tests one dict key and prints nothing.
+# The cell stays tiny and collapsed: outside Colab it tests one dict key and prints
+# nothing; in Colab it installs the course, or says in one line how to.
 CELL_TEMPLATE = '''\
 # In Google Colab this installs the course; anywhere else it does nothing.
-# (Written from pyproject.toml by `python -m amp_lessons.tooling.colab`.)
 import os
 import subprocess
 import sys
 
-if "google.colab" in sys.modules:
-    course_source = os.environ.get("{env}", "{source}")
-    if course_source:
-        print(f"Colab: installing the course (amp_lessons) from {{course_source}}")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                        f"amp_lessons @ {{course_source}}"], check=True)
-    else:
-        print("The course's repository is not configured ([project.urls] "
-              "Repository in pyproject.toml), so Colab cannot install it: upload "
-              "the course folder, run `pip install -e <folder>`, then this lesson.")
+source = os.environ.get("{env}", "{source}")
+if "google.colab" in sys.modules and not source:
+    print("The course's repository is not configured ([project.urls] Repository in pyproject.toml), so Colab cannot install it: upload the course folder and run `pip install -e <folder>`.")
+elif "google.colab" in sys.modules:
+    print(f"Colab: installing the course (amp_lessons) from {{source}}")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"amp_lessons @ {{source}}"], check=True)
 '''
+
 
 
 def _toml(path: Path) -> dict:
@@ -137,7 +134,8 @@ def refresh_notebook(nb, name: str, repository: str | None, ref: str | None = No
     cells = [c for c in nb.cells if c.get("id") != CELL_ID]
     cell = nbformat.v4.new_code_cell(setup_cell_source(repository, ref))
     cell.id = CELL_ID
-    cell.metadata = {"slideshow": {"slide_type": "skip"}, "tags": [TAG]}
+    cell.metadata = {"jupyter": {"source_hidden": True},  # set-up, not the lesson
+                     "slideshow": {"slide_type": "skip"}, "tags": [TAG]}
     # right after the title cell: the first code cell, outside any section
     first_code = next((i for i, c in enumerate(cells) if c.cell_type == "code"),
                       len(cells))
