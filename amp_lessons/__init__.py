@@ -25,9 +25,7 @@ contract in pyproject.toml holds this):
 
 Beside them: ``i18n`` (standard library only; ``set_language("es")`` makes the checks,
 widgets and plots speak Spanish, as the Spanish notebooks do in their first cell),
-``grading`` (the ``python -m amp_lessons.grading`` entry point) and ``formats``,
-``scaler``, ``memory`` and ``fp8``: the names COURSE.md's public API promises, each the
-very ``core`` module under its old name.
+and ``grading`` (the ``python -m amp_lessons.grading`` entry point).
 
 Import the module you need, e.g. ``from amp_lessons.core.formats import decompose``;
 nothing heavy is imported here.
