@@ -10,18 +10,18 @@ contract in pyproject.toml holds this):
   ``distributed`` (10: torchrun, DDP, FSDP2, DCP), ``fp8`` with ``fp8_scaling`` and
   ``fp8_vs_torchao`` (11).
 - ``measure``: ``bench`` (fp32 vs fp16 vs bf16 in one run) with ``bench_results``,
-  ``bench_fp8`` and ``scaler_bench``; ``gpu_check`` (the whole GPU proof in one run,
-  ``python -m amp_lessons gpu-check``) with ``gpu_report``; ``estimate`` (what AMP
-  would buy on a GPU, from first principles, 06) with ``trace``, ``gpus``,
-  ``model_zoo``, ``published_models``, ``published`` (the published runs and the
-  fit) and ``estimate_check``.
+  ``bench_fp8`` and ``scaler_bench``; ``gpu_report`` (the GPU check's goals and
+  summary page); ``estimate`` (what AMP would buy on a GPU, from first principles,
+  06) with ``trace``, ``gpus``, ``model_zoo``, ``published_models``, ``published``
+  (the published runs and the fit) and ``estimate_check``.
 - ``teaching``: the lessons' material: ``autocast_demos`` (04), ``scaler_vs_torch``
   (03), ``clinic`` (07, 09), ``quiz`` (08), ``practice``, ``compiled`` and
   ``reproductions`` (09), ``rank_memory``, ``gradient_sync`` and ``accelerate_loop``
   (10), ``plots``, ``widgets``, ``estimate_widget`` (06) and ``checks`` (the exercise
   graders: ``_engine`` plus one module per lesson).
-- ``tooling``: ``bootstrap``, ``lab``, ``grading``, ``site``, ``colab`` and
-  ``translations``.
+- ``tooling``: ``bootstrap``, ``lab``, ``grading``, ``site``, ``colab``,
+  ``translations`` and ``gpu_check`` (the whole GPU proof in one run, ``python -m
+  amp_lessons gpu-check``: it runs the tests and executes lessons).
 
 Beside them: ``i18n`` (standard library only; ``set_language("es")`` makes the checks,
 widgets and plots speak Spanish, as the Spanish notebooks do in their first cell),

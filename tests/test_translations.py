@@ -51,6 +51,17 @@ def code_without_comments(source: str) -> str:
         return source
 
 
+def shown_strings_of(path) -> dict[str, dict[str, str]]:
+    """{cell id: {English literal: its translation}} from the lesson's catalogue."""
+    import polib
+
+    found: dict[str, dict[str, str]] = {}
+    for entry in polib.pofile(str(translations.catalogue_path(path.stem))):
+        if entry.msgctxt.endswith(" text") and entry.msgstr:
+            found.setdefault(entry.msgctxt.split()[0], {})[entry.msgid] = entry.msgstr
+    return found
+
+
 @pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.stem)
 def test_every_cell_is_translated_and_none_is_stale(path):
     problems = translations.problems(path)
@@ -86,12 +97,16 @@ def test_code_is_the_english_code(path):
     english = nbformat.read(path, as_version=4)
     assert len(spanish.cells) == len(english.cells)
     switch = translations.SWITCH.format(lang="es")
+    texts = shown_strings_of(path)
     for index, (es, en) in enumerate(zip(spanish.cells, english.cells, strict=True)):
         assert es.cell_type == en.cell_type and es.id == en.id
         if es.cell_type == "code":
             source = es.source.replace("\n" + switch, "")
-            assert code_without_comments(source) == code_without_comments(en.source), (
-                f"{path.name}, cell {index}: the Spanish code differs beyond comments")
+            english_code = translations._translate_texts(en.source,
+                                                         texts.get(en.id, {}))
+            assert code_without_comments(source) == code_without_comments(
+                english_code), (f"{path.name}, cell {index}: the Spanish code differs "
+                                "beyond comments and the strings it shows")
     assert sum(switch in c.source for c in spanish.cells) == 1
 
 
@@ -175,3 +190,54 @@ def test_tool_comments_stay_as_they_are():
     kept = translations.units(fixture_notebook("# t"))
     assert [u.text for u in kept if u.kind == "comment"] == [
         "one comment for the reader"]  # not '### BEGIN SOLUTION'
+
+
+SHOWN = '''%matplotlib inline
+print(f"{n:3d} gradients of {total}, {share:.0%} lost")
+ax.set_title("an inf at steps 5 and 11")
+ax.plot(xs, label="clean data")
+ax.set_xlabel("step")
+name = "not shown to anyone"
+print("fp16", 2)
+print("loss {x}".format(x=1))
+'''
+
+
+def test_the_strings_a_reader_sees_are_catalogued_and_nothing_else():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(SHOWN, id="c000")]
+    assert [u.text for u in translations.units(nb) if u.kind == "text"] == [
+        'f"{n:3d} gradients of {total}, {share:.0%} lost"',
+        '"an inf at steps 5 and 11"', '"clean data"']  # one word or none: code
+
+
+def test_a_translated_string_keeps_its_fields_and_is_put_in_place(tmp_path):
+    import polib
+
+    path = tmp_path / "00_fixture.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(SHOWN, id="c000")]
+    nbformat.write(nb, path)
+    translations.update(path, tmp_path)
+    po = polib.pofile(str(tmp_path / "00_fixture.po"))
+    spanish = {'f"{n:3d} gradients of {total}, {share:.0%} lost"':
+               'f"{share:.0%} perdido: {n:3d} gradientes de {total}"',  # reordered
+               '"an inf at steps 5 and 11"': '"un inf en los pasos 5 y 11"',
+               '"clean data"': '"datos limpios"'}
+    for entry in po:
+        entry.msgstr = spanish[entry.msgid]
+    po.save()
+    assert translations.problems(path, tmp_path) == []
+    source = translations.translated(path, tmp_path).cells[0].source
+    assert 'print(f"{share:.0%} perdido: {n:3d} gradientes de {total}")' in source
+    assert 'ax.plot(xs, label="datos limpios")' in source
+    assert source.startswith("%matplotlib inline\n")
+
+    for wrong in ('f"{n:3d} gradientes de {total}"',  # a field lost
+                  'f"{n:3d} gradientes de {total}, {share:.0%} perdidos',  # no quote
+                  '"{n} gradientes de {total}, {share} perdidos"'):  # not an f-string
+        po = polib.pofile(str(tmp_path / "00_fixture.po"))
+        next(e for e in po if e.msgid.startswith("f")).msgstr = wrong
+        po.save()
+        assert [p.split(":")[0] for p in translations.problems(path, tmp_path)] == [
+            "broken"], wrong

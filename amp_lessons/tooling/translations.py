@@ -2,12 +2,16 @@
 per notebook, never copied by hand.
 
 A notebook's translatable units are its markdown cells (one entry per cell, the whole
-cell) and the comments of its code cells (one entry per comment). Each entry's
+cell), the comments of its code cells (one entry per comment), and the strings its code
+shows a reader (one entry per string literal, the literal's source with its quotes:
+what a cell prints, a plot's title, labels and legend, a widget's description; an
+f-string's translation keeps its placeholders, in any order). Each entry's
 context (``msgctxt``) is the cell's id, so the catalogue follows a cell that moves, and
 an English cell that changes after its translation no longer matches: `problems`
 reports it as stale and names the cell. Code, identifiers, API names and command lines
 are never translated; nbgrader's markers (``### BEGIN SOLUTION``) and linter pragmas
-(``# noqa``) are left alone. The package's own printed strings (hints, labels, plot
+(``# noqa``) are left alone, and so is a string that is not prose (one word, a dtype
+name, a path). The package's own printed strings (hints, labels, plot
 titles) are translated by gettext in the package (``amp_lessons.set_language``), which
 the generated notebook switches on in its first code cell that uses the package.
 
@@ -25,6 +29,7 @@ Example (``make translations``, after editing an English notebook)::
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import io
 import re
@@ -45,10 +50,24 @@ TRANSLATED = re.compile(r"^(00|01|02|03|04|05|06|07|08)_.*\.ipynb$")
 # catalogued, not yet translated: no Spanish notebook is generated for them until
 # their catalogue is complete (tests/test_translations.py keeps this list honest)
 PENDING: frozenset[str] = frozenset()  # none today: lessons 00-08 are all in Spanish
+# lessons whose printed strings (the "text" units) are catalogued but not translated
+# yet: `problems` does not count them missing (a stale or broken one still counts)
+TEXTS_PENDING: frozenset[str] = frozenset({
+    "00_welcome", "01_number_formats", "02_underflow", "03_loss_scaling",
+    "04_autocast", "05_amp_loop", "06_speed_memory", "07_clinic", "08_quick_check",
+    "09_amp_in_practice", "10_distributed_amp", "11_fp8"})
 # comments that are instructions to a tool, not prose for a reader
 KEEP = re.compile(r"^(#+ (BEGIN|END) (SOLUTION|HIDDEN TESTS)|# ?(noqa|type:|fmt:|ruff:|"
                   r"pragma)|#!|# YOUR CODE HERE)")
 PRAGMA = re.compile(r"\s+# ?(noqa|type:)\S*.*$")  # a pragma after a comment's prose
+# Where a string literal is text a reader sees: any literal argument of print(), the
+# keyword arguments below of any call, and the first literal argument of these methods.
+SHOWN_KEYWORDS = frozenset({"title", "label", "xlabel", "ylabel", "description",
+                            "placeholder", "tooltip", "text", "suptitle"})
+SHOWN_METHODS = frozenset({"set_title", "set_xlabel", "set_ylabel", "suptitle",
+                           "set_text", "annotate", "text", "title", "xlabel",
+                           "ylabel"})
+PROSE = re.compile(r"[^\W\d_]{2,}[^\w{]+[^\W\d_]{2,}")  # two words, at least
 SWITCH = ('import amp_lessons\n'
           'amp_lessons.set_language("{lang}")  # pistas y gráficos en español')
 
@@ -59,7 +78,7 @@ class Unit:
 
     cell_id: str
     index: int  # the cell's position, to name it in messages
-    kind: str  # "markdown" or "comment"
+    kind: str  # "markdown", "comment" or "text" (a string literal's source)
     text: str
 
     @property
@@ -99,6 +118,88 @@ def _prose(comment: str) -> str | None:
     return text if re.search(r"[A-Za-z]{2}", text) else None
 
 
+def _parsed(source: str) -> ast.Module | None:
+    """The cell's syntax tree, its IPython magics and shell lines read as comments
+    (one character added at the start of those lines: no string sits there)."""
+    python = "\n".join("#" + line if line.lstrip().startswith(("%", "!")) else line
+                       for line in source.split("\n"))
+    try:
+        return ast.parse(python)
+    except SyntaxError:
+        return None
+
+
+def _literal_text(node: ast.expr) -> str:
+    """The fixed text of a string literal (an f-string's parts between fields)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    return " ".join(part.value for part in node.values
+                    if isinstance(part, ast.Constant))
+
+
+def _is_prose(node: ast.AST) -> bool:
+    return (isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant)
+            and isinstance(node.value, str))) and bool(PROSE.search(_literal_text(node)))
+
+
+def _shown_literals(tree: ast.Module) -> list[ast.expr]:
+    """The string literals a reader sees, in source order: see SHOWN_KEYWORDS."""
+    found: dict[int, ast.expr] = {}
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        name = getattr(call.func, "id", None) or getattr(call.func, "attr", "")
+        candidates = [k.value for k in call.keywords if k.arg in SHOWN_KEYWORDS]
+        if name == "print":
+            candidates += [n for arg in call.args for n in ast.walk(arg)]
+        elif name in SHOWN_METHODS:
+            candidates += [a for a in call.args if _is_prose(a)][:1]
+        for node in candidates:
+            if _is_prose(node):
+                found.setdefault(id(node), node)
+    nested = {id(v) for n in found.values() if isinstance(n, ast.JoinedStr)
+              for v in ast.walk(n) if v is not n}
+    return sorted((n for k, n in found.items() if k not in nested),
+                  key=lambda n: (n.lineno, n.col_offset))
+
+
+def _span(source: str, node: ast.expr) -> tuple[int, int]:
+    """(start, end) character offsets of ``node`` in ``source`` (ast counts columns
+    in UTF-8 bytes)."""
+    lines = source.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+
+    def offset(row: int, col: int) -> int:
+        return starts[row - 1] + len(lines[row - 1].encode()[:col].decode())
+
+    return (offset(node.lineno, node.col_offset),
+            offset(node.end_lineno, node.end_col_offset))
+
+
+def _texts(source: str) -> list[tuple[int, int, str]]:
+    """(start, end, literal source) of each string literal a reader sees."""
+    tree = _parsed(source)
+    if tree is None:
+        return []
+    spans = [_span(source, node) for node in _shown_literals(tree)]
+    return [(start, end, source[start:end]) for start, end in spans]
+
+
+def _placeholders(literal: str) -> list[str] | None:
+    """The sorted fields of a string literal's source (an f-string's expressions, a
+    str.format template's names), or None when it is not one literal."""
+    try:
+        node = ast.parse(literal.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(node, ast.JoinedStr):
+        return sorted(ast.unparse(v.value) for v in node.values
+                      if isinstance(v, ast.FormattedValue))
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return sorted(re.findall(r"\{[^{}]*\}", node.value))
+    return None
+
+
 def units(nb) -> list[Unit]:
     found = []
     for index, cell in enumerate(nb.cells):
@@ -109,6 +210,8 @@ def units(nb) -> list[Unit]:
                 text = _prose(comment)
                 if text is not None:
                     found.append(Unit(cell.id, index, "comment", text))
+            found += [Unit(cell.id, index, "text", literal)
+                      for _, _, literal in _texts(cell.source)]
     return found
 
 
@@ -176,7 +279,13 @@ def problems(path: Path, catalogues: Path = CATALOGUES) -> list[str]:
     for unit in units(nbformat.read(path, as_version=4)):
         entry = entries.get((unit.context, unit.text))
         if entry is not None and entry.msgstr and "fuzzy" not in entry.flags:
+            if unit.kind == "text" and (_placeholders(entry.msgstr)
+                                        != _placeholders(unit.text)):
+                found.append(f"broken: {unit.where(path.stem)}: the translation must "
+                             "be one string literal with the same placeholders")
             continue
+        if unit.kind == "text" and path.stem in TEXTS_PENDING:
+            continue  # printed strings not translated yet: see TEXTS_PENDING
         if (entry is not None and "fuzzy" in entry.flags) or (
                 entry is None and unit.context in contexts):
             found.append(f"stale: {unit.where(path.stem)} changed after its "
@@ -201,6 +310,13 @@ def _translate_comments(source: str, table: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def _translate_texts(source: str, table: dict[str, str]) -> str:
+    for start, end, literal in reversed(_texts(source)):
+        if table.get(literal):
+            source = source[:start] + table[literal] + source[end:]
+    return source
+
+
 def translate(nb, po, lang: str = LANGUAGE):
     """The Spanish notebook: ``nb`` with its markdown and comments from ``po`` (an
     entry that is missing or fuzzy leaves the English, which `problems` reports)."""
@@ -212,10 +328,12 @@ def translate(nb, po, lang: str = LANGUAGE):
         if cell.cell_type == "markdown":
             cell.source = done.get((f"{cell.id} markdown", cell.source), cell.source)
         elif cell.cell_type == "code":
-            context = f"{cell.id} comment"
-            table = {msgid: msgstr for (ctx, msgid), msgstr in done.items()
-                     if ctx == context}
-            cell.source = _translate_comments(cell.source, table)
+            texts = {msgid: msgstr for (ctx, msgid), msgstr in done.items()
+                     if ctx == f"{cell.id} text"}
+            cell.source = _translate_texts(cell.source, texts)
+            comments = {msgid: msgstr for (ctx, msgid), msgstr in done.items()
+                        if ctx == f"{cell.id} comment"}
+            cell.source = _translate_comments(cell.source, comments)
             if not switched and re.search(r"^\s*(from|import) amp_lessons", cell.source,
                                           re.M):
                 cell.source = cell.source.rstrip("\n") + "\n" + SWITCH.format(lang=lang)
