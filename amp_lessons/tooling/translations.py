@@ -138,8 +138,9 @@ def _literal_text(node: ast.expr) -> str:
 
 
 def _is_prose(node: ast.AST) -> bool:
-    return (isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant)
-            and isinstance(node.value, str))) and bool(PROSE.search(_literal_text(node)))
+    literal = isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, str))
+    return literal and bool(PROSE.search(_literal_text(node)))
 
 
 def _shown_literals(tree: ast.Module) -> list[ast.expr]:
