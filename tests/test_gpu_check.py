@@ -18,8 +18,9 @@ import nbformat
 import pytest
 import torch
 
-from amp_lessons.measure import bench, bench_results, gpu_check
+from amp_lessons.measure import bench, bench_results
 from amp_lessons.measure import gpu_report as gr
+from amp_lessons.tooling import gpu_check
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB, GiB = 2**20, 2**30

@@ -1,6 +1,6 @@
 """What a GPU check showed: its goals judged PASS/FAIL and its one-page summary.
 
-``amp_lessons.measure.gpu_check`` runs the steps on a GPU; this module turns what they
+``amp_lessons.tooling.gpu_check`` runs the steps on a GPU; this module turns what they
 left (a bench report, a pytest junit file, the executed lessons) into
 ``notebooks/results/gpu_check_<gpu>.md``. Every number on that page is read from the
 bench report saved beside it (``bench_section`` rebuilds its table from the JSON, so a

@@ -18,6 +18,10 @@ hangs or runs out of memory costs its share of the budget and nothing more:
 Without CUDA it prints one line and exits with status 2 in seconds, writing nothing.
 Exit status 0 means every step ran, every test passed and every required goal passed;
 1 means something did not (the summary says what).
+
+Course tooling, not measurement: it runs the test suite (pytest) and executes lessons;
+what it measures and reports comes from ``amp_lessons.measure`` (``bench``,
+``bench_results``, ``gpu_report``).
 """
 
 from __future__ import annotations
@@ -136,7 +140,7 @@ def plan_steps(info: dict, out_dir: Path, work_dir: Path,
     """
     env = {"PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    me = (python, "-m", "amp_lessons.measure.gpu_check")
+    me = (python, "-m", "amp_lessons.tooling.gpu_check")
     steps = [Step("bench", (*me, "bench-worker", str(work_dir / "bench.json"),
                             "--command", command, "--configs", *CONFIGS,
                             "--precisions", *WANTED_PRECISIONS),
@@ -504,7 +508,7 @@ def _failing_cell(nb) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """The workers' command line (the check itself is ``python -m amp_lessons
     gpu-check``)."""
-    parser = argparse.ArgumentParser(prog="python -m amp_lessons.measure.gpu_check")
+    parser = argparse.ArgumentParser(prog="python -m amp_lessons.tooling.gpu_check")
     workers = parser.add_subparsers(dest="worker", required=True)
     b = workers.add_parser("bench-worker")
     b.add_argument("partial", type=Path)
