@@ -275,7 +275,7 @@ def run_estimate(args: argparse.Namespace) -> int:
 
 
 def _add_gpu_check(p: argparse.ArgumentParser) -> None:
-    from amp_lessons.measure.gpu_check import BUDGET_S
+    from amp_lessons.tooling.gpu_check import BUDGET_S
 
     p.add_argument("--out", metavar="DIR", default=None,
                    help="where the results go (default: notebooks/results)")
@@ -438,7 +438,7 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from amp_lessons.measure import gpu_check
+    from amp_lessons.tooling import gpu_check
 
     if args.budget <= 0:
         raise ValueError(f"--budget must be > 0 seconds, got {args.budget:g}")
