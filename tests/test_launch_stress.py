@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import sys
 
+import launch_stress  # tests/launch_stress.py, the harness beside this file
 import pytest
 import torch
 
 from amp_lessons.core import distributed
 from amp_lessons.core.distributed import end_groups, launch, world_of
-from amp_lessons.tooling import launch_stress
 
 CPU = torch.device("cpu")
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),

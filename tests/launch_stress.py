@@ -7,9 +7,10 @@ in a row, with ``--busy-cores`` child processes spinning for at most the run's l
 (always killed at the end), and prints, per launch kind, the runs, the failures and the
 failing ranks' own error lines. Exit status 1 on any failure.
 
-Example::
+A test harness, not course tooling: tests/test_launch_stress.py runs it briefly, and a
+longer run is by hand, from the repository's root::
 
-    python -m amp_lessons.tooling.launch_stress --launches 20 --busy-cores 1
+    python tests/launch_stress.py --launches 20 --busy-cores 1
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def format_results(results: Sequence[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m amp_lessons.tooling.launch_stress",
+    parser = argparse.ArgumentParser(prog="python tests/launch_stress.py",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--launches", type=int, default=20, help="runs of each kind")
     parser.add_argument("--busy-cores", type=int, default=1,
