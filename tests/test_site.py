@@ -237,6 +237,10 @@ def test_sanitize_keeps_the_stub_and_drops_every_answer():
     solution, test, later, proof = page.cells[2:]
     assert solution.source == ("def update_scale(scale):\n    # YOUR CODE HERE\n"
                                "    raise NotImplementedError()")
+    # the Spanish edition's pages show the stub its student edition has
+    es = sanitize.sanitize(nb, leaks, lang="es").cells[1]
+    assert es.source == ("def update_scale(scale):\n    # ESCRIBA SU CÓDIGO AQUÍ\n"
+                         "    raise NotImplementedError()")
     assert solution.outputs == []
     assert test.source == "check(update_scale)"
     assert sanitize.TEST_NOTE in test.outputs[0].text

@@ -17,6 +17,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,6 +137,47 @@ def test_old_grading_names_reach_the_tooling_package():
 
     assert grading.rehearse is tooling_grading.rehearse
     assert grading.lint_course is tooling_grading.lint_course
+
+
+def test_spanish_student_edition_stubs_in_spanish_and_still_raises(tmp_path):
+    """nbgrader's stub speaks the lessons' language (`make student EDITION=es`); its
+    `raise NotImplementedError()`, which the checks and graders go by, stays."""
+    from amp_lessons.tooling import grading
+    from amp_lessons.tooling.grading.course import CODE_STUBS, lessons_language
+
+    entry = "00_amp_in_10_minutes.ipynb"
+    spanish, english = ROOT / "notebooks" / "es" / entry, ROOT / "notebooks" / entry
+    assert lessons_language(sorted(spanish.parent.glob("*.ipynb"))) == "es"
+    assert lessons_language([english]) == lessons_language([english, spanish]) == "en"
+    assert all(stub.endswith("\nraise NotImplementedError()")
+               for stub in CODE_STUBS.values())
+    for path, comment in ((spanish, "# ESCRIBA SU CÓDIGO AQUÍ"),
+                          (english, "# YOUR CODE HERE")):
+        course = grading.build_course([path], tmp_path / path.parent.name)
+        [released] = grading.generate_student_edition(course)
+        sources = [c.source for c in nbformat.read(released, as_version=4).cells
+                   if grading.is_solution_cell(c)]
+        assert sources and all(f"    {comment}\n    raise NotImplementedError()" in s
+                               for s in sources), sources
+        (other,) = {"# YOUR CODE HERE", "# ESCRIBA SU CÓDIGO AQUÍ"} - {comment}
+        assert not any(other in s for s in sources)
+
+
+def test_spanish_slides_show_the_spanish_stub():
+    from amp_lessons.tooling.grading.deck_layout import present_exercises
+
+    for language, comment in (("es", "# ESCRIBA SU CÓDIGO AQUÍ"),
+                              (None, "# YOUR CODE HERE")):
+        nb = nbformat.v4.new_notebook()
+        if language:
+            nb.metadata["language"] = language
+        solution = nbformat.v4.new_code_cell(
+            "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION")
+        solution.metadata["nbgrader"] = {"solution": True, "grade": False,
+                                         "grade_id": "f", "schema_version": 3}
+        nb.cells = [solution]
+        shown = present_exercises(nb).cells[0].source
+        assert shown == f"def f():\n    {comment}\n    raise NotImplementedError()"
 
 
 def test_student_edition_files_get_the_users_umask(tmp_path):

@@ -23,6 +23,7 @@ import nbformat
 
 from amp_lessons.tooling.grading.course import (
     CODE_STUB,
+    CODE_STUBS,
     is_solution_cell,
     is_test_cell,
 )
@@ -73,7 +74,9 @@ def present_exercises(nb):
     solutions = {id(c): _without_markers(c.source) for c in nb.cells
                  if is_solution_cell(c) and c.cell_type == "code"}
     resources = {"language": "python"}
-    nb, resources = ClearSolutions(code_stub={"python": CODE_STUB},
+    # the stub in the lesson's language, as the student edition has it
+    stub = CODE_STUBS.get(nb.metadata.get("language", "en"), CODE_STUB)
+    nb, resources = ClearSolutions(code_stub={"python": stub},
                                    enforce_metadata=False).preprocess(nb, resources)
     nb, _ = ClearHiddenTests().preprocess(nb, resources)
     cells, pending, title = [], [], ""

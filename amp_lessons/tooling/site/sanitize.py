@@ -25,10 +25,12 @@ from collections.abc import Iterable
 
 import nbformat
 
+from amp_lessons.tooling.grading.course import CODE_STUBS, TEXT_STUBS
+
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
-CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader's, as course.py
-TEXT_STUB = "YOUR ANSWER HERE"
+# nbgrader's stubs, in each edition's language, as the student edition has them
+CODE_STUB, TEXT_STUB = CODE_STUBS["en"], TEXT_STUBS["en"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_NOTE = ("A picture of this widget as the lesson left it. The live widget runs "
@@ -84,14 +86,16 @@ def _between(source: str, begin: str, end: str) -> tuple[list[str], list[list[st
     return kept, blocks
 
 
-def clear_solution(source: str, code: bool = True) -> str:
-    """The source with each solution block replaced by the stub, as nbgrader's
-    ClearSolutions does (a cell without markers becomes the stub).
+def clear_solution(source: str, code: bool = True, lang: str = "en") -> str:
+    """The source with each solution block replaced by the stub in ``lang``, as
+    nbgrader's ClearSolutions does in the student edition (a cell without markers
+    becomes the stub).
 
     Example: a body ``### BEGIN SOLUTION`` / ``return 1`` / ``### END SOLUTION``,
-    indented 4, becomes ``# YOUR CODE HERE`` / ``raise NotImplementedError()``.
+    indented 4, becomes ``# YOUR CODE HERE`` / ``raise NotImplementedError()`` (in
+    Spanish, ``# ESCRIBA SU CÓDIGO AQUÍ`` and the same ``raise``).
     """
-    stub = CODE_STUB if code else TEXT_STUB
+    stub = (CODE_STUBS if code else TEXT_STUBS)[lang]
     if BEGIN_SOLUTION not in source:
         return stub
     kept, _ = _between(source, BEGIN_SOLUTION, END_SOLUTION)
@@ -222,7 +226,7 @@ def sanitize(nb, leaks: set[str], banner: str | None = None, lang: str = "en"):
         if SETUP_TAG in cell.get("metadata", {}).get("tags", []):
             continue
         if is_solution_cell(cell):
-            cell.source = clear_solution(cell.source, cell.cell_type == "code")
+            cell.source = clear_solution(cell.source, cell.cell_type == "code", lang)
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
         cell.source = clear_hidden_tests(cell.source)
