@@ -13,8 +13,9 @@ setup:
 setup-dev:
 	@$(PYTHON) amp_lessons/tooling/bootstrap.py dev,instructor,fp8,site
 
+# `make lab EDITION=es` opens the Spanish lessons, notebooks/es/ (EDITION: see below)
 lab: setup
-	$(VENV_PY) -m amp_lessons.tooling.lab
+	$(VENV_PY) -m amp_lessons.tooling.lab --edition $(EDITION)
 
 # Two workers (pytest-xdist): tests/conftest.py keeps each file, each notebook and the
 # tests that share the lesson runs whole on one worker.

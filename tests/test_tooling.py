@@ -84,8 +84,56 @@ def test_lab_refuses_a_folder_that_does_not_exist(capsys, tmp_path):
     from amp_lessons.tooling.lab import main
 
     assert main([str(tmp_path / "missing")]) == 2
-    usage = "usage: python -m amp_lessons.tooling.lab [FOLDER]"
+    usage = "usage: python -m amp_lessons.tooling.lab [--edition en|es | FOLDER]"
     assert usage in capsys.readouterr().err
+    for wrong in (["--edition", "fr"], ["--edition"], ["--edition", "es", "x"],
+                  ["--folder"]):
+        assert main(wrong) == 2, wrong
+        assert usage in capsys.readouterr().err
+
+
+def test_make_lab_opens_the_english_lessons_and_edition_es_the_spanish_ones(
+        monkeypatch):
+    from amp_lessons.tooling import lab
+
+    dry = {edition: subprocess.run(["make", "-n", "lab", *args], cwd=ROOT,
+                                   capture_output=True, text=True).stdout
+           for edition, args in (("en", []), ("es", ["EDITION=es"]))}
+    assert "-m amp_lessons.tooling.lab --edition en" in dry["en"]
+    assert "-m amp_lessons.tooling.lab --edition es" in dry["es"]
+    assert lab.EDITIONS == {"en": ROOT / "notebooks", "es": ROOT / "notebooks" / "es"}
+    launched = []
+    monkeypatch.setattr(lab, "run_lab", lambda command: launched.append(command) or 0)
+    monkeypatch.setattr(lab, "root_note", lambda: None)
+    for args, folder in ((["--edition", "en"], "notebooks"),
+                         (["--edition", "es"], "notebooks/es"), ([], "notebooks")):
+        assert lab.main(args) == 0
+        assert f"--ServerApp.root_dir={ROOT / folder}" in launched[-1], args
+    # the Spanish folder holds the Spanish lessons, under the English file names
+    assert {p.name for p in lab.EDITIONS["es"].glob("*.ipynb")} <= {
+        p.name for p in lab.NOTEBOOKS.glob("*.ipynb")}
+    assert (lab.EDITIONS["es"] / "00_amp_in_10_minutes.ipynb").is_file()
+
+
+def test_the_spanish_lab_serves_its_lessons_and_the_recorded_results():
+    """A live JupyterLab on notebooks/es/, launched as `make lab EDITION=es` does:
+    the Spanish lessons, and results/ (a link to ../results) browsable there."""
+    import urllib.request
+
+    from lab_server import running_lab
+
+    from amp_lessons.tooling.lab import EDITIONS
+
+    def listing(lab, path):
+        request = urllib.request.Request(lab.url(path), headers=lab.auth)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())["content"]
+
+    with running_lab(root_dir=EDITIONS["es"]) as lab:
+        names = {item["name"] for item in listing(lab, "/api/contents")}
+        results = listing(lab, "/api/contents/results")
+    assert {"00_amp_in_10_minutes.ipynb", "02_underflow.ipynb", "results"} <= names
+    assert "README.md" in {item["name"] for item in results}
 
 
 def test_bootstrap_imports_the_standard_library_only():

@@ -1,8 +1,10 @@
 """Start JupyterLab on the course, safely: loopback only, with a token, offline; and
 stop it cleanly on Ctrl-C.
 
-`make lab` runs ``python -m amp_lessons.tooling.lab``; the browser test starts the
-server with the same `lab_command`, so what is tested is what students run. Ctrl-C
+`make lab` runs ``python -m amp_lessons.tooling.lab --edition en`` (the lessons in
+notebooks/), ``make lab EDITION=es`` the same with ``--edition es`` (the Spanish
+lessons, notebooks/es/); the browser test starts the server with the same
+`lab_command`, so what is tested is what students run. Ctrl-C
 (or a closed terminal, or SIGTERM) asks JupyterLab to shut down the way
 ``jupyter server stop`` does, with SIGTERM: it closes its kernels and removes its
 runtime files itself, and the launcher waits for it, with no traceback.
@@ -20,6 +22,9 @@ from pathlib import Path
 
 # amp_lessons/tooling/lab.py -> the repository's notebooks/
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+# The folder each edition opens in: `make lab` the English lessons, `make lab
+# EDITION=es` the Spanish ones (the same file names, generated from notebooks/es/po)
+EDITIONS = {"en": NOTEBOOKS, "es": NOTEBOOKS / "es"}
 # Settings overrides for the lab: news and update checks off (no pop-up asking, no
 # request to a website). A folder of our own, so nothing is written into the venv.
 LAB_SETTINGS = Path(__file__).resolve().parent / "lab_settings"
@@ -124,19 +129,29 @@ def run_lab(command: Sequence[str]) -> int:
     return code
 
 
+USAGE = ("usage: python -m amp_lessons.tooling.lab [--edition en|es | FOLDER]  "
+         "(--edition es: the Spanish lessons, notebooks/es/; FOLDER: a directory of "
+         "notebooks; default: the course's notebooks/)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m amp_lessons.tooling.lab [FOLDER]``: the course, or FOLDER (e.g.
+    """``python -m amp_lessons.tooling.lab [--edition en|es | FOLDER]``: the course
+    (``make lab``), its Spanish edition (``make lab EDITION=es``), or FOLDER (e.g.
     student/)."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) > 1 or (args and not Path(args[0]).is_dir()):
-        print("usage: python -m amp_lessons.tooling.lab [FOLDER]  (FOLDER: a "
-              "directory of notebooks; default: the course's notebooks/)",
-              file=sys.stderr)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--edition"] and len(args) == 2 and args[1] in EDITIONS:
+        folder = EDITIONS[args[1]]
+    elif len(args) == 1 and not args[0].startswith("-") and Path(args[0]).is_dir():
+        folder = Path(args[0]).resolve()
+    elif not args:
+        folder = None  # the course's notebooks/ (`lab_command`'s default)
+    else:
+        print(USAGE, file=sys.stderr)
         return 2
     note = root_note()
     if note:
         print(note, file=sys.stderr, flush=True)
-    return run_lab(lab_command(root_dir=Path(args[0]).resolve() if args else None))
+    return run_lab(lab_command(root_dir=folder))
 
 
 if __name__ == "__main__":
