@@ -8,7 +8,7 @@ contract in pyproject.toml holds this):
   ``autocast`` (04: the per-op dtype table), ``precision`` (05), ``models``, ``train``
   with ``checkpoints`` and ``output_files`` (05), ``memory`` (06), ``nan_hunt`` (09),
   ``distributed`` (10: torchrun, DDP, FSDP2, DCP), ``fp8`` with ``fp8_scaling`` and
-  ``fp8_vs_torchao`` (11).
+  ``fp8_vs_torchao`` (11); ``errors``: the errors that name a setting as Python does.
 - ``measure``: ``bench`` (fp32 vs fp16 vs bf16 in one run) with ``bench_results``,
   ``bench_fp8`` and ``scaler_bench``; ``gpu_report`` (the GPU check's goals and
   summary page); ``estimate`` (what AMP would buy on a GPU, from first principles,

@@ -20,8 +20,8 @@ with one line on stderr saying what to do instead, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
-import math
 import os
 import shlex
 import sys
@@ -29,9 +29,10 @@ import time
 import warnings
 from collections.abc import Sequence
 
-from amp_lessons.core.distributed import MODES, World
+from amp_lessons.core.distributed import MODES
+from amp_lessons.core.errors import NamesSettings, python_spelling
 from amp_lessons.core.precision import PRECISIONS, SCALERS
-from amp_lessons.core.train import TASKS
+from amp_lessons.core.train import TASKS, TrainConfig
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -76,54 +77,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _integer(text: str, low: int, high: int | None = None) -> int:
+# The bench's and the estimate's sizes, and --threads, are the command line's own
+# settings (no config object checks them), so their argparse types check the range.
+# The train command's numbers are TrainConfig fields: converted here, checked there.
+def _integer(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < low or (high is not None and value >= high):
-        bound = f">= {low}" if high is None else f"in [{low}, {high})"
-        raise argparse.ArgumentTypeError(f"must be an integer {bound}, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
     return value
 
 
 def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (steps, batch sizes, model sizes, threads)."""
+    """An argparse type: an integer >= 1 (bench sizes, timed steps, threads)."""
     return _integer(text, 1)
 
 
 def non_negative_int(text: str) -> int:
-    """An argparse type: an integer >= 0 (intervals where 0 means never)."""
+    """An argparse type: an integer >= 0 (the bench's warm-up steps)."""
     return _integer(text, 0)
-
-
-def seed_int(text: str) -> int:
-    """An argparse type: a seed torch's generators take, 0 <= seed < 2**63."""
-    return _integer(text, 0, 2**63)
-
-
-def _finite(text: str, positive: bool) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise argparse.ArgumentTypeError(
-            f"must be a finite number {bound}, got {text}"
-            + (" (inf or nan would make every weight NaN)"
-               if not math.isfinite(value) else ""))
-    return value
-
-
-def finite_positive_float(text: str) -> float:
-    """An argparse type: a finite float > 0 (learning rate, loss scale)."""
-    return _finite(text, positive=True)
-
-
-def finite_non_negative_float(text: str) -> float:
-    """An argparse type: a finite float >= 0 (--clip, where 0 turns clipping off)."""
-    return _finite(text, positive=False)
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
@@ -134,31 +108,32 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
     p.add_argument("--precision", default="bf16",
                    help=f"{', '.join(PRECISIONS)} (default: %(default)s)")
-    p.add_argument("--steps", type=positive_int, default=200, help="optimizer steps "
+    # numbers are only converted here: TrainConfig's checks (plan_training) own them
+    p.add_argument("--steps", type=int, default=200, help="optimizer steps "
                    "in all, a resumed run's included (default: %(default)s)")
-    p.add_argument("--batch-size", type=positive_int, default=128,
+    p.add_argument("--batch-size", type=int, default=128,
                    help="examples (or sequences) per micro-batch, all processes "
                         "together: the global batch, split evenly over them "
                         "(default: %(default)s)")
-    p.add_argument("--accum", type=positive_int, default=1,
+    p.add_argument("--accum", type=int, default=1,
                    help="micro-batches per optimizer step (default: %(default)s)")
-    p.add_argument("--lr", type=finite_positive_float, default=None,
+    p.add_argument("--lr", type=float, default=None,
                    help="AdamW learning rate (default: 1e-2 spirals, 3e-3 gpt)")
-    p.add_argument("--clip", type=finite_non_negative_float, default=1.0,
+    p.add_argument("--clip", type=float, default=1.0,
                    help="max gradient norm, applied after unscale_; 0 turns clipping "
                         "off (default: %(default)s)")
     p.add_argument("--scaler", choices=SCALERS, default="auto",
                    help="auto: torch.amp.GradScaler for fp16 only; ours: "
                         "amp_lessons.core.scaler.LossScaler; none: fp16 unscaled "
                         "(default: %(default)s)")
-    p.add_argument("--init-scale", type=finite_positive_float, default=2.0**16,
+    p.add_argument("--init-scale", type=float, default=2.0**16,
                    help="initial loss scale (default: %(default)g)")
-    p.add_argument("--growth-interval", type=positive_int, default=2000,
+    p.add_argument("--growth-interval", type=int, default=2000,
                    help="clean steps before the scale doubles (default: %(default)s)")
     p.add_argument("--checkpoint", metavar="PATH", default=None,
                    help="save model, optimizer, scaler, step and RNG states here "
                         "(atomically) at the end")
-    p.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="N",
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
                    help="also save every N steps")
     p.add_argument("--resume", action="store_true",
                    help="continue from --checkpoint (bit-exact on a CPU; a ddp/fsdp2 "
@@ -171,8 +146,8 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", default=None,
                    help="rank 0 writes {world_size, distributed, precision, losses: "
                         "[[step, loss], ...], skipped_steps, final_scale} here")
-    p.add_argument("--seed", type=seed_int, default=0)
-    p.add_argument("--log-every", type=non_negative_int, default=10, metavar="N",
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=10, metavar="N",
                    help="print every N steps (default: %(default)s)")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads for torch (default: 1 for the tiny spirals "
@@ -298,47 +273,74 @@ SIZE_FLAGS = (
 )
 
 
+# Each TrainConfig field the train command sets, and its flag: the one place where the
+# core's Python names and the command line's meet. It builds the config from the
+# parsed flags, and words the core's errors, which name fields, as flags (in_flags).
+TRAIN_FLAGS = {
+    "task": "--task", "device": "--device", "precision": "--precision",
+    "scaler": "--scaler", "num_steps": "--steps", "batch_size": "--batch-size",
+    "accum_steps": "--accum", "lr": "--lr", "clip": "--clip",
+    "init_scale": "--init-scale", "growth_interval": "--growth-interval",
+    "seed": "--seed", "log_every": "--log-every", "checkpoint_path": "--checkpoint",
+    "checkpoint_every": "--checkpoint-every", "resume": "--resume",
+    "distributed": "--distributed",
+}
+
+
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig the train command's flags ask for, unchecked (its checks are
+    the core's: ``plan_training``)."""
+    values = {field: getattr(args, flag[2:].replace("-", "_"))
+              for field, flag in TRAIN_FLAGS.items()}
+    values["clip"] = values["clip"] or None  # --clip 0: no clipping, clip=None
+    return TrainConfig(**values)
+
+
+def flag_spelling(name: str, value: str | None) -> str:
+    """A setting the core named (``num_steps``, ``distributed='fsdp2'``) as the flag
+    that sets it (``--steps``, ``--distributed fsdp2``); one without a flag as is."""
+    flag = TRAIN_FLAGS.get(name)
+    if flag is None:
+        return python_spelling(name, value)
+    if value is None:
+        return flag
+    try:
+        literal = ast.literal_eval(value)
+    except (ValueError, SyntaxError):  # e.g. inf: a float repr that is no literal
+        return f"{flag} {value}"
+    if literal is True:  # a switch: resume=True is --resume
+        return flag
+    if name == "clip" and literal is None:
+        return "--clip 0"  # clip=None, no clipping, is --clip 0 here
+    return f"{flag} {shlex.quote(str(literal))}"
+
+
+def in_flags(error: BaseException) -> str:
+    """An error's message as the command line says it: the settings the core named
+    (``amp_lessons.core.errors``) written as flags, any other message unchanged."""
+    if isinstance(error, NamesSettings):
+        return error.render(flag_spelling)
+    return str(error)
+
+
 def run_train(args: argparse.Namespace) -> int:
     import torch
 
-    from amp_lessons.core.device import resolve_device
     from amp_lessons.core.output_files import validate_output_path, write_atomically
-    from amp_lessons.core.precision import make_scaler, resolve_precision
-    from amp_lessons.core.train import (
-        TrainConfig,
-        train,
-        validate_checkpoint_path,
-        validate_config,
-        validate_resume,
-    )
+    from amp_lessons.core.train import plan_training, train
 
-    config = TrainConfig(
-        task=args.task, device=args.device, precision=args.precision,
-        scaler=args.scaler, num_steps=args.steps, batch_size=args.batch_size,
-        accum_steps=args.accum, lr=args.lr, clip=args.clip or None,
-        init_scale=args.init_scale, growth_interval=args.growth_interval,
-        seed=args.seed, log_every=args.log_every, checkpoint_path=args.checkpoint,
-        checkpoint_every=args.checkpoint_every, resume=args.resume,
-        distributed=args.distributed)
-    # the checks train() starts with, run first so a mistake prints no header
-    validate_config(config)
-    device = resolve_device(config.device)
-    p = resolve_precision(config.precision, device, warn=False)
-    make_scaler(p, device, config.scaler)
-    validate_checkpoint_path(config)  # a path we could not write: say so now, not
-    validate_resume(config)  # at the end; and a resume with nothing left to train
+    # every check of the run, once, before the header: a mistake prints nothing else
+    plan = plan_training(train_config(args))
+    config, device, p = plan.config, plan.device, plan.precision
     if args.json:
         validate_output_path(args.json, "--json")
     threads = args.threads
     if threads is None and config.task == "spirals" and device.type == "cpu":
         threads = 1
     if threads is not None:
-        if threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    World(config.distributed, rank, world_size).check_batch(config.batch_size)
     if rank == 0:
         across = (f" | {config.distributed} over {world_size} process(es), "
                   f"{config.batch_size // world_size} examples each"
@@ -351,7 +353,7 @@ def run_train(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = train(config, log=lambda line: print(line, flush=True))
+        result = train(plan, log=lambda line: print(line, flush=True))
     if result.rank:
         return 0  # rank 0 reports for all
     for w in caught:
@@ -359,16 +361,21 @@ def run_train(args: argparse.Namespace) -> int:
     if args.json:
         text = json.dumps(run_summary(result))
         write_atomically(args.json, lambda f: f.write(text.encode()))
+    _print_done(result, time.perf_counter() - t0)
+    return 0
+
+
+def _print_done(result, seconds: float) -> None:
     losses = result.losses
     first, last = _mean(losses[:10]), _mean(losses[-10:])
-    print(f"done in {time.perf_counter() - t0:.1f} s on {result.device}: loss "
+    print(f"done in {seconds:.1f} s on {result.device}: loss "
           f"{first:.3f} -> {last:.3f} (mean of first/last 10 steps), eval loss "
           f"{result.eval_loss:.3f}, accuracy {100 * result.eval_accuracy:.1f}%, "
           f"skipped {result.num_skipped} of {len(result.records)} steps, final "
           f"scale {result.scaler.get_scale():g}")
-    if config.checkpoint_path:
-        print(f"checkpoint: {config.checkpoint_path} (step {len(result.records)})")
-    return 0
+    if result.config.checkpoint_path:
+        print(f"checkpoint: {result.config.checkpoint_path} (step "
+              f"{len(result.records)})")
 
 
 def run_summary(result) -> dict:
@@ -490,7 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "batch size (--batch-size, --mlp-batch, --gpt-batch).", file=sys.stderr)
         return 2
     except (ValueError, RuntimeError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {in_flags(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

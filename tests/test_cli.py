@@ -8,6 +8,7 @@ import signal
 import stat
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 import torch
@@ -51,9 +52,16 @@ def test_a_mistake_is_one_line_on_stderr_with_status_2():
 
 @pytest.mark.parametrize("args, message", [
     (["--device", "tpu"], "unknown device 'tpu'; use one of: auto, cpu, cuda"),
-    (["--precision", "bf16", "--scaler", "torch"], "not needed with bf16"),
-    (["--accum", "0"], "argument --accum: must be an integer >= 1, got 0"),
-    (["--resume"], "resume=True needs checkpoint_path"),
+    (["--precision", "bf16", "--scaler", "torch"],
+     "not needed with bf16: bf16 has fp32's 8 exponent bits, so gradients do not "
+     "underflow the way they do in fp16. Scaling would only cost time. Fix: use "
+     "--scaler auto (or --scaler none), or --precision fp16 if you want to study "
+     "loss scaling."),
+    (["--accum", "0"], "--accum must be a positive integer, got 0"),
+    (["--resume"], "--resume needs --checkpoint, the checkpoint to continue from"),
+    (["--distributed", "fsdp2", "--precision", "fp16", "--scaler", "ours"],
+     "Fix: --scaler auto (torch's GradScaler) with fsdp2, or 'ours' with "
+     "--distributed ddp or 'none'."),
 ])
 def test_train_errors(capsys, args, message):
     assert main(["train", "--device", "cpu", *args]) == 2
@@ -126,9 +134,9 @@ def test_resuming_a_sharded_checkpoint_without_distributed_names_the_flag(tmp_pa
     assert refused.returncode == 2
     assert one_line_error(refused.stderr) == (
         f"error: --checkpoint {ckpt} is a sharded checkpoint (a torch.distributed."
-        "checkpoint folder written by --distributed ddp or fsdp2), not a "
-        "--distributed none file. Fix: resume with --distributed fsdp2 (or ddp), "
-        "which also works in one process.")
+        "checkpoint folder written by --distributed ddp or --distributed fsdp2), not "
+        "a --distributed none file. Fix: resume with --distributed fsdp2 (or "
+        "--distributed ddp), which also works in one process.")
     resumed = run_module(*args, "--distributed", "fsdp2", "--steps", "4", "--resume")
     assert resumed.returncode == 0, resumed.stderr  # one process, as the fix says
     assert f"checkpoint: {ckpt} (step 4)" in resumed.stdout
@@ -225,11 +233,13 @@ def test_a_missing_parent_folder_is_created(tmp_path, capsys):
     ["--threads", "0"], ["--seed", "-1"], ["--seed", str(2**64)],
 ], ids=" ".join)
 def test_train_refuses_bad_numbers_with_the_reason(args, capsys):
-    # `--lr inf` trained on NaN and exited 0
+    # `--lr inf` trained on NaN and exited 0. TrainConfig's checks word it ("--lr must
+    # be a finite number > 0, got inf ..."); --threads, no config field, is argparse's
     assert main(["train", "--device", "cpu", "--steps", "5", *args]) == 2
     out, err = capsys.readouterr()
     line = one_line_error(err)
-    assert f"argument {args[0]}: must be" in line and out == ""
+    assert args[0] in line and "must be" in line and out == ""
+    assert "None" not in line  # Python's words for no clipping stay in Python
 
 
 @pytest.mark.parametrize("args", [
@@ -292,6 +302,25 @@ def test_resume_with_nothing_left_to_train_says_so(steps, tmp_path, capsys):
     out, err = capsys.readouterr()
     line = one_line_error(err)
     assert "already at step 10" in line and "--steps above 10" in line and out == ""
+
+
+def test_a_train_run_checks_once_and_reads_its_checkpoint_once(tmp_path, capsys,
+                                                                 monkeypatch):
+    # the flags' types, run_train and train() each checked the numbers, and --resume
+    # read the checkpoint twice; now the flags are only converted, and the core's one
+    # plan_training both checks the run and carries the checkpoint into train()
+    path = str(tmp_path / "run.pt")
+    args = ["train", "--device", "cpu", "--log-every", "0", "--checkpoint", path]
+    assert main([*args, "--steps", "3"]) == 0
+    counts = {}
+    for owner, name in ((train, "plan_training"), (train, "validate_config"),
+                        (torch, "load")):
+        counts[name] = mock.Mock(wraps=getattr(owner, name))
+        monkeypatch.setattr(owner, name, counts[name])
+    assert main([*args, "--steps", "5", "--resume"]) == 0
+    assert f"checkpoint: {path} (step 5)" in capsys.readouterr().out
+    assert {name: c.call_count for name, c in counts.items()} == {
+        "plan_training": 1, "validate_config": 1, "load": 1}
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002], ids=lambda m: f"{m:03o}")

@@ -40,7 +40,7 @@ def test_one_process_combine_is_the_identity():
 
 def test_mode_none_under_several_processes_is_refused(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="add --distributed ddp"):
+    with pytest.raises(ValueError, match="use distributed='ddp'"):
         start_world("none", CPU)
 
 
@@ -126,10 +126,10 @@ def test_sharded_checkpoint_round_trip_in_one_process(tmp_path):
 
 
 def test_read_meta_explains_wrong_paths(tmp_path):
-    with pytest.raises(FileNotFoundError, match="run once without --resume"):
+    with pytest.raises(FileNotFoundError, match="run once without resume=True"):
         distributed.read_meta(tmp_path / "missing")
     (tmp_path / "single.pt").write_bytes(b"x")
-    with pytest.raises(ValueError, match="--distributed none"):
+    with pytest.raises(ValueError, match="resume it with distributed='none'"):
         distributed.read_meta(tmp_path / "single.pt")
 
 

@@ -56,7 +56,7 @@ def test_scaler_choice_is_refused_with_the_reason():
 def test_bf16_on_a_pre_ampere_gpu_suggests_fp16(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 5))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Tesla T4")
-    with pytest.raises(RuntimeError, match=r"Tesla T4 is 7\.5.*--precision fp16"):
+    with pytest.raises(RuntimeError, match=r"Tesla T4 is 7\.5.*precision='fp16'"):
         pr.resolve_precision("bf16", torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (8, 0))
     assert pr.resolve_precision("bf16", torch.device("cuda")).dtype is torch.bfloat16

@@ -4,6 +4,7 @@ import io
 import math
 import warnings
 from itertools import pairwise
+from unittest import mock
 
 import pytest
 import torch
@@ -245,7 +246,7 @@ def test_unknown_precision_lists_the_valid_ones():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_cuda_says_what_to_use():
-    with pytest.raises(RuntimeError, match="CUDA was asked for.*--device cpu"):
+    with pytest.raises(RuntimeError, match="CUDA was asked for.*device='cpu'"):
         train(TrainConfig(device="cuda"))
 
 
@@ -303,7 +304,7 @@ def test_bad_config_values_are_named():
 
 def test_resume_errors_leave_the_checkpoint_untouched(tmp_path):
     path = tmp_path / "ckpt.pt"
-    with pytest.raises(FileNotFoundError, match="run once without --resume"):
+    with pytest.raises(FileNotFoundError, match="run once without resume=True"):
         train(TrainConfig(device="cpu", checkpoint_path=str(path), resume=True))
     quiet_train(TrainConfig(num_steps=3, checkpoint_path=str(path), **{
         k: v for k, v in FAST.items() if k != "num_steps"}))
@@ -449,6 +450,40 @@ def test_resume_with_num_steps_at_the_saved_step_is_refused(tmp_path):
         with pytest.raises(ValueError, match="already at step 5.*nothing to train"):
             train(TrainConfig(device="cpu", num_steps=num_steps, checkpoint_path=path,
                               resume=True))
+
+
+def spy(monkeypatch, owner, name):
+    """Count the calls of ``owner.name`` (it still runs)."""
+    counted = mock.Mock(wraps=getattr(owner, name))
+    monkeypatch.setattr(owner, name, counted)
+    return counted
+
+
+def test_train_checks_once_and_reads_a_resumed_checkpoint_once(tmp_path, monkeypatch):
+    # train() checked everything, the command line had checked it all before, and a
+    # resume read its checkpoint twice: once to check it, once to restore it
+    path = str(tmp_path / "run.pt")
+    quiet_train(TrainConfig(device="cpu", num_steps=3, checkpoint_path=path))
+    plans = spy(monkeypatch, tr, "plan_training")
+    fields = spy(monkeypatch, tr, "validate_config")
+    loads = spy(monkeypatch, torch, "load")
+    resumed = quiet_train(TrainConfig(device="cpu", num_steps=5, checkpoint_path=path,
+                                      resume=True))
+    assert len(resumed.records) == 5
+    assert (plans.call_count, fields.call_count, loads.call_count) == (1, 1, 1)
+    plan = tr.plan_training(TrainConfig(device="cpu", num_steps=2))
+    fields.reset_mock()
+    quiet_train(plan)  # a plan is taken as checked
+    assert fields.call_count == 0
+    with pytest.raises(TypeError, match="pass it to plan_training"):
+        train(plan, model=models.MLP((2, 64, 64, 3)))
+
+
+def test_a_plan_keeps_its_own_copy_of_the_config():
+    config = TrainConfig(device="cpu", num_steps=2)
+    plan = tr.plan_training(config)
+    config.num_steps = 0  # after the checks: the plan is not changed by it
+    assert quiet_train(plan).config.num_steps == 2
 
 
 def test_load_checkpoint_names_what_is_missing(tmp_path):

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from amp_lessons.core.errors import CheckpointNotFound, SettingError
 from amp_lessons.core.output_files import write_atomically
 
 CHECKPOINT_FORMAT = "amp_lessons.core.train/1"
@@ -49,23 +50,25 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     """
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"{path} is a sharded checkpoint (written with --distributed "
-                         "ddp or fsdp2): resume it with --distributed ddp or fsdp2 "
-                         "(one process works too)")
+        raise SettingError(
+            f"{path} is a sharded checkpoint (written with `distributed='ddp'` or "
+            "`distributed='fsdp2'`): resume it with `distributed='ddp'` or "
+            "`distributed='fsdp2'` (one process works too)")
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}: run once without --resume "
-                                "(with --checkpoint) to create it")
+        raise CheckpointNotFound(f"no checkpoint at {path}: run once without "
+                                 "`resume=True` (with `checkpoint_path`) to create it")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # pickle errors come in many types, some many lines long
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ValueError(f"{path} is not a readable checkpoint ({reason[:120]}); "
-                         "delete it or point --checkpoint elsewhere") from None
+        raise SettingError(f"{path} is not a readable checkpoint ({reason[:120]}); "
+                           "delete it or point `checkpoint_path` elsewhere") from None
     problem = _checkpoint_problem(state)
     if problem:
-        raise ValueError(f"{path} is not a checkpoint written by "
-                         f"amp_lessons.core.train ({problem}); point --checkpoint at "
-                         "one, or at a new path to start a new run")
+        raise SettingError(f"{path} is not a checkpoint written by "
+                           f"amp_lessons.core.train ({problem}); point "
+                           "`checkpoint_path` at one, or at a new path to start a "
+                           "new run")
     return state
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from amp_lessons.core.errors import SettingUnavailable
 from amp_lessons.i18n import N_, _
 
 # CPU instruction-set flags (Linux /proc/cpuinfo names) that make bf16 fast on a CPU.
@@ -77,17 +78,18 @@ def resolve_device(name: str = "auto") -> torch.device:
             build = (f"this torch ({torch.__version__}) was built without CUDA"
                      if torch.version.cuda is None
                      else "no NVIDIA GPU is visible to this torch")
-            raise RuntimeError(
+            raise SettingUnavailable(
                 f"CUDA was asked for, but torch.cuda.is_available() is False: {build}. "
-                "Fix: use --device cpu (or auto), or run on a machine with an NVIDIA "
-                "GPU and a CUDA build of torch.")
+                "Fix: use `device='cpu'` (or `device='auto'`), or run on a machine "
+                "with an NVIDIA GPU and a CUDA build of torch.")
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
             raise RuntimeError(f"{name!r} asked for, but only {count} CUDA device(s) "
                                f"exist: use cuda:0 .. cuda:{count - 1}")
     if device.type == "mps" and not _mps_available():
-        raise RuntimeError("MPS (Apple GPU) was asked for, but it is not available "
-                           "here. Fix: use --device cpu (or auto).")
+        raise SettingUnavailable("MPS (Apple GPU) was asked for, but it is not "
+                                 "available here. Fix: use `device='cpu'` (or "
+                                 "`device='auto'`).")
     return device
 
 
@@ -230,7 +232,8 @@ def what_this_means(report: MachineReport) -> list[str]:
             name=report.device_name, major=major, minor=minor))
         if report.tensor_cores:
             lines.append(_("It has tensor cores: fp16 matmuls should run several times "
-                           "faster than fp32; lesson 06 measures by how much."))
+                           "faster than fp32; amp_lessons.measure.bench measures by "
+                           "how much."))
         else:
             lines.append(_("No tensor cores (compute capability < 7.0): AMP saves "
                            "memory but expect little speed-up."))
@@ -254,8 +257,8 @@ def what_this_means(report: MachineReport) -> list[str]:
         elif not report.cpu_bf16_emulated:
             lines.append(_("This CPU has no bf16 instructions, but torch's oneDNN "
                            "kernels run bf16 matmuls with its AVX-512 units: bf16 "
-                           "works, usually no faster than fp32; lesson 06 measures "
-                           "it."))
+                           "works, usually no faster than fp32; "
+                           "amp_lessons.measure.bench measures it."))
         else:
             lines.append(_("This CPU has no AVX-512 BF16 / AMX: bf16 and fp16 matmuls "
                            "are emulated and much SLOWER than fp32, so CPU demos stay "

@@ -44,6 +44,13 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from amp_lessons.core.errors import (
+    CheckpointNotFound,
+    SettingError,
+    SettingUnavailable,
+    in_python_terms,
+)
+
 MODES = ("none", "ddp", "fsdp2")
 # fully_shard became public in torch.distributed.fsdp in 2.6 (its docs page dates from
 # Dec 2024); it runs on a CPU from 2.7, once CPU streams got no-op record_event and
@@ -62,6 +69,12 @@ def fsdp2_unsupported_reason(device_type: str = "cpu") -> str | None:
     Example: on torch 2.13 ``fsdp2_unsupported_reason("cpu") is None``; on torch 2.6
     it says "FSDP2 on a CPU needs torch 2.7 or newer ...".
     """
+    why = _fsdp2_problem(device_type)
+    return in_python_terms(why) if why else None
+
+
+def _fsdp2_problem(device_type: str) -> str | None:
+    # the reason with its settings marked (amp_lessons.core.errors), for start_world
     from torch.torch_version import TorchVersion
 
     version = TorchVersion(torch.__version__)
@@ -70,11 +83,11 @@ def fsdp2_unsupported_reason(device_type: str = "cpu") -> str | None:
     if version < FSDP2_MIN_TORCH:
         return ("FSDP2 (torch.distributed.fsdp.fully_shard) is public from torch "
                 f"2.6; this is {torch.__version__}. Upgrade torch, or use "
-                "--distributed ddp.")
+                "`distributed='ddp'`.")
     if device_type == "cpu" and version < FSDP2_CPU_MIN_TORCH:
         return (f"FSDP2 on a CPU needs torch 2.7 or newer (2.6 sets up its streams "
                 f"for GPUs only); this is {torch.__version__}. Upgrade torch, run on "
-                "a GPU, or use --distributed ddp.")
+                "a GPU, or use `distributed='ddp'`.")
     return None
 
 
@@ -175,8 +188,8 @@ class World:
         if batch_size % self.world_size:
             n = self.world_size
             lower = batch_size - batch_size % n
-            raise ValueError(
-                f"--batch-size {batch_size} is the global batch, split over {n} "
+            raise SettingError(
+                f"`batch_size={batch_size}` is the global batch, split over {n} "
                 f"processes, and {batch_size} is not a multiple of {n}. Fix: use a "
                 f"multiple, e.g. {lower or n} or {lower + n}.")
 
@@ -243,25 +256,28 @@ def start_world(mode: str, device: torch.device) -> World:
                          f"{', '.join(MODES)}")
     if mode == "none":
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise ValueError(
+            raise SettingError(
                 f"{os.environ['WORLD_SIZE']} processes were launched (torchrun?), but "
-                "--distributed is none: each would train alone on the whole batch. "
-                "Fix: add --distributed ddp (or fsdp2).")
+                "`distributed='none'`: each would train alone on the whole batch. "
+                "Fix: use `distributed='ddp'` (or `distributed='fsdp2'`).")
         return World("none", device=device)
     if not torch.distributed.is_available():
-        raise RuntimeError(f"this torch ({torch.__version__}) was built without "
-                           "torch.distributed; use --distributed none")
-    if mode == "fsdp2" and (why := fsdp2_unsupported_reason(device.type)):
-        raise RuntimeError(why)
+        raise SettingUnavailable(f"this torch ({torch.__version__}) was built "
+                                 "without torch.distributed; use "
+                                 "`distributed='none'`")
+    if mode == "fsdp2" and (why := _fsdp2_problem(device.type)):
+        raise SettingUnavailable(why)
     if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"--distributed {mode} runs on cpu (gloo) or cuda (nccl), "
-                         f"not {device.type}. Fix: --device cpu or cuda.")
+        raise SettingError(f"`distributed={mode!r}` runs on cpu (gloo) or cuda "
+                           f"(nccl), not {device.type}. Fix: use `device='cpu'` or "
+                           "`device='cuda'`.")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device.type == "cuda":
         if local_rank >= torch.cuda.device_count():
             raise RuntimeError(f"local rank {local_rank} has no GPU of its own (this "
                                f"node has {torch.cuda.device_count()}): start at most "
-                               "that many processes per node (--nproc_per_node)")
+                               "that many processes per node (torchrun's "
+                               "nproc_per_node)")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -447,12 +463,13 @@ def read_meta(path: str | os.PathLike) -> dict:
     """
     path = Path(path)
     if path.is_file():
-        raise ValueError(f"{path} is a single-file checkpoint (written with "
-                         "--distributed none): resume it with --distributed none, or "
-                         "start a new run with another --checkpoint path")
+        raise SettingError(f"{path} is a single-file checkpoint (written with "
+                           "`distributed='none'`): resume it with "
+                           "`distributed='none'`, or start a new run with another "
+                           "`checkpoint_path`")
     if not (path / META_FILE).is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}: run once without --resume "
-                                "(with --checkpoint) to create it")
+        raise CheckpointNotFound(f"no checkpoint at {path}: run once without "
+                                 "`resume=True` (with `checkpoint_path`) to create it")
     meta = json.loads((path / META_FILE).read_text())
     if meta.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} was not written by amp_lessons.core.distributed "

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from amp_lessons.core.errors import SettingError
+
 __all__ = ["remove_stale_temps", "validate_output_path", "write_atomically"]
 
 
@@ -77,35 +79,38 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
 def validate_output_path(path: str | os.PathLike, what: str = "output file") -> Path:
     """Refuse, before any work, a path the run could not write at the end.
 
-    Refused with a ValueError that says what to do: a directory, a path whose parent
-    is a file, a folder that cannot be written (permissions, a read-only file
-    system). A missing parent folder is fine: the write creates it. Leftovers of a
-    killed write of this path are removed.
+    Refused with a ValueError (a ``SettingError``) that says what to do: a directory,
+    a path whose parent is a file, a folder that cannot be written (permissions, a
+    read-only file system). A missing parent folder is fine: the write creates it.
+    Leftovers of a killed write of this path are removed. ``what`` names the path in
+    the message; a setting in backticks, as ``amp_lessons.core.errors`` marks them,
+    is worded the caller's way.
 
-    Example: ``validate_output_path("/tmp", "--checkpoint")`` raises "--checkpoint
-    /tmp is a directory; give a file name inside it, e.g. /tmp/run.pt".
+    Example: ``validate_output_path("/tmp", "`checkpoint_path`")`` raises
+    "checkpoint_path /tmp is a directory; give a file name inside it, e.g.
+    /tmp/run.pt".
     """
     path = Path(path).expanduser()
     if path.is_dir():
         example = path / ("results.json" if "json" in what else "run.pt")
-        raise ValueError(f"{what} {path} is a directory; give a file name inside it, "
-                         f"e.g. {example}")
+        raise SettingError(f"{what} {path} is a directory; give a file name inside "
+                           f"it, e.g. {example}")
     if path.exists() and not path.is_file():
-        raise ValueError(f"{what} {path} exists and is not a regular file; choose "
-                         "another path")
+        raise SettingError(f"{what} {path} exists and is not a regular file; "
+                           "choose another path")
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent  # the nearest folder that exists
     if not folder.is_dir():
-        raise ValueError(f"{what} {path}: {folder} is a file, not a folder; choose "
-                         "another path")
+        raise SettingError(f"{what} {path}: {folder} is a file, not a folder; "
+                           "choose another path")
     probe = _temp_name(folder / path.name)
     try:
         os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
         os.unlink(probe)
     except OSError as e:
-        raise ValueError(f"cannot write {what} {path}: {e.strerror} in {folder}; "
-                         "choose a folder you can write to") from None
+        raise SettingError(f"cannot write {what} {path}: {e.strerror} in "
+                           f"{folder}; choose a folder you can write to") from None
     remove_stale_temps(path)
     return path
 

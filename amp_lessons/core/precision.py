@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from amp_lessons.core.device import EMULATION_NOTE
+from amp_lessons.core.errors import SettingError, SettingUnavailable
 from amp_lessons.i18n import _
 
 
@@ -72,10 +73,10 @@ def resolve_precision(name: str, device: torch.device | str = "cpu",
         capability = torch.cuda.get_device_capability(device)
         if capability < (8, 0):
             gpu = torch.cuda.get_device_name(device)
-            raise RuntimeError(
+            raise SettingUnavailable(
                 f"bf16 needs a GPU with native bfloat16 (compute capability 8.0+, "
                 f"Ampere or newer); {gpu} is {capability[0]}.{capability[1]}, where "
-                "torch would emulate it slowly. Fix: use --precision fp16 (with its "
+                "torch would emulate it slowly. Fix: use `precision='fp16'` (with its "
                 "loss scaler).")
     note = slow_note(precision, device)
     if warn and note:
@@ -191,7 +192,7 @@ def validate_scaler_choice(precision: Precision, scaler: str) -> None:
         why = ("bf16 has fp32's 8 exponent bits, so gradients do not underflow the "
                "way they do in fp16" if precision.name == "bf16"
                else f"{precision.name} gradients are float32")
-        raise ValueError(
+        raise SettingError(
             f"a loss scaler is not needed with {precision.name}: {why}. Scaling "
-            "would only cost time. Fix: use --scaler auto (or none), or "
-            "--precision fp16 if you want to study loss scaling.")
+            "would only cost time. Fix: use `scaler='auto'` (or `scaler='none'`), or "
+            "`precision='fp16'` if you want to study loss scaling.")

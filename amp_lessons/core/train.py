@@ -22,10 +22,11 @@ schedules.
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from amp_lessons.core.distributed import (
     start_world,
     wrap_model,
 )
+from amp_lessons.core.errors import SettingError
 from amp_lessons.core.models import GPT, MLP, make_spirals, make_tokens
 from amp_lessons.core.output_files import validate_output_path
 from amp_lessons.core.precision import (
@@ -63,6 +65,7 @@ from amp_lessons.core.precision import (
     tf32_mode,
     validate_scaler_choice,
 )
+from amp_lessons.core.scaler import round_to_float32
 
 TASKS = ("spirals", "gpt")
 
@@ -142,58 +145,111 @@ class TrainResult:
         return sum(r.skipped for r in self.records)
 
 
+@dataclass(frozen=True)
+class TrainPlan:
+    """A ``TrainConfig`` that passed every check, with what the checks found out.
+
+    ``plan_training`` makes it; ``train`` accepts one in place of a config, so a caller
+    that shows the device or precision first (the command line's header) checks once.
+    """
+
+    config: TrainConfig
+    device: torch.device  # resolved: "auto" became cuda, mps or cpu
+    precision: Precision
+    model: nn.Module | None  # the caller's own model, checked against the precision
+    saved: dict | None  # the checkpoint a resume continues from, read once
+
+
+def plan_training(config: TrainConfig, model: nn.Module | None = None) -> TrainPlan:
+    """Every check a run needs, made once, before anything is built or written.
+
+    The fields (``validate_config``), the device and precision this machine must run,
+    the scaler, ``model`` (when given), the global batch against torchrun's process
+    count, the checkpoint path, and for ``resume=True`` the checkpoint itself, read
+    here and kept in the plan so the run does not read it again.
+
+    Example: ``plan_training(TrainConfig(device="cpu")).precision.name`` -> ``'bf16'``;
+    ``plan_training(TrainConfig(num_steps=0))`` raises "num_steps must be a positive
+    integer, got 0".
+    """
+    config = replace(config)  # the plan's own copy: a later edit cannot skip a check
+    validate_config(config)
+    device = resolve_device(config.device)
+    precision = resolve_precision(config.precision, device, warn=False)
+    validate_scaler_choice(precision, config.scaler)
+    if model is not None:
+        validate_model(model, precision,
+                       precision.needs_scaler and config.scaler != "none")
+    # under torchrun every rank takes an equal slice of the global batch
+    processes = (int(os.environ.get("WORLD_SIZE", "1"))
+                 if config.distributed != "none" else 1)
+    World(config.distributed, world_size=processes).check_batch(config.batch_size)
+    validate_checkpoint_path(config)
+    return TrainPlan(config, device, precision, model, validate_resume(config))
+
+
+def _is_integer(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)  # True is an int to Python
+
+
+def _is_real(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_scale(x: Any) -> bool:
+    # what a float32 scale tensor holds: 1e39 would become inf, 1e-46 zero
+    return _is_real(x) and 0 < round_to_float32(x) < math.inf
+
+
+# Each numeric field, the test its value must pass, and what it must be: the one rule
+# for each number, whoever builds the config (the command line only converts text).
+_NUMBER_RULES = (
+    (("num_steps", "batch_size", "accum_steps", "growth_interval", "hidden",
+      "num_classes", "n_layer", "n_head", "n_embd", "block_size", "vocab_size"),
+     lambda x: _is_integer(x) and x >= 1, "a positive integer"),
+    (("log_every", "checkpoint_every"), lambda x: _is_integer(x) and x >= 0,
+     "an integer >= 0 (0 turns it off)"),
+    (("lr",), lambda x: x is None or (_is_real(x) and x > 0),
+     "a finite number > 0 (an infinite or NaN learning rate makes every weight NaN)"),
+    (("clip",), lambda x: x is None or (_is_real(x) and x > 0),
+     "a finite number > 0, or `clip=None` for no clipping"),
+    (("weight_decay",), lambda x: _is_real(x) and x >= 0, "a finite number >= 0"),
+    (("init_scale",), _is_scale,
+     "a finite number > 0 that float32 can hold (up to about 3.4e38)"),
+    (("seed",), lambda x: _is_integer(x) and 0 <= x < 2**63,
+     "an integer in [0, 2**63), the seeds torch's generators take"),
+)
+
+
 def validate_config(config: TrainConfig) -> None:
-    """Check every field before anything is built, so a bad run changes nothing.
+    """Check every field on its own, before anything is built (``plan_training`` calls
+    it, with the checks that need the machine or the files).
 
     Example: ``validate_config(TrainConfig(accum_steps=0))`` raises "accum_steps must
-    be a positive integer".
+    be a positive integer, got 0".
     """
     if config.task not in TASKS:
-        raise ValueError(f"unknown task {config.task!r}; use one of: "
-                         f"{', '.join(TASKS)}")
-    for name in ("num_steps", "batch_size", "accum_steps", "growth_interval",
-                 "hidden", "num_classes", "n_layer", "n_head", "n_embd",
-                 "block_size", "vocab_size"):
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    for name in ("log_every", "checkpoint_every"):
-        value = getattr(config, name)
-        if not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    if config.lr is not None and not _finite_positive(config.lr):
-        raise ValueError(f"lr must be a finite number > 0, got {config.lr!r} (an "
-                         "infinite or NaN learning rate makes every weight NaN)")
-    if config.clip is not None and not _finite_positive(config.clip):
-        raise ValueError(f"clip must be a finite number > 0 (or None for no "
-                         f"clipping), got {config.clip!r}")
-    if not (isinstance(config.weight_decay, int | float)
-            and math.isfinite(config.weight_decay) and config.weight_decay >= 0):
-        raise ValueError(f"weight_decay must be a finite number >= 0, got "
-                         f"{config.weight_decay!r}")
-    if (not isinstance(config.seed, int) or isinstance(config.seed, bool)
-            or not 0 <= config.seed < 2**63):
-        raise ValueError(f"seed must be an integer in [0, 2**63), got {config.seed!r}")
-    if not (config.init_scale > 0 and math.isfinite(config.init_scale)):
-        raise ValueError(f"init_scale must be a finite number > 0, got "
-                         f"{config.init_scale!r}")
+        raise SettingError(f"unknown `task` {config.task!r}; use one of: "
+                           f"{', '.join(TASKS)}")
+    for names, ok, what in _NUMBER_RULES:
+        for name in names:
+            if not ok(value := getattr(config, name)):
+                raise SettingError(f"`{name}` must be {what}, got {value!r}")
     if config.resume and not config.checkpoint_path:
-        raise ValueError("resume=True needs checkpoint_path (--checkpoint PATH)")
+        raise SettingError("`resume=True` needs `checkpoint_path`, the checkpoint to "
+                           "continue from")
     if config.checkpoint_every and not config.checkpoint_path:
-        raise ValueError("checkpoint_every needs checkpoint_path (--checkpoint PATH)")
+        raise SettingError("`checkpoint_every` needs `checkpoint_path`, the file to "
+                           "save to")
     if config.distributed not in MODES:
-        raise ValueError(f"unknown distributed mode {config.distributed!r}; use one "
-                         f"of: {', '.join(MODES)}")
+        raise SettingError(f"unknown `distributed` mode {config.distributed!r}; use "
+                           f"one of: {', '.join(MODES)}")
     if config.distributed == "fsdp2" and config.scaler == "ours":
-        raise ValueError(
-            "--scaler ours checks plain tensors, and FSDP2's gradients are DTensor "
+        raise SettingError(
+            "`scaler='ours'` checks plain tensors, and FSDP2's gradients are DTensor "
             "shards (its inf check would have to be reduced over the ranks). Fix: "
-            "--scaler auto (torch's GradScaler) with fsdp2, or ours with ddp/none.")
-
-
-def _finite_positive(x: Any) -> bool:
-    return (isinstance(x, int | float) and not isinstance(x, bool)
-            and math.isfinite(x) and x > 0)
+            "`scaler='auto'` (torch's GradScaler) with fsdp2, or 'ours' with "
+            "`distributed='ddp'` or 'none'.")
 
 
 def validate_checkpoint_path(config: TrainConfig) -> None:
@@ -201,20 +257,23 @@ def validate_checkpoint_path(config: TrainConfig) -> None:
     end (a directory, a folder without write permission, ...).
 
     Example: ``validate_checkpoint_path(TrainConfig(checkpoint_path="/tmp"))`` raises
-    "--checkpoint /tmp is a directory; give a file name inside it, e.g. /tmp/run.pt".
+    "checkpoint_path /tmp is a directory; give a file name inside it, e.g.
+    /tmp/run.pt".
     """
-    path = Path(config.checkpoint_path or "").expanduser()
-    if config.checkpoint_path and config.distributed == "none" and (
+    if not config.checkpoint_path:
+        return
+    path = Path(config.checkpoint_path).expanduser()
+    if config.distributed == "none" and (
             (path / META_FILE).is_file() or (path / ".metadata").is_file()):
-        raise ValueError(  # a DCP folder is no mistake: it needs the sharded path
-            f"--checkpoint {path} is a sharded checkpoint (a torch.distributed."
-            "checkpoint folder written by --distributed ddp or fsdp2), not a "
-            f"--distributed none file. Fix: {'resume' if config.resume else 'run'} "
-            "with --distributed fsdp2 (or ddp), which also works in one process.")
-    if config.checkpoint_path and config.distributed == "none":
-        validate_output_path(config.checkpoint_path, "--checkpoint")
-    elif config.checkpoint_path:  # a DCP folder: its metadata file must be writable
-        validate_output_path(Path(config.checkpoint_path) / META_FILE, "--checkpoint")
+        raise SettingError(  # a DCP folder is no mistake: it needs the sharded path
+            f"`checkpoint_path` {path} is a sharded checkpoint (a torch.distributed."
+            "checkpoint folder written by `distributed='ddp'` or "
+            "`distributed='fsdp2'`), not a `distributed='none'` file. Fix: "
+            f"{'resume' if config.resume else 'run'} with `distributed='fsdp2'` (or "
+            "`distributed='ddp'`), which also works in one process.")
+    # one process writes a file; a distributed run a DCP folder with its metadata
+    target = path if config.distributed == "none" else path / META_FILE
+    validate_output_path(target, "`checkpoint_path`")
 
 
 def validate_resume(config: TrainConfig) -> dict | None:
@@ -231,9 +290,10 @@ def validate_resume(config: TrainConfig) -> dict | None:
              else read_meta(path))  # a DCP folder: its shards are read by _restore
     _refuse_incompatible_resume(saved["config"], config, path)
     if saved["step"] >= config.num_steps:
-        raise ValueError(f"{path} is already at step {saved['step']}, and --steps "
-                         f"{config.num_steps} is the total to reach: nothing to "
-                         f"train. Pass --steps above {saved['step']} to continue.")
+        raise SettingError(
+            f"{path} is already at step {saved['step']}, and "
+            f"`num_steps={config.num_steps}` is the total to reach: nothing to "
+            f"train. Set `num_steps` above {saved['step']} to continue.")
     return saved
 
 
@@ -249,17 +309,18 @@ def validate_model(model: nn.Module, precision: Precision,
     if not low:
         return
     if scaler_enabled:
-        raise ValueError(
+        raise SettingError(
             f"the model's parameters are {', '.join(low)} (model.half()?), but loss "
             "scaling needs float32 weights: torch's GradScaler stops with "
             "'Attempting to unscale FP16 gradients', and fp16 weights lose small "
             "updates anyway. Fix: keep the model in float32 (drop .half()) and let "
             "autocast cast each op to fp16; the fp32 weights are the master copy.")
     if not precision.autocast:
-        raise ValueError(
-            f"the model's parameters are {', '.join(low)}, but precision "
-            f"{precision.name} computes in float32. Fix: model.float(), or pick "
-            "--precision fp16/bf16 and keep the weights in float32.")
+        raise SettingError(
+            f"the model's parameters are {', '.join(low)}, but "
+            f"`precision={precision.name!r}` computes in float32. Fix: model.float(), "
+            "or pick `precision='fp16'` or `precision='bf16'` and keep the weights in "
+            "float32.")
 
 
 # ---------------------------------------------------------------------------
@@ -381,9 +442,10 @@ def _refuse_incompatible_resume(saved: dict, config: TrainConfig, path) -> None:
     diff = [f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}"
             for k in RESUME_MUST_MATCH if saved.get(k) != now[k]]
     if diff:
-        raise ValueError(f"cannot resume from {path}: the run's settings differ ("
-                         + "; ".join(diff) + "). Fix: resume with the same settings, "
-                         "or start a new run with another --checkpoint path.")
+        raise SettingError(f"cannot resume from {path}: the run's settings differ ("
+                           + "; ".join(diff) + "). Fix: resume with the same "
+                           "settings, or start a new run with another "
+                           "`checkpoint_path`.")
 
 
 # ---------------------------------------------------------------------------
@@ -391,17 +453,16 @@ def _refuse_incompatible_resume(saved: dict, config: TrainConfig, path) -> None:
 # ---------------------------------------------------------------------------
 
 
-def train(config: TrainConfig, model: nn.Module | None = None,
+def train(config: TrainConfig | TrainPlan, model: nn.Module | None = None,
           log: Callable[[str], None] = print) -> TrainResult:
     """Train on a built-in synthetic task and return the per-step records.
 
-    Everything is checked before the model, the optimizer or a checkpoint is touched.
-    With ``checkpoint_path`` the state (model, optimizer, scaler, step, RNGs, records)
-    is saved atomically; ``resume=True`` continues from it and reproduces the
-    uninterrupted run bit for bit on a CPU. Distributed runs save a sharded (DCP)
-    checkpoint directory instead, which a run with another number of processes can
-    resume. Their result holds the wrapped model (DDP or FSDP2), whose process
-    group ended with the run.
+    Everything is checked (``plan_training``; a ``TrainPlan`` is taken as checked)
+    before the model, the optimizer or a checkpoint is touched. With ``checkpoint_path``
+    the state (model, optimizer, scaler, step, RNGs, records) is saved atomically;
+    ``resume=True`` continues from it, bit for bit on a CPU. Distributed runs save a
+    sharded (DCP) checkpoint directory, which any number of processes can resume;
+    their result holds the wrapped model (DDP or FSDP2), whose process group ended.
 
     ``model``: your own module for the task (default: the built-in one); it must take
     the task's inputs (spirals: (B, 2) floats; gpt: (B, T) token ids).
@@ -411,52 +472,18 @@ def train(config: TrainConfig, model: nn.Module | None = None,
         result = train(TrainConfig(device="cpu", precision="bf16", num_steps=200))
         result.losses[0], result.losses[-1], result.num_skipped  # 1.1, 0.1, 0
     """
-    validate_config(config)
-    device = resolve_device(config.device)
-    precision = resolve_precision(config.precision, device, warn=False)
-    validate_scaler_choice(precision, config.scaler)
-    scaler_enabled = precision.needs_scaler and config.scaler != "none"
-    if model is not None:
-        validate_model(model, precision, scaler_enabled)
-    validate_checkpoint_path(config)
-    saved = validate_resume(config)
-
-    # -- nothing was touched above; from here on we build and train --
-    notes = [n for n in [slow_note(precision, device)] if n]
+    plan = _the_plan(config, model)
+    config = plan.config
+    # -- nothing was touched so far; from here on we build and train --
+    notes = [n for n in [slow_note(plan.precision, plan.device)] if n]
     for note in notes:
         warnings.warn(note, SlowOnThisDeviceWarning, stacklevel=2)
-    world = start_world(config.distributed, device)  # mode none: a world of one
+    world = start_world(config.distributed, plan.device)  # mode none: a world of one
     try:
-        world.check_batch(config.batch_size)
         device = world.device  # under torchrun on CUDA: this rank's own GPU
-        torch.manual_seed(config.seed)  # model init; a checkpoint restores the state
-        task = Task(config, device)
-        if model is None:
-            model = task.make_model()
-        model, ctx = wrap_model(model, world, precision,
-                                autocast_context(precision, device))
-        lr = config.lr if config.lr is not None else task.default_lr
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr,
-                                      weight_decay=config.weight_decay)
-        scaler = make_scaler(precision, device, config.scaler, config.init_scale,
-                             config.growth_interval)
-        records: list[StepRecord] = []
-        if saved is not None:
-            try:
-                _restore(saved, world, model, optimizer, scaler, task, device,
-                         config.checkpoint_path)
-            except (RuntimeError, ValueError, KeyError, TypeError) as e:
-                reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise ValueError(
-                    f"{config.checkpoint_path}: its saved state does not fit this run "
-                    f"({reason[:120]}); start a new run with another --checkpoint "
-                    "path") from None
-            records = [StepRecord(**r) for r in saved["records"]]
-
-        def checkpoint() -> None:
-            _save(config, world, model, optimizer, scaler, task, records)
-
-        with tf32_mode(precision.tf32, device.type):
+        task, model, ctx, optimizer, scaler, records = _build(plan, world, device)
+        run = (config, world, model, optimizer, scaler, task, records)  # _save's
+        with tf32_mode(plan.precision.tf32, device.type):
             model.train()
             for step in range(len(records) + 1, config.num_steps + 1):
                 t0 = time.perf_counter()
@@ -474,9 +501,9 @@ def train(config: TrainConfig, model: nn.Module | None = None,
                     log(format_record(records[-1], sum(r.skipped for r in records)))
                 if (config.checkpoint_path and config.checkpoint_every
                         and step % config.checkpoint_every == 0):
-                    checkpoint()
+                    _save(*run)
             if config.checkpoint_path:
-                checkpoint()
+                _save(*run)
             eval_loss, eval_accuracy = evaluate(model, task.eval_x, task.eval_y, ctx,
                                                 task.loss_fn)
         if world.world_size > 1:
@@ -485,6 +512,44 @@ def train(config: TrainConfig, model: nn.Module | None = None,
         world.close()
     return TrainResult(config, records, eval_loss, eval_accuracy, model, optimizer,
                        scaler, str(device), notes, world.world_size, world.rank)
+
+
+def _the_plan(config: TrainConfig | TrainPlan, model: nn.Module | None) -> TrainPlan:
+    if not isinstance(config, TrainPlan):
+        return plan_training(config, model)
+    if model is not None:  # the plan checked its own model (or none) already
+        raise TypeError("a TrainPlan carries its model: pass it to plan_training "
+                        "(train(plan_training(config, model))), not to train")
+    return config
+
+
+def _build(plan: TrainPlan, world: World, device: torch.device) -> tuple:
+    """The task, model, autocast context, optimizer, scaler and step records a run
+    starts from: new, or as its checkpoint left them."""
+    config = plan.config
+    torch.manual_seed(config.seed)  # model init; a checkpoint restores the state
+    task = Task(config, device)
+    model = plan.model if plan.model is not None else task.make_model()
+    model, ctx = wrap_model(model, world, plan.precision,
+                            autocast_context(plan.precision, device))
+    lr = config.lr if config.lr is not None else task.default_lr
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr,
+                                  weight_decay=config.weight_decay)
+    scaler = make_scaler(plan.precision, device, config.scaler, config.init_scale,
+                         config.growth_interval)
+    records: list[StepRecord] = []
+    if plan.saved is not None:
+        try:
+            _restore(plan.saved, world, model, optimizer, scaler, task, device,
+                     config.checkpoint_path)
+        except (RuntimeError, ValueError, KeyError, TypeError) as e:
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise SettingError(
+                f"{config.checkpoint_path}: its saved state does not fit this run "
+                f"({reason[:120]}); start a new run with another `checkpoint_path`"
+            ) from None
+        records = [StepRecord(**r) for r in plan.saved["records"]]
+    return task, model, ctx, optimizer, scaler, records
 
 
 def format_record(record: StepRecord, skipped_so_far: int) -> str:
