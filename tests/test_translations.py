@@ -1,7 +1,7 @@
-"""The Spanish edition (notebooks/es/): every markdown cell and comment of lessons
-00-08 and the entry lesson translated, none stale, the generated notebooks exactly what
-their catalogues give, and the code untouched. Each check is shown catching its defect
-on a small fixture.
+"""The Spanish edition (notebooks/es/): every markdown cell and comment of every
+lesson (the entry lesson and 00-11) translated, none stale, the generated notebooks
+exactly what their catalogues give, and the code untouched. Each check is shown
+catching its defect on a small fixture.
 """
 
 from __future__ import annotations
@@ -233,7 +233,13 @@ def test_a_translated_string_keeps_its_fields_and_is_put_in_place(tmp_path):
     assert 'ax.plot(xs, label="datos limpios")' in source
     assert source.startswith("%matplotlib inline\n")
 
+    po = polib.pofile(str(tmp_path / "00_fixture.po"))
+    next(e for e in po if e.msgid.startswith("f")).msgstr = (
+        'f"{share:.0%} perdido: "\n      f"{n:3d} gradientes de {total}"')  # two lines
+    po.save()
+    assert translations.problems(path, tmp_path) == []
     for wrong in ('f"{n:3d} gradientes de {total}"',  # a field lost
+                  'f"{n:3d} gradientes "\n  f"de {total}"',  # over two lines, too
                   'f"{n:3d} gradientes de {total}, {share:.0%} perdidos',  # no quote
                   '"{n} gradientes de {total}, {share} perdidos"'):  # not an f-string
         po = polib.pofile(str(tmp_path / "00_fixture.po"))

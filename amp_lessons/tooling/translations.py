@@ -189,8 +189,8 @@ def _texts(source: str) -> list[tuple[int, int, str]]:
 def _placeholders(literal: str) -> list[str] | None:
     """The sorted fields of a string literal's source (an f-string's expressions, a
     str.format template's names), or None when it is not one literal."""
-    try:
-        node = ast.parse(literal.strip(), mode="eval").body
+    try:  # in parentheses: the pieces of a literal spread over lines join
+        node = ast.parse(f"({literal.strip()})", mode="eval").body
     except SyntaxError:
         return None
     if isinstance(node, ast.JoinedStr):

@@ -1,0 +1,78 @@
+"""The check that English reaches no Spanish student (tests/spanish_outputs.py): what
+it counts, and a Spanish notebook with an English print planted in it failing."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+from spanish_outputs import english_lines, output_lines, reads_as_english
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_a_line_of_english_prose_is_told_from_spanish_and_from_code():
+    assert reads_as_english("weight gradients that are 0: 12 of 64")
+    assert reads_as_english("the scale is halved after an overflow")
+    assert not reads_as_english("gradientes de los pesos que son 0: 12 de 64")
+    assert not reads_as_english("la escala se reduce a la mitad tras un desbordamiento")
+    assert reads_as_english("fp16 max 6.6e+04") is None  # three words: not prose
+    assert reads_as_english("    return scaler.scale(loss) if the loss is not") is None
+    assert reads_as_english("x = the_loss_of(the, step, in, fp16)") is None
+
+
+def test_figures_and_html_are_read_too():
+    svg = ('<svg><g><text x="1" style="font">loss of the run in fp16</text>'
+           '<text>pérdida de la ejecución en fp16</text></g></svg>')
+    outputs = [{"output_type": "display_data",
+                "data": {"image/svg+xml": svg, "image/png": "...",
+                         "text/plain": "<Figure size 640x480 with 1 Axes>"}},
+               {"output_type": "display_data",
+                "data": {"text/html": "<table><tr><td>the steps that were skipped</td>"
+                                      "</tr></table>", "text/plain": "x"}}]
+    lines = [line.strip() for line in output_lines(outputs) if line.strip()]
+    assert lines == ["loss of the run in fp16", "pérdida de la ejecución en fp16",
+                     "the steps that were skipped"]  # no "<Figure size ...>"
+    english, prose = english_lines(outputs)
+    assert [line.strip() for line in english] == ["loss of the run in fp16",
+                                                  "the steps that were skipped"]
+    assert prose == 3
+
+
+SPANISH_CELL = ('for i in range(3):\n'
+                '    print(f"paso {i}: la escala de la pérdida sigue en 65536")')
+
+
+def run_pytest_on(tmp_path, cells: list[str]) -> subprocess.CompletedProcess:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata.update({"language": "es", "kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    path = tmp_path / "00_leccion.ipynb"
+    nbformat.write(nb, path)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+         "spanish_outputs", "--nbval-lax", "--nbval-current-env", str(path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(TESTS)})
+
+
+def test_a_spanish_lesson_passes_and_a_planted_english_print_fails_it(tmp_path):
+    clean = run_pytest_on(tmp_path, [SPANISH_CELL])
+    assert clean.returncode == 0, clean.stdout[-2000:]
+    planted = run_pytest_on(tmp_path, [
+        SPANISH_CELL, 'print("the weights stay in fp32 while the activations shrink")'])
+    assert planted.returncode == 1, planted.stdout[-2000:]
+    assert "1 of 4 output lines read as English" in planted.stdout
+    assert "the weights stay in fp32 while the activations shrink" in planted.stdout
+
+
+def test_an_english_plot_title_fails_a_spanish_lesson(tmp_path):
+    plot = ("import matplotlib.pyplot as plt\n%matplotlib inline\n"
+            "fig, ax = plt.subplots()\nax.plot([1, 2])\n"
+            "ax.set_title('the loss of the run in fp16')\nplt.show()")
+    run = run_pytest_on(tmp_path, [SPANISH_CELL, plot])
+    assert run.returncode == 1, run.stdout[-2000:]
+    assert "the loss of the run in fp16" in run.stdout
