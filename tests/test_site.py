@@ -42,8 +42,8 @@ ES_LESSONS = colab.lesson_notebooks(ROOT / "notebooks" / build.SPANISH)
 ES_STEMS = [p.stem for p in ES_LESSONS]
 # The Spanish lessons the site test is built with: those the student paths run (the
 # entry lesson, with an exercise and a graded quick check, and 02, with a widget and
-# an exercise), as their kernels executed them. All ten would take about 75 s more on
-# 2 CPU cores; `make site` and `execute DIR` execute and build all of them.
+# an exercise), as their kernels executed them. All thirteen would take minutes more
+# on 2 CPU cores; `make site` and `execute DIR` execute and build all of them.
 ES_TESTED = [p.stem for p in SPANISH]
 
 
@@ -274,7 +274,10 @@ def test_sanitize_turns_a_widget_into_its_picture():
 def test_index_table_comes_from_the_readme():
     table = build.readme_lessons()
     assert list(table) == STEMS
-    assert table["00_welcome"]["study time: core + optional"] == "7 min"
+    # each lesson's own time (tests/test_notebook_lint.py holds the rows to them)
+    for row in table.values():
+        assert re.fullmatch(r"\d+ min( \+ \d+ min)?",
+                            row["study time: core + optional"]), row
 
 
 def test_spanish_index_reads_each_lessons_study_time_from_its_first_cell():
@@ -360,16 +363,33 @@ def test_spanish_site_has_a_page_per_lesson_and_its_index_links_each(site, es_st
     linked = set(re.findall(r'href="(\d\d_[\w]+)\.html"', index))
     assert linked == set(es_stems)
     assert (es / "search.html").is_file() and (es / "searchindex.js").is_file()
-    # the table names each lesson by its Spanish heading, and the lessons not in
-    # Spanish by their English one
+    # the table names each lesson by its Spanish heading; every lesson has its
+    # Spanish notebook (09-11 too), so the index sends a Spanish reader to no English
+    # lesson, even when this build leaves some Spanish lessons out
     text = " ".join(verify.page_text(es / "index.html").split())
     for path in ES_LESSONS:
         title = build.lesson_title(nbformat.read(path, as_version=4))
         assert (title in text) == (path.stem in es_stems), title
-    english = build.lesson_title(nbformat.read(LESSONS[-1], as_version=4))
-    assert "Aún solo en inglés (en la versión en inglés de este sitio)" in text
-    assert english in text  # 11, in English only
+    assert ES_STEMS == STEMS
+    assert {"09_amp_in_practice", "10_distributed_amp", "11_fp8"} <= set(ES_STEMS)
+    assert "Aún solo en inglés" not in text
+    for path in LESSONS:
+        english = build.lesson_title(nbformat.read(path, as_version=4))
+        assert english not in text, english
+    assert not re.search(r'href="\.\./\d\d_', (es / "index.html").read_text())
     assert verify.index_problems(site, {"": STEMS, build.SPANISH: es_stems}) == []
+
+
+def test_spanish_index_sends_to_english_only_the_lessons_with_no_spanish_notebook():
+    """A lesson with no Spanish notebook is named by its English title, with a link
+    to the English edition; a Spanish lesson that a partial build leaves out is not."""
+    english = {"01_a": "01 · One", "02_b": "02 · Two", "03_c": "03 · Three"}
+    spanish = {"01_a": "01 · Uno"}
+    page = build.spanish_index_page(spanish, {}, english, {"03_c"})
+    assert "versión en inglés</a> de este sitio): 03 · Three." in page
+    assert "02 · Two" not in page and "01 · One" not in page
+    whole = build.spanish_index_page(spanish, {}, english, ())
+    assert "Aún solo en inglés" not in whole and "Three" not in whole
 
 
 def test_spanish_pages_say_they_are_in_spanish(site, es_stems):
@@ -382,6 +402,32 @@ def test_spanish_pages_say_they_are_in_spanish(site, es_stems):
     assert "Saltar al contenido principal" in text
     assert "Skip to main content" not in text
     assert "Skip to main content" in verify.page_text(site / "02_underflow.html")
+    # ... and what those catalogues lack: the search box, the sidebar toggles, the
+    # prompts of the collapsed proof cells (build.SPANISH_CHROME)
+    for name in ["index.html", "search.html", *(f"{s}.html" for s in es_stems)]:
+        labels = verify.chrome_text(site / build.SPANISH / name)
+        assert "Buscar..." in labels and "Search..." not in labels, name
+        assert "Search..." in verify.chrome_text(site / name), name
+    labels = verify.chrome_text(site / build.SPANISH / "02_underflow.html")
+    assert {"Mostrar el código de la celda", "Enlace a este encabezado",
+            "Mostrar u ocultar la barra lateral principal"} <= labels
+    assert verify.chrome_problems(site, [build.SPANISH]) == []
+
+
+def test_chrome_check_rejects_english_labels_on_a_spanish_page(site, tmp_path):
+    spoiled = _spoiled_copy(site, tmp_path)
+    page = spoiled / build.SPANISH / "02_underflow.html"
+    text = page.read_text()
+    for spanish, english in (('placeholder="Buscar..."', 'placeholder="Search..."'),
+                             (">Ocultar el código de la celda<",
+                              ">Hide code cell source<")):
+        assert spanish in text
+        text = text.replace(spanish, english)
+    page.write_text(text)
+    assert verify.chrome_problems(spoiled, [build.SPANISH]) == [
+        "es/02_underflow.html: theme text in English: 'Hide code cell source'",
+        "es/02_underflow.html: theme text in English: 'Search...'",
+    ]
 
 
 def test_each_index_links_the_other_edition(site):
@@ -626,20 +672,33 @@ def test_every_page_renders_offline_in_chromium(site, served, browser, executed_
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("search, title", [
-    ("search.html?q=GradScaler", "Loss scaling"),
-    ("es/search.html?q=underflow", "El problema del underflow"),
+@pytest.mark.parametrize("search, title, box, found", [
+    ("search.html?q=GradScaler", "Loss scaling", "Search...",
+     r"Search finished, found (one page|\d+ pages) matching the search query\."),
+    ("es/search.html?q=underflow", "El problema del underflow", "Buscar...",
+     r"Búsqueda terminada: (una página coincide|\d+ páginas coinciden) con la "
+     r"consulta\."),
 ], ids=["english", "spanish"])
-def test_search_works_offline(served, browser, search, title):
+def test_search_works_offline(served, browser, search, title, box, found):
     _, base = served
     seen = visit(browser, f"{base}/{search}")
     assert seen["remote"] == [] and seen["errors"] == []
     page = browser.new_page()
     page.goto(f"{base}/{search}")
     page.wait_for_selector("#search-results ul li", timeout=20_000)
+    # the count, written once the last hit is shown (Sphinx's catalogue for Spanish
+    # has none: build.SPANISH_SEARCH_MESSAGES)
+    summary = "#search-results p.search-summary"
+    page.wait_for_function(f"document.querySelector('{summary}').innerText")
+    status = page.inner_text(summary)
     hits = page.locator("#search-results ul li a").all_inner_texts()
+    # the search boxes in the edition's language (the page's own and the sidebar's)
+    boxes = page.locator("input[name=q]").evaluate_all(
+        "inputs => inputs.map(i => i.placeholder)")
     page.close()
     assert any(title in h for h in hits), hits
+    assert re.fullmatch(found, status), status
+    assert boxes and set(boxes) == {box}, boxes
 
 
 @pytest.mark.browser

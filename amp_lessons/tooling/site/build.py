@@ -8,18 +8,20 @@ remote script, style, font or image and no solution line, or the build fails.
 
 The Spanish edition (``notebooks/es/``, the lessons translated so far) is a second
 Sphinx project built beside the first, into ``es/``, with ``language = "es"`` (the
-theme's labels and the search's stemmer in Spanish), the same sanitizing and the same
-checks; each index links the other edition. Its pages load the one MathJax copy of the
+theme's labels and the search's stemmer in Spanish; what the catalogues leave in
+English, such as the search box's "Search...", from `SPANISH_CHROME`), the same
+sanitizing and the same checks; each index links the other edition. Its pages load the one MathJax copy of the
 English site (``../_static/mathjax``).
 
 Example: ``build_site(executed=Path("ci/executed"))`` -> ``build/site`` with
 ``index.html``, ``00_welcome.html`` ... ``11_fp8.html`` and ``search.html``, and
-``es/index.html``, ``es/00_welcome.html`` ... ``es/08_quick_check.html``, from
+``es/index.html``, ``es/00_welcome.html`` ... ``es/11_fp8.html``, from
 ``ci/executed/<lesson>.ipynb`` and ``ci/executed/es/<lesson>.ipynb``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -50,6 +52,46 @@ EDITION_LINKS = {
            "Versión en español</a></p>"),
     "es": ('<p class="edition-link"><a href="../index.html" hreflang="en" lang="en">'
            "English version</a></p>"),
+}
+
+# The Spanish edition's words for what the theme, Sphinx and myst-nb print in English
+# whatever ``language`` says: the search box's placeholder (a theme option), text
+# written into their templates, and messages their Spanish catalogues lack. Each
+# Spanish page is rewritten with them after Sphinx (`translate_chrome`), and
+# ``verify.chrome_problems`` fails the build on any English one left.
+SEARCH_BAR_TEXT = {"es": "Buscar..."}  # the theme's own: "Search..." (booktheme)
+SPANISH_CHROME = (
+    ('title="Link to this heading"', 'title="Enlace a este encabezado"'),
+    ('aria-label="Main"', 'aria-label="Navegación principal"'),
+    ('aria-label="Page"', 'aria-label="Contenido de la página"'),
+    ('title="Toggle primary sidebar"',
+     'title="Mostrar u ocultar la barra lateral principal"'),
+    ('title="Toggle secondary sidebar"',
+     'title="Mostrar u ocultar la barra lateral secundaria"'),
+    # myst-nb's collapsed cells (the proof cells): "Show code cell {type}"
+    ('aria-label="Toggle hidden content"',
+     'aria-label="Mostrar u ocultar el contenido plegado"'),
+    *((f">{verb} code cell {kind}<", f">{verbo} {what}<")
+      for verb, verbo in (("Show", "Mostrar"), ("Hide", "Ocultar"))
+      for kind, what in (("source", "el código de la celda"),
+                         ("outputs", "la salida de la celda"),
+                         ("output", "la salida de la celda"),
+                         ("content", "la celda"))),
+)
+# Sphinx's search page messages that its Spanish catalogue leaves empty (the count of
+# pages found) or garbles ("ningún documentos ... usted allá seleccionado"); a script
+# loaded after its translations.js puts these in their place
+SPANISH_SEARCH_SCRIPT = "search_es.js"
+SPANISH_SEARCH_MESSAGES = {
+    "Your search did not match any documents. Please make sure that all words are "
+    "spelled correctly and that you've selected enough categories.":
+        "Su búsqueda no coincide con ninguna página. Compruebe que todas las "
+        "palabras están bien escritas.",
+    # one, a million (Spanish "many"), any other number: Sphinx's plural_expr for es
+    "Search finished, found one page matching the search query.": [
+        "Búsqueda terminada: una página coincide con la consulta.",
+        "Búsqueda terminada: ${resultCount} páginas coinciden con la consulta.",
+        "Búsqueda terminada: ${resultCount} páginas coinciden con la consulta."],
 }
 
 # The course's icon: a 16-bit float's three fields (sign, exponent, mantissa)
@@ -101,6 +143,7 @@ mathjax2_config = {{
                 "ignoreClass": "tex2jax_ignore|mathjax_ignore"}},
 }}
 suppress_warnings = ["mystnb.unknown_mime_type", "myst.header"]
+html_js_files = {js_files!r}
 """
 
 
@@ -219,18 +262,22 @@ def index_page(titles: dict[str, str], table: dict[str, dict[str, str]],
 
 
 def spanish_index_page(titles: dict[str, str], times: dict[str, str],
-                       english_titles: dict[str, str]) -> str:
+                       english_titles: dict[str, str],
+                       untranslated: Iterable[str] | None = None) -> str:
     """The Spanish edition's front page. Its lesson table holds what the Spanish
     notebooks themselves say (the README's table is in English): each one's first
     heading and its study time (`spanish_study_time`); the lessons not translated
-    (yet) are named by their English titles, with a link to the English edition."""
+    (yet), ``untranslated`` (stems: those with no Spanish notebook; by default every
+    English lesson not in ``titles``), are named by their English titles, with a link
+    to the English edition. A Spanish lesson left out of a partial build is not one."""
     rows = ["| # | lección | tiempo de estudio: ruta principal + partes opcionales |",
             "|---|---|---|"]
     for stem, title in titles.items():
         rows.append(f"| {stem[:2]} | {{doc}}`{title} <{stem}>` | "
                     f"{times.get(stem, '')} |")
-    only_english = [title for stem, title in english_titles.items()
-                    if stem not in titles]
+    missing = set(english_titles) - set(titles) if untranslated is None else set(
+        untranslated)
+    only_english = [title for stem, title in english_titles.items() if stem in missing]
     parts = [
         f"# {TITLE}", EDITION_LINKS["es"],
         "Un curso práctico de entrenamiento con precisión mixta en PyTorch: desde los "
@@ -295,13 +342,25 @@ def write_sources(executed: dict[str, Path], src: Path,
                "navbar_persistent": []}
     if repository:
         options.update(repository_url=repository, use_repository_button=True)
+    if lang in SEARCH_BAR_TEXT:
+        options["search_bar_text"] = SEARCH_BAR_TEXT[lang]
+    js_files = []
+    if lang == SPANISH:  # after Sphinx's translations.js (priority 500)
+        js_files.append((SPANISH_SEARCH_SCRIPT, {"priority": 800}))
     # the Spanish pages, one folder down, load the English site's MathJax
     mathjax = MATHJAX if lang == "en" else f"../../_static/{MATHJAX}"
     (src / "_static").mkdir(exist_ok=True)
     (src / "_static" / "favicon.svg").write_text(FAVICON, encoding="utf-8")
+    if lang == SPANISH:
+        (src / "_static" / SPANISH_SEARCH_SCRIPT).write_text(
+            "// Written by amp_lessons.tooling.site.build: what Sphinx's Spanish "
+            "catalogue lacks\nObject.assign(Documentation.TRANSLATIONS, "
+            + json.dumps(SPANISH_SEARCH_MESSAGES, ensure_ascii=False, indent=1)
+            + ");\n", encoding="utf-8")
     (src / "conf.py").write_text(CONF.format(title=TITLE, language=lang,
                                              theme_options=options, mathjax=mathjax,
-                                             mathjax_config=MATHJAX_CONFIG))
+                                             mathjax_config=MATHJAX_CONFIG,
+                                             js_files=js_files))
     if lang == "en":
         shutil.copytree(_mathjax(), src / "_static" / "mathjax")
     return leaks, titles
@@ -320,6 +379,19 @@ def _sphinx(src: Path, html: Path, doctrees: Path) -> None:
     (html / ".buildinfo").unlink(missing_ok=True)
 
 
+def translate_chrome(html_dir: Path) -> None:
+    """Rewrite the Spanish edition's pages in ``html_dir`` with `SPANISH_CHROME`: the
+    theme's, Sphinx's and myst-nb's English labels in Spanish."""
+    for page in Path(html_dir).rglob("*.html"):
+        if "_static" in page.relative_to(html_dir).parts:
+            continue  # the theme's macro files, not pages
+        text = original = page.read_text(encoding="utf-8")
+        for english, spanish in SPANISH_CHROME:
+            text = text.replace(english, spanish)
+        if text != original:
+            page.write_text(text, encoding="utf-8")
+
+
 def build_site(executed: Path | None = None, out: Path = SITE_DIR,
                notebooks_dir: Path = NOTEBOOKS_DIR,
                spanish: Iterable[str] | None = None, home: Home | None = None) -> Path:
@@ -334,6 +406,9 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
     lessons = lesson_notebooks(notebooks_dir)
     es_dir = Path(notebooks_dir) / SPANISH
     es_lessons = lesson_notebooks(es_dir) if es_dir.is_dir() else []
+    # the lessons with no Spanish notebook: the only ones the Spanish index sends to
+    # the English edition (a partial build leaves out Spanish lessons, not lessons)
+    untranslated = {p.stem for p in lessons} - {p.stem for p in es_lessons}
     if spanish is not None:
         wanted = set(spanish)
         unknown = wanted - {p.stem for p in es_lessons}
@@ -373,8 +448,8 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
                      for p in es_lessons}
             _, es_titles = write_sources(
                 es_copies, es_src, es_dir, SPANISH,
-                index=lambda es: spanish_index_page(es, times, titles), leaks=leaks,
-                home=home)
+                index=lambda es: spanish_index_page(es, times, titles, untranslated),
+                leaks=leaks, home=home)
             editions[SPANISH] = list(es_titles)
         staged = tmp / "html"
         _sphinx(src, staged, tmp / "doctrees")
@@ -382,9 +457,11 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
             # built apart, then moved in: myst-nb writes its notebook copies
             # (jupyter_execute/) beside the output folder, which would be in the site
             _sphinx(es_src, tmp / SPANISH / "html", tmp / SPANISH / "doctrees")
+            translate_chrome(tmp / SPANISH / "html")
             shutil.move(str(tmp / SPANISH / "html"), staged / SPANISH)
         problems = (verify.remote_problems(staged) + verify.leak_problems(staged, leaks)
-                    + verify.index_problems(staged, editions))
+                    + verify.index_problems(staged, editions)
+                    + verify.chrome_problems(staged, [e for e in editions if e]))
         if problems:
             raise RuntimeError("the site is not fit to publish:\n"
                                + "\n".join(problems))

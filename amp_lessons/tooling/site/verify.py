@@ -1,6 +1,6 @@
 """Checks a built site must pass: nothing loaded from another host, no solution line,
 every lesson page linked from its edition's index (the English one at the root, the
-Spanish one in ``es/``).
+Spanish one in ``es/``), and no label of the theme left in English on a Spanish page.
 
 ``build`` runs them after Sphinx and refuses to leave a site that fails any;
 tests/test_site.py runs them again and shows each one rejecting a spoiled site.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable
+from html.parser import HTMLParser
 from pathlib import Path
 
 from amp_lessons.tooling.grading.slides import offline_problems
@@ -98,4 +99,67 @@ def index_problems(site: Path, editions: dict[str, Iterable[str]]) -> list[str]:
                     and not (base / link).is_file()):
                 problems.append(f"{where}index.html links {link}, missing at "
                                 f"{where}{link}")
+    return problems
+
+
+# Theme text that reads the same in every language: the search shortcut's key names
+SAME_IN_EVERY_LANGUAGE = frozenset({"Ctrl", "K", "+"})
+LABELS = ("title", "aria-label", "placeholder", "alt")
+
+
+class _Chrome(HTMLParser):
+    """A page's own labels, not its lesson: the labels (`LABELS`) of every element
+    but ``<link>`` (whose title is another page's), and the text of its buttons,
+    form labels and the prompts of collapsed cells (``<summary>``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: set[str] = set()
+        self.open: list[str] = []
+
+    def handle_starttag(self, tag, attrs) -> None:
+        if tag != "link":
+            self.found.update(" ".join(value.split()) for name, value in attrs
+                              if name in LABELS and value and value.strip())
+        if tag in ("button", "label", "summary"):
+            self.open.append(tag)
+
+    def handle_endtag(self, tag) -> None:
+        if self.open and self.open[-1] == tag:
+            self.open.pop()
+
+    def handle_data(self, data) -> None:
+        if self.open and data.strip():
+            self.found.add(" ".join(data.split()))
+
+
+def chrome_text(page: Path) -> set[str]:
+    """The labels and prompts of the theme, Sphinx and myst-nb on a page (`_Chrome`).
+
+    Example: ``"Search..." in chrome_text(Path("build/site/index.html"))`` (the search
+    box's placeholder).
+    """
+    parser = _Chrome()
+    parser.feed(Path(page).read_text(encoding="utf-8"))
+    return parser.found
+
+
+def chrome_problems(site: Path, editions: Iterable[str]) -> list[str]:
+    """The theme's labels a translated edition left in English (empty: none).
+
+    For each page of each edition's folder (``es``) that has an English twin (the
+    page of the same name at the site's root), every label or prompt both pages
+    show, but for `SAME_IN_EVERY_LANGUAGE`, is English on the translated page: e.g.
+    ``es/search.html: theme text in English: 'Search...'``.
+    """
+    site = Path(site)
+    problems = []
+    for folder in editions:
+        for page in sorted((site / folder).glob("*.html")):
+            twin = site / page.name
+            if not twin.is_file():
+                continue
+            shared = chrome_text(page) & chrome_text(twin) - SAME_IN_EVERY_LANGUAGE
+            problems += [f"{folder}/{page.name}: theme text in English: {text!r}"
+                         for text in sorted(shared)]
     return problems
