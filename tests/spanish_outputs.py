@@ -14,10 +14,12 @@ an English print planted in a Spanish notebook.
 
 from __future__ import annotations
 
+import ast
 import html
 import os
 import re
 import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -60,11 +62,26 @@ def reads_as_english(line: str) -> bool | None:
     return english >= 2 and english > sum(w in SPANISH for w in words)
 
 
+TORCH_MESSAGE = re.compile(r"^\s*[A-Z]\w*(Error|Warning|Exception)\b:")
+
+
+def is_source_code(text: str) -> bool:
+    """A printed function or class (``print(inspect.getsource(f))``)."""
+    try:
+        tree = ast.parse(textwrap.dedent(text))
+    except SyntaxError:
+        return False
+    return any(isinstance(node, (ast.FunctionDef, ast.ClassDef)) for node in tree.body)
+
+
 def output_lines(outputs: list[dict]) -> list[str]:
-    """The lines a student reads in a cell's outputs (nbformat dicts)."""
+    """The lines a student reads in a cell's outputs (nbformat dicts), less source
+    code and torch's own messages."""
     text = []
     for output in outputs:
-        text.append(output.get("text", ""))
+        stream = _joined(output.get("text", ""))
+        if output.get("name") != "stderr" and not is_source_code(stream):
+            text.append(stream)
         data = output.get("data", {})
         if "text/html" in data:
             page = html.unescape(_joined(data["text/html"]))
@@ -75,7 +92,8 @@ def output_lines(outputs: list[dict]) -> list[str]:
             svg = _joined(data["image/svg+xml"])
             text += [re.sub(r"<[^>]+>", "", t) for t in
                      re.findall(r"<text\b[^>]*>(.*?)</text>", svg, re.S)]
-    return [line for chunk in text for line in _joined(chunk).splitlines()]
+    return [line for chunk in text for line in _joined(chunk).splitlines()
+            if not TORCH_MESSAGE.match(line)]
 
 
 def english_lines(outputs: list[dict]) -> tuple[list[str], int]:

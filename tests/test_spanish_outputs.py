@@ -22,6 +22,19 @@ def test_a_line_of_english_prose_is_told_from_spanish_and_from_code():
     assert reads_as_english("x = the_loss_of(the, step, in, fp16)") is None
 
 
+def test_printed_source_and_torchs_messages_are_left_out():
+    source = ('def step(x):\n    """Return the loss of the step, in fp32."""\n'
+              '    return x\n')
+    outputs = [{"output_type": "stream", "name": "stdout", "text": source},
+               {"output_type": "stream", "name": "stderr",
+                "text": "UserWarning: the scheduler was called before the step\n"},
+               {"output_type": "stream", "name": "stdout",
+                "text": "RuntimeError: step() has already been called since the last "
+                        "update().\nthe loss of the step is the same\n"}]
+    assert [line.strip() for line in output_lines(outputs)] == [
+        "the loss of the step is the same"]
+
+
 def test_figures_and_html_are_read_too():
     svg = ('<svg><g><text x="1" style="font">loss of the run in fp16</text>'
            '<text>pérdida de la ejecución en fp16</text></g></svg>')
