@@ -62,7 +62,7 @@ def reads_as_english(line: str) -> bool | None:
     return english >= 2 and english > sum(w in SPANISH for w in words)
 
 
-TORCH_MESSAGE = re.compile(r"^\s*[A-Z]\w*(Error|Warning|Exception)\b:")
+TORCH_MESSAGE = re.compile(r"\b[A-Z]\w*(Error|Warning|Exception): ")
 
 
 def is_source_code(text: str) -> bool:
@@ -93,7 +93,7 @@ def output_lines(outputs: list[dict]) -> list[str]:
             text += [re.sub(r"<[^>]+>", "", t) for t in
                      re.findall(r"<text\b[^>]*>(.*?)</text>", svg, re.S)]
     return [line for chunk in text for line in _joined(chunk).splitlines()
-            if not TORCH_MESSAGE.match(line)]
+            if not TORCH_MESSAGE.search(line)]
 
 
 def english_lines(outputs: list[dict]) -> tuple[list[str], int]:

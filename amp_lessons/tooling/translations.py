@@ -53,7 +53,7 @@ PENDING: frozenset[str] = frozenset()  # none today: lessons 00-08 are all in Sp
 # lessons whose printed strings (the "text" units) are catalogued but not translated
 # yet: `problems` does not count them missing (a stale or broken one still counts)
 TEXTS_PENDING: frozenset[str] = frozenset({
-    "02_underflow", "09_amp_in_practice", "10_distributed_amp", "11_fp8"})
+    "09_amp_in_practice", "10_distributed_amp", "11_fp8"})
 # comments that are instructions to a tool, not prose for a reader
 KEEP = re.compile(r"^(#+ (BEGIN|END) (SOLUTION|HIDDEN TESTS)|# ?(noqa|type:|fmt:|ruff:|"
                   r"pragma)|#!|# YOUR CODE HERE)")
@@ -316,6 +316,20 @@ def _translate_texts(source: str, table: dict[str, str]) -> str:
     return source
 
 
+def _with_switch(source: str, switch: str) -> str:
+    """``source`` with the language switch right after its imports, before the cell
+    prints anything (a cell that imports and then prints a quiz prints it in Spanish)."""
+    tree = _parsed(source)
+    body = tree.body if tree is not None else []
+    imports = [node for node in body[:next((i for i, node in enumerate(body) if not
+               isinstance(node, (ast.Import, ast.ImportFrom))), len(body))]]
+    if not imports or imports[-1].end_lineno >= len(source.rstrip("\n").split("\n")):
+        return source.rstrip("\n") + "\n" + switch
+    lines = source.split("\n")
+    end = imports[-1].end_lineno
+    return "\n".join(lines[:end] + switch.split("\n") + lines[end:])
+
+
 def translate(nb, po, lang: str = LANGUAGE):
     """The Spanish notebook: ``nb`` with its markdown and comments from ``po`` (an
     entry that is missing or fuzzy leaves the English, which `problems` reports)."""
@@ -335,7 +349,7 @@ def translate(nb, po, lang: str = LANGUAGE):
             cell.source = _translate_comments(cell.source, comments)
             if not switched and re.search(r"^\s*(from|import) amp_lessons", cell.source,
                                           re.M):
-                cell.source = cell.source.rstrip("\n") + "\n" + SWITCH.format(lang=lang)
+                cell.source = _with_switch(cell.source, SWITCH.format(lang=lang))
                 switched = True
     out.metadata["language"] = lang
     return out
