@@ -203,6 +203,10 @@ def test_spanish_student_edition_stubs_in_spanish_and_still_raises(tmp_path):
                           (english, "# YOUR CODE HERE")):
         course = grading.build_course([path], tmp_path / path.parent.name)
         [released] = grading.generate_student_edition(course)
+        # results/ goes with each lesson; the Spanish edition (es/, solutions and all)
+        # and its catalogues (es/po/) never do
+        assert sorted(p.name for p in released.parent.iterdir() if p.is_dir()) == [
+            "results"]
         sources = [c.source for c in nbformat.read(released, as_version=4).cells
                    if grading.is_solution_cell(c)]
         assert sources and all(f"    {comment}\n    raise NotImplementedError()" in s

@@ -177,12 +177,17 @@ def jupyter_env(course_dir: Path) -> dict[str, str]:
 # Never copied into a course: gpu-check's executed/ copies are the solved lessons with
 # their outputs, so a student edition carrying them would hand out every solution.
 NOT_SHIPPED = (".ipynb_checkpoints", "executed")
+# Folders beside the notebooks that no lesson reads, never copied into a course:
+# notebooks/es/ is the Spanish edition, its lessons with their solutions (an English
+# student edition carried them all), and notebooks/es/po/ the catalogues the Spanish
+# lessons are generated from (the English text of every cell)
+NOT_SUPPORT = ("es", "po")
 
 
 def _support_dirs(notebooks_dir: Path) -> list[Path]:
     """Folders beside the notebooks that they read at run time (e.g. ``results/``)."""
     return sorted(p for p in Path(notebooks_dir).iterdir() if p.is_dir()
-                  and not p.name.startswith((".", "_")))
+                  and not p.name.startswith((".", "_")) and p.name not in NOT_SUPPORT)
 
 
 def build_course(notebooks: Sequence[Path], course_dir: Path = COURSE_DIR) -> Path:
