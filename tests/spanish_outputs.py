@@ -27,9 +27,10 @@ import pytest
 MAX_ENGLISH = 0.03  # the share of a lesson's output lines that may read as English
 # Lessons whose output is not Spanish yet (their printed strings or the package's
 # tables wait for translation): measured and reported, not enforced.
+# Measured: 00, 01, 03, 04 and 08 at 0-3%; 02, 05, 06 and 07 print the package's
+# English tables, notes and clinic cases; 09-11 are being translated.
 NOT_YET: frozenset[str] = frozenset({
-    "00_welcome", "01_number_formats", "02_underflow", "03_loss_scaling",
-    "04_autocast", "05_amp_loop", "06_speed_memory", "07_clinic", "08_quick_check",
+    "02_underflow", "05_amp_loop", "06_speed_memory", "07_clinic",
     "09_amp_in_practice", "10_distributed_amp", "11_fp8"})
 
 # Words far more frequent in one language than in the other, in the course's output.
@@ -55,7 +56,8 @@ def reads_as_english(line: str) -> bool | None:
     else: a short line, a line of code, a row of numbers."""
     if CODE_LINE.match(line):
         return None
-    words = re.findall(r"[a-záéíóúñü]+", re.sub(r"`[^`]*`", " ", line.lower()))
+    prose = re.sub(r"`[^`]*`|\S*[._()\[\]=]\S*", " ", line.lower())  # code, names
+    words = re.findall(r"[a-záéíóúñü]+", prose)
     if len(words) < 4:
         return None
     english = sum(w in ENGLISH for w in words)
