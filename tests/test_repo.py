@@ -120,3 +120,74 @@ def test_notebook_sequence_is_numbered_in_order():
     assert json.loads(NOTEBOOKS[0].read_text())["cells"][0]["cell_type"] == "markdown"
 
 
+
+
+# ---- the Spanish README and instructor guide (translated by hand) ------------------
+
+# each English document and its Spanish translation
+TRANSLATED_DOCS = {"README.md": "README.es.md",
+                   "notebooks/INSTRUCTORS.md": "notebooks/es/INSTRUCTORES.md"}
+
+
+def _numbers(text: str) -> set[str]:
+    return set(re.findall(r"\d+(?:\.\d+)*", text))
+
+
+@pytest.mark.parametrize("english", TRANSLATED_DOCS)
+def test_spanish_translation_states_the_same_numbers(english):
+    """A number changed in the English README or guide must change in its translation
+    too (study times, measurements, limits, versions): both state the same ones."""
+    spanish = TRANSLATED_DOCS[english]
+    said = {doc: _numbers((ROOT / doc).read_text()) for doc in (english, spanish)}
+    assert said[english] - said[spanish] == set(), (
+        f"{spanish} lacks numbers {english} states: update the translation")
+    assert said[spanish] - said[english] == set(), (
+        f"{spanish} states numbers {english} does not: update the translation")
+
+
+def test_readmes_link_each_other_at_the_top():
+    english = (ROOT / "README.md").read_text().split("\n\n")
+    spanish = (ROOT / "README.es.md").read_text().split("\n\n")
+    assert english[1] == "Versión en español: [README.es.md](README.es.md)"
+    assert spanish[1] == "English version: [README.md](README.md)"
+    guide = (ROOT / "notebooks/es/INSTRUCTORES.md").read_text().split("\n\n")
+    assert guide[1] == "English version: [INSTRUCTORS.md](../INSTRUCTORS.md)"
+
+
+def test_spanish_readme_table_shows_each_lessons_study_time():
+    """The Spanish README's lesson table: a row per lesson, in the English table's
+    order, with its study time, which is the one the Spanish lesson states."""
+    from amp_lessons.tooling.site.build import readme_lessons, spanish_study_time
+
+    time = "study time: core + optional"
+    tiempo = "tiempo de estudio: ruta principal + partes opcionales"
+    english = readme_lessons(ROOT / "README.md")
+    spanish = readme_lessons(ROOT / "README.es.md")
+    assert list(spanish) == list(english) == [p.stem for p in NOTEBOOKS]
+    for stem, row in spanish.items():
+        assert row["#"] == english[stem]["#"], stem
+        assert row[tiempo] == english[stem][time], stem
+        translated = ROOT / "notebooks" / "es" / f"{stem}.ipynb"
+        if translated.is_file():
+            said = spanish_study_time(nbformat.read(translated, as_version=4))
+            assert row[tiempo] == said, stem
+
+
+def test_spanish_guide_times_each_lesson_as_the_english_one():
+    """The instructor guides' lesson tables (section 6), row by row: the same run
+    time, live time and study time."""
+    def rows(path):
+        return [[cell.strip() for cell in line.strip("|").split("|")]
+                for line in (ROOT / path).read_text().splitlines()
+                if re.match(r"\| \d\d ", line)]
+
+    english = rows("notebooks/INSTRUCTORS.md")
+    spanish = rows("notebooks/es/INSTRUCTORES.md")
+    assert len(spanish) == len(english) == len(NOTEBOOKS)
+    for en, es in zip(english, spanish, strict=True):
+        assert en[0][:2] == es[0][:2]
+        for column in (1, 2, 3):  # runs in, live, study time
+            assert re.findall(r"\d+", en[column]) == re.findall(r"\d+", es[column]), (
+                en[0], column)
+        names = [re.findall(r"`([^`]+)`", row[4]) for row in (en, es)]
+        assert names[0] == names[1], en[0]  # the exercises: check_* names

@@ -280,6 +280,13 @@ def test_index_table_comes_from_the_readme():
                             row["study time: core + optional"]), row
 
 
+def test_index_opens_with_the_readmes_intro_not_its_spanish_link():
+    intro = build.readme_intro()
+    assert intro.startswith("A hands-on JupyterLab course")
+    page = build.index_page({}, {})
+    assert intro in page and "README.es.md" not in page
+
+
 def test_spanish_index_reads_each_lessons_study_time_from_its_first_cell():
     """The Spanish table's study times come from the Spanish lessons themselves; they
     agree with the README's (English) table, lesson by lesson."""

@@ -239,11 +239,19 @@ def _toctree(stems: Iterable[str]) -> str:
     return "\n".join(["```{toctree}", ":hidden:", ":maxdepth: 1", "", *stems, "```"])
 
 
+def readme_intro(readme: Path = README) -> str:
+    """The README's first paragraph of prose, what the course is: not its title, nor
+    the line under it that links the Spanish README (README.es.md)."""
+    paragraphs = Path(readme).read_text(encoding="utf-8").split("\n\n")
+    return next(p for p in paragraphs
+                if not p.startswith("#") and "(README.es.md)" not in p)
+
+
 def index_page(titles: dict[str, str], table: dict[str, dict[str, str]],
                other_edition: str = "") -> str:
     """The front page: what the course is and the lesson table (from the README);
     ``other_edition``: the link to the Spanish edition (`EDITION_LINKS`), if built."""
-    intro = README.read_text(encoding="utf-8").split("\n\n")[1]
+    intro = readme_intro()
     rows = ["| # | lesson | you leave knowing | widget | study time: core + optional |",
             "|---|---|---|---|---|"]
     for stem, title in titles.items():
