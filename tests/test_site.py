@@ -42,8 +42,8 @@ ES_LESSONS = colab.lesson_notebooks(ROOT / "notebooks" / build.SPANISH)
 ES_STEMS = [p.stem for p in ES_LESSONS]
 # The Spanish lessons the site test is built with: those the student paths run (the
 # entry lesson, with an exercise and a graded quick check, and 02, with a widget and
-# an exercise), as their kernels executed them. All ten would take about 75 s more on
-# 2 CPU cores; `make site` and `execute DIR` execute and build all of them.
+# an exercise), as their kernels executed them. All thirteen would take minutes more
+# on 2 CPU cores; `make site` and `execute DIR` execute and build all of them.
 ES_TESTED = [p.stem for p in SPANISH]
 
 
@@ -370,16 +370,33 @@ def test_spanish_site_has_a_page_per_lesson_and_its_index_links_each(site, es_st
     linked = set(re.findall(r'href="(\d\d_[\w]+)\.html"', index))
     assert linked == set(es_stems)
     assert (es / "search.html").is_file() and (es / "searchindex.js").is_file()
-    # the table names each lesson by its Spanish heading, and the lessons not in
-    # Spanish by their English one
+    # the table names each lesson by its Spanish heading; every lesson has its
+    # Spanish notebook (09-11 too), so the index sends a Spanish reader to no English
+    # lesson, even when this build leaves some Spanish lessons out
     text = " ".join(verify.page_text(es / "index.html").split())
     for path in ES_LESSONS:
         title = build.lesson_title(nbformat.read(path, as_version=4))
         assert (title in text) == (path.stem in es_stems), title
-    english = build.lesson_title(nbformat.read(LESSONS[-1], as_version=4))
-    assert "Aún solo en inglés (en la versión en inglés de este sitio)" in text
-    assert english in text  # 11, in English only
+    assert ES_STEMS == STEMS
+    assert {"09_amp_in_practice", "10_distributed_amp", "11_fp8"} <= set(ES_STEMS)
+    assert "Aún solo en inglés" not in text
+    for path in LESSONS:
+        english = build.lesson_title(nbformat.read(path, as_version=4))
+        assert english not in text, english
+    assert not re.search(r'href="\.\./\d\d_', (es / "index.html").read_text())
     assert verify.index_problems(site, {"": STEMS, build.SPANISH: es_stems}) == []
+
+
+def test_spanish_index_sends_to_english_only_the_lessons_with_no_spanish_notebook():
+    """A lesson with no Spanish notebook is named by its English title, with a link
+    to the English edition; a Spanish lesson that a partial build leaves out is not."""
+    english = {"01_a": "01 · One", "02_b": "02 · Two", "03_c": "03 · Three"}
+    spanish = {"01_a": "01 · Uno"}
+    page = build.spanish_index_page(spanish, {}, english, {"03_c"})
+    assert "versión en inglés</a> de este sitio): 03 · Three." in page
+    assert "02 · Two" not in page and "01 · One" not in page
+    whole = build.spanish_index_page(spanish, {}, english, ())
+    assert "Aún solo en inglés" not in whole and "Three" not in whole
 
 
 def test_spanish_pages_say_they_are_in_spanish(site, es_stems):

@@ -15,7 +15,7 @@ the one MathJax copy of the English site (``../_static/mathjax``).
 
 Example: ``build_site(executed=Path("ci/executed"))`` -> ``build/site`` with
 ``index.html``, ``00_welcome.html`` ... ``11_fp8.html`` and ``search.html``, and
-``es/index.html``, ``es/00_welcome.html`` ... ``es/08_quick_check.html``, from
+``es/index.html``, ``es/00_welcome.html`` ... ``es/11_fp8.html``, from
 ``ci/executed/<lesson>.ipynb`` and ``ci/executed/es/<lesson>.ipynb``.
 """
 
@@ -270,18 +270,22 @@ def index_page(titles: dict[str, str], table: dict[str, dict[str, str]],
 
 
 def spanish_index_page(titles: dict[str, str], times: dict[str, str],
-                       english_titles: dict[str, str]) -> str:
+                       english_titles: dict[str, str],
+                       untranslated: Iterable[str] | None = None) -> str:
     """The Spanish edition's front page. Its lesson table holds what the Spanish
     notebooks themselves say (the README's table is in English): each one's first
     heading and its study time (`spanish_study_time`); the lessons not translated
-    (yet) are named by their English titles, with a link to the English edition."""
+    (yet), ``untranslated`` (stems: those with no Spanish notebook; by default every
+    English lesson not in ``titles``), are named by their English titles, with a link
+    to the English edition. A Spanish lesson left out of a partial build is not one."""
     rows = ["| # | lección | tiempo de estudio: ruta principal + partes opcionales |",
             "|---|---|---|"]
     for stem, title in titles.items():
         rows.append(f"| {stem[:2]} | {{doc}}`{title} <{stem}>` | "
                     f"{times.get(stem, '')} |")
-    only_english = [title for stem, title in english_titles.items()
-                    if stem not in titles]
+    missing = set(english_titles) - set(titles) if untranslated is None else set(
+        untranslated)
+    only_english = [title for stem, title in english_titles.items() if stem in missing]
     parts = [
         f"# {TITLE}", EDITION_LINKS["es"],
         "Un curso práctico de entrenamiento con precisión mixta en PyTorch: desde los "
@@ -410,6 +414,9 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
     lessons = lesson_notebooks(notebooks_dir)
     es_dir = Path(notebooks_dir) / SPANISH
     es_lessons = lesson_notebooks(es_dir) if es_dir.is_dir() else []
+    # the lessons with no Spanish notebook: the only ones the Spanish index sends to
+    # the English edition (a partial build leaves out Spanish lessons, not lessons)
+    untranslated = {p.stem for p in lessons} - {p.stem for p in es_lessons}
     if spanish is not None:
         wanted = set(spanish)
         unknown = wanted - {p.stem for p in es_lessons}
@@ -449,8 +456,8 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
                      for p in es_lessons}
             _, es_titles = write_sources(
                 es_copies, es_src, es_dir, SPANISH,
-                index=lambda es: spanish_index_page(es, times, titles), leaks=leaks,
-                home=home)
+                index=lambda es: spanish_index_page(es, times, titles, untranslated),
+                leaks=leaks, home=home)
             editions[SPANISH] = list(es_titles)
         staged = tmp / "html"
         _sphinx(src, staged, tmp / "doctrees")
