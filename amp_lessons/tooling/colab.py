@@ -47,10 +47,10 @@ import sys
 
 source = os.environ.get("{env}", "{source}")
 if "google.colab" in sys.modules and not source:
-    print("The course's repository is not configured ([project.urls] Repository in pyproject.toml), so Colab cannot install it: upload the course folder and run `pip install -e <folder>`.")
+    print("{not_configured}")
 elif "google.colab" in sys.modules:
     print(f"Colab: installing the course (amp_lessons) from {{source}}")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"amp_lessons @ {{source}}"], check=True)
+    {install}
 '''
 
 
@@ -107,9 +107,18 @@ def install_source(repository: str | None, ref: str | None = None) -> str:
     return f"git+{repository}" + (f"@{ref}" if ref else "")
 
 
+# The cell's two long lines (a notebook may pass 88 columns; this module may not)
+NOT_CONFIGURED = ("The course's repository is not configured ([project.urls] "
+                  "Repository in pyproject.toml), so Colab cannot install it: upload "
+                  "the course folder and run `pip install -e <folder>`.")
+INSTALL = ('subprocess.run([sys.executable, "-m", "pip", "install", "-q", '
+           'f"amp_lessons @ {source}"], check=True)')
+
+
 def setup_cell_source(repository: str | None, ref: str | None = None) -> str:
     """The text of every lesson's first code cell for this repository URL."""
-    return CELL_TEMPLATE.format(env=INSTALL_ENV, source=install_source(repository, ref))
+    return CELL_TEMPLATE.format(env=INSTALL_ENV, source=install_source(repository, ref),
+                                not_configured=NOT_CONFIGURED, install=INSTALL)
 
 
 def badge_line(notebook: str, repository: str | None, folder: str = "notebooks",

@@ -317,16 +317,17 @@ def _translate_texts(source: str, table: dict[str, str]) -> str:
 
 
 def _with_switch(source: str, switch: str) -> str:
-    """``source`` with the language switch right after its imports, before the cell
-    prints anything (a cell that imports and then prints a quiz prints it in Spanish)."""
+    """``source`` with the language switch right after its leading imports, before
+    the cell prints anything (a quiz printed by the import cell comes out Spanish)."""
     tree = _parsed(source)
-    body = tree.body if tree is not None else []
-    imports = [node for node in body[:next((i for i, node in enumerate(body) if not
-               isinstance(node, (ast.Import, ast.ImportFrom))), len(body))]]
-    if not imports or imports[-1].end_lineno >= len(source.rstrip("\n").split("\n")):
+    end = 0  # the last line of the cell's leading imports
+    for node in tree.body if tree is not None else []:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            break
+        end = node.end_lineno
+    if end == 0 or end >= len(source.rstrip("\n").split("\n")):
         return source.rstrip("\n") + "\n" + switch
     lines = source.split("\n")
-    end = imports[-1].end_lineno
     return "\n".join(lines[:end] + switch.split("\n") + lines[end:])
 
 
