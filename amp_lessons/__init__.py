@@ -4,18 +4,19 @@ Four layers, each a subpackage; a layer imports only the ones below it (import-l
 contract in pyproject.toml holds this):
 
 - ``core``: the AMP library a learner reuses, one module per concept in teaching order:
-  ``device`` (00), ``formats`` (01), ``underflow`` (02), ``scaler`` (03: LossScaler),
-  ``autocast`` (04: the per-op dtype table), ``precision`` (05), ``models``, ``train``
-  with ``checkpoints`` and ``output_files`` (05), ``memory`` (06), ``nan_hunt`` (09),
-  ``distributed`` (10: torchrun, DDP, FSDP2, DCP), ``fp8`` with ``fp8_scaling`` and
-  ``fp8_vs_torchao`` (11); ``errors``: the errors that name a setting as Python does.
+  ``device`` (00), ``formats`` (01), ``scaler`` (03: LossScaler), ``precision`` (05),
+  ``models``, ``train`` with ``checkpoints`` and ``output_files`` (05), ``memory``
+  (06), ``nan_hunt`` (09), ``distributed`` (10: torchrun, DDP, FSDP2, DCP), ``fp8``
+  with ``fp8_scaling`` (11); ``errors``: the errors that name a setting as Python does.
 - ``measure``: ``bench`` (fp32 vs fp16 vs bf16 in one run) with ``bench_results``,
-  ``bench_fp8`` and ``scaler_bench``; ``gpu_report`` (the GPU check's goals and
-  summary page); ``estimate`` (what AMP would buy on a GPU, from first principles,
-  06) with ``trace``, ``gpus``, ``model_zoo``, ``published_models``, ``published``
-  (the published runs and the fit) and ``estimate_check``.
-- ``teaching``: the lessons' material: ``autocast_demos`` (04), ``scaler_vs_torch``
-  (03), ``clinic`` (07, 09), ``quiz`` (08), ``practice``, ``compiled`` and
+  ``bench_fp8`` and ``scaler_bench``; ``fp8_vs_torchao`` (11: the fp8 twin against
+  torchao, bit for bit); ``gpu_report`` (the GPU check's goals and summary page);
+  ``estimate`` (what AMP would buy on a GPU, from first principles, 06) with
+  ``trace``, ``gpus``, ``model_zoo``, ``published_models``, ``published`` (the
+  published runs and the fit) and ``estimate_check``.
+- ``teaching``: the lessons' material: ``underflow`` (02), ``scaler_vs_torch`` (03),
+  ``autocast_table`` (04: the per-op dtype table) and ``autocast_demos`` (04),
+  ``clinic`` (07, 09), ``quiz`` (08), ``practice``, ``compiled`` and
   ``reproductions`` (09), ``rank_memory``, ``gradient_sync`` and ``accelerate_loop``
   (10), ``plots``, ``widgets``, ``estimate_widget`` (06) and ``checks`` (the exercise
   graders: ``_engine`` plus one module per lesson).

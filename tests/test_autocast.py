@@ -1,4 +1,4 @@
-"""amp_lessons.core.autocast: the live per-op dtype table, its renderers,
+"""amp_lessons.teaching.autocast_table: the live per-op dtype table, its renderers,
 run_under_autocast.
 
 Expected dtypes come from direct runs of torch ops under torch.amp.autocast and from
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from amp_lessons.core import autocast as ac
+from amp_lessons.teaching import autocast_table as ac
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from amp_lessons.__main__ import main
-from amp_lessons.core.fp8_vs_torchao import import_torchao_float8
 from amp_lessons.core.precision import PRECISIONS
 from amp_lessons.measure import bench, bench_fp8, bench_results
+from amp_lessons.measure.fp8_vs_torchao import import_torchao_float8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TINY_MLP = {"width": 32, "layers": 3, "batch": 8}

@@ -2,7 +2,7 @@
 answers with their hints, the stub, answers that only call the package's own
 underflow_fraction (by any name) or cast_outcome, and expectations that come from
 torch's fp16 cast through the lesson's own
-`amp_lessons.core.underflow.underflow_fraction`."""
+`amp_lessons.teaching.underflow.underflow_fraction`."""
 
 import math
 
@@ -10,15 +10,15 @@ import pytest
 import torch
 from grader_harness import grader_tests, other_correct_test
 
-from amp_lessons.core import underflow as package
-from amp_lessons.core.underflow import (
-    underflow_fraction as package_fraction,  # bound early
-)
+from amp_lessons.teaching import underflow as package
 from amp_lessons.teaching.checks import (
     check_choose_loss_scale,
     check_underflow_fraction,
 )
 from amp_lessons.teaching.checks import underflow as graders
+from amp_lessons.teaching.underflow import (
+    underflow_fraction as package_fraction,  # bound early
+)
 
 # --- reference solutions (copy into the solution cells) -------------------------
 
@@ -66,7 +66,8 @@ def underflow_below_min_subnormal(grads, scale):
 
 
 # answers that only call the package's own: each case fails with this hint
-SHORTCUT = "you called the package's own amp_lessons.core.underflow.underflow_fraction"
+SHORTCUT = ("you called the package's own "
+            "amp_lessons.teaching.underflow.underflow_fraction")
 
 
 def underflow_calls_the_package(grads, scale):
@@ -121,7 +122,8 @@ CASES = {
             (underflow_default_argument, False, SHORTCUT),
             (package.underflow_fraction, True, SHORTCUT),  # the package's own
             (underflow_cast_outcome, False,
-             "you called the package's own amp_lessons.core.underflow.cast_outcome"),
+             "you called the package's own "
+             "amp_lessons.teaching.underflow.cast_outcome"),
             (underflow_swallows_the_tripwire, False, SHORTCUT),
         ],
     ),
@@ -162,8 +164,9 @@ def test_loss_scale_edge_cases_straddle_65504():
 
 
 def test_expectations_are_the_lessons_underflow_fraction():
-    """The grader's expected fraction is amp_lessons.core.underflow.underflow_fraction;
-    on every case it equals the exercise's definition computed directly with torch."""
+    """The grader's expected fraction is
+    amp_lessons.teaching.underflow.underflow_fraction; on every case it equals the
+    exercise's definition computed directly with torch."""
     cases = graders._underflow_cases(hidden=False) + graders._underflow_cases(True)
     for _, grads, scale in cases:
         nonzero = grads != 0

@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amp_lessons.core import autocast as ac
 from amp_lessons.core import train as tr
+from amp_lessons.teaching import autocast_table as ac
 from amp_lessons.teaching import clinic as cl
 from amp_lessons.teaching.clinic import SYMPTOMS
 

@@ -1,5 +1,5 @@
-"""amp_lessons.core.fp8 (+ fp8_scaling, fp8_vs_torchao): the arithmetic against hand
-computations, the twin against torchao bit for bit (skipped, with the install line,
+"""amp_lessons.core.fp8 (+ fp8_scaling, measure.fp8_vs_torchao): the arithmetic against
+hand computations, the twin against torchao bit for bit (skipped, with the install line,
 where torchao is absent), and deliberately wrong variants that the comparison
 rejects, so the comparison is shown able to fail."""
 
@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from amp_lessons.core import fp8, fp8_scaling, fp8_vs_torchao
+from amp_lessons.core import fp8, fp8_scaling
 from amp_lessons.core.fp8 import (
     E4M3,
     E5M2,
@@ -35,14 +35,15 @@ from amp_lessons.core.fp8 import (
     to_fp8,
 )
 from amp_lessons.core.fp8_scaling import DelayedScaling, compare_scaling, row_errors
-from amp_lessons.core.fp8_vs_torchao import (
+from amp_lessons.core.models import GPT
+from amp_lessons.measure import fp8_vs_torchao
+from amp_lessons.measure.fp8_vs_torchao import (
     INSTALL_HINT,
     TORCHAO_REQUIREMENT,
     compare_with_torchao,
     convert_with_torchao,
     import_torchao_float8,
 )
-from amp_lessons.core.models import GPT
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -366,7 +367,7 @@ def test_casting_the_input_under_cpu_autocast_is_caught(monkeypatch):
 
 
 def test_import_is_quiet_on_a_cpu_only_torch():
-    code = ("from amp_lessons.core.fp8_vs_torchao import import_torchao_float8\n"
+    code = ("from amp_lessons.measure.fp8_vs_torchao import import_torchao_float8\n"
             "print(import_torchao_float8() is not None)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)

@@ -326,7 +326,7 @@ TEST_CELL = ("import amp_lessons.teaching.checks as _checks\\n"
              "_checks.check_underflow_fraction(f)")
 STUDENT_CELL = '''
 import torch
-from amp_lessons.core.underflow import underflow_fraction as alias
+from amp_lessons.teaching.underflow import underflow_fraction as alias
 def written(grads, scale):
     nonzero = grads != 0
     if not nonzero.any():

@@ -1,4 +1,4 @@
-"""amp_lessons.core.underflow: every fraction is compared with a direct torch cast
+"""amp_lessons.teaching.underflow: every fraction is compared with a direct torch cast
 classified with torch.finfo, histograms with numpy, training runs with thresholds."""
 
 import math
@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amp_lessons.core.underflow import (
+from amp_lessons.teaching.underflow import (
     CastOutcome,
     backward_demo,
     cast_outcome,

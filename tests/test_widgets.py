@@ -10,9 +10,9 @@ import torch
 from amp_lessons.core.formats import FORMATS, decompose
 from amp_lessons.core.memory import activation_bytes
 from amp_lessons.core.models import MLP
-from amp_lessons.core.underflow import cast_outcome
 from amp_lessons.teaching import widgets as W
 from amp_lessons.teaching.plots import plot_speed_memory
+from amp_lessons.teaching.underflow import cast_outcome
 
 # Generous: the goal is 300 ms on an idle 2-core CPU. Checked on the redraw's CPU
 # time, which a busy machine (tests run side by side) does not stretch.

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from amp_lessons.core.fp8 import filter_first_and_last
-from amp_lessons.core.fp8_vs_torchao import INSTALL_HINT, import_torchao_float8
 from amp_lessons.core.precision import PRECISIONS
+from amp_lessons.measure.fp8_vs_torchao import INSTALL_HINT, import_torchao_float8
 
 __all__ = ["BASE_PRECISION", "BENCH_PRECISIONS", "FP8", "FP8_NOTE", "MIN_CAPABILITY",
            "base_precision", "default_precisions", "fp8_unavailable", "prepare_fp8",

@@ -5,7 +5,8 @@ inserts.
 Notebook 04's second half: ``trace_dtypes`` (dtypes flowing through forward and
 backward), ``nested_regions`` (nested and disabled regions), ``custom_function_demo``
 (``torch.amp.custom_fwd`` / ``custom_bwd``) and ``record_casts`` (the casts autocast
-inserts, with its weight-copy cache). The per-op table is ``amp_lessons.core.autocast``.
+inserts, with its weight-copy cache). The per-op table is
+``amp_lessons.teaching.autocast_table``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amp_lessons.core.autocast import error_line, short_dtype, validate_autocast_args
+from amp_lessons.teaching.autocast_table import (
+    error_line,
+    short_dtype,
+    validate_autocast_args,
+)
 
 # ---------------------------------------------------------------------------
 # Forward only: dtypes through a model, forward and backward

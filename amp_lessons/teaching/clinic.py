@@ -26,8 +26,8 @@ import torch._functorch.config as _functorch_config
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amp_lessons.core.underflow import pure_fp16_task
 from amp_lessons.i18n import N_, _
+from amp_lessons.teaching.underflow import pure_fp16_task
 
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
 RAW_SCALE = 1e5  # raw features in the hundreds of thousands: a price in cents, a count

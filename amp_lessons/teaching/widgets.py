@@ -39,7 +39,6 @@ import torch
 
 from amp_lessons.core.formats import FORMATS, decompose, relative_error, resolve_format
 from amp_lessons.core.memory import byte_unit
-from amp_lessons.core.underflow import CastOutcome, cast_outcome, log2_histogram
 from amp_lessons.i18n import _
 from amp_lessons.measure.bench import measure_speed_memory
 from amp_lessons.teaching.plots._render import ZONE_COLORS, _encode_png, _log2
@@ -57,6 +56,7 @@ from amp_lessons.teaching.plots.speed_memory import (
     _speed_layout,
     legend_html,
 )
+from amp_lessons.teaching.underflow import CastOutcome, cast_outcome, log2_histogram
 
 BIT_COLORS = {"sign": "#c0392b", "exponent": "#1f5fa8", "mantissa": "#2e7d32"}
 EXPLORER_FORMATS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")

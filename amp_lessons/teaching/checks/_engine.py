@@ -251,7 +251,7 @@ def call_student(fn: Callable, *args: Any, answers: Sequence[Callable] = (),
     ``Raised(AnswerCalled)``, whatever it returned, with a hint to write it.
 
     Example:
-        >>> from amp_lessons import underflow
+        >>> from amp_lessons.teaching import underflow
         >>> got = call_student(lambda g, s: underflow.underflow_fraction(g, s),
         ...                    torch.ones(2), 1.0,
         ...                    answers=[underflow.underflow_fraction])

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from amp_lessons.core.autocast import autocast_rules
 from amp_lessons.i18n import N_, _
+from amp_lessons.teaching.autocast_table import autocast_rules
 from amp_lessons.teaching.checks._engine import (
     NOT_SHOWN,
     Row,

@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import torch
 
-from amp_lessons.core.underflow import cast_outcome, underflow_fraction
 from amp_lessons.i18n import _
 from amp_lessons.teaching.checks._engine import (
     Row,
@@ -17,6 +16,7 @@ from amp_lessons.teaching.checks._engine import (
     float_row,
     grade,
 )
+from amp_lessons.teaching.underflow import cast_outcome, underflow_fraction
 
 __all__ = ["check_underflow_fraction", "check_choose_loss_scale"]
 

@@ -15,7 +15,6 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from amp_lessons.core.formats import Format, resolve_format
-from amp_lessons.core.underflow import CastOutcome, cast_outcome, log2_histogram
 from amp_lessons.i18n import N_, _
 from amp_lessons.teaching.plots._render import (
     ZONE_COLORS,
@@ -25,6 +24,7 @@ from amp_lessons.teaching.plots._render import (
     _power_label,
 )
 from amp_lessons.teaching.plots.number_lines import _overflow_word, _zone_spans
+from amp_lessons.teaching.underflow import CastOutcome, cast_outcome, log2_histogram
 
 
 def _nonzero_float(grads: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,9 @@ each, compared bit for bit.
 
 torchao is optional (``pip install 'torchao>=0.18,<0.19'``): every function here says
 so when it is missing instead of failing on import. Notebook 11 and tests/test_fp8.py
-use this harness; ``amp_lessons.core.fp8`` itself never imports torchao.
+use this harness, and the bench's fp8 row (``bench_fp8``) its quiet torchao import;
+``amp_lessons.core.fp8`` itself never imports torchao. A measurement, not library:
+it measures how far our twin is from torchao's, bit for bit.
 
 On a CPU-only torch, importing torchao logs a warning for each of its CUDA kernel
 libraries it cannot load (``_C_mxfp8``, ``_C_cutlass_90a``) and one deprecation note
