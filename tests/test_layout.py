@@ -1,6 +1,7 @@
 """The package's folders show its architecture: few modules at the top, the layers held
 by import-linter's contract (pyproject.toml), and each rule shown rejecting a breach."""
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,24 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "amp_lessons"
 LAYERS = ("core", "measure", "teaching", "tooling")
+LIBRARY = ("core", "measure", "teaching")  # what a learner imports: no test runner
+
+
+def uses_pytest(path: Path) -> list[int]:
+    """The lines of ``path`` that import pytest or run it: an import, or ``"pytest"``
+    as a string of its own (``[python, "-m", "pytest"]``) or ``"-m pytest"`` in one."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""])
+            if any(n.split(".")[0] in ("pytest", "_pytest") for n in names):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value.strip() in ("pytest", "py.test")
+                or "-m pytest" in node.value):
+            lines.append(node.lineno)
+    return lines
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -63,7 +82,22 @@ def test_the_library_has_one_name_per_module():
 def test_the_layer_contract_holds():
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("KEPT") == 3, result.stdout
+    assert result.stdout.count("KEPT") == 4, result.stdout
+
+
+def test_no_library_module_imports_or_runs_pytest(tmp_path):
+    # import-linter's contract sees imports only; running the suite is tooling's
+    # (tooling/gpu_check.py runs the gpu tests)
+    found = {str(p.relative_to(ROOT)): lines for layer in LIBRARY
+             for p in sorted((PACKAGE / layer).rglob("*.py"))
+             if (lines := uses_pytest(p))}
+    assert not found
+    assert uses_pytest(PACKAGE / "tooling" / "gpu_check.py")  # the rule can see a run
+    breach = tmp_path / "breach.py"
+    breach.write_text("import subprocess, sys\n"
+                      "subprocess.run([sys.executable, '-m', 'pytest', 'tests'])\n"
+                      "subprocess.run(f'{sys.executable} -m pytest', shell=True)\n")
+    assert uses_pytest(breach) == [2, 3]
 
 
 @pytest.mark.parametrize("module, line, broken", [
@@ -71,6 +105,8 @@ def test_the_layer_contract_holds():
     ("measure/bench.py", "from amp_lessons.tooling import lab", "upward"),
     ("core/train.py", "from amp_lessons.measure import bench", "upward"),
     ("core/checkpoints.py", "from amp_lessons.core import train", "circle"),
+    ("teaching/quiz.py", "import pytest", "pytest"),
+    ("measure/gpu_report.py", "from _pytest import junitxml", "pytest"),
 ])
 def test_the_contract_rejects_a_breach(package_copy, module, line, broken):
     root = package_copy()
