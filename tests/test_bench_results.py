@@ -2,15 +2,14 @@
 repository ships for lesson 06."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from paths import RESULTS_DIR as REPO_RESULTS
 
 from amp_lessons.measure import bench_results
 
 TINY = {"mlp": {"width": 32, "layers": 3, "batch": 8}}
-REPO_RESULTS = Path(__file__).resolve().parent.parent / "notebooks" / "results"
 REPO_FILES = sorted(REPO_RESULTS.glob("bench_*.json"))
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py

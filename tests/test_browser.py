@@ -17,11 +17,9 @@ detector can fail.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import shutil
 import statistics
 import tempfile
 import time
@@ -43,16 +41,13 @@ from browser_driver import (
     watch_requests,
     widget_cells,
 )
+from chromium import launch_chromium, require_browser
 from lab_server import running_lab
+from paths import LESSONS
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ROOT / "notebooks"
 VIEWPORT = {"width": 1280, "height": 800}
-CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-quic"]
 # Every move of a course widget must redraw within GOAL_MS, its fastest of REPEATS
 # tries (each control is moved away and back REPEATS times): one slow redraw can be
 # another program's doing, the fastest is the widget's own. Every single move must
@@ -68,32 +63,9 @@ REPEATS = 3
 WIDGET_USE = re.compile(r"\b\w+_explorer\s*\(|^\s*(from|import)\s+ipywidgets\b", re.M)
 
 
-def chromium_path() -> str | None:
-    """$CHROMIUM if set, else Debian's `chromium` on PATH; None when absent."""
-    path = os.environ.get("CHROMIUM") or shutil.which("chromium")
-    return path if path and os.path.isfile(path) else None
-
-
-def require_browser() -> None:
-    """Skip without Chromium or Playwright; under CI=true, fail instead."""
-    missing = []
-    if not chromium_path():
-        missing.append("Chromium (`apt-get install chromium`)")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        missing.append("the playwright package (`pip install -e .[dev]`)")
-    if not missing:
-        return
-    message = "the browser test needs " + " and ".join(missing)
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message + "; CI must install it (see .ci/run)", pytrace=False)
-    pytest.skip(message)
-
-
 def widget_notebooks() -> list[Path]:
     found = []
-    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+    for path in LESSONS:
         nb = nbformat.read(path, as_version=4)
         if any(cell.cell_type == "code" and WIDGET_USE.search(cell.source)
                for cell in nb.cells):
@@ -162,27 +134,6 @@ def write_fixture(folder: Path) -> Path:
 
 
 # --- fixtures --------------------------------------------------------------------
-
-@contextlib.contextmanager
-def launch_chromium():
-    """Debian's Chromium under Playwright (skips, or fails under CI, without it)."""
-    require_browser()
-    from playwright.sync_api import sync_playwright
-
-    args = list(CHROMIUM_ARGS)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        args.append("--no-sandbox")  # Chromium's sandbox refuses to run as root
-    # Chromium writes caches (fontconfig, crash reports) under HOME: give it a
-    # throwaway one, like the server's
-    with tempfile.TemporaryDirectory(prefix="amp-chromium-") as home, \
-            sync_playwright() as p:
-        env = {**os.environ, "HOME": home, "XDG_CONFIG_HOME": f"{home}/.config",
-               "XDG_CACHE_HOME": f"{home}/.cache"}
-        browser = p.chromium.launch(executable_path=chromium_path(), args=args,
-                                    env=env)
-        yield browser
-        browser.close()
-
 
 @pytest.fixture(scope="module")
 def browser():

@@ -15,10 +15,13 @@ import warnings
 
 import pytest
 import torch
-from test_checks_autocast import predict_autocast_dtypes
-from test_checks_formats import decode_fp16
-from test_checks_loop import amp_step_order, amp_train_step
-from test_checks_memory import memory_budget
+from reference_solutions import (
+    amp_step_order,
+    amp_train_step,
+    decode_fp16,
+    memory_budget,
+    predict_autocast_dtypes,
+)
 
 from amp_lessons.teaching import checks
 from amp_lessons.teaching.checks import AUTOCAST_OPS

@@ -5,34 +5,14 @@ autocast."""
 import pytest
 import torch
 from grader_harness import grader_tests
+from reference_solutions import predict_autocast_dtypes
 
 from amp_lessons.teaching.checks import AUTOCAST_OPS, check_autocast_dtypes
 from amp_lessons.teaching.checks import autocast as graders
 
 # --- reference solutions (copy into the solution cells) -------------------------
-
-
-def predict_autocast_dtypes():
-    bf16, fp16, f32 = torch.bfloat16, torch.float16, torch.float32
-    cpu = {
-        "matmul(x, w)": bf16,
-        "linear(x, w)": bf16,
-        "relu(x)": f32,
-        "relu(linear(x, w))": bf16,
-        "linear(x, w) + x": f32,
-        "mse_loss(linear(x, w), linear(y, w))": f32,
-        "conv2d(img, k)": bf16,
-        "softmax(linear(x, w))": bf16,
-        "sum(linear(x, w))": bf16,
-        "cross_entropy(linear(x, w), t)": f32,
-        "prod(linear(x, w))": f32,
-        "layer_norm(linear(x, w))": bf16,
-    }
-    cuda = {name: fp16 if dtype is bf16 else dtype for name, dtype in cpu.items()}
-    for name in ("softmax(linear(x, w))", "sum(linear(x, w))",
-                 "layer_norm(linear(x, w))"):
-        cuda[name] = f32  # on CUDA's float32 list, not on the CPU's
-    return {"cpu": cpu, "cuda": cuda}
+# (predict_autocast_dtypes: in tests/reference_solutions.py, which tests/test_checks.py
+# uses too)
 
 
 # --- known-wrong answers, each with a fragment of the hint it must get ------------

@@ -3,12 +3,12 @@ each mistake readers make fails with its own hint, a correct step written differ
 passes, the quiz never says which answer is wrong, and the notebook grades both."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from grader_harness import grader_tests, other_correct_test
+from paths import NOTEBOOKS_DIR
 
 from amp_lessons.teaching.checks import (
     ENTRY_QUESTIONS,
@@ -16,8 +16,7 @@ from amp_lessons.teaching.checks import (
     check_entry_quiz,
 )
 
-NOTEBOOK = (Path(__file__).resolve().parent.parent / "notebooks"
-            / "00_amp_in_10_minutes.ipynb")
+NOTEBOOK = NOTEBOOKS_DIR / "00_amp_in_10_minutes.ipynb"
 
 
 def _step_ending(tail):

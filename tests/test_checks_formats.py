@@ -6,6 +6,7 @@ import math
 
 import torch
 from grader_harness import grader_tests
+from reference_solutions import decode_fp16
 
 from amp_lessons.teaching.checks import (
     check_decode_fp16,
@@ -16,17 +17,10 @@ from amp_lessons.teaching.checks import formats as graders
 from amp_lessons.teaching.checks._engine import same_float
 
 # --- reference solutions (copy into the solution cells) -------------------------
+# (decode_fp16: in tests/reference_solutions.py, which tests/test_checks.py
+# uses too)
 
 
-def decode_fp16(bits):
-    sign = -1.0 if bits >> 15 else 1.0
-    exponent = (bits >> 10) & 0x1F  # 5 bits, bias 15
-    mantissa = bits & 0x3FF  # 10 bits
-    if exponent == 0x1F:  # all ones: inf or nan
-        return sign * math.inf if mantissa == 0 else math.nan
-    if exponent == 0:  # subnormal (or zero): no implicit 1, exponent 1 - 15
-        return sign * mantissa * 2.0**-24
-    return sign * (1 + mantissa / 1024) * 2.0 ** (exponent - 15)
 
 
 def round_to_fp16(x):

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from grader_harness import grader_tests, other_correct_test
+from reference_solutions import amp_step_order, amp_train_step
 
 from amp_lessons.teaching.checks import (
     AMP_STEPS,
@@ -16,30 +17,8 @@ from amp_lessons.teaching.checks import (
 from amp_lessons.teaching.checks import train_step as graders
 
 # --- reference solutions (copy into the solution cells) -------------------------
-
-
-def amp_step_order():
-    return [
-        "zero_grad",
-        "forward under autocast",
-        "scaler.scale(loss).backward()",
-        "scaler.unscale_(optimizer)",
-        "clip_grad_norm_",
-        "scaler.step(optimizer)",
-        "scaler.update()",
-    ]
-
-
-def amp_train_step(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad(set_to_none=True)
-    with torch.amp.autocast(x.device.type, dtype=torch.float16):
-        loss = F.mse_loss(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
+# (amp_step_order, amp_train_step: in tests/reference_solutions.py, which
+# tests/test_checks.py uses too)
 
 
 # --- known-wrong answers, each with a fragment of the hint it must get ------------

@@ -5,16 +5,14 @@ import re
 
 import pytest
 from grader_harness import grader_tests
+from reference_solutions import memory_budget
 
 from amp_lessons.teaching.checks import check_memory_budget
 from amp_lessons.teaching.checks import memory as graders
 
 # --- reference solutions (copy into the solution cells) -------------------------
-
-
-def memory_budget(n_params):
-    fp32 = {"weights": 4 * n_params, "grads": 4 * n_params, "adam_state": 8 * n_params}
-    return {"fp32": fp32, "amp": dict(fp32)}  # master weights: AMP keeps all in fp32
+# (memory_budget: in tests/reference_solutions.py, which tests/test_checks.py
+# uses too)
 
 
 # --- known-wrong answers, each with a fragment of the hint it must get ------------

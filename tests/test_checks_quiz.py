@@ -7,15 +7,15 @@ import contextlib
 import io
 import json
 import re
-from pathlib import Path
 
 import pytest
 from grader_harness import grader_tests
+from paths import NOTEBOOKS_DIR
 
 from amp_lessons.teaching.checks import check_quick_check
 from amp_lessons.teaching.quiz import QUESTIONS, QUICK_CHECK, quick_check_text
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "08_quick_check.ipynb"
+NOTEBOOK = NOTEBOOKS_DIR / "08_quick_check.ipynb"
 
 # --- reference solutions (copy into the solution cells) -------------------------
 

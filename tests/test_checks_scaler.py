@@ -5,17 +5,17 @@ which the lesson's `amp_lessons.core.scaler.next_scale` must agree with."""
 import json
 import math
 import random
-from pathlib import Path
 
 import pytest
 import torch
 from grader_harness import grader_tests, other_correct_test
+from paths import NOTEBOOKS_DIR
 
 from amp_lessons.core.scaler import next_scale
 from amp_lessons.teaching.checks import check_unscale, check_update_rule
 from amp_lessons.teaching.checks import scaler as graders
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_loss_scaling.ipynb"
+NOTEBOOK = NOTEBOOKS_DIR / "03_loss_scaling.ipynb"
 
 # --- reference solutions (copy into the solution cells) -------------------------
 

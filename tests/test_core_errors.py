@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from paths import PACKAGE
 
 from amp_lessons.__main__ import in_flags
 from amp_lessons.core import distributed, models
@@ -16,7 +17,7 @@ from amp_lessons.core.checkpoints import load_checkpoint
 from amp_lessons.core.errors import CheckpointNotFound, SettingError
 from amp_lessons.core.train import TrainConfig, plan_training, train
 
-CORE = Path(__file__).resolve().parent.parent / "amp_lessons" / "core"
+CORE = PACKAGE / "core"
 FLAG = re.compile(r"(?<![\w-])--[a-z]")  # --steps; not "a -- b" nor "x--y"
 LESSON = re.compile(r"\b(lesson|notebook)s?\b", re.I)  # not amp_lessons
 

@@ -8,15 +8,13 @@ unchanged lesson passes every proof cell.
 
 import dataclasses
 import re
-from pathlib import Path
 
 import nbformat
 import pytest
+from paths import ENTRY
 
 from amp_lessons.measure import bench_results, published
 
-ROOT = Path(__file__).resolve().parent.parent
-ENTRY = ROOT / "notebooks" / "00_amp_in_10_minutes.ipynb"
 PROOFS = ("e005", "e008")
 
 

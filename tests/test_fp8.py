@@ -12,10 +12,10 @@ import inspect
 import itertools
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from paths import ROOT
 from torch import nn
 
 from amp_lessons.core import fp8, fp8_scaling
@@ -45,7 +45,6 @@ from amp_lessons.measure.fp8_vs_torchao import (
     import_torchao_float8,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 needs_torchao = pytest.mark.skipif(

@@ -17,12 +17,12 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 import torch
+from paths import NOTEBOOKS_DIR, ROOT
 
 from amp_lessons.measure import bench, bench_results
 from amp_lessons.measure import gpu_report as gr
 from amp_lessons.tooling import gpu_check
 
-ROOT = Path(__file__).resolve().parent.parent
 MiB, GiB = 2**20, 2**30
 
 
@@ -148,7 +148,7 @@ def test_plan_runs_bench_tests_and_the_four_lessons_on_the_gpu(fake_h200, tmp_pa
     for lesson in gpu_check.LESSONS:
         step = by_name[f"lesson {lesson}"]
         src = Path(step.command[-2])
-        assert src == ROOT / "notebooks" / f"{lesson}.ipynb" and src.exists()
+        assert src == NOTEBOOKS_DIR / f"{lesson}.ipynb" and src.exists()
         assert step.output == out / "executed" / f"{lesson}.ipynb" != src
     for step in steps:
         assert step.env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from paths import LESSONS, NOTEBOOKS_DIR
 
 from amp_lessons.tooling import grading
 from amp_lessons.tooling.grading import nbgrader_main
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = grading.course_notebooks(ROOT / "notebooks")
-GRADED = [p for p in NOTEBOOKS if grading.is_graded(p)]
+GRADED = [p for p in LESSONS if grading.is_graded(p)]
 
 
 def _python(code: str) -> str:
@@ -311,17 +310,17 @@ def test_lint_catches_markers_in_the_wrong_cells(tmp_path):
     assert "cell 2" in found and "solution markers outside a solution cell" in found
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_course_notebook_nbgrader_metadata(path):
     assert grading.lint_notebook(path) == []
 
 
 def test_course_grade_ids_are_unique():
-    assert grading.lint_course(NOTEBOOKS) == []
+    assert grading.lint_course(LESSONS) == []
 
 
 def test_quick_check_is_graded_once_written():
-    quick = ROOT / "notebooks" / "08_quick_check.ipynb"
+    quick = NOTEBOOKS_DIR / "08_quick_check.ipynb"
     if not quick.exists():
         pytest.skip("notebooks/08_quick_check.ipynb not written yet")
     assert grading.is_graded(quick)
@@ -341,7 +340,7 @@ def course_rehearsal(tmp_path_factory):
     if not GRADED:
         pytest.skip("no notebook in notebooks/ has graded cells yet")
     course = tmp_path_factory.mktemp("course")
-    result = grading.rehearse(NOTEBOOKS, course, blank=False)
+    result = grading.rehearse(LESSONS, course, blank=False)
     print(f"\ncourse rehearsal: {len(GRADED)} graded notebooks, {result.seconds:.0f} s")
     return course, result
 
@@ -359,7 +358,7 @@ def test_course_solved_full_marks_and_runs(course_rehearsal):
 @pytest.mark.slow
 def test_course_student_edition_has_no_solutions(course_rehearsal):
     course, _ = course_rehearsal
-    for path in NOTEBOOKS:
+    for path in LESSONS:
         released = course / "release" / path.stem / path.name
         assert grading.lint_student_edition(path, released) == []
 
@@ -368,7 +367,7 @@ def test_course_student_edition_has_no_solutions(course_rehearsal):
 # Slides: metadata on every cell, and decks that load nothing from the network
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_course_notebook_slideshow_metadata(path):
     assert grading.lint_slides(path) == []
 
@@ -384,8 +383,8 @@ def test_slide_lint_catches_missing_and_bad_types(tmp_path):
 
 
 def test_course_slides_export_offline(tmp_path):
-    decks = grading.export_slides(NOTEBOOKS, tmp_path)
-    assert [d.name for d in decks] == [f"{p.stem}.slides.html" for p in NOTEBOOKS]
+    decks = grading.export_slides(LESSONS, tmp_path)
+    assert [d.name for d in decks] == [f"{p.stem}.slides.html" for p in LESSONS]
     for deck in decks:
         text = deck.read_text()
         assert "_assets/reveal.js/dist/reveal.js" in text
@@ -451,7 +450,7 @@ def test_submit_files_by_lesson_and_refuses_strangers(tmp_path):
 @pytest.mark.browser
 def test_slides_present_offline_in_a_browser(tmp_path):
     """Reveal starts, moves, renders math and shows no error with the network cut."""
-    from test_browser import CHROMIUM_ARGS, chromium_path, require_browser
+    from chromium import CHROMIUM_ARGS, chromium_path, require_browser
 
     require_browser()
     from playwright.sync_api import sync_playwright

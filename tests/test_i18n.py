@@ -10,6 +10,7 @@ from pathlib import Path
 
 import polib
 import pytest
+from paths import ROOT
 
 import amp_lessons
 from amp_lessons import i18n
@@ -75,7 +76,7 @@ def test_the_mo_is_compiled_from_the_po():
 
 
 def test_the_catalogue_ships_with_the_package():
-    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    pyproject = (ROOT / "pyproject.toml").read_text()
     assert "locale/*/LC_MESSAGES/*.mo" in pyproject
 
 

@@ -37,10 +37,9 @@ from lab_server import (
     running_lab,
     write_test_settings,
 )
+from paths import ROOT
 
 from amp_lessons.tooling.lab import ROOT_NOTE
-
-ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="checks sockets the Linux way")

@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import PACKAGE, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "amp_lessons"
 LAYERS = ("core", "measure", "teaching", "tooling")
 LIBRARY = ("core", "measure", "teaching")  # what a learner imports: no test runner
 

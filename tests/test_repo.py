@@ -5,13 +5,10 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import nbformat
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+from paths import LESSONS, NOTEBOOKS_DIR, ROOT, SPANISH_DIR
 
 
 def requirement_lines(text: str) -> list[str]:
@@ -49,10 +46,10 @@ def test_torch_lower_bound_is_the_release_ci_pins():
 
 
 def test_at_least_the_welcome_notebook_exists():
-    assert (ROOT / "notebooks" / "00_welcome.ipynb") in NOTEBOOKS
+    assert (NOTEBOOKS_DIR / "00_welcome.ipynb") in LESSONS
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_notebook_is_valid_and_stored_clean(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
@@ -109,7 +106,7 @@ def test_readme_names_the_two_commands():
 
 
 def test_notebook_sequence_is_numbered_in_order():
-    names = [p.stem for p in NOTEBOOKS]
+    names = [p.stem for p in LESSONS]
     # the entry lesson (COURSE.md: a name containing "10_min") sorts first, just
     # before 00_welcome; every other lesson has a number of its own, in order
     entry = [name for name in names if "10_min" in name]
@@ -117,7 +114,7 @@ def test_notebook_sequence_is_numbered_in_order():
     assert names[len(entry)] == "00_welcome"
     numbers = [int(name[:2]) for name in names[len(entry):]]
     assert numbers == sorted(set(numbers))
-    assert json.loads(NOTEBOOKS[0].read_text())["cells"][0]["cell_type"] == "markdown"
+    assert json.loads(LESSONS[0].read_text())["cells"][0]["cell_type"] == "markdown"
 
 
 
@@ -163,11 +160,11 @@ def test_spanish_readme_table_shows_each_lessons_study_time():
     tiempo = "tiempo de estudio: ruta principal + partes opcionales"
     english = readme_lessons(ROOT / "README.md")
     spanish = readme_lessons(ROOT / "README.es.md")
-    assert list(spanish) == list(english) == [p.stem for p in NOTEBOOKS]
+    assert list(spanish) == list(english) == [p.stem for p in LESSONS]
     for stem, row in spanish.items():
         assert row["#"] == english[stem]["#"], stem
         assert row[tiempo] == english[stem][time], stem
-        translated = ROOT / "notebooks" / "es" / f"{stem}.ipynb"
+        translated = SPANISH_DIR / f"{stem}.ipynb"
         if translated.is_file():
             said = spanish_study_time(nbformat.read(translated, as_version=4))
             assert row[tiempo] == said, stem
@@ -183,7 +180,7 @@ def test_spanish_guide_times_each_lesson_as_the_english_one():
 
     english = rows("notebooks/INSTRUCTORS.md")
     spanish = rows("notebooks/es/INSTRUCTORES.md")
-    assert len(spanish) == len(english) == len(NOTEBOOKS)
+    assert len(spanish) == len(english) == len(LESSONS)
     for en, es in zip(english, spanish, strict=True):
         assert en[0][:2] == es[0][:2]
         for column in (1, 2, 3):  # runs in, live, study time

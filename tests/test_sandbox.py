@@ -18,7 +18,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_notebook_lint import optional_cells
+from notebook_lint_rules import optional_cells
+from paths import LESSONS, NOTEBOOKS_DIR, ROOT
 
 from amp_lessons.tooling import grading
 from amp_lessons.tooling.grading import (
@@ -29,9 +30,7 @@ from amp_lessons.tooling.grading import (
     testcells,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = grading.course_notebooks(ROOT / "notebooks")
-GRADED = [p for p in NOTEBOOKS if grading.is_graded(p)]
+GRADED = [p for p in LESSONS if grading.is_graded(p)]
 PYTHON_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
@@ -623,7 +622,7 @@ def attack_run(tmp_path_factory):
     require_sandbox()
     base = tmp_path_factory.mktemp("attacks")
     course = base / "course"
-    lesson = core_path_only(ROOT / "notebooks" / f"{LESSON}.ipynb", base / "lesson")
+    lesson = core_path_only(NOTEBOOKS_DIR / f"{LESSON}.ipynb", base / "lesson")
     grading.build_course([lesson], course)
     grading.generate_student_edition(course)
     released = course / "release" / LESSON / f"{LESSON}.ipynb"

@@ -2,9 +2,10 @@
 a gradient penalty and an LR scheduler with skipped steps, bit for bit.
 
 tests/test_scaler.py already runs its scripted overflows with the fused optimizers
-(its OPTIMIZERS table); here are the cases special to them, and the lesson-09 loops
-(amp_lessons.teaching.practice) run once per scaler and compared. Each comparison is
-shown to fail on a plausible wrong implementation of the fused path.
+(the OPTIMIZERS table of tests/scaler_twins.py); here are the cases special to them,
+and the lesson-09 loops (amp_lessons.teaching.practice) run once per scaler and
+compared. Each comparison is shown to fail on a plausible wrong implementation of the
+fused path.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from test_scaler import (
+from scaler_twins import (
     Mismatch,
     assert_same,
     assert_twins,

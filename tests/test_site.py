@@ -29,22 +29,19 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_student_paths import SPANISH
+from paths import ES_LESSONS, ES_STUDENT_PATHS, LESSONS, ROOT
 
 from amp_lessons.tooling import colab
 from amp_lessons.tooling.site import build, sanitize, verify
 from amp_lessons.tooling.site.execute import executed_info
 
-ROOT = Path(__file__).resolve().parent.parent
-LESSONS = colab.lesson_notebooks(ROOT / "notebooks")
 STEMS = [p.stem for p in LESSONS]
-ES_LESSONS = colab.lesson_notebooks(ROOT / "notebooks" / build.SPANISH)
 ES_STEMS = [p.stem for p in ES_LESSONS]
 # The Spanish lessons the site test is built with: those the student paths run (the
 # entry lesson, with an exercise and a graded quick check, and 02, with a widget and
 # an exercise), as their kernels executed them. All thirteen would take minutes more
 # on 2 CPU cores; `make site` and `execute DIR` execute and build all of them.
-ES_TESTED = [p.stem for p in SPANISH]
+ES_TESTED = [p.stem for p in ES_STUDENT_PATHS]
 
 
 # ---- the Colab set-up cell ---------------------------------------------------------
@@ -618,7 +615,7 @@ def served(site):
 
 @pytest.fixture(scope="module")
 def browser():
-    from test_browser import launch_chromium
+    from chromium import launch_chromium
 
     with launch_chromium() as browser:
         yield browser

@@ -17,16 +17,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from chromium import launch_chromium
+from paths import LESSONS
 from student_paths import paused_twice
-from test_browser import launch_chromium
 
 from amp_lessons.tooling import grading
 from amp_lessons.tooling.grading import deck_layout, lint, slide_heights, slides
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = grading.course_notebooks(ROOT / "notebooks")
 STAGE = {"width": slide_heights.STAGE_W, "height": slide_heights.STAGE_H}
 
 # Shows each slide in turn (as an instructor's arrow key would), lets MathJax and the
@@ -125,7 +124,7 @@ def course_decks(tmp_path_factory, lesson_runs) -> dict[Path, Path]:
     slides.copy_slide_assets(out)
     exporter = slides.slides_exporter()
     return {path: slides.export_deck(paused_twice(path, lesson_runs).executed,
-                                     path.stem, out, exporter) for path in NOTEBOOKS}
+                                     path.stem, out, exporter) for path in LESSONS}
 
 
 @pytest.fixture(scope="module")
@@ -146,14 +145,14 @@ def seen_in(path: Path, course_decks, page, visits, capsys=None) -> list[dict]:
     return visits[path]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_no_slide_overflows(path, course_decks, page, visits, capsys):
     seen = seen_in(path, course_decks, page, visits, capsys)
     problems = overflows(course_decks[path], seen)
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if grading.is_graded(p)],
+@pytest.mark.parametrize("path", [p for p in LESSONS if grading.is_graded(p)],
                          ids=lambda p: p.stem)
 def test_no_exercise_slide_shows_its_solution(path, course_decks, page, visits):
     seen = seen_in(path, course_decks, page, visits)
@@ -167,7 +166,7 @@ def test_no_exercise_slide_shows_its_solution(path, course_decks, page, visits):
 
 
 def test_checks_catch_a_deck_laid_out_as_before(tmp_path, page, lesson_runs):
-    path = next(p for p in NOTEBOOKS if p.stem.startswith("02_"))
+    path = next(p for p in LESSONS if p.stem.startswith("02_"))
     executed = paused_twice(path, lesson_runs).executed
     slides.copy_slide_assets(tmp_path)
     body, _ = slides.slides_exporter().from_notebook_node(
@@ -194,7 +193,7 @@ def test_overflow_check_catches_a_slide_too_long_to_cut(tmp_path, page):
     assert len(found) == 1 and "zoom 0.800" in found[0], found
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if grading.is_graded(p)][:1],
+@pytest.mark.parametrize("path", [p for p in LESSONS if grading.is_graded(p)][:1],
                          ids=lambda p: p.stem)
 def test_deck_layout_is_deterministic_and_drops_the_markers(path):
     nb = nbformat.read(path, as_version=4)

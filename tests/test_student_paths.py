@@ -22,26 +22,20 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_lint_rules import optional_cells
+from paths import ES_STUDENT_PATHS, LESSONS
 from student_paths import (
     paused_twice,
     run_in_one_kernel,
     unsolved_path,
     unsolved_path_problems,
 )
-from test_notebook_lint import optional_cells
 
 from amp_lessons.tooling import grading
 
-ROOT = Path(__file__).resolve().parent.parent
-ENGLISH = grading.course_notebooks(ROOT / "notebooks")
-# The Spanish edition's paths run on a subset, to keep CI within its budget: the entry
-# lesson, where a Spanish reader of the seed starts, and lesson 02; both graded.
-# Every Spanish lesson runs under nbval.
-SPANISH = [p for p in (ROOT / "notebooks" / "es" / f"{name}.ipynb"
-                       for name in ("00_amp_in_10_minutes", "02_underflow"))
-           if p.exists()]
-NOTEBOOKS = ENGLISH + SPANISH
-GRADED = [p for p in ENGLISH if grading.is_graded(p)]
+# The Spanish paths run on a subset, to keep CI within its budget (tests/paths.py)
+NOTEBOOKS = LESSONS + ES_STUDENT_PATHS
+GRADED = [p for p in LESSONS if grading.is_graded(p)]
 PAUSE_S = 300.0  # a five-minute pause before every cell
 
 
@@ -113,13 +107,14 @@ def test_student_edition_runs_unsolved_and_answered_wrongly(path, student_editio
 def spanish_student_edition(tmp_path_factory) -> dict[str, Path]:
     """The Spanish subset's student edition, in an nbgrader course of its own (the
     same lesson names as the English one: `make student EDITION=es`)."""
-    if not SPANISH:
+    if not ES_STUDENT_PATHS:
         pytest.skip("no Spanish edition generated")
-    course = grading.build_course(SPANISH, tmp_path_factory.mktemp("student-course-es"))
+    course = grading.build_course(ES_STUDENT_PATHS,
+                                  tmp_path_factory.mktemp("student-course-es"))
     return {p.stem: p for p in grading.generate_student_edition(course)}
 
 
-@pytest.mark.parametrize("path", SPANISH, ids=lesson_id)
+@pytest.mark.parametrize("path", ES_STUDENT_PATHS, ids=lesson_id)
 def test_spanish_edition_runs_unsolved_and_wrong_with_spanish_hints(
         path, spanish_student_edition):
     released = spanish_student_edition[path.stem]
@@ -143,7 +138,7 @@ def core_path(nb):
     return core
 
 
-WITH_OPTIONAL = [p for p in ENGLISH if optional_cells(nbformat.read(p, 4))]
+WITH_OPTIONAL = [p for p in LESSONS if optional_cells(nbformat.read(p, 4))]
 
 
 def test_every_lesson_with_optional_parts_runs_its_core_path_above():

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from paths import NOTEBOOKS_DIR, ROOT, SPANISH_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
 BOOTSTRAP = ROOT / "amp_lessons" / "tooling" / "bootstrap.py"
 
 
@@ -101,7 +101,7 @@ def test_make_lab_opens_the_english_lessons_and_edition_es_the_spanish_ones(
            for edition, args in (("en", []), ("es", ["EDITION=es"]))}
     assert "-m amp_lessons.tooling.lab --edition en" in dry["en"]
     assert "-m amp_lessons.tooling.lab --edition es" in dry["es"]
-    assert lab.EDITIONS == {"en": ROOT / "notebooks", "es": ROOT / "notebooks" / "es"}
+    assert lab.EDITIONS == {"en": NOTEBOOKS_DIR, "es": SPANISH_DIR}
     launched = []
     monkeypatch.setattr(lab, "run_lab", lambda command: launched.append(command) or 0)
     monkeypatch.setattr(lab, "root_note", lambda: None)
@@ -150,7 +150,7 @@ def test_paths_from_file_land_in_this_repository():
 
     bootstrap = load_bootstrap()
     assert Path(bootstrap.ROOT) == ROOT and Path(bootstrap.VENV) == ROOT / ".venv"
-    assert grading.ROOT == ROOT and grading.NOTEBOOKS_DIR == ROOT / "notebooks"
+    assert grading.ROOT == ROOT and grading.NOTEBOOKS_DIR == NOTEBOOKS_DIR
     assert lab.NOTEBOOKS == ROOT / "notebooks"
     assert (lab.LAB_SETTINGS / "overrides.json").is_file()
 
