@@ -33,6 +33,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -489,8 +490,34 @@ def measure_speed_memory(
         >>> rows[1]["memory"]["weight_copies"] > 0  # bf16 copies of the weights
         True
     """
-    from amp_lessons.core.memory import memory_breakdown
+    _check_panel_args(width, batch, layers, iters, warmup, precisions, optimizer)
+    dev = resolve_device(str(device))
+    deadline = None if budget_ms is None else time.perf_counter() + budget_ms / 1e3
+    run = _PanelRun(width, batch, layers, optimizer, warmup, iters, time_steps, seed,
+                    deadline)
+    # one precision at a time: each row's model and optimizer are freed when
+    # _panel_row returns, before the next precision's `base` is read (or that base
+    # would count them and the peak shrink)
+    return [_panel_row(run, name, dev) for name in precisions]
 
+
+@dataclass(frozen=True)
+class _PanelRun:
+    """What measure_speed_memory measures, the same for every precision."""
+
+    width: int
+    batch: int
+    layers: int
+    optimizer: str
+    warmup: int
+    iters: int
+    time_steps: bool
+    seed: int
+    deadline: float | None  # time.perf_counter() past which one timed step is left
+
+
+def _check_panel_args(width, batch, layers, iters, warmup, precisions, optimizer):
+    """measure_speed_memory's arguments, or ValueError saying which is wrong."""
     for name, v in (("width", width), ("batch", batch), ("layers", layers),
                     ("iters", iters)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -502,51 +529,57 @@ def measure_speed_memory(
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
                          f"{', '.join(OPTIMIZERS)}")
-    dev = resolve_device(str(device))
-    deadline = None if budget_ms is None else time.perf_counter() + budget_ms / 1e3
-    rows = []
-    for name in precisions:
-        p = resolve_precision(name, dev, warn=False)
-        # CUDA: count only this run's tensors, not what the notebook already holds
-        base = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = MLP((width,) * (layers + 1)).to(dev)
-            x = torch.randn(batch, width).to(dev)
-            y = torch.randn(batch, width).to(dev)
-        opt = make_optimizer(optimizer, model.parameters())
-        mem = memory_breakdown(model, x, p.dtype if p.autocast else None, optimizer)
-        times, peak = [], None
-        if time_steps:
-            scaler, ctx = make_scaler(p, dev), autocast_context(p, dev)
 
-            def step(model=model, opt=opt, scaler=scaler, ctx=ctx, batch=(x, y)):
-                return train_step(model, opt, scaler, ctx, [batch], F.mse_loss,
-                                  clip=1.0)
 
-            with tf32_mode(p.tf32, dev.type):
-                times, _, peak = _time_with_peak(step, dev, warmup, iters, deadline)
-            # its defaults hold this model and optimizer: free them before the next
-            # precision's `base` is read, or that base counts them and the peak shrinks
-            del step
-        rows.append({
-            "config": "mlp",
-            "precision": name,
-            "device": dev.type,
-            "width": width,
-            "batch": batch,
-            "layers": layers,
-            "optimizer": optimizer,
-            "step_ms": statistics.median(times) if times else None,
-            "times_ms": times,
-            "warmup": warmup if time_steps else 0,
-            "peak_mem_bytes": None if peak is None else peak - base,
-            "activation_bytes": mem.activations + mem.weight_copies,
-            "param_bytes": mem.weights,
-            "memory": mem.as_dict(),
-        })
-        del model, opt, x, y  # before the next precision's peak is measured
-    return rows
+def _panel_row(run: _PanelRun, name: str, dev: torch.device) -> dict:
+    """One precision's row: its memory breakdown, then (``run.time_steps``) its timed
+    steps and, on CUDA, the allocator's peak over them less what was there before."""
+    from amp_lessons.core.memory import memory_breakdown
+
+    p = resolve_precision(name, dev, warn=False)
+    # CUDA: count only this run's tensors, not what the notebook already holds
+    base = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(run.seed)
+        model = MLP((run.width,) * (run.layers + 1)).to(dev)
+        x = torch.randn(run.batch, run.width).to(dev)
+        y = torch.randn(run.batch, run.width).to(dev)
+    opt = make_optimizer(run.optimizer, model.parameters())
+    mem = memory_breakdown(model, x, p.dtype if p.autocast else None, run.optimizer)
+    times, peak = [], None
+    if run.time_steps:
+        times, peak = _timed_panel_steps(run, p, dev, model, opt, (x, y))
+    return {
+        "config": "mlp",
+        "precision": name,
+        "device": dev.type,
+        "width": run.width,
+        "batch": run.batch,
+        "layers": run.layers,
+        "optimizer": run.optimizer,
+        "step_ms": statistics.median(times) if times else None,
+        "times_ms": times,
+        "warmup": run.warmup if run.time_steps else 0,
+        "peak_mem_bytes": None if peak is None else peak - base,
+        "activation_bytes": mem.activations + mem.weight_copies,
+        "param_bytes": mem.weights,
+        "memory": mem.as_dict(),
+    }
+
+
+def _timed_panel_steps(run: _PanelRun, p, dev: torch.device, model, opt,
+                       batch) -> tuple[list[float], int | None]:
+    """(times in ms, allocator peak or None) of the course's training step
+    (``train.train_step``: autocast, GradScaler for fp16), warm-up first."""
+    scaler, ctx = make_scaler(p, dev), autocast_context(p, dev)
+
+    def step():
+        return train_step(model, opt, scaler, ctx, [batch], F.mse_loss, clip=1.0)
+
+    with tf32_mode(p.tf32, dev.type):
+        times, _resident, peak = _time_with_peak(step, dev, run.warmup, run.iters,
+                                                 run.deadline)
+    return times, peak
 
 
 # ---- Showing results (saving and reading them: amp_lessons.measure.bench_results)
@@ -561,7 +594,8 @@ def _tflops(t: float) -> str:
     return f"{t:.1f}" if t >= 1 else f"{t:.2g}"  # CPUs: small but not zero
 
 
-def _x(r) -> str:
+def _times(r) -> str:
+    """A ratio as the table shows it: ``2.50x``, or ``-`` where there is none."""
     return "-" if r is None else f"{r:.2f}x"
 
 
@@ -587,10 +621,10 @@ def format_table(results: Iterable[dict]) -> str:
             mark = f" [{notes.index(r['note']) + 1}]"
         lines.append(
             f"{r['config']:<12} {r['precision']:<5} {r['step_ms']:>9.2f} "
-            f"{_x(r.get('speedup_vs_fp32')):>8} {_bytes(r['peak_mem_bytes']):>10} "
-            f"{_x(r.get('peak_mem_ratio_vs_fp32')):>9} "
+            f"{_times(r.get('speedup_vs_fp32')):>8} {_bytes(r['peak_mem_bytes']):>10} "
+            f"{_times(r.get('peak_mem_ratio_vs_fp32')):>9} "
             f"{_bytes(r['activation_bytes']):>11} "
-            f"{_x(r.get('activation_ratio_vs_fp32')):>8} "
+            f"{_times(r.get('activation_ratio_vs_fp32')):>8} "
             f"{_tflops(r['tflops']):>8} {mfu:>6}{mark}")
     lines += [f"[{i}] {note}" for i, note in enumerate(notes, 1)]
     return "\n".join(lines)

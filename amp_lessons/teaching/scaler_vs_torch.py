@@ -54,6 +54,15 @@ def scripted_run(
         True
     """
     inject = {} if inject is None else inject
+    _check_script(data, inject)
+    model = _seeded_model(*data[0], seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    return [_scripted_step(scaler, model, optimizer, x, y, inject.get(step))
+            for step, (x, y) in enumerate(data, start=1)]
+
+
+def _check_script(data: Sequence, inject: dict[int, float]) -> None:
+    """ValueError unless ``data`` has a batch and every injected step is one of its."""
     if not data:
         raise ValueError("data is empty: pass a list of (x, y) batches, one per step.")
     if bad := sorted(step for step in inject if not 1 <= step <= len(data)):
@@ -61,36 +70,43 @@ def scripted_run(
             f"inject has steps {bad} outside this run's steps 1..{len(data)}; steps "
             "are counted from 1, one per (x, y) batch in data."
         )
-    x, y = data[0]
-    with torch.random.fork_rng(devices=[]):  # the same model every call
+
+
+def _seeded_model(x: torch.Tensor, y: torch.Tensor, seed: int) -> nn.Sequential:
+    """``x.shape[1] -> 16 -> y.shape[1]`` on ``x``'s device, the same every call."""
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left alone
         torch.manual_seed(seed)
-        model = nn.Sequential(
+        return nn.Sequential(
             nn.Linear(x.shape[1], 16), nn.ReLU(), nn.Linear(16, y.shape[1])
         ).to(x.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    history = []
-    for step, (x, y) in enumerate(data, start=1):
-        with torch.amp.autocast(x.device.type, dtype=torch.float16):
-            loss = F.mse_loss(model(x), y)
-        scaler.scale(loss).backward()
-        if step in inject:
-            model[0].weight.grad[0, 0] = inject[step]
-        used = scaler.get_scale()
-        before = [tensor_bits(p) for p in model.parameters()]
-        scaler.step(optimizer)
-        scaler.update()
-        after = [tensor_bits(p) for p in model.parameters()]
-        adam = [t for state in optimizer.state.values() for t in state.values()]
-        history.append({
-            "scale": used,
-            "skipped": all(map(torch.equal, before, after)),
-            "state_dict": repr(scaler.state_dict()),
-            "grads": [tensor_bits(p.grad) for p in model.parameters()],
-            "params": after,
-            "adam": [tensor_bits(t) for t in adam],
-        })
-        optimizer.zero_grad(set_to_none=True)
-    return history
+
+
+def _scripted_step(scaler: Any, model: nn.Sequential, optimizer: torch.optim.Optimizer,
+                   x: torch.Tensor, y: torch.Tensor,
+                   bad: float | None) -> dict[str, Any]:
+    """One fp16-autocast step through ``scaler`` (``bad``, when given, written into a
+    weight gradient after ``backward()``) and the snapshot scripted_run keeps."""
+    with torch.amp.autocast(x.device.type, dtype=torch.float16):
+        loss = F.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    if bad is not None:
+        model[0].weight.grad[0, 0] = bad
+    used = scaler.get_scale()
+    before = [tensor_bits(p) for p in model.parameters()]
+    scaler.step(optimizer)
+    scaler.update()
+    after = [tensor_bits(p) for p in model.parameters()]
+    adam = [t for state in optimizer.state.values() for t in state.values()]
+    snapshot = {
+        "scale": used,
+        "skipped": all(map(torch.equal, before, after)),
+        "state_dict": repr(scaler.state_dict()),
+        "grads": [tensor_bits(p.grad) for p in model.parameters()],
+        "params": after,
+        "adam": [tensor_bits(t) for t in adam],
+    }
+    optimizer.zero_grad(set_to_none=True)
+    return snapshot
 
 
 def first_difference(
