@@ -15,6 +15,12 @@ Examples::
 
 Mistakes (an unknown precision, CUDA asked without CUDA, a scaler with bf16, ...) end
 with one line on stderr saying what to do instead, and exit status 2.
+
+It speaks the user's language: Spanish when the locale says so (LANGUAGE, LC_ALL,
+LC_MESSAGES, LANG, in gettext's order: ``LANG=es_ES.UTF-8``) or ``--lang es`` does (the
+flag wins); English otherwise, a locale the package does not speak included. The help,
+the run's log lines and the one-line errors are translated; flag names, dtype names,
+identifiers and torch's own messages are not.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import argparse
 import ast
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -33,47 +40,168 @@ from amp_lessons.core.distributed import MODES
 from amp_lessons.core.errors import NamesSettings, python_spelling
 from amp_lessons.core.precision import PRECISIONS, SCALERS
 from amp_lessons.core.train import TASKS, TrainConfig
+from amp_lessons.i18n import LANGUAGES, N_, _, language, set_language
+
+# -- the language: the locale's, or --lang's; set before anything is printed --
+LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")  # gettext's order
+LANGUAGE_NAMES = {"en": N_("English"), "es": N_("Spanish")}
+
+
+def environment_language(environ=None) -> str:
+    """The language the locale asks for, read as gettext reads it: the first set of
+    LANGUAGE (a list, ``fr:es``), LC_ALL, LC_MESSAGES and LANG. ``es_ES.UTF-8`` ->
+    ``"es"``; English when it names no language the package speaks (fr_FR, C)."""
+    environ = os.environ if environ is None else environ
+    for variable in LOCALE_VARIABLES:
+        if environ.get(variable):
+            for entry in environ[variable].split(":"):
+                code = re.split(r"[_.@-]", entry, maxsplit=1)[0].lower()
+                if code in LANGUAGES:
+                    return code
+            return "en"
+    return "en"
+
+
+def language_code(text: str) -> str:
+    """An argparse type for --lang: en or es."""
+    if text.lower() not in LANGUAGES:
+        choices = ", ".join(f"{code} ({_(LANGUAGE_NAMES[code])})" for code in LANGUAGES)
+        raise argparse.ArgumentTypeError(_(
+            "unsupported language {value}; use one of: {choices}").format(
+                value=repr(text), choices=choices))
+    return text.lower()
+
+
+def flag_language(argv: Sequence[str]) -> str | None:
+    """The language --lang asks for in `argv` (the last one), read before the parser is
+    built: its help is written in it. None without one, or for a language the package
+    does not speak (the parser then says so)."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--lang" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith("--lang="):
+            found = arg.partition("=")[2]
+    return found.lower() if found and found.lower() in LANGUAGES else None
+
+
+# -- argparse in the package's language --
+# argparse words its help and errors through its own gettext domain, which nobody
+# translates: its headings and the -h help go through our catalogue in the formatter,
+# and its usual error messages are re-worded by pattern (one it does not know stays
+# as argparse wrote it). Our own help text is translated where the parser is built.
+ARGPARSE_HEADINGS = (N_("options"), N_("positional arguments"))
+ARGPARSE_HELP = N_("show this help message and exit")
+ARGPARSE_ARGUMENT = re.compile(r"argument (?P<flag>\S+?): (?P<message>.*)", re.S)
+ARGPARSE_ERRORS = tuple((re.compile(pattern, re.S), template) for pattern, template in (
+    (r"invalid choice: (?P<value>.*) \(choose from (?P<choices>.*)\)",
+     N_("invalid choice: {value} (choose from {choices})")),
+    (r"invalid (?P<type>\w+) value: (?P<value>.*)",
+     N_("invalid {type} value: {value}")),
+    (r"expected one argument", N_("expected one argument")),
+    (r"expected at least one argument", N_("expected at least one argument")),
+    (r"the following arguments are required: (?P<names>.*)",
+     N_("the following arguments are required: {names}")),
+    (r"unrecognized arguments: (?P<names>.*)", N_("unrecognized arguments: {names}")),
+    (r"ambiguous option: (?P<option>\S+) could match (?P<matches>.*)",
+     N_("ambiguous option: {option} could match {matches}")),
+))
+
+
+def argparse_message(message: str) -> str:
+    """One of argparse's error messages in the package's language, where it is one of
+    the usual ones (``argument --iters: invalid int value: 'x'``); else as it is."""
+    match = ARGPARSE_ARGUMENT.fullmatch(message)
+    if match:
+        return _("argument {flag}: {message}").format(
+            flag=match["flag"], message=argparse_message(match["message"]))
+    for pattern, template in ARGPARSE_ERRORS:
+        match = pattern.fullmatch(message)
+        if match:
+            return _(template).format(**match.groupdict())
+    return message
+
+
+class LocalizedHelpFormatter(argparse.HelpFormatter):
+    """argparse's help with its own words (usage:, options, -h's help) translated."""
+
+    def add_usage(self, usage, actions, groups, prefix=None):
+        super().add_usage(usage, actions, groups,
+                          _("usage: ") if prefix is None else prefix)
+
+    def start_section(self, heading):
+        super().start_section(_(heading) if heading in ARGPARSE_HEADINGS else heading)
+
+    def _get_help_string(self, action):  # argparse's documented override point
+        help_text = super()._get_help_string(action)
+        return _(help_text) if help_text == ARGPARSE_HELP else help_text
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, reporting a usage mistake in one line like every other mistake."""
+    """argparse, reporting a usage mistake in one line like every other mistake, in
+    the package's language."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", LocalizedHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # argparse's hook; it must not return
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+        self.exit(2, _("error: {message} (see {prog} --help)").format(
+            message=argparse_message(message), prog=self.prog) + "\n")
+
+
+def _add_lang(p: argparse.ArgumentParser) -> None:
+    # SUPPRESS: absent, it sets nothing (a subcommand's default would overwrite the
+    # main parser's --lang); main() has read it from argv already
+    p.add_argument("--lang", type=language_code, default=argparse.SUPPRESS,
+                   metavar="{en,es}",
+                   help=_("the language of the help, the log and the errors: en or es "
+                          "(default: the locale's, from LANGUAGE, LC_ALL, LC_MESSAGES "
+                          "or LANG; English when it is neither)"))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``amp-lessons`` argument parser with its ``train`` and ``bench`` commands."""
+    """The ``amp-lessons`` argument parser with its ``train`` and ``bench`` commands,
+    worded in the package's current language (``amp_lessons.i18n.language()``)."""
     parser = OneLineParser(
         prog="python -m amp_lessons",
-        description="AMP from the bits up: run the course's training loop or its "
-                    "speed/memory benchmark.")
+        description=_("AMP from the bits up: run the course's training loop or its "
+                      "speed/memory benchmark."))
+    _add_lang(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
-    _add_train(commands.add_parser(
-        "train", help="train a synthetic task with the AMP loop, printing loss, "
-                      "scale and skipped steps",
-        description="The real AMP loop (amp_lessons.core.train) on a built-in "
-                    "synthetic task: nothing is downloaded."))
-    _add_bench(commands.add_parser(
-        "bench", help="time fp32/tf32/fp16/bf16 (and fp8 on Ada/Hopper GPUs) "
-                      "training steps and measure memory (--json for a results file)",
-        description="Step time, peak memory, saved activations, TFLOP/s and MFU for "
-                    "fp32 (TF32 off), tf32, fp16 and bf16, side by side."))
-    _add_estimate(commands.add_parser(
-        "estimate", help="predict a training step's time on a GPU you do not have, per "
-                         "precision, and what dominates it (no GPU needed)",
-        description="The first-principles estimate (amp_lessons.measure.estimate): the "
-                    "model is traced on the meta device under CUDA autocast's op "
-                    "policy and each kernel priced from the GPU's datasheet, with "
-                    "efficiencies fitted on published measurements."))
-    _add_gpu_check(commands.add_parser(
-        "gpu-check", help="the whole GPU proof in one run: gpu tests, the bench, "
-                          "lessons 00/04/06/07 and a summary (CUDA only)",
-        description="On a CUDA GPU, within one time budget: every gpu-marked test, "
-                    "the bench on both configs in every precision (recorded as "
-                    "bench_<gpu>.json), lessons 00, 04, 06 and 07 executed (copies in "
-                    "executed/), and the one-page summary gpu_check_<gpu>.md. Without "
-                    "CUDA it exits with status 2 at once and writes nothing."))
+    train = commands.add_parser(
+        "train", help=_("train a synthetic task with the AMP loop, printing loss, "
+                        "scale and skipped steps"),
+        description=_("The real AMP loop (amp_lessons.core.train) on a built-in "
+                      "synthetic task: nothing is downloaded."))
+    bench = commands.add_parser(
+        "bench", help=_("time fp32/tf32/fp16/bf16 (and fp8 on Ada/Hopper GPUs) "
+                        "training steps and measure memory (--json for a results "
+                        "file)"),
+        description=_("Step time, peak memory, saved activations, TFLOP/s and MFU for "
+                      "fp32 (TF32 off), tf32, fp16 and bf16, side by side."))
+    estimate = commands.add_parser(
+        "estimate", help=_("predict a training step's time on a GPU you do not have, "
+                           "per precision, and what dominates it (no GPU needed)"),
+        description=_("The first-principles estimate (amp_lessons.measure.estimate): "
+                      "the model is traced on the meta device under CUDA autocast's op "
+                      "policy and each kernel priced from the GPU's datasheet, with "
+                      "efficiencies fitted on published measurements."))
+    gpu_check = commands.add_parser(
+        "gpu-check", help=_("the whole GPU proof in one run: gpu tests, the bench, "
+                            "lessons 00/04/06/07 and a summary (CUDA only)"),
+        description=_("On a CUDA GPU, within one time budget: every gpu-marked test, "
+                      "the bench on both configs in every precision (recorded as "
+                      "bench_<gpu>.json), lessons 00, 04, 06 and 07 executed (copies "
+                      "in executed/), and the one-page summary gpu_check_<gpu>.md. "
+                      "Without CUDA it exits with status 2 at once and writes "
+                      "nothing."))
+    for add, sub in ((_add_train, train), (_add_bench, bench),
+                     (_add_estimate, estimate), (_add_gpu_check, gpu_check)):
+        add(sub)
+        _add_lang(sub)
     return parser
 
 
@@ -84,9 +212,11 @@ def _integer(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        raise argparse.ArgumentTypeError(_("invalid {type} value: {value}").format(
+            type="int", value=repr(text))) from None
     if value < low:
-        raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        raise argparse.ArgumentTypeError(_(
+            "must be an integer >= {low}, got {value}").format(low=low, value=value))
     return value
 
 
@@ -102,91 +232,94 @@ def non_negative_int(text: str) -> int:
 
 def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=TASKS, default="spirals",
-                   help="spirals: 3-class MLP (seconds on a CPU); gpt: small "
-                        "transformer (default: %(default)s)")
+                   help=_("spirals: 3-class MLP (seconds on a CPU); gpt: small "
+                          "transformer (default: %(default)s)"))
     p.add_argument("--device", default="auto",
-                   help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
+                   help=_("auto, cpu, cuda, cuda:N or mps (default: %(default)s)"))
     p.add_argument("--precision", default="bf16",
-                   help=f"{', '.join(PRECISIONS)} (default: %(default)s)")
+                   help=_("{precisions} (default: %(default)s)").format(
+                       precisions=", ".join(PRECISIONS)))
     # numbers are only converted here: TrainConfig's checks (plan_training) own them
-    p.add_argument("--steps", type=int, default=200, help="optimizer steps "
-                   "in all, a resumed run's included (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=200, help=_(
+        "optimizer steps in all, a resumed run's included (default: %(default)s)"))
     p.add_argument("--batch-size", type=int, default=128,
-                   help="examples (or sequences) per micro-batch, all processes "
-                        "together: the global batch, split evenly over them "
-                        "(default: %(default)s)")
+                   help=_("examples (or sequences) per micro-batch, all processes "
+                          "together: the global batch, split evenly over them "
+                          "(default: %(default)s)"))
     p.add_argument("--accum", type=int, default=1,
-                   help="micro-batches per optimizer step (default: %(default)s)")
+                   help=_("micro-batches per optimizer step (default: %(default)s)"))
     p.add_argument("--lr", type=float, default=None,
-                   help="AdamW learning rate (default: 1e-2 spirals, 3e-3 gpt)")
+                   help=_("AdamW learning rate (default: 1e-2 spirals, 3e-3 gpt)"))
     p.add_argument("--clip", type=float, default=1.0,
-                   help="max gradient norm, applied after unscale_; 0 turns clipping "
-                        "off (default: %(default)s)")
+                   help=_("max gradient norm, applied after unscale_; 0 turns "
+                          "clipping off (default: %(default)s)"))
     p.add_argument("--scaler", choices=SCALERS, default="auto",
-                   help="auto: torch.amp.GradScaler for fp16 only; ours: "
-                        "amp_lessons.core.scaler.LossScaler; none: fp16 unscaled "
-                        "(default: %(default)s)")
+                   help=_("auto: torch.amp.GradScaler for fp16 only; ours: "
+                          "amp_lessons.core.scaler.LossScaler; none: fp16 unscaled "
+                          "(default: %(default)s)"))
     p.add_argument("--init-scale", type=float, default=2.0**16,
-                   help="initial loss scale (default: %(default)g)")
+                   help=_("initial loss scale (default: %(default)g)"))
     p.add_argument("--growth-interval", type=int, default=2000,
-                   help="clean steps before the scale doubles (default: %(default)s)")
+                   help=_("clean steps before the scale doubles (default: "
+                          "%(default)s)"))
     p.add_argument("--checkpoint", metavar="PATH", default=None,
-                   help="save model, optimizer, scaler, step and RNG states here "
-                        "(atomically) at the end")
+                   help=_("save model, optimizer, scaler, step and RNG states here "
+                          "(atomically) at the end"))
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
-                   help="also save every N steps")
+                   help=_("also save every N steps"))
     p.add_argument("--resume", action="store_true",
-                   help="continue from --checkpoint (bit-exact on a CPU; a ddp/fsdp2 "
-                        "checkpoint resumes with any number of processes)")
+                   help=_("continue from --checkpoint (bit-exact on a CPU; a "
+                          "ddp/fsdp2 checkpoint resumes with any number of "
+                          "processes)"))
     p.add_argument("--distributed", choices=MODES, default="none",
-                   help="none: one process; ddp or fsdp2: one process per device, "
-                        "launched by torchrun --standalone --nproc_per_node=N -m "
-                        "amp_lessons train ... (gloo on a CPU, nccl on CUDA; "
-                        "default: %(default)s)")
+                   help=_("none: one process; ddp or fsdp2: one process per device, "
+                          "launched by torchrun --standalone --nproc_per_node=N -m "
+                          "amp_lessons train ... (gloo on a CPU, nccl on CUDA; "
+                          "default: %(default)s)"))
     p.add_argument("--json", metavar="FILE", default=None,
-                   help="rank 0 writes {world_size, distributed, precision, losses: "
-                        "[[step, loss], ...], skipped_steps, final_scale} here")
+                   help=_("rank 0 writes {world_size, distributed, precision, losses: "
+                          "[[step, loss], ...], skipped_steps, final_scale} here"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10, metavar="N",
-                   help="print every N steps (default: %(default)s)")
+                   help=_("print every N steps (default: %(default)s)"))
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
-                   help="CPU threads for torch (default: 1 for the tiny spirals "
-                        "model on a CPU, where thread hand-offs cost more than the "
-                        "math; torch's own default otherwise)")
+                   help=_("CPU threads for torch (default: 1 for the tiny spirals "
+                          "model on a CPU, where thread hand-offs cost more than the "
+                          "math; torch's own default otherwise)"))
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
     from amp_lessons.measure.bench import CONFIGS
 
     p.add_argument("--device", default="auto",
-                   help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)")
+                   help=_("auto, cpu, cuda, cuda:N or mps (default: %(default)s)"))
     p.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS),
-                   help="which models (default: both)")
+                   help=_("which models (default: both)"))
     p.add_argument("--precisions", nargs="+", default=None, metavar="PRECISION",
-                   help=f"any of {', '.join(PRECISIONS)}, fp8 (fp8: torchao, "
-                        "compiled, on a GPU of compute capability 8.9+; --precision "
-                        "fp8 works too) (default: all four, plus fp8 where it can "
-                        "run)")
+                   help=_("any of {precisions}, fp8 (fp8: torchao, compiled, on a GPU "
+                          "of compute capability 8.9+; --precision fp8 works too) "
+                          "(default: all four, plus fp8 where it can run)").format(
+                              precisions=", ".join(PRECISIONS)))
     p.add_argument("--warmup", type=non_negative_int, default=None,
-                   help="untimed steps first (default: 3 on cpu, 5 on cuda)")
+                   help=_("untimed steps first (default: 3 on cpu, 5 on cuda)"))
     p.add_argument("--iters", type=positive_int, default=None,
-                   help="timed steps; the median is reported (default: 8 on cpu, "
-                        "20 on cuda)")
+                   help=_("timed steps; the median is reported (default: 8 on cpu, "
+                          "20 on cuda)"))
     sizes = p.add_argument_group(
-        "sizes", "override the device's defaults (cpu: tiny; cuda: the recipe's "
-                 "4096-wide MLP at batch 512 and a 12 x 768 GPT at T=1024)")
+        _("sizes"), _("override the device's defaults (cpu: tiny; cuda: the recipe's "
+                      "4096-wide MLP at batch 512 and a 12 x 768 GPT at T=1024)"))
     for flag, config, key in SIZE_FLAGS:
         sizes.add_argument(flag, type=positive_int, default=None, metavar="N",
                            help=f"{config} {key}")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
-                   help="CPU threads for torch while measuring (default: 1 on a CPU, "
-                        "where the tiny models lose more to thread hand-offs than "
-                        "they gain)")
+                   help=_("CPU threads for torch while measuring (default: 1 on a "
+                          "CPU, where the tiny models lose more to thread hand-offs "
+                          "than they gain)"))
     p.add_argument("--json", metavar="PATH", default=None,
-                   help="write the results and their provenance as JSON")
+                   help=_("write the results and their provenance as JSON"))
     p.add_argument("--record", action="store_true",
-                   help="also write notebooks/results/bench_<device>.json, the "
-                        "file lesson 06 shows")
+                   help=_("also write notebooks/results/bench_<device>.json, the "
+                          "file lesson 06 shows"))
 
 
 def _add_estimate(p: argparse.ArgumentParser) -> None:
@@ -196,23 +329,25 @@ def _add_estimate(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--gpu", choices=GPUS, default="A100-SXM4-80GB")
     p.add_argument("--model", choices=CLI_FAMILIES, default="transformer",
-                   help="transformer: a BERT-style encoder; gpt: a GPT-style decoder; "
-                        "mlp: Linear layers; resnet50 (default: %(default)s)")
+                   help=_("transformer: a BERT-style encoder; gpt: a GPT-style "
+                          "decoder; mlp: Linear layers; resnet50 (default: "
+                          "%(default)s)"))
     p.add_argument("--layers", type=positive_int, default=None,
-                   help="transformer, gpt, mlp: layers (default: the family's own)")
+                   help=_("transformer, gpt, mlp: layers (default: the family's own)"))
     p.add_argument("--width", type=positive_int, default=None,
-                   help="transformer, gpt, mlp: hidden width")
+                   help=_("transformer, gpt, mlp: hidden width"))
     p.add_argument("--seq", type=positive_int, default=None,
-                   help="transformer, gpt: tokens a sequence")
+                   help=_("transformer, gpt: tokens a sequence"))
     p.add_argument("--batch", type=positive_int, default=None)
     p.add_argument("--image", type=positive_int, default=None,
-                   help="resnet50: image side in pixels (default 224)")
+                   help=_("resnet50: image side in pixels (default 224)"))
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="default: the family's own (sgd_momentum for resnet50, adam "
-                        "otherwise)")
+                   help=_("default: the family's own (sgd_momentum for resnet50, adam "
+                          "otherwise)"))
     p.add_argument("--precision", nargs="+", choices=GPU_PRECISIONS, default=None,
-                   help="default: every precision the GPU's tensor cores take")
-    p.add_argument("--json", action="store_true", help="print the estimates as JSON")
+                   help=_("default: every precision the GPU's tensor cores take"))
+    p.add_argument("--json", action="store_true",
+                   help=_("print the estimates as JSON"))
 
 
 def run_estimate(args: argparse.Namespace) -> int:
@@ -235,30 +370,45 @@ def run_estimate(args: argparse.Namespace) -> int:
         print(json.dumps([{**asdict(e), "regime": e.regime, "items_per_s":
                            w.items / e.seconds} for e in rows], indent=1))
         return 0
-    print(f"{args.model} {sizes or '(default sizes)'} on {args.gpu}: {w.items} "
-          f"samples a step, estimated (not measured)")
-    print(f"{'precision':9} {'step ms':>9} {'vs ' + rows[0].precision:>8} "
-          f"{'samples/s':>10} {'compute':>8} {'memory':>8} {'overhead':>8}"
-          "  dominant")
+    print(_("{model} {sizes} on {gpu}: {items} samples a step, estimated (not "
+            "measured)").format(model=args.model, sizes=sizes or _("(default sizes)"),
+                                gpu=args.gpu, items=w.items))
+    # each column as wide as its heading, which a translation may lengthen
+    headings = [_("precision"), _("step ms"),
+                _("vs {precision}").format(precision=rows[0].precision),
+                _("samples/s"), *(_(REGIMES[regime]) for regime in REGIMES)]
+    widths = [max(width, len(heading)) for width, heading
+              in zip((9, 9, 8, 10, 8, 8, 8), headings, strict=True)]
+    print(" ".join([f"{headings[0]:{widths[0]}}", *(
+        f"{heading:>{width}}" for heading, width
+        in zip(headings[1:], widths[1:], strict=True))]) + "  " + _("dominant"))
     for e in rows:
-        parts = (e.compute_s, e.memory_s, e.overhead_s)
-        speedup = rows[0].seconds / e.seconds
-        shares = " ".join(f"{part / e.seconds:8.0%}" for part in parts)
-        print(f"{e.precision:9} {e.seconds * 1e3:9.2f} {speedup:7.2f}x "
-              f"{w.items / e.seconds:10.1f} {shares}  {e.regime}")
+        cells = [f"{e.seconds * 1e3:.2f}", f"{rows[0].seconds / e.seconds:.2f}x",
+                 f"{w.items / e.seconds:.1f}",
+                 *(f"{part / e.seconds:.0%}"
+                   for part in (e.compute_s, e.memory_s, e.overhead_s))]
+        dominant = _(REGIMES[e.regime]) if e.regime in REGIMES else e.regime
+        print(" ".join([f"{e.precision:{widths[0]}}", *(
+            f"{cell:>{width}}" for cell, width
+            in zip(cells, widths[1:], strict=True))]) + "  " + dominant)
     return 0
+
+
+# an estimate's three parts, in its table's order (its regime names the largest)
+REGIMES = {"compute": N_("compute"), "memory": N_("memory"),
+           "overhead": N_("overhead")}
 
 
 def _add_gpu_check(p: argparse.ArgumentParser) -> None:
     from amp_lessons.tooling.gpu_check import BUDGET_S
 
     p.add_argument("--out", metavar="DIR", default=None,
-                   help="where the results go (default: notebooks/results)")
+                   help=_("where the results go (default: notebooks/results)"))
     p.add_argument("--budget", type=float, default=BUDGET_S, metavar="SECONDS",
-                   help="total time budget; each step gets its share (default: "
-                        "%(default).0f, sized for one H100/H200)")
+                   help=_("total time budget; each step gets its share (default: "
+                          "%(default).0f, sized for one H100/H200)"))
     p.add_argument("--plan", action="store_true",
-                   help="print the steps and their time limits; run nothing")
+                   help=_("print the steps and their time limits; run nothing"))
 
 
 SIZE_FLAGS = (
@@ -342,14 +492,18 @@ def run_train(args: argparse.Namespace) -> int:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
-        across = (f" | {config.distributed} over {world_size} process(es), "
-                  f"{config.batch_size // world_size} examples each"
-                  if config.distributed != "none" else "")
+        across = (_(" | {mode} over {world} process(es), {each} examples each").format(
+            mode=config.distributed, world=world_size,
+            each=config.batch_size // world_size)
+            if config.distributed != "none" else "")
         if config.distributed == "fsdp2" and p.autocast:
-            across += " | FSDP2 casts with MixedPrecisionPolicy instead of autocast"
-        print(f"train {config.task} on {device} | {p.name}: {p.summary} | "
-              f"{config.num_steps} steps of {config.batch_size} x "
-              f"{config.accum_steps} micro-batch(es){across}", flush=True)
+            across += _(" | FSDP2 casts with MixedPrecisionPolicy instead of autocast")
+        print(_("train {task} on {device} | {precision}: {summary} | {steps} steps of "
+                "{batch} x {accum} micro-batch(es){across}").format(
+                    task=config.task, device=device, precision=p.name,
+                    summary=p.summary, steps=config.num_steps,
+                    batch=config.batch_size, accum=config.accum_steps,
+                    across=across), flush=True)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -357,7 +511,7 @@ def run_train(args: argparse.Namespace) -> int:
     if result.rank:
         return 0  # rank 0 reports for all
     for w in caught:
-        print(f"note: {w.message}", file=sys.stderr)
+        print(_("note: {message}").format(message=w.message), file=sys.stderr)
     if args.json:
         text = json.dumps(run_summary(result))
         write_atomically(args.json, lambda f: f.write(text.encode()))
@@ -368,14 +522,17 @@ def run_train(args: argparse.Namespace) -> int:
 def _print_done(result, seconds: float) -> None:
     losses = result.losses
     first, last = _mean(losses[:10]), _mean(losses[-10:])
-    print(f"done in {seconds:.1f} s on {result.device}: loss "
-          f"{first:.3f} -> {last:.3f} (mean of first/last 10 steps), eval loss "
-          f"{result.eval_loss:.3f}, accuracy {100 * result.eval_accuracy:.1f}%, "
-          f"skipped {result.num_skipped} of {len(result.records)} steps, final "
-          f"scale {result.scaler.get_scale():g}")
+    print(_("done in {seconds} s on {device}: loss {first} -> {last} (mean of "
+            "first/last 10 steps), eval loss {eval_loss}, accuracy {accuracy}%, "
+            "skipped {skipped} of {steps} steps, final scale {scale}").format(
+                seconds=f"{seconds:.1f}", device=result.device, first=f"{first:.3f}",
+                last=f"{last:.3f}", eval_loss=f"{result.eval_loss:.3f}",
+                accuracy=f"{100 * result.eval_accuracy:.1f}",
+                skipped=result.num_skipped, steps=len(result.records),
+                scale=f"{result.scaler.get_scale():g}"))
     if result.config.checkpoint_path:
-        print(f"checkpoint: {result.config.checkpoint_path} (step "
-              f"{len(result.records)})")
+        print(_("checkpoint: {path} (step {step})").format(
+            path=result.config.checkpoint_path, step=len(result.records)))
 
 
 def run_summary(result) -> dict:
@@ -412,9 +569,10 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
             overrides.setdefault(config, {})[key] = value
     command = shlex.join(["python", "-m", "amp_lessons", *argv])
     if args.record and resolve_device(args.device).type != "cuda":
-        raise ValueError("--record writes notebooks/results/bench_<gpu>.json, the GPU "
-                         "results lesson 06 shows on machines without one; run it "
-                         "with --device cuda, or use --json PATH for this device")
+        raise ValueError(_("--record writes notebooks/results/bench_<gpu>.json, the "
+                           "GPU results lesson 06 shows on machines without one; run "
+                           "it with --device cuda, or use --json PATH for this "
+                           "device"))
     # every file this run will write, checked before the minutes of measuring
     paths = [validate_output_path(args.json, "--json")] if args.json else []
     if args.record:
@@ -424,23 +582,29 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     report = bench_results.bench_report(
         args.device, args.configs, args.precisions, overrides, args.warmup,
         args.iters, command=command,
-        progress=lambda s: print(f"  measuring {s}", file=sys.stderr, flush=True),
+        progress=lambda s: print("  " + _("measuring {what}").format(what=s),
+                                 file=sys.stderr, flush=True),
         threads=args.threads)
     if not report["results"]:  # e.g. --precision fp8 on a CPU
-        raise ValueError("; ".join(f"{s['precision']} cannot run here: {s['reason']}"
-                                   for s in report["skipped"]) or "nothing to bench")
-    print(f"bench on {report['device']} ({report['device_name']}), torch "
-          f"{report['torch']}, {report['warmup']} warm-up + {report['iters']} timed "
-          f"steps, median; {report['cpu_threads']} CPU thread(s)")
+        raise ValueError("; ".join(
+            _("{precision} cannot run here: {reason}").format(
+                precision=s["precision"], reason=s["reason"])
+            for s in report["skipped"]) or _("nothing to bench"))
+    print(_("bench on {device} ({name}), torch {torch}, {warmup} warm-up + {iters} "
+            "timed steps, median; {threads} CPU thread(s)").format(
+                device=report["device"], name=report["device_name"],
+                torch=report["torch"], warmup=report["warmup"], iters=report["iters"],
+                threads=report["cpu_threads"]))
     for config, sizes in report["sizes"].items():
         print(f"  {config}: " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
     print(bench.format_table(report["results"]))
     for skip in report["skipped"]:
-        print(f"skipped {skip['precision']}: {skip['reason']}")
+        print(_("skipped {precision}: {reason}").format(precision=skip["precision"],
+                                                        reason=skip["reason"]))
     for note in report["notes"]:
-        print(f"note: {note}")
+        print(_("note: {message}").format(message=note))
     for path in paths:
-        print(f"wrote {bench_results.save_results(report, path)}")
+        print(_("wrote {path}").format(path=bench_results.save_results(report, path)))
     return 0
 
 
@@ -448,7 +612,8 @@ def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from amp_lessons.tooling import gpu_check
 
     if args.budget <= 0:
-        raise ValueError(f"--budget must be > 0 seconds, got {args.budget:g}")
+        raise ValueError(_("--budget must be > 0 seconds, got {budget}").format(
+            budget=f"{args.budget:g}"))
     command = shlex.join(["python", "-m", "amp_lessons", *argv])
     if args.plan:
         import tempfile
@@ -456,11 +621,12 @@ def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
         from amp_lessons.measure.bench_results import RESULTS_DIR
 
-        info = gpu_check.gpu_info() or {"name": "a CUDA GPU (none here)"}
+        info = gpu_check.gpu_info() or {"name": _("a CUDA GPU (none here)")}
         steps = gpu_check.plan_steps(info, Path(args.out or RESULTS_DIR),
                                      Path(tempfile.gettempdir()) / "amp_gpu_check",
                                      command)
-        print(f"gpu-check plan on {info['name']}, budget {args.budget:.0f} s:")
+        print(_("gpu-check plan on {name}, budget {budget} s:").format(
+            name=info["name"], budget=f"{args.budget:.0f}"))
         print(gpu_check.format_plan(steps, args.budget))
         return 0
     return gpu_check.run_gpu_check(args.out, args.budget, command)
@@ -469,16 +635,31 @@ def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 2 a usage mistake).
 
+    It speaks --lang's language, else the locale's (`environment_language`), and
+    leaves the package's language as it found it.
+
     Example: ``main(["train", "--device", "cpu", "--steps", "50"])`` -> ``0``.
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    previous = language()
+    # before the parser is built: its help is written in the language set now
+    set_language(flag_language(argv) or environment_language())
+    try:
+        return _run(argv)
+    finally:
+        set_language(previous)
+
+
+def _run(argv: list[str]) -> int:
     import torch
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2): argparse printed it
         return int(e.code or 0)
+    if getattr(args, "lang", language()) != language():  # e.g. an abbreviated --la
+        set_language(args.lang)
     try:
         if args.command == "train":
             try:
@@ -493,14 +674,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_estimate(args)
         return run_bench(args, argv)
     except torch.OutOfMemoryError as e:
-        print(f"error: out of GPU memory ({str(e).splitlines()[0]}). Fix: lower the "
-              "batch size (--batch-size, --mlp-batch, --gpt-batch).", file=sys.stderr)
+        print(_("error: out of GPU memory ({detail}). Fix: lower the batch size "
+                "(--batch-size, --mlp-batch, --gpt-batch).").format(
+                    detail=str(e).splitlines()[0]), file=sys.stderr)
         return 2
     except (ValueError, RuntimeError, OSError) as e:
-        print(f"error: {in_flags(e)}", file=sys.stderr)
+        print(_("error: {message}").format(message=in_flags(e)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(_("interrupted"), file=sys.stderr)
         return 130
 
 
