@@ -66,6 +66,7 @@ from amp_lessons.core.precision import (
     validate_scaler_choice,
 )
 from amp_lessons.core.scaler import round_to_float32
+from amp_lessons.i18n import _
 
 TASKS = ("spirals", "gpt")
 
@@ -555,9 +556,10 @@ def _build(plan: TrainPlan, world: World, device: torch.device) -> tuple:
 def format_record(record: StepRecord, skipped_so_far: int) -> str:
     """One log line. Example: ``step   10 | loss 0.8123 | scale 65536 | skipped 0 |
     grad_norm 1.234 | 2.1 ms``."""
-    return (f"step {record.step:4d} | loss {record.loss:.4f} | scale "
-            f"{record.scale:g} | skipped {skipped_so_far} | grad_norm "
-            f"{record.grad_norm:.3g} | {record.time_ms:.1f} ms")
+    return _("step {step:4d} | loss {loss:.4f} | scale {scale:g} | skipped {skipped} "
+             "| grad_norm {grad_norm:.3g} | {ms:.1f} ms").format(
+        step=record.step, loss=record.loss, scale=record.scale, skipped=skipped_so_far,
+        grad_norm=record.grad_norm, ms=record.time_ms)
 
 
 def _save(config, world: World, model, optimizer, scaler, task, records) -> None:

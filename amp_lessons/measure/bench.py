@@ -48,6 +48,7 @@ from amp_lessons.core.precision import (
     tf32_mode,
 )
 from amp_lessons.core.train import Task, train_step
+from amp_lessons.i18n import N_, gettext
 from amp_lessons.measure import bench_fp8
 from amp_lessons.measure.bench_fp8 import BENCH_PRECISIONS, FP8, default_precisions
 
@@ -332,18 +333,45 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+# A row's note, recorded in English (results files keep it so); `format_table` shows
+# it in the student's language (`translated_note`).
+NOTES = (
+    N_("TF32 is an NVIDIA GPU mode: on {device} this is fp32 again, so its time "
+       "differs from fp32's only by measurement noise"),
+    N_("no TF32 before compute capability 8.0: fp32 again"),
+    N_("{precision} on a CPU: {how}; says nothing about GPU speed"),
+)
+NOTE_HOWS = (N_("emulated (slow, device.EMULATION_NOTE)"), N_("native oneDNN kernels"))
+
+
 def _row_note(p, device: torch.device) -> str:
     if p.name == "tf32" and device.type != "cuda":
-        return (f"TF32 is an NVIDIA GPU mode: on {device.type} this is fp32 again, so "
-                "its time differs from fp32's only by measurement noise")
+        return NOTES[0].format(device=device.type)
     if p.name == "tf32" and torch.cuda.get_device_capability(device) < (8, 0):
-        return "no TF32 before compute capability 8.0: fp32 again"
+        return NOTES[1]
     if p.autocast and device.type == "cpu":
-        emulated = cpu_matmul_emulated(p.dtype)
-        how = ("emulated (slow, device.EMULATION_NOTE)" if emulated
-               else "native oneDNN kernels")
-        return f"{p.name} on a CPU: {how}; says nothing about GPU speed"
+        how = NOTE_HOWS[0] if cpu_matmul_emulated(p.dtype) else NOTE_HOWS[1]
+        return NOTES[2].format(precision=p.name, how=how)
     return ""
+
+
+def translated_note(note: str) -> str:
+    """A row's recorded (English) note in the current language: it is matched against
+    the note templates, and its values put back in the translation.
+
+    Example: ``translated_note("no TF32 before compute capability 8.0: fp32 again")``
+    is the same text in English, and "sin TF32 antes de ..." after set_language("es").
+    """
+    for template in NOTES:
+        pattern = "".join(f"(?P<{part[1:-1]}>.+?)" if part.startswith("{")
+                          else re.escape(part)
+                          for part in re.split(r"(\{\w+\})", template))
+        found = re.fullmatch(pattern, note)
+        if found:
+            return gettext(template).format(**{  # a device or precision stays as is
+                key: gettext(value) if value in NOTE_HOWS else value
+                for key, value in found.groupdict().items()})
+    return gettext(note)
 
 
 def device_name(device: torch.device) -> str:
@@ -626,7 +654,7 @@ def format_table(results: Iterable[dict]) -> str:
             f"{_bytes(r['activation_bytes']):>11} "
             f"{_times(r.get('activation_ratio_vs_fp32')):>8} "
             f"{_tflops(r['tflops']):>8} {mfu:>6}{mark}")
-    lines += [f"[{i}] {note}" for i, note in enumerate(notes, 1)]
+    lines += [f"[{i}] {translated_note(note)}" for i, note in enumerate(notes, 1)]
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from amp_lessons.core.fp8 import filter_first_and_last
 from amp_lessons.core.precision import PRECISIONS
+from amp_lessons.i18n import N_
 from amp_lessons.measure.fp8_vs_torchao import INSTALL_HINT, import_torchao_float8
 
 __all__ = ["BASE_PRECISION", "BENCH_PRECISIONS", "FP8", "FP8_NOTE", "MIN_CAPABILITY",
@@ -30,8 +31,8 @@ FP8 = "fp8"
 BENCH_PRECISIONS = (*PRECISIONS, FP8)
 BASE_PRECISION = "bf16"  # what the layers torchao leaves alone run in
 MIN_CAPABILITY = (8, 9)  # the first GPUs with fp8 tensor cores: Ada (sm_89), Hopper
-FP8_NOTE = ("torchao Float8Linear (tensorwise, dynamic), first/last Linear and the "
-            "rest in bf16, torch.compile; no MFU: PEAK_TFLOPS lists no fp8 peak")
+FP8_NOTE = N_("torchao Float8Linear (tensorwise, dynamic), first/last Linear and the "
+               "rest in bf16, torch.compile; no MFU: PEAK_TFLOPS lists no fp8 peak")
 
 
 def fp8_unavailable(device: torch.device | str) -> str | None:

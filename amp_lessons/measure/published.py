@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from amp_lessons.i18n import _
 from amp_lessons.measure import model_zoo, published_models
 from amp_lessons.measure.estimate import (
     Efficiency,
@@ -333,11 +334,13 @@ class Fit:
     def summary(self) -> str:
         """One sentence of the fit's quality, as the README states it."""
         misses = [r for r in self.rows if abs(r.error) > 0.35]
-        return (f"median error {self.median_error():.0%} over the "
-                f"{len(self.errors())} fitted rows (leave-one-out "
-                f"{self.median_error(loo=True):.0%}); "
-                f"{len(self.rows) - len(misses)} of {len(self.rows)} rows within 35% "
-                f"(misses: {', '.join(r.id for r in misses) or 'none'})")
+        return _("median error {median:.0%} over the {fitted} fitted rows "
+                 "(leave-one-out {loo:.0%}); {within} of {total} rows within 35% "
+                 "(misses: {misses})").format(
+            median=self.median_error(), fitted=len(self.errors()),
+            loo=self.median_error(loo=True), within=len(self.rows) - len(misses),
+            total=len(self.rows),
+            misses=", ".join(r.id for r in misses) or _("none"))
 
 
 def _parts(e: Estimate) -> dict:
@@ -395,10 +398,12 @@ def format_fit(result: Fit) -> str:
     names its GPU; "LOO": the fit without that row; check rows are marked *)."""
     e = result.efficiency
     lines = [
-        f"fitted: tensor {e.tensor:.0%}, fp32 {e.fp32:.0%}, memory {e.memory:.0%} of "
-        f"peak; {e.kernel_us:g} us a kernel, {e.cpu_us:g} us a CPU op",
-        f"{'row':31} {'published':>9} {'estimate':>8} {'error':>6} {'LOO':>6}  "
-        "regime full/AMP",
+        _("fitted: tensor {tensor:.0%}, fp32 {fp32:.0%}, memory {memory:.0%} of "
+          "peak; {kernel_us:g} us a kernel, {cpu_us:g} us a CPU op").format(
+            tensor=e.tensor, fp32=e.fp32, memory=e.memory, kernel_us=e.kernel_us,
+            cpu_us=e.cpu_us),
+        f"{_('row'):31} {_('published'):>9} {_('estimate'):>8} {_('error'):>6} "
+        f"{'LOO':>6}  " + _("regime full/AMP"),
     ]
     for r in result.rows:
         loo = "" if r.loo_error is None else f"{r.loo_error:+.1%}"
@@ -407,10 +412,11 @@ def format_fit(result: Fit) -> str:
             f"{r.id + star:31} {r.published:8.2f}x {r.predicted:7.2f}x "
             f"{r.error:+6.1%} {loo:>6}  {r.full_regime}/{r.amp_regime}"
         )
-    lines.append("* a check row, never fitted")
+    lines.append(_("* a check row, never fitted"))
     lines += textwrap.wrap(result.summary(), 80)
     if result.at_grid_bounds():
-        lines.append(f"at the grid's bound: {', '.join(result.at_grid_bounds())}")
+        lines.append(_("at the grid's bound: {names}").format(
+            names=", ".join(result.at_grid_bounds())))
     return "\n".join(lines)
 
 

@@ -241,18 +241,20 @@ CALLS = ("backward", "unscale_", "clip", "step", "update", "zero_grad")
 _RIGHT = ("backward", "unscale_", "clip", "step", "update", "zero_grad")
 
 MISUSES: dict[str, tuple[Sequence[str], bool]] = {
-    "the right loop, two iterations": (_RIGHT * 2, False),
-    "forgot scaler.update(), loop with clipping": (
+    N_("the right loop, two iterations"): (_RIGHT * 2, False),
+    N_("forgot scaler.update(), loop with clipping"): (
         ("backward", "unscale_", "clip", "step", "zero_grad") * 2, False),
-    "forgot scaler.update(), loop without clipping": (
+    N_("forgot scaler.update(), loop without clipping"): (
         ("backward", "step", "zero_grad") * 2, False),
-    "scaler.step(optimizer) twice": (("backward", "step", "step"), False),
-    "scaler.unscale_(optimizer) twice": (("backward", "unscale_", "unscale_"), False),
-    "scaler.unscale_ after scaler.step": (("backward", "step", "unscale_"), False),
-    "scaler.update() without scaler.step": (("backward", "update"), False),
-    "model.half() with a GradScaler": (_RIGHT, True),
+    N_("scaler.step(optimizer) twice"): (("backward", "step", "step"), False),
+    N_("scaler.unscale_(optimizer) twice"): (
+        ("backward", "unscale_", "unscale_"), False),
+    N_("scaler.unscale_ after scaler.step"): (("backward", "step", "unscale_"), False),
+    N_("scaler.update() without scaler.step"): (("backward", "update"), False),
+    N_("model.half() with a GradScaler"): (_RIGHT, True),
 }  # fmt: skip
-"""name -> (the calls of the loop in order, whether the model was .half()'d)."""
+"""name -> (the calls of the loop in order, whether the model was .half()'d). A name
+is an English key in code; ``_(name)`` shows it in the student's language."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
+from amp_lessons.i18n import _
 from amp_lessons.teaching.plots._render import _figure
 
 REGIME_COLORS = {"compute": "#4c72b0", "memory": "#dd8452", "overhead": "#8c8c8c"}
@@ -24,18 +25,19 @@ def plot_published_vs_estimate(fit) -> Figure:
     line = [0.9, top]
     ax.plot(line, line, color="black", lw=1)
     ax.fill_between(line, [v / 1.35 for v in line], [v * 1.35 for v in line],
-                    color="#dddddd", label="within 35%")
+                    color="#dddddd", label=_("within 35%"))
     ax.set(xscale="log", yscale="log", xlim=line, ylim=line)
     for role, marker in (("fit", "o"), ("check", "s")):
         rows = [r for r in fit.rows if r.role == role]
         ax.scatter([r.published for r in rows], [r.predicted for r in rows],
                    marker=marker, zorder=3,
-                   label="fitted row" if role == "fit" else "check row (not fitted)")
+                   label=_("fitted row") if role == "fit"
+                   else _("check row (not fitted)"))
     _label_points(ax, [(r.id.replace("_", " "), r.published, r.predicted)
                        for r in fit.rows])
-    ax.set(xlabel="published AMP speed-up (NVIDIA, Hugging Face)",
-           ylabel="estimated speed-up",
-           title="AMP speed-up on one GPU: published vs first-principles estimate")
+    ax.set(xlabel=_("published AMP speed-up (NVIDIA, Hugging Face)"),
+           ylabel=_("estimated speed-up"),
+           title=_("AMP speed-up on one GPU: published vs first-principles estimate"))
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(ScalarFormatter())
         axis.set_minor_formatter(NullFormatter())
@@ -83,9 +85,9 @@ def plot_breakdowns(fit) -> Figure:
         labels.append((2 * i + 0.4, f"{r.id.replace('_', ' ')}  {r.predicted:.2f}x"))
     ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("estimated time per sample, full precision's = 1 "
-                  "(upper bar: full precision, lower: AMP)")
-    ax.set_title("Where a step's time goes", loc="left")
+    ax.set_xlabel(_("estimated time per sample, full precision's = 1 "
+                    "(upper bar: full precision, lower: AMP)"))
+    ax.set_title(_("Where a step's time goes"), loc="left")
     # above the bars, right of the title: inside, it would hide the last row
     ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize=8,
               frameon=False)
