@@ -482,8 +482,9 @@ def train(config: TrainConfig | TrainPlan, model: nn.Module | None = None,
     world = start_world(config.distributed, plan.device)  # mode none: a world of one
     try:
         device = world.device  # under torchrun on CUDA: this rank's own GPU
-        task, model, ctx, optimizer, scaler, records = _build(plan, world, device)
-        run = (config, world, model, optimizer, scaler, task, records)  # _save's
+        run = _build(plan, world, device)
+        task, model, ctx, optimizer, scaler, records = (
+            run.task, run.model, run.ctx, run.optimizer, run.scaler, run.records)
         with tf32_mode(plan.precision.tf32, device.type):
             model.train()
             for step in range(len(records) + 1, config.num_steps + 1):
@@ -502,9 +503,9 @@ def train(config: TrainConfig | TrainPlan, model: nn.Module | None = None,
                     log(format_record(records[-1], sum(r.skipped for r in records)))
                 if (config.checkpoint_path and config.checkpoint_every
                         and step % config.checkpoint_every == 0):
-                    _save(*run)
+                    _save(run)
             if config.checkpoint_path:
-                _save(*run)
+                _save(run)
             eval_loss, eval_accuracy = evaluate(model, task.eval_x, task.eval_y, ctx,
                                                 task.loss_fn)
         if world.world_size > 1:
@@ -524,7 +525,23 @@ def _the_plan(config: TrainConfig | TrainPlan, model: nn.Module | None) -> Train
     return config
 
 
-def _build(plan: TrainPlan, world: World, device: torch.device) -> tuple:
+@dataclass
+class _Run:
+    """What a training run carries from step to step, and what its checkpoint saves
+    and restores: the objects ``_build`` makes, as ``train`` uses them."""
+
+    config: TrainConfig
+    world: World
+    device: torch.device
+    task: Task
+    model: nn.Module  # wrapped (DDP or FSDP2) in a distributed run
+    ctx: Any  # the autocast context
+    optimizer: torch.optim.Optimizer
+    scaler: Any
+    records: list[StepRecord]
+
+
+def _build(plan: TrainPlan, world: World, device: torch.device) -> _Run:
     """The task, model, autocast context, optimizer, scaler and step records a run
     starts from: new, or as its checkpoint left them."""
     config = plan.config
@@ -538,19 +555,18 @@ def _build(plan: TrainPlan, world: World, device: torch.device) -> tuple:
                                   weight_decay=config.weight_decay)
     scaler = make_scaler(plan.precision, device, config.scaler, config.init_scale,
                          config.growth_interval)
-    records: list[StepRecord] = []
+    run = _Run(config, world, device, task, model, ctx, optimizer, scaler, [])
     if plan.saved is not None:
         try:
-            _restore(plan.saved, world, model, optimizer, scaler, task, device,
-                     config.checkpoint_path)
+            _restore(plan.saved, run)
         except (RuntimeError, ValueError, KeyError, TypeError) as e:
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise SettingError(
                 f"{config.checkpoint_path}: its saved state does not fit this run "
                 f"({reason[:120]}); start a new run with another `checkpoint_path`"
             ) from None
-        records = [StepRecord(**r) for r in plan.saved["records"]]
-    return task, model, ctx, optimizer, scaler, records
+        run.records = [StepRecord(**r) for r in plan.saved["records"]]
+    return run
 
 
 def format_record(record: StepRecord, skipped_so_far: int) -> str:
@@ -562,52 +578,52 @@ def format_record(record: StepRecord, skipped_so_far: int) -> str:
         grad_norm=record.grad_norm, ms=record.time_ms)
 
 
-def _save(config, world: World, model, optimizer, scaler, task, records) -> None:
+def _save(run: _Run) -> None:
     """One process: ``save_checkpoint``'s single file. Several (or a distributed
     mode): a DCP directory of shards plus the plain state as JSON."""
-    if not world.distributed:
-        save_checkpoint(config.checkpoint_path,
-                        _snapshot(config, model, optimizer, scaler, task, records))
+    if not run.world.distributed:
+        save_checkpoint(run.config.checkpoint_path, _snapshot(run))
         return
-    meta = {"step": len(records), "config": asdict(config),
-            "world_size": world.world_size, "scaler": scaler.state_dict(),
-            "records": [asdict(r) for r in records]}
-    save_sharded(config.checkpoint_path, world, model, optimizer,
-                 {"data_rng": task.generator.get_state(),
+    meta = {"step": len(run.records), "config": asdict(run.config),
+            "world_size": run.world.world_size, "scaler": run.scaler.state_dict(),
+            "records": [asdict(r) for r in run.records]}
+    save_sharded(run.config.checkpoint_path, run.world, run.model, run.optimizer,
+                 {"data_rng": run.task.generator.get_state(),
                   "torch_rng": torch.get_rng_state()}, meta)
 
 
-def _snapshot(config, model, optimizer, scaler, task, records) -> dict:
+def _snapshot(run: _Run) -> dict:
     cuda_rng = (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
                 else None)
     return {
         "format": CHECKPOINT_FORMAT,
-        "step": len(records),
-        "config": asdict(config),
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scaler": scaler.state_dict(),
-        "data_rng": task.generator.get_state(),
+        "step": len(run.records),
+        "config": asdict(run.config),
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scaler": run.scaler.state_dict(),
+        "data_rng": run.task.generator.get_state(),
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": cuda_rng,
-        "records": [asdict(r) for r in records],
+        "records": [asdict(r) for r in run.records],
     }
 
 
-def _restore(saved, world: World, model, optimizer, scaler, task, device,
-             path) -> None:
-    if scaler.is_enabled():
-        scaler.load_state_dict(saved["scaler"])
-    if world.distributed:  # saved is the JSON part; the shards are read here
-        rng = {"data_rng": task.generator.get_state(),
-               "torch_rng": torch.get_rng_state()}
-        load_sharded(path, model, optimizer, rng)
-        task.generator.set_state(rng["data_rng"])
+def _restore(saved, run: _Run) -> None:
+    """Load ``saved`` (a checkpoint's state) into ``run``'s model, optimizer, scaler
+    and random generators; a distributed run reads its shards from its checkpoint."""
+    if run.scaler.is_enabled():
+        run.scaler.load_state_dict(saved["scaler"])
+    generator = run.task.generator
+    if run.world.distributed:  # saved is the JSON part; the shards are read here
+        rng = {"data_rng": generator.get_state(), "torch_rng": torch.get_rng_state()}
+        load_sharded(run.config.checkpoint_path, run.model, run.optimizer, rng)
+        generator.set_state(rng["data_rng"])
         torch.set_rng_state(rng["torch_rng"])
         return
-    model.load_state_dict(saved["model"])
-    optimizer.load_state_dict(saved["optimizer"])  # moves state to the params' device
-    task.generator.set_state(saved["data_rng"])
+    run.model.load_state_dict(saved["model"])
+    run.optimizer.load_state_dict(saved["optimizer"])  # moves state to params' device
+    generator.set_state(saved["data_rng"])
     torch.set_rng_state(saved["torch_rng"])
-    if saved["cuda_rng"] is not None and device.type == "cuda":
+    if saved["cuda_rng"] is not None and run.device.type == "cuda":
         torch.cuda.set_rng_state_all(saved["cuda_rng"])

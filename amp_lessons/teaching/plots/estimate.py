@@ -83,7 +83,7 @@ def plot_breakdowns(fit) -> Figure:
                         label=regime if i == 0 and j == 0 else None)
                 left += width
         labels.append((2 * i + 0.4, f"{r.id.replace('_', ' ')}  {r.predicted:.2f}x"))
-    ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize=7)
+    ax.set_yticks([y for y, _text in labels], [t for _y, t in labels], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel(_("estimated time per sample, full precision's = 1 "
                     "(upper bar: full precision, lower: AMP)"))
