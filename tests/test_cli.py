@@ -1,6 +1,7 @@
 """``python -m amp_lessons``: help, train, bench, and one-line errors with status 2:
 output paths checked before any work, bad numbers and foreign checkpoints refused,
-files written with the user's umask, and no leftovers after a killed save."""
+files written with the user's umask, and no leftovers after a killed save; all of it
+in Spanish when the locale or --lang says so."""
 
 import os
 import re
@@ -13,7 +14,8 @@ from unittest import mock
 import pytest
 import torch
 
-from amp_lessons.__main__ import main
+from amp_lessons import i18n
+from amp_lessons.__main__ import LOCALE_VARIABLES, environment_language, main
 from amp_lessons.core import train
 from amp_lessons.core.distributed import fsdp2_unsupported_reason
 from amp_lessons.measure import bench_results
@@ -30,9 +32,19 @@ def restore_threads():
     torch.set_num_threads(old)
 
 
-def run_module(*args):
+@pytest.fixture(autouse=True)
+def english_locale(monkeypatch):
+    # the command line speaks the locale's language: these tests read English, here
+    # and in the processes they start, whatever the machine's locale
+    for variable in LOCALE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+
+
+def run_module(*args, **env):
     return subprocess.run([sys.executable, "-m", "amp_lessons", *args],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
 
 
 def test_help_lists_train_and_bench():
@@ -370,3 +382,91 @@ def test_a_killed_save_leaves_nothing_after_the_next_run(tmp_path, capsys):
     assert main(["train", "--device", "cpu", "--steps", "2", "--log-every", "0",
                  "--checkpoint", str(path)]) == 0
     assert [p.name for p in tmp_path.iterdir()] == ["run.pt"]
+
+
+# -- the language: the locale's (LANGUAGE, LC_ALL, LC_MESSAGES, LANG) or --lang's --
+
+TINY_TRAIN = ["train", "--device", "cpu", "--precision", "fp32", "--steps", "3",
+              "--log-every", "1", "--batch-size", "16"]
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({"LANG": "es_ES.UTF-8"}, "es"),
+    ({"LANG": "es_MX"}, "es"),
+    ({"LC_MESSAGES": "es_ES.UTF-8", "LANG": "en_US.UTF-8"}, "es"),
+    ({"LC_ALL": "en_GB.UTF-8", "LC_MESSAGES": "es_ES.UTF-8"}, "en"),
+    ({"LANGUAGE": "fr:es", "LANG": "en_US.UTF-8"}, "es"),  # a list: the first spoken
+    ({"LANG": "fr_FR.UTF-8"}, "en"),  # a language the package does not speak
+    ({"LC_ALL": "fr_FR.UTF-8", "LANG": "es_ES.UTF-8"}, "en"),  # LC_ALL decides
+    ({"LANG": "C.UTF-8"}, "en"), ({"LANG": ""}, "en"), ({}, "en"),
+])
+def test_the_language_is_the_locales_in_gettexts_order(environ, expected):
+    assert environment_language(environ) == expected
+
+
+def test_spanish_locale_prints_spanish_help():
+    done = run_module("train", "--help", LANG="es_ES.UTF-8")
+    assert done.returncode == 0 and done.stderr == ""
+    out = done.stdout
+    assert out.startswith("uso: python -m amp_lessons train [-h]")
+    assert "\nopciones:\n" in out
+    assert "muestra este mensaje de ayuda y termina" in out
+    assert "pasos limpios antes de que la escala se duplique" in " ".join(out.split())
+    # flag names, choices and defaults are not translated
+    assert "--growth-interval GROWTH_INTERVAL" in out and "{spirals,gpt}" in out
+    assert "options:" not in out and "show this help" not in out
+
+
+def test_lang_es_prints_the_run_in_spanish_and_leaves_the_language(capsys):
+    assert main(["--lang", "es", *TINY_TRAIN]) == 0
+    assert i18n.language() == "en"  # main() leaves the package as it found it
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("entrenamiento de spirals en cpu | fp32: ")
+    assert lines[0].endswith("| 3 pasos de 16 x 1 microlote(s)")
+    steps = [line for line in lines if line.startswith("paso ")]
+    assert [int(line.split()[1]) for line in steps] == [1, 2, 3]
+    assert all("| pérdida " in line and "| escala " in line and "| omitidos 0 |"
+               in line for line in steps)
+    assert re.fullmatch(r"terminado en [\d.]+ s en cpu: pérdida [\d.]+ -> [\d.]+ "
+                        r"\(media de los 10 primeros/últimos pasos\), pérdida de "
+                        r"evaluación [\d.]+, exactitud [\d.]+ %, 0 de 3 pasos "
+                        r"omitidos, escala final 1", lines[-1])
+
+
+def test_lang_en_wins_over_a_spanish_locale(capsys, monkeypatch):
+    monkeypatch.setenv("LANG", "es_ES.UTF-8")
+    assert main([*TINY_TRAIN, "--lang", "en"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("train spirals on cpu | fp32: ")
+    assert "step    1 | loss " in out and "\ndone in " in out
+    assert "paso" not in out and "pérdida" not in out
+
+
+def test_an_unsupported_locale_falls_back_to_english_silently():
+    done = run_module("train", "--help", LANG="fr_FR.UTF-8")
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith("usage: python -m amp_lessons train [-h]")
+    assert "show this help message and exit" in done.stdout
+
+
+def test_a_bad_flag_value_is_one_spanish_line(capsys, monkeypatch):
+    monkeypatch.setenv("LANG", "es_ES.UTF-8")
+    assert main(["bench", "--device", "cpu", "--iters", "0"]) == 2
+    assert main(["train", "--lang", "es", "--task", "mnist"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "error: argumento --iters: debe ser un entero >= 1; se recibió 0 (consulte "
+        "python -m amp_lessons bench --help)",
+        "error: argumento --task: opción no válida: 'mnist' (elija entre 'spirals', "
+        "'gpt') (consulte python -m amp_lessons train --help)"]
+
+
+@pytest.mark.parametrize("argv", [["--lang", "fr", "train"], ["train", "--lang=fr"]])
+def test_lang_fr_is_an_error_naming_en_and_es(argv, capsys):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("error: argument --lang: unsupported language 'fr'; use one of: "
+                   "en (English), es (Spanish) (see python -m amp_lessons"
+                   f"{' train' if argv[0] == 'train' else ''} --help)\n")
