@@ -165,10 +165,13 @@ def exercise_minutes(nb) -> dict[int, float]:
 
     An exercise is a solution cell and the graded cells that follow it (the quick
     check's one answer cell has ten, a point each); a graded cell with no solution cell
-    before it is an exercise of its own. It costs the larger of two estimates:
+    before it is an exercise of its own. It costs the largest of three estimates:
 
     - 2 minutes a point (``MINUTES_PER_POINT``): a short answer, a letter or a name per
       question, is thought through, not typed; the quick check's ten points, 20 min;
+    - 2 minutes a multiple-choice question (``MINUTES_PER_QUESTION``): an exercise that
+      answers several questions for one point (the entry lesson's prediction and its
+      question) costs what lesson 08 charges for each;
     - 1.25 minutes per statement of the reference solution
       (``MINUTES_PER_SOLUTION_STATEMENT``): on a first pass, writing code is slower
       than reading it; the learner works out each line, runs the check, reads a failed
@@ -176,7 +179,8 @@ def exercise_minutes(nb) -> dict[int, float]:
       a 3-statement function stays at its points' 4 to 6 min.
 
     Statements, not lines: the answers that are data (a dict of letters, a list of step
-    names) are one statement however many lines they take, and the points price them.
+    names) are one statement however many lines they take; the points and questions
+    price them.
     The task's own words are prose, counted at 200 words a minute where they stand.
     """
     found: dict[int, float] = {}
