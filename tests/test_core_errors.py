@@ -21,14 +21,9 @@ CORE = PACKAGE / "core"
 FLAG = re.compile(r"(?<![\w-])--[a-z]")  # --steps; not "a -- b" nor "x--y"
 LESSON = re.compile(r"\b(lesson|notebook)s?\b", re.I)  # not amp_lessons
 
-# Waiting on a file another change owns: notebooks/00_welcome.ipynb (and its Spanish
-# copy) asserts this sentence of device.what_this_means word for word; it goes when
-# that assertion does. Each entry must still be in the source (checked below).
-PENDING_LESSON_MENTIONS = {
-    ("device.py", "No GPU: every lesson runs on the CPU; GPU-only cells say what they "
-                  "would show, and lesson 06 shows recorded GPU results if "
-                  "notebooks/results/ has any."),
-}
+# None left: what the machine means for the lessons (device.what_this_means) moved to
+# amp_lessons.teaching.machine. Each entry must still be in the source (checked below).
+PENDING_LESSON_MENTIONS: set[tuple[str, str]] = set()
 # torchrun's own flags, in the command line distributed.launch builds
 COMMAND_LINE_PARTS = {("distributed.py", "--standalone"),
                       ("distributed.py", "--nproc_per_node=")}

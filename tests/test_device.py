@@ -8,8 +8,8 @@ from amp_lessons.core.device import (
     device_present,
     read_cpu_flags,
     resolve_device,
-    what_this_means,
 )
+from amp_lessons.teaching.machine import what_this_means
 
 
 def test_report_matches_running_torch():
