@@ -38,7 +38,15 @@ Example:
 Not covered here: free-text answers; every exercise is a function with checkable output.
 """
 
-from amp_lessons.teaching.checks._pristine import verify_pristine
+# for the grading tooling (the guard, the autograder): the engine every check grades
+# through, the audit events it raises, and the seal of these sources
+from amp_lessons.teaching.checks._engine import grade
+from amp_lessons.teaching.checks._pristine import (
+    CHECK_DONE,
+    CHECK_START,
+    seal,
+    verify_pristine,
+)
 from amp_lessons.teaching.checks.autocast import (
     AUTOCAST_DEVICES,
     AUTOCAST_OPS,
@@ -68,6 +76,8 @@ __all__ = [
     "AMP_STEPS",
     "AUTOCAST_DEVICES",
     "AUTOCAST_OPS",
+    "CHECK_DONE",
+    "CHECK_START",
     "check_amp_step_order",
     "check_amp_train_step",
     "check_autocast_dtypes",
@@ -85,6 +95,8 @@ __all__ = [
     "check_underflow_fraction",
     "check_unscale",
     "check_update_rule",
+    "grade",
+    "seal",
     "verify_pristine",
 ]
 __all__ += entry.__all__  # noqa: F405

@@ -190,12 +190,12 @@ def submissions(course_dir: Path, student: str = "*") -> list[tuple[str, str]]:
 
 def check_package(course_dir: Path) -> list[str]:
     """Warnings when the checks changed since the student edition was released."""
-    from amp_lessons.teaching.checks import _pristine
+    from amp_lessons.teaching.checks import seal
 
     path = Path(course_dir) / SEAL_NAME
     if not path.exists():
         return []
-    sealed, now = json.loads(path.read_text()), _pristine.seal()
+    sealed, now = json.loads(path.read_text()), seal()
     changed = sorted(n for n in set(sealed) | set(now) if sealed.get(n) != now.get(n))
     if not changed:
         return []
@@ -206,10 +206,10 @@ def check_package(course_dir: Path) -> list[str]:
 
 def write_seal(course_dir: Path) -> Path:
     """Record the checks' sources at release (`make student`)."""
-    from amp_lessons.teaching.checks import _pristine
+    from amp_lessons.teaching.checks import seal
 
     path = Path(course_dir) / SEAL_NAME
-    path.write_text(json.dumps(_pristine.seal(), indent=1))
+    path.write_text(json.dumps(seal(), indent=1))
     return path
 
 
@@ -234,14 +234,14 @@ def autograde(course_dir: Path = COURSE_DIR, student: str = "*", *,
         print(UNSAFE_WARNING, file=sys.stderr)
     for line in check_package(course_dir):
         print(line, file=sys.stderr)
-    from amp_lessons.teaching.checks import _pristine
+    from amp_lessons.teaching.checks import seal
 
-    before = _pristine.seal(sandbox.PACKAGE_DIR / "teaching" / "checks")
+    before = seal(sandbox.PACKAGE_DIR / "teaching" / "checks")
     outcomes = []
     for who, lesson in todo:
         outcome = grade_one(course_dir, who, lesson, sandboxed=sandboxed,
                             timeout=timeout)
-        if _pristine.seal(sandbox.PACKAGE_DIR / "teaching" / "checks") != before:
+        if seal(sandbox.PACKAGE_DIR / "teaching" / "checks") != before:
             outcome.flags.append("runtime: the course's checks changed on disk while "
                                  "this submission ran")
             review.write_review(course_dir, who, lesson, outcome.flags)

@@ -137,7 +137,7 @@ def take_snapshot() -> dict[str, tuple[object, dict]]:
 
 
 def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write):
-    """The audit hook. ``grade`` is the real ``checks._engine.grade``; ``check_codes``
+    """The audit hook. ``grade`` is the real engine (``checks.grade``); ``check_codes``
     every code object of the checks package; ``write(bytes)`` sends one line.
 
     Everything the hook uses is bound here, as a closure variable, before student
@@ -150,7 +150,7 @@ def make_hook(config: dict, snapshot: dict, grade, check_codes: frozenset, write
     import builtins
     import types
 
-    from amp_lessons.teaching.checks._pristine import CHECK_DONE, CHECK_START
+    from amp_lessons.teaching.checks import CHECK_DONE, CHECK_START
 
     _type, _str, _int, _bytes, _list, _dict, _tuple, _float = (
         type, str, int, bytes, list, dict, tuple, float)
@@ -481,10 +481,10 @@ def main() -> None:
     os.unlink(path)
     from ipykernel import kernelapp
 
-    import amp_lessons.teaching.checks  # noqa: F401  (and torch: what the checks rely on)
-    from amp_lessons.teaching.checks import _engine
+    # the checks (and torch, which they rely on) are loaded before the snapshot
+    from amp_lessons.teaching.checks import grade
 
-    hook = make_hook(config, take_snapshot(), _engine.grade, check_codes(),
+    hook = make_hook(config, take_snapshot(), grade, check_codes(),
                      _open_channel(config["fifo"]))
     sys.addaudithook(hook)
     del config, hook
