@@ -7,13 +7,18 @@ The fast tests run the hook in a child Python (an audit hook cannot be removed);
 slow one needs bubblewrap and user namespaces, and fails rather than skips in CI.
 """
 
+import ast
+import dis
 import hashlib
+import inspect
 import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import threading
+import types
 from pathlib import Path
 
 import nbformat
@@ -25,6 +30,7 @@ from amp_lessons.tooling import grading
 from amp_lessons.tooling.grading import (
     autograder,
     cli,
+    guard,
     review,
     sandbox,
     testcells,
@@ -364,6 +370,223 @@ def test_the_guard_takes_a_check_with_tripwires_for_an_untampered_one():
     assert (written["passed"], delegating["passed"]) == (True, False)
     for check in (written, delegating):
         assert check["genuine"] and check["changed"] == [] and check["tainted"] == []
+
+
+# ---------------------------------------------------------------------------------
+# The guard's parts, one at a time (in this process: nothing is installed as a hook)
+
+
+def guard_config(**changes) -> dict:
+    config = {"key": "ab" * 32, "workdir": "/tmp/work", "package_root": str(ROOT),
+              "test_cells": {"7": "print('a test cell')"}, "course_cells": [],
+              "protected": [str(ROOT)]}
+    return {**config, **changes}
+
+
+def guard_functions(function) -> list:
+    """``function`` and every function of guard.py it reaches through its closure,
+    directly or as a value of a dict there (the routes, reached by their ``get``)."""
+    found, todo = {}, [function]
+    while todo:
+        fn = todo.pop()
+        if id(fn) in found or fn.__code__.co_filename != guard.__file__:
+            continue
+        found[id(fn)] = fn
+        for cell in fn.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # not bound yet
+                continue
+            if isinstance(getattr(value, "__self__", None), dict):
+                value = value.__self__  # a dict's bound get: the routes
+            values = list(value.values()) if isinstance(value, dict) else [value]
+            todo += [v for v in values if isinstance(v, types.FunctionType)]
+    return list(found.values())
+
+
+def test_the_hook_looks_up_no_global_or_builtin_name():
+    """Student code can rebind builtins and this module's globals; the hook and its
+    parts bind everything they use before the first cell runs."""
+    from amp_lessons.teaching.checks import grade
+
+    hook = guard.make_hook(guard_config(), guard.take_snapshot(), grade,
+                           guard.check_codes(), [].append)
+    functions = guard_functions(hook)
+    names = {fn.__name__ for fn in functions}
+    assert {"hook", "student_file", "send", "changes", "done", "frame_access",
+            "opening", "always", "remember", "fingerprint", "rewrapped"} <= names
+    for fn in functions:
+        codes = [fn.__code__]
+        while codes:
+            code = codes.pop()
+            codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+            looked_up = [i.argval for i in dis.get_instructions(code)
+                         if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+            assert looked_up == [], (fn.__qualname__, looked_up)
+
+
+def test_the_sender_signs_numbers_and_caps_each_record():
+    lines = []
+    send = guard.make_sender(bytes.fromhex("cd" * 32), lines.append, max_records=2)
+    send({"kind": "event", "detail": "x" * 500, "cells": list(range(30)),
+          "odd": 1.5, "ok": True, "none": None})
+    send({"kind": "hello"})
+    send({"kind": "dropped"})
+    records, forged = sandbox.verify_records(b"".join(lines), "cd" * 32)
+    assert forged == 0 and len(lines) == 2
+    first, second = records
+    assert first == {"kind": "event", "detail": "x" * guard.TEXT_LIMIT,
+                     "cells": list(range(guard.LIST_LIMIT)), "odd": "?", "ok": True,
+                     "none": None, "seq": 1}
+    assert second == {"kind": "hello", "seq": 2}
+
+
+@pytest.mark.parametrize("value", [
+    b"plain ascii " * 200, "é€😀".encode() * 400, b"\xff\xfe" * 700,
+    ("x" * 299 + "😀" * 10).encode(), b"\xf0\x9f\x98" * 500, "a str" * 100, 42,
+    object()], ids=range(8))
+def test_clipped_text_is_the_start_of_the_whole_text(value):
+    """marshal.loads gets a module's bytecode: the guard decodes only the bytes the
+    record keeps, and must get the same text as decoding them all."""
+    text, clipped = guard.make_text_readers()
+    assert clipped(value) == text(value)[:guard.TEXT_LIMIT]
+
+
+def test_paths_are_resolved_as_text():
+    absolute = guard.make_path_resolver("/tmp/work")
+    assert absolute("notes.txt") == "/tmp/work/notes.txt"
+    assert absolute("../../srv/./course//gradebook.db") == "/srv/course/gradebook.db"
+    assert absolute("/a/b/../../../etc") == "/etc"
+
+
+def test_event_details_say_what_is_evidence():
+    details = guard.make_event_details(guard_config())
+    opening = details["open"]
+    assert opening("open", ("/srv/course/gradebook.db", "r", 0)) == \
+        "opens /srv/course/gradebook.db"
+    assert opening("open", ("../source/08/08.ipynb", "r", 0)) == \
+        "opens /tmp/source/08/08.ipynb"
+    assert opening("open", (f"{ROOT}/amp_lessons/core/train.py", "r", 0)) == \
+        f"opens {ROOT}/amp_lessons/core/train.py"
+    assert opening("open", ("/proc/1/environ", "r", 0)) == "opens /proc/1/environ"
+    assert opening("open", ("/etc/hosts", "a", 0)) == "writes /etc/hosts"
+    assert opening("open", ("/tmp/x.py", "w", 0)) == "writes code to /tmp/x.py"
+    assert opening("open", (b"/etc/x", None, os.O_WRONLY)) == "writes /etc/x"
+    for harmless in (("results/run.json", "w", 0), ("/usr/lib/x.py", "r", 0),
+                     ("/tmp/scratch.txt", "w", 0), (3, "r", 0)):
+        assert opening("open", harmless) is None, harmless
+    assert details["os.listdir"]("os.listdir", ("/proc/1/fd",)) == "lists /proc/1/fd"
+    assert details["os.scandir"]("os.scandir", ("/proc/self/fd",)) is None
+    assert details["os.remove"]("os.remove", ("/etc/passwd", -1)) == \
+        "os.remove /etc/passwd"
+    assert details["os.remove"]("os.remove", ("old.json", -1)) is None
+    patch = details["object.__setattr__"]
+    assert patch("object.__setattr__", (dict, "get", None)) == \
+        "object.__setattr__ get on dict"
+    assert patch("object.__setattr__", (object(), "x", None)) is None
+
+
+def frames_of(source: str, filename: str, **names) -> dict:
+    space = dict(names)
+    exec(compile(textwrap.dedent(source), filename, "exec"), space)
+    return space
+
+
+def test_the_stack_reader_finds_student_frames_above_and_under_known_clean_ones():
+    """Walks remember the clean module-body frames of the stack and stop at one met
+    again; never a frame that can be resumed under another caller (a cell with a
+    top-level ``await`` is a coroutine)."""
+    student_file, test_cell, forget = guard.make_stack_reader(
+        guard_config(), guard._library_roots(str(ROOT)))
+    library_file = os.path.join(sys.base_prefix, "lib", "fake_library.py")
+    library = frames_of("""
+        import sys
+        def probe(reader):
+            return reader(sys._getframe(0))
+        def innermost(reader):
+            frame = sys._getframe(0)
+            return reader(frame, frame.f_back)
+        class Pause:
+            def __await__(self):
+                yield
+    """, library_file)
+    cell = guard.cell_names([""])[0].rsplit("/", 1)[0] + "/424242.py"
+    student = frames_of("""
+        def call(fn, *args):
+            return fn(*args)
+    """, cell)
+    found = frames_of("""
+        import sys
+        alone = reader(sys._getframe(0))  # remembers this module body's frame
+        again = probe(reader)  # stops at it
+        via_student = call(probe, reader)  # the student's frame is above it
+        again_after = probe(reader)
+    """, library_file.replace("fake_library", "fake_module"), reader=student_file,
+        probe=library["probe"], call=student["call"])
+    assert (found["alone"], found["again"], found["via_student"],
+            found["again_after"]) == (None, None, cell, None)
+    assert student["call"](library["probe"], student_file) == cell
+    assert student["call"](library["innermost"], student_file) is None
+    awaiting = compile("import sys\nfirst = reader(sys._getframe(0))\n"
+                       "await Pause()\nsecond = reader(sys._getframe(0))\n",
+                       library_file.replace("fake_library", "fake_cell"), "exec",
+                       flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    space = {"reader": student_file, "Pause": library["Pause"]}
+    body = eval(awaiting, space)  # a coroutine: its frame runs in two parts
+    body.send(None)
+    assert space["first"] is None
+    with pytest.raises(StopIteration):
+        student["call"](body.send, None)  # resumed by the student
+    assert space["second"] == cell
+    forget(threading.get_ident())
+    in_test_cell = frames_of("""
+        import sys
+        def where(reader):
+            return reader(sys._getframe(0))
+    """, guard.cell_names(["print('a test cell')"])[0])["where"]
+    assert in_test_cell(test_cell) == 7 and test_cell(sys._getframe(0)) is None
+    assert guard._RESUMABLE == (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+                                inspect.CO_ITERABLE_COROUTINE |
+                                inspect.CO_ASYNC_GENERATOR)
+
+
+def test_clean_stacks_drop_the_frames_above_the_one_met_again():
+    positions, remember, forget = guard.make_clean_stacks(limit=4)
+    bottom, middle, top, other = (object() for _ in range(4))
+    remember(1, None, [top, middle, bottom])  # top first
+    assert positions(1) == {bottom: 0, middle: 1, top: 2} and positions(2) == {}
+    remember(1, 0, [other])  # met bottom again: middle and top have returned
+    assert positions(1) == {bottom: 0, other: 1}
+    remember(1, None, [object() for _ in range(5)])  # past the limit: nothing kept
+    assert positions(1) == {}
+    remember(1, None, [top])
+    forget(1)
+    assert positions(1) == {}
+
+
+def test_the_tamper_watch_reports_each_change(monkeypatch):
+    module = types.ModuleType("amp_lessons._guard_test")
+    exec("DATA = [1, 2]\nclass Kind:\n    size = 1\ndef helper():\n    return 1",
+         vars(module))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    changes = guard.make_tamper_watch(
+        {module.__name__: (module, dict(vars(module)))},
+        guard._library_roots(str(ROOT)))
+    assert changes() == []
+    name = module.__name__
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "helper", lambda: 2)
+        assert changes() == [f"{name}.helper replaced"]
+    with monkeypatch.context() as patch:
+        patch.setattr(module.Kind, "size", 2)
+        assert changes() == [f"class {name}.Kind changed"]
+    module.DATA.append(3)
+    assert changes() == [f"the contents of {name}.DATA changed"]
+    module.DATA.pop()
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, name, types.ModuleType(name))
+        assert changes() == [f"sys.modules[{name!r}] replaced"]
+    assert changes() == []
 
 
 # ---------------------------------------------------------------------------------
