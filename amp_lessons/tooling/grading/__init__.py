@@ -4,12 +4,13 @@ One module per step: ``course`` (the nbgrader course and its runs; ``nbgrader_ma
 starts nbgrader's command), ``autograder``
 (each submission on its own, sandboxed, never stopping for a bad one), ``sandbox``
 (bubblewrap around one notebook's run), ``runner`` and ``guard`` (what runs inside:
-nbgrader's executor and the audited kernel), ``review`` (flags and tamper checks),
-``testcells`` (the one form of a graded test cell), ``rehearsal`` (the course graded
-against itself), ``lint`` (metadata and leaks), ``slides`` (offline decks;
-``deck_layout`` stubs their exercises and cuts their slides to the stage, from
-``slide_heights``' estimates) and ``cli`` (the command line). The names below are
-re-exported so ``from amp_lessons.tooling import grading`` reaches all of them; each
+nbclient set up as nbgrader's executor, and the audited kernel), ``review`` (flags
+and tamper checks), ``testcells`` (the one form of a graded test cell),
+``rehearsal`` (the course graded against itself), ``lint`` (metadata and leaks),
+``slides`` (offline decks; ``deck_layout`` stubs their exercises and cuts their
+slides to the stage, from ``slide_heights``' estimates) and ``cli`` (the command
+line). The names below are re-exported so
+``from amp_lessons.tooling import grading`` reaches all of them; each
 is imported when first used, so the sandbox's runner and guarded kernel, which start
 as ``-m amp_lessons.tooling.grading.<module>`` for every submission, do not pay for
 nbgrader, nbconvert and the slide tooling they never call.

@@ -1,6 +1,6 @@
 """Inside the sandbox: execute one submitted notebook the way ``nbgrader autograde``
-does (nbgrader's own ``Execute`` preprocessor), in the guarded kernel, and hand back
-only the executed notebook.
+does (nbclient, set up as nbgrader's ``Execute`` preprocessor is), in the guarded
+kernel, and hand back only the executed notebook.
 
 The grader writes a job (JSON) to this process's stdin: the notebook, where its
 support files are, the folder to run in, the evidence FIFO, the key and the cells
@@ -89,29 +89,78 @@ def _prepare(job: dict) -> Path:
     return work
 
 
+# nbgrader's Execute preprocessor (0.9) is nbclient with these settings; the runner
+# sets them on nbclient itself, because importing nbgrader.preprocessors loads all of
+# nbgrader (its exchange, server extensions, SQLAlchemy): 1.2 s of CPU a submission.
+# tests/test_sandbox.py compares every setting with nbgrader's own.
+NBGRADER_EXECUTE = {
+    "interrupt_on_timeout": True,
+    "allow_errors": True,
+    "raise_on_iopub_timeout": True,
+    "error_on_timeout": {
+        "ename": "CellTimeoutError",
+        "evalue": "",
+        "traceback": ["\x1b[0;31mCellTimeoutError\x1b[0m: No reply from kernel before "
+                      "timeout"],
+    },
+    "display_data_priority": ["text/html", "application/pdf", "text/latex",
+                              "image/svg+xml", "image/png", "image/jpeg", "text/plain"],
+}
+
+
+def record_error_reply(cell, cell_index: int, execute_reply: dict) -> None:
+    """nbgrader's ``Execute.on_cell_executed``: a cell whose reply is an error that
+    none of its outputs shows (a timeout, or a hidden traceback) gets that error as
+    an output, so that nbgrader scores it as failed."""
+    from nbformat import NotebookNode
+
+    content = execute_reply["content"]
+    if content["status"] != "error":
+        return
+    if any(output.output_type == "error" and output.ename == content["ename"]
+           for output in cell.outputs):
+        return
+    error = NotebookNode(output_type="error", ename=content["ename"],
+                         evalue=content["evalue"], traceback=content["traceback"])
+    if error.traceback == []:
+        error.traceback = ["ERROR: An error occurred while showtraceback was disabled"]
+    cell.outputs.append(error)
+
+
+def notebook_client(nb, work: Path, cell_timeout: int):
+    """An nbclient client that runs ``nb`` in ``work`` as nbgrader's Execute would."""
+    from jupyter_client.manager import AsyncKernelManager
+    from nbclient import NotebookClient
+
+    return NotebookClient(nb, timeout=cell_timeout,
+                          kernel_manager_class=AsyncKernelManager,
+                          on_cell_executed=record_error_reply,
+                          resources={"metadata": {"path": str(work)}},
+                          **NBGRADER_EXECUTE)
+
+
 def execute(job: dict) -> dict:
-    """Run every cell with nbgrader's Execute; return the result document."""
+    """Run every cell as nbgrader's Execute does; return the result document."""
     nbgrader_main.skip_iri_grammar()  # 0.9 s of imports per submission
     import nbformat
-    from nbgrader.preprocessors import Execute
 
     nb = nbformat.from_dict(job["notebook"])
     work = _prepare(job)
-    running = {"cell": None}
-
-    class Tracked(Execute):
-        def preprocess_cell(self, cell, resources, index):
-            running["cell"] = index
-            return super().preprocess_cell(cell, resources, index)
-
+    running = None
     reason = None
     try:
-        Tracked(timeout=job["cell_timeout"]).preprocess(
-            nb, {"metadata": {"path": str(work)}})
-        running["cell"] = None
+        client = notebook_client(nb, work, job["cell_timeout"])
+        with client.setup_kernel():  # the steps of nbconvert's ExecutePreprocessor
+            info = client.wait_for_reply(client.kc.kernel_info())
+            nb.metadata["language_info"] = info["content"]["language_info"]
+            for index, cell in enumerate(nb.cells):
+                running = index
+                client.execute_cell(cell, index, store_history=True)
+        client.set_widgets_metadata()
+        running = None
     except Exception as exc:  # DeadKernelError, a kernel that never started, ...
         reason = f"{type(exc).__name__}: {str(exc).strip()[:300] or 'no message'}"
-    return {"notebook": nb, "reason": reason, "cell": running["cell"]}
+    return {"notebook": nb, "reason": reason, "cell": running}
 
 
 def main() -> int:
