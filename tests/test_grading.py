@@ -18,7 +18,7 @@ import pytest
 from paths import LESSONS, NOTEBOOKS_DIR
 
 from amp_lessons.tooling import grading
-from amp_lessons.tooling.grading import nbgrader_main
+from amp_lessons.tooling.grading import autograder, nbgrader_main, review, sandbox
 
 GRADED = [p for p in LESSONS if grading.is_graded(p)]
 
@@ -445,6 +445,47 @@ def test_submit_files_by_lesson_and_refuses_strangers(tmp_path):
         grading.submit("../bob", [notebooks["good"]], course)
     with pytest.raises(RuntimeError, match="nothing submitted"):
         grading.autograde(tmp_path / "empty")
+
+
+@pytest.mark.slow
+def test_grading_two_at_a_time_leaves_what_one_at_a_time_does(tmp_path):
+    """``autograde --jobs 2`` (two nbgrader runs, two sandboxes at once) writes the
+    same gradebook and flags as ``--jobs 1``, with two lessons of one new student
+    graded at the same time."""
+    notebooks = write_fixture_course(tmp_path / "nb")
+    course = grading.build_course(list(notebooks.values()), tmp_path / "course")
+    grading.generate_student_edition(course)
+    released = {name: course / "release" / path.stem / path.name
+                for name, path in notebooks.items()}
+    wrong = tmp_path / "cy" / "01_good.ipynb"
+    wrong.parent.mkdir()
+    wrong.write_text(notebooks["good"].read_text().replace("return x / 2",
+                                                           "return x"))
+    grading.submit("amy", [notebooks["good"], notebooks["flawed"]], course)
+    grading.submit("bob", [released["good"], released["flawed"]], course)
+    grading.submit("cy", [wrong], course)
+    sandboxed = sandbox.sandbox_problem() is None
+    one = autograder.autograde(course, sandboxed=sandboxed, jobs=1)
+    graded = autograder.grades(course)
+    for outcome in one:  # nothing from the first run may stand in for the second
+        autograder._zero(course, outcome.student, outcome.lesson)
+        review.write_review(course, outcome.student, outcome.lesson, [])
+    two = autograder.autograde(course, sandboxed=sandboxed, jobs=2)
+    assert autograder.grades(course) == graded
+    assert [(o.student, o.lesson, o.ok, o.flags) for o in two] == \
+        [(o.student, o.lesson, o.ok, o.flags) for o in one]
+    scores = {(g["student"], g["lesson"]): g["score"] for g in graded}
+    assert scores[("amy", "01_good")] == 3 and scores[("bob", "01_good")] == 0
+    assert scores[("cy", "01_good")] == 2  # half() is wrong, double() is right
+    assert len(graded) == 5
+
+
+def test_autograde_jobs_must_be_one_or_more(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        grading.main(["--course", str(tmp_path), "autograde", "--jobs", "0"])
+    assert "must be 1 or more" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="jobs must be 1 or more"):
+        autograder.autograde(tmp_path, jobs=0)
 
 
 @pytest.mark.browser

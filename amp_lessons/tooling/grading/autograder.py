@@ -9,7 +9,9 @@ executed by `SandboxExecute`: in bwrap (``sandbox``), in the guarded kernel
 and fails every test cell whose pass its checks did not vouch for. A corrupt file,
 a kernel that dies (``os._exit``), a timeout, or nbgrader itself failing gives that
 submission 0 with the reason as a flag, and grading goes on with the next one.
-Grading refuses to start without a working bwrap unless asked, loudly, to run
+Several submissions are graded at once (``jobs``: one a core unless told), each in its
+own nbgrader process and sandbox; the gradebook and the flags are the same as one at
+a time. Grading refuses to start without a working bwrap unless asked, loudly, to run
 without one (``sandboxed=False``: ``--unsafe-no-sandbox``).
 
 Not covered here: what the sandbox lets a notebook see (``sandbox``), what counts as
@@ -19,15 +21,20 @@ Example (what ``make grade`` runs)::
 
     python -m amp_lessons.grading autograde             # every submission
     python -m amp_lessons.grading autograde --student alice --timeout 300
+    python -m amp_lessons.grading autograde --jobs 4    # four at once
     python -m amp_lessons.grading grades --json
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
+import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +60,9 @@ UNSAFE_WARNING = ("WARNING: grading WITHOUT a sandbox (--unsafe-no-sandbox): eac
                   "anything you can, the gradebook and the course included. Scores "
                   "and flags are still checked; your files are not protected.")
 SEAL_NAME = "checks.seal.json"  # the checks' sources at `make student` (release)
+# Runs of nbgrader that found the gradebook locked by another job's write (SQLite
+# waits 5 s for it) and are run again
+LOCKED_RETRIES = 2
 
 
 class SandboxExecute(NbGraderPreprocessor):
@@ -146,36 +156,61 @@ def _readable(path: Path) -> str | None:
     return None
 
 
-def grade_one(course_dir: Path, student: str, lesson: str, *, sandboxed: bool = True,
-              timeout: float = NOTEBOOK_TIMEOUT_S) -> Outcome:
-    """Autograde one submitted lesson; a failure becomes a 0 with its reason."""
-    submitted = Path(course_dir) / "submitted" / student / lesson
+def _corrupt_files(course_dir: Path, student: str, lesson: str) -> list[str]:
+    """A flag for each submitted notebook of this lesson that cannot be read."""
     flags = []
-    for path in sorted(submitted.glob("*.ipynb")):
+    for path in sorted((Path(course_dir) / "submitted" / student / lesson).glob(
+            "*.ipynb")):
         problem = _readable(path)
         if problem:
             flags.append(f"corrupt: {path.name} cannot be read as a notebook "
                          f"({problem}); scored 0")
+    return flags
+
+
+def _run_nbgrader(course_dir: Path, student: str, lesson: str, sandboxed: bool,
+                  timeout: float) -> str | None:
+    """One ``nbgrader autograde`` of this submission: None when it succeeded, else
+    its last error line. Raises subprocess.TimeoutExpired."""
+    command = nbgrader_main.command(
+        "autograde", lesson, f"--student={student}", "--force",
+        *nbgrader_overrides(sandboxed, timeout))
+    for _ in range(1 + LOCKED_RETRIES):
+        done = subprocess.run(command, cwd=course_dir, env=jupyter_env(course_dir),
+                              capture_output=True, text=True,
+                              timeout=timeout * 2 + 120)
+        log = done.stdout + done.stderr
+        if done.returncode == 0:
+            return None
+        if "database is locked" not in log:  # another job was writing: try again
+            break
+    errors = [line for line in log.splitlines() if "[ERROR]" in line]
+    return (errors or log.splitlines() or ["?"])[-1][-200:]
+
+
+def grade_one(course_dir: Path, student: str, lesson: str, *, sandboxed: bool = True,
+              timeout: float = NOTEBOOK_TIMEOUT_S,
+              stopping: threading.Event | None = None) -> Outcome:
+    """Autograde one submitted lesson; a failure becomes a 0 with its reason.
+
+    ``stopping``: set when grading was interrupted (Ctrl-C, which stops nbgrader
+    too); a run that fails after that records nothing and raises KeyboardInterrupt.
+    """
+    flags = _corrupt_files(course_dir, student, lesson)
     if not flags:
-        command = nbgrader_main.command(
-            "autograde", lesson, f"--student={student}", "--force",
-            *nbgrader_overrides(sandboxed, timeout))
         try:
-            done = subprocess.run(command, cwd=course_dir, env=jupyter_env(course_dir),
-                                  capture_output=True, text=True,
-                                  timeout=timeout * 2 + 120)
-            log = done.stdout + done.stderr
-            if done.returncode == 0:
+            error = _run_nbgrader(course_dir, student, lesson, sandboxed, timeout)
+            if error is None:
                 return Outcome(student, lesson, True,
                                review.read_review(course_dir, student, lesson))
             # nbgrader failed before or after our preprocessor: nothing to keep
-            errors = [line for line in log.splitlines() if "[ERROR]" in line]
-            flags.append(f"error: nbgrader failed on this submission "
-                         f"({(errors or log.splitlines() or ['?'])[-1][-200:]}); "
+            flags.append(f"error: nbgrader failed on this submission ({error}); "
                          "scored 0")
         except subprocess.TimeoutExpired:
             flags.append(f"timeout: nbgrader did not finish in {timeout * 2 + 120:g} "
                          "s; scored 0")
+        if stopping is not None and stopping.is_set():
+            raise KeyboardInterrupt(f"grading stopped during {student}/{lesson}")
     _zero(course_dir, student, lesson)
     review.write_review(course_dir, student, lesson, flags)
     return Outcome(student, lesson, False, flags)
@@ -213,14 +248,79 @@ def write_seal(course_dir: Path) -> Path:
     return path
 
 
+def default_jobs() -> int:
+    """How many submissions ``autograde`` grades at once unless told: one for each
+    core this process may run on (a container's limit included)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _add_students(course_dir: Path, students: list[str]) -> None:
+    """Put these students in the gradebook. nbgrader adds a submission's student when
+    it grades it; two lessons of a new student graded at once would both insert the
+    same row, and one would fail."""
+    from nbgrader.api import Gradebook
+
+    db = f"sqlite:///{(Path(course_dir) / 'gradebook.db').resolve()}"
+    with warnings.catch_warnings(), Gradebook(db, COURSE_ID) as gb:
+        warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes on new rows
+        for student in students:
+            gb.update_or_create_student(student)
+
+
+def _grade_all(course_dir: Path, todo: list[tuple[str, str]], jobs: int,
+               **options) -> list[Outcome]:
+    """``grade_one`` for each (student, lesson), ``jobs`` at a time, in submission
+    order; a line for each as it ends. Each run is its own nbgrader process and
+    sandbox: the threads here only wait for them. A change on disk to the course's
+    checks is flagged on every submission that ends after it."""
+    from amp_lessons.teaching.checks import seal
+
+    checks = sandbox.PACKAGE_DIR / "teaching" / "checks"
+    before, stopping = seal(checks), threading.Event()
+
+    def grade(who: str, lesson: str) -> Outcome:
+        outcome = grade_one(course_dir, who, lesson, stopping=stopping, **options)
+        if seal(checks) != before:
+            outcome.flags.append("runtime: the course's checks changed on disk while "
+                                 "this submission ran")
+            review.write_review(course_dir, who, lesson, outcome.flags)
+        return outcome
+
+    pool, outcomes = ThreadPoolExecutor(max_workers=jobs), {}
+    try:
+        futures = {pool.submit(grade, *pair): pair for pair in todo}
+        for future in as_completed(futures):
+            (who, lesson), outcome = futures[future], future.result()
+            print(f"graded {who}/{lesson}" + (
+                "" if outcome.ok else ": not run, scored 0") + (
+                f" ({len(outcome.flags)} flag(s) to review)" if outcome.flags else ""),
+                flush=True)
+            outcomes[(who, lesson)] = outcome
+    except BaseException:
+        stopping.set()  # the runs the interrupt stopped record nothing
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return [outcomes[pair] for pair in todo]
+
+
 def autograde(course_dir: Path = COURSE_DIR, student: str = "*", *,
-              sandboxed: bool = True,
-              timeout: float = NOTEBOOK_TIMEOUT_S) -> list[Outcome]:
-    """Grade each submission on its own (see module docstring); print progress.
+              sandboxed: bool = True, timeout: float = NOTEBOOK_TIMEOUT_S,
+              jobs: int | None = None) -> list[Outcome]:
+    """Grade each submission on its own (see module docstring), ``jobs`` at a time
+    (default: ``default_jobs()``), each in its own sandbox; print progress, then how
+    many a minute. The outcomes and the gradebook are the same whatever ``jobs``.
 
     Raises RuntimeError when nothing was submitted, or when ``sandboxed`` and bwrap
-    cannot sandbox here (the message says how to install it).
+    cannot sandbox here (the message says how to install it); ValueError when
+    ``jobs`` is below 1.
     """
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs < 1:
+        raise ValueError(f"jobs must be 1 or more, not {jobs}")
     todo = submissions(course_dir, student)
     if not todo:
         raise RuntimeError(f"nothing submitted in {Path(course_dir) / 'submitted'}: "
@@ -234,21 +334,14 @@ def autograde(course_dir: Path = COURSE_DIR, student: str = "*", *,
         print(UNSAFE_WARNING, file=sys.stderr)
     for line in check_package(course_dir):
         print(line, file=sys.stderr)
-    from amp_lessons.teaching.checks import seal
-
-    before = seal(sandbox.PACKAGE_DIR / "teaching" / "checks")
-    outcomes = []
-    for who, lesson in todo:
-        outcome = grade_one(course_dir, who, lesson, sandboxed=sandboxed,
-                            timeout=timeout)
-        if seal(sandbox.PACKAGE_DIR / "teaching" / "checks") != before:
-            outcome.flags.append("runtime: the course's checks changed on disk while "
-                                 "this submission ran")
-            review.write_review(course_dir, who, lesson, outcome.flags)
-        print(f"graded {who}/{lesson}" + ("" if outcome.ok else ": not run, scored 0")
-              + (f" ({len(outcome.flags)} flag(s) to review)" if outcome.flags else ""),
-              flush=True)
-        outcomes.append(outcome)
+    if jobs > 1 and (Path(course_dir) / "gradebook.db").exists():
+        _add_students(course_dir, sorted({who for who, _ in todo}))
+    start = time.perf_counter()
+    outcomes = _grade_all(course_dir, todo, min(jobs, len(todo)),
+                          sandboxed=sandboxed, timeout=timeout)
+    seconds = time.perf_counter() - start
+    print(f"graded {len(todo)} submission(s) in {seconds:.0f} s, "
+          f"{len(todo) * 60 / seconds:.1f} a minute (--jobs {jobs})", flush=True)
     return outcomes
 
 

@@ -36,12 +36,19 @@ def _table(course_dir: Path) -> str:
     return course.format_scores(scores, {k: v for k, v in flags.items() if v})
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def _autograde(args) -> int:
     """Grade, then always print the whole table (and every flag in full)."""
     try:
         outcomes = autograder.autograde(args.course, args.student,
                                        sandboxed=not args.unsafe_no_sandbox,
-                                       timeout=args.timeout)
+                                       timeout=args.timeout, jobs=args.jobs)
     except RuntimeError as exc:
         print(f"autograde: {exc}", file=sys.stderr)
         return 2
@@ -72,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--student", default="*")
     p.add_argument("--timeout", type=float, default=autograder.NOTEBOOK_TIMEOUT_S,
                    help="seconds each notebook may run (default %(default)g)")
+    p.add_argument("--jobs", type=_positive, default=autograder.default_jobs(),
+                   help="submissions graded at once, each in its own sandbox "
+                   "(default: one a core, %(default)s here)")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run submissions with YOUR rights (no bwrap): only for a "
                    "machine you do not mind student code touching")
