@@ -62,7 +62,8 @@ def set_language(lang: str) -> None:
         raise ValueError(
             f"amp_lessons cannot speak {lang!r}: set_language accepts "
             + " or ".join(repr(code) for code in LANGUAGES)
-            + ' (English, Spanish), e.g. amp_lessons.set_language("es")')
+            + ' (English, Spanish), e.g. amp_lessons.set_language("es")'
+        )
     catalogue = None
     if lang != "en":
         catalogue = _gettext.translation(DOMAIN, str(LOCALE), languages=[lang])
@@ -101,10 +102,14 @@ def wrapped_strings(root: Path | None = None) -> dict[str, list[str]]:
         if "tooling" in path.relative_to(root).parts:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                    node.func.id in MARKERS and node.args and \
-                    isinstance(node.args[0], ast.Constant) and \
-                    isinstance(node.args[0].value, str):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in MARKERS
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 where = f"{path.relative_to(root.parent).as_posix()}:{node.lineno}"
                 found.setdefault(node.args[0].value, []).append(where)
     return found
@@ -117,13 +122,19 @@ def extract(lang: str = "es") -> tuple[int, int]:
     import polib
 
     path = catalogue_path(lang)
-    old = {e.msgid: e for e in polib.pofile(str(path), wrapwidth=0)} \
-        if path.exists() else {}
+    old = (
+        {e.msgid: e for e in polib.pofile(str(path), wrapwidth=0)}
+        if path.exists()
+        else {}
+    )
     po = polib.POFile(wrapwidth=0)
-    po.metadata = {"Project-Id-Version": DOMAIN, "Language": lang,
-                   "MIME-Version": "1.0",
-                   "Content-Type": "text/plain; charset=UTF-8",
-                   "Content-Transfer-Encoding": "8bit"}
+    po.metadata = {
+        "Project-Id-Version": DOMAIN,
+        "Language": lang,
+        "MIME-Version": "1.0",
+        "Content-Type": "text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding": "8bit",
+    }
     strings = wrapped_strings()
     for msgid, places in strings.items():
         entry = old.get(msgid) or polib.POEntry(msgid=msgid, msgstr="")
@@ -152,8 +163,9 @@ def compile_catalogue(lang: str = "es") -> Path:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m amp_lessons.i18n",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m amp_lessons.i18n", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("command", choices=["extract", "compile"])
     args = parser.parse_args(argv)
     for lang in LANGUAGES[1:]:

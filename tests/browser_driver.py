@@ -23,8 +23,10 @@ from urllib.parse import urlsplit
 
 # Controls a student can move. Their own text (a slider's readout, a dropdown's
 # choice) is left out of the "numbers shown" comparison: it changes by itself.
-CONTROLS = (".widget-slider, .widget-dropdown, .widget-toggle-buttons, .widget-radio, "
-            ".widget-checkbox, .widget-text, .widget-textarea")
+CONTROLS = (
+    ".widget-slider, .widget-dropdown, .widget-toggle-buttons, .widget-radio, "
+    ".widget-checkbox, .widget-text, .widget-textarea"
+)
 
 NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
@@ -143,11 +145,13 @@ class Move:
 
     def __str__(self) -> str:
         ms = "-" if self.plot_ms is None else f"{self.plot_ms:.0f} ms"
-        return (f"cell {self.cell} {self.kind} '{self.label}' {self.action}: "
-                f"{self.value_before!r} -> {self.value_after!r}, plot "
-                f"{'redrawn' if self.plot_changed else 'UNCHANGED'} ({ms}), numbers "
-                f"{'changed' if self.numbers_changed else 'unchanged'}"
-                + (f", ERRORS {self.errors}" if self.errors else ""))
+        return (
+            f"cell {self.cell} {self.kind} '{self.label}' {self.action}: "
+            f"{self.value_before!r} -> {self.value_after!r}, plot "
+            f"{'redrawn' if self.plot_changed else 'UNCHANGED'} ({ms}), numbers "
+            f"{'changed' if self.numbers_changed else 'unchanged'}"
+            + (f", ERRORS {self.errors}" if self.errors else "")
+        )
 
 
 def install_helpers(page) -> None:
@@ -161,7 +165,10 @@ def watch_requests(page) -> list[str]:
     def check(request) -> None:
         host = urlsplit(request.url).hostname
         if request.url.startswith(("http:", "https:", "ws:", "wss:")) and host not in (
-                "127.0.0.1", "localhost", "::1"):
+            "127.0.0.1",
+            "localhost",
+            "::1",
+        ):
             off_machine.append(request.url)
 
     page.on("request", check)
@@ -205,7 +212,11 @@ def open_and_run(page, expected_code_cells: int, timeout_s: float = 300) -> floa
               const p = ({PROMPTS})();
               return p.length === n && p.every((t) => t === 'hidden'
                                                || /^\\[\\d+\\]:$/.test(t));
-            }}""", arg=expected_code_cells, timeout=timeout_s * 1000, polling=250)
+            }}""",
+            arg=expected_code_cells,
+            timeout=timeout_s * 1000,
+            polling=250,
+        )
         # collapsed cells after the last shown one may still run: idle, and still
         # idle a second later (between two queued cells it flickers idle)
         for _ in range(int(timeout_s)):
@@ -217,7 +228,8 @@ def open_and_run(page, expected_code_cells: int, timeout_s: float = 300) -> floa
         raise AssertionError(
             f"Run All did not finish in {timeout_s:.0f} s: expected "
             f"{expected_code_cells} code cells, numbered where shown; prompts are "
-            f"{page.evaluate(PROMPTS)}") from error
+            f"{page.evaluate(PROMPTS)}"
+        ) from error
     wait_for_widgets(page)
     install_helpers(page)
     dismiss_toasts(page)
@@ -248,8 +260,9 @@ def click_run_all(page, attempts: int = 5) -> None:
             return
         except Exception:
             continue  # nothing started: the click fell on a menu being rebuilt
-    raise AssertionError(f"Run > Run All Cells did not start the notebook after "
-                         f"{attempts} tries")
+    raise AssertionError(
+        f"Run > Run All Cells did not start the notebook after {attempts} tries"
+    )
 
 
 def wait_for_widgets(page, timeout_s: float = 60) -> None:
@@ -257,7 +270,9 @@ def wait_for_widgets(page, timeout_s: float = 60) -> None:
     page.wait_for_function(
         """() => ![...document.querySelectorAll('.jp-OutputArea-output')]
               .some((e) => e.textContent.trim() === 'Loading widget...')""",
-        timeout=timeout_s * 1000, polling=200)
+        timeout=timeout_s * 1000,
+        polling=200,
+    )
     page.wait_for_timeout(500)  # let the first draws land
 
 
@@ -282,14 +297,16 @@ def error_outputs(page, cell: int | None = None) -> list[str]:
             });
           });
           return found;
-        }""", [cell, STDERR])
+        }""",
+        [cell, STDERR],
+    )
 
 
 def stderr_texts(page) -> list[str]:
     """Every stderr output (warnings included), for the report."""
     return page.evaluate(
-        "(sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent)",
-        STDERR)
+        "(sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent)", STDERR
+    )
 
 
 def widget_cells(page) -> list[int]:
@@ -299,12 +316,14 @@ def widget_cells(page) -> list[int]:
               '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')]
             .map((c, i) => [i, c.querySelector('.jp-Cell-outputWrapper')])
             .filter(([i, o]) => o && o.querySelector(controls)).map(([i]) => i)""",
-        CONTROLS)
+        CONTROLS,
+    )
 
 
 def cell_locator(page, index: int):
-    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook "
-                        ".jp-Cell").nth(index)
+    return page.locator(
+        ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
+    ).nth(index)
 
 
 def controls_of(page, index: int):
@@ -313,8 +332,15 @@ def controls_of(page, index: int):
 
 def control_kind(control) -> str:
     classes = control.get_attribute("class") or ""
-    for kind in ("slider", "dropdown", "toggle-buttons", "radio", "checkbox",
-                 "textarea", "text"):
+    for kind in (
+        "slider",
+        "dropdown",
+        "toggle-buttons",
+        "radio",
+        "checkbox",
+        "textarea",
+        "text",
+    ):
         if f"widget-{kind}" in classes.split():
             return kind
     return "unknown"
@@ -361,13 +387,15 @@ def planned_actions(control, kind: str) -> list[tuple[str, object]]:
         handle = control.locator(".noUi-handle").first
         now = float(handle.get_attribute("aria-valuenow"))
         top = float(handle.get_attribute("aria-valuemax"))
-        away, back = ("ArrowLeft", "ArrowRight") if now >= top else ("ArrowRight",
-                                                                    "ArrowLeft")
+        away, back = (
+            ("ArrowLeft", "ArrowRight") if now >= top else ("ArrowRight", "ArrowLeft")
+        )
         return [("key", away), ("key", back)]
     if kind == "dropdown":
         select = control.locator("select")
         options = select.locator("option").evaluate_all(
-            "(os) => os.map((o) => o.value)")
+            "(os) => os.map((o) => o.value)"
+        )
         current = select.input_value()
         if len(options) < 2:
             return []
@@ -381,8 +409,10 @@ def planned_actions(control, kind: str) -> list[tuple[str, object]]:
         if kind == "radio":
             chosen = [items.nth(i).is_checked() for i in range(n)]
         else:
-            chosen = ["mod-active" in (items.nth(i).get_attribute("class") or "")
-                      for i in range(n)]
+            chosen = [
+                "mod-active" in (items.nth(i).get_attribute("class") or "")
+                for i in range(n)
+            ]
         active = chosen.index(True) if True in chosen else 0
         return [("click", (active + 1) % n), ("click", active)]
     if kind == "checkbox":
@@ -417,8 +447,9 @@ def perform(page, control, kind: str, action: str, arg) -> None:
         box.press("Enter")
 
 
-def exercise_cell(page, cell_index: int, timeout_s: float = 15,
-                  quiet_ms: int = 400) -> list[Move]:
+def exercise_cell(
+    page, cell_index: int, timeout_s: float = 15, quiet_ms: int = 400
+) -> list[Move]:
     """Move every control in one cell's output (away and back); record what redrew."""
     moves = []
     controls = controls_of(page, cell_index)
@@ -435,14 +466,27 @@ def exercise_cell(page, cell_index: int, timeout_s: float = 15,
             page.evaluate("(i) => window.__amp.watch(i)", cell_index)
             perform(page, control, kind, action, arg)
             try:
-                page.wait_for_function("(q) => window.__amp.settled(q)", arg=quiet_ms,
-                                       timeout=timeout_s * 1000, polling=50)
+                page.wait_for_function(
+                    "(q) => window.__amp.settled(q)",
+                    arg=quiet_ms,
+                    timeout=timeout_s * 1000,
+                    polling=50,
+                )
             except Exception:  # playwright's TimeoutError: reported as "unchanged"
                 pass
             seen = page.evaluate("() => window.__amp.finish()")
-            move = Move(cell_index, kind, label, f"{action} {arg}", value_before,
-                        control_value(control, kind), seen["plot_changed"],
-                        seen["numbers_changed"], seen["plot_ms"], seen["numbers_ms"])
+            move = Move(
+                cell_index,
+                kind,
+                label,
+                f"{action} {arg}",
+                value_before,
+                control_value(control, kind),
+                seen["plot_changed"],
+                seen["numbers_changed"],
+                seen["plot_ms"],
+                seen["numbers_ms"],
+            )
             move.errors = sorted(set(error_outputs(page, cell_index)) - errors_before)
             moves.append(move)
     return moves
@@ -520,7 +564,9 @@ def layout_problems(page, cell_index: int) -> list[str]:
                          + `${img.naturalWidth}px: text in it shrinks`);
           });
           return [...new Set(found)].slice(0, 30);
-        }""", cell_index)
+        }""",
+        cell_index,
+    )
 
 
 def screenshot_cell(page, index: int, path) -> None:
@@ -532,8 +578,12 @@ def screenshot_cell(page, index: int, path) -> None:
     viewport = page.viewport_size
     cell = cell_locator(page, index)
     height = cell.evaluate("(e) => e.getBoundingClientRect().height")
-    page.set_viewport_size({"width": viewport["width"],
-                            "height": max(viewport["height"], int(height) + 300)})
+    page.set_viewport_size(
+        {
+            "width": viewport["width"],
+            "height": max(viewport["height"], int(height) + 300),
+        }
+    )
     try:
         cell.scroll_into_view_if_needed()
         cell.screenshot(path=path)

@@ -11,9 +11,14 @@ import tempfile
 
 import pytest
 
-CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 
 def chromium_path() -> str | None:
@@ -50,11 +55,16 @@ def launch_chromium():
         args.append("--no-sandbox")  # Chromium's sandbox refuses to run as root
     # Chromium writes caches (fontconfig, crash reports) under HOME: give it a
     # throwaway one, like the server's
-    with tempfile.TemporaryDirectory(prefix="amp-chromium-") as home, \
-            sync_playwright() as p:
-        env = {**os.environ, "HOME": home, "XDG_CONFIG_HOME": f"{home}/.config",
-               "XDG_CACHE_HOME": f"{home}/.cache"}
-        browser = p.chromium.launch(executable_path=chromium_path(), args=args,
-                                    env=env)
+    with (
+        tempfile.TemporaryDirectory(prefix="amp-chromium-") as home,
+        sync_playwright() as p,
+    ):
+        env = {
+            **os.environ,
+            "HOME": home,
+            "XDG_CONFIG_HOME": f"{home}/.config",
+            "XDG_CACHE_HOME": f"{home}/.cache",
+        }
+        browser = p.chromium.launch(executable_path=chromium_path(), args=args, env=env)
         yield browser
         browser.close()

@@ -55,8 +55,13 @@ def grads():
 SHARED_FIXTURE_GROUPS = {"lesson_runs": "lesson-runs"}
 # Groups that start first, longest first (seconds on 2 cores, from .ci/run's
 # --durations): a long group started last would leave the other worker idle.
-LONG_GROUPS = {"test_grading_py": 230, "lesson-runs": 200, "test_sandbox_py": 160,
-               "test_student_paths_py": 150, "test_browser_py": 130}
+LONG_GROUPS = {
+    "test_grading_py": 230,
+    "lesson-runs": 200,
+    "test_sandbox_py": 160,
+    "test_student_paths_py": 150,
+    "test_browser_py": 130,
+}
 
 
 def xdist_group(item) -> str:

@@ -121,16 +121,20 @@ def running_lab(
     write_test_settings(Path(env["JUPYTER_CONFIG_DIR"]))
     env.update(extra_env or {})
     port, token = free_port(), secrets.token_hex(16)
-    command = lab_command(port=port, token=token, open_browser=False,
-                          root_dir=root_dir)
+    command = lab_command(port=port, token=token, open_browser=False, root_dir=root_dir)
     # fail loudly instead of quietly moving to the next port if ours was taken
     command += ["--ServerApp.port_retries=0", *extra_args]
     log_path = tmp / "server.log"
     with open(log_path, "w") as log:
         # own session: the server and its kernels form one group we can kill by id
-        process = subprocess.Popen(command, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True,
-                                   cwd=tmp / "home")
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=tmp / "home",
+        )
     lab = Lab(f"http://127.0.0.1:{port}", port, token, process, tmp / "home", log_path)
     try:
         wait_until_up(lab)
@@ -144,16 +148,19 @@ def wait_until_up(lab: Lab) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if lab.process.poll() is not None:
-            raise RuntimeError(f"JupyterLab exited with {lab.process.returncode}:\n"
-                               + lab.log()[-3000:])
+            raise RuntimeError(
+                f"JupyterLab exited with {lab.process.returncode}:\n"
+                + lab.log()[-3000:]
+            )
         try:
             if http_status(lab.url("/api/status"), lab.auth) == 200:
                 return
         except OSError:
             pass  # not listening yet
         time.sleep(0.2)
-    raise RuntimeError(f"JupyterLab did not answer within {START_TIMEOUT_S} s:\n"
-                       + lab.log()[-3000:])
+    raise RuntimeError(
+        f"JupyterLab did not answer within {START_TIMEOUT_S} s:\n" + lab.log()[-3000:]
+    )
 
 
 def stop(process: subprocess.Popen) -> None:

@@ -35,15 +35,44 @@ def launch_kinds(work: Path) -> dict[str, tuple[list[str], str]]:
     mode = "ddp" if fsdp2_unsupported_reason("cpu") else "fsdp2"
     return {
         # cell "One process per device": DDP fp32 with a DCP checkpoint (resumed in 1)
-        "ddp_checkpoint": (["train", *COMMON, "--distributed", "ddp", "--precision",
-                            "fp32", "--steps", "10", "--checkpoint",
-                            str(work / "run.dcp"), "--json", str(work / "ddp.json")],
-                           "amp_lessons"),
-        f"{mode}_fp16": (["train", *COMMON, "--distributed", mode, "--precision",
-                          "fp16", "--steps", "20", "--init-scale", str(2.0**24),
-                          "--json", str(work / "fp16.json")], "amp_lessons"),
-        "rank_memory": (["--json", str(work / "memory.json")],
-                        "amp_lessons.teaching.rank_memory"),
+        "ddp_checkpoint": (
+            [
+                "train",
+                *COMMON,
+                "--distributed",
+                "ddp",
+                "--precision",
+                "fp32",
+                "--steps",
+                "10",
+                "--checkpoint",
+                str(work / "run.dcp"),
+                "--json",
+                str(work / "ddp.json"),
+            ],
+            "amp_lessons",
+        ),
+        f"{mode}_fp16": (
+            [
+                "train",
+                *COMMON,
+                "--distributed",
+                mode,
+                "--precision",
+                "fp16",
+                "--steps",
+                "20",
+                "--init-scale",
+                str(2.0**24),
+                "--json",
+                str(work / "fp16.json"),
+            ],
+            "amp_lessons",
+        ),
+        "rank_memory": (
+            ["--json", str(work / "memory.json")],
+            "amp_lessons.teaching.rank_memory",
+        ),
     }
 
 
@@ -58,8 +87,9 @@ def busy(cores: int, seconds: float):
     ends."""
     deadline = time.monotonic() + seconds
     spawn = mp.get_context("spawn")
-    procs = [spawn.Process(target=_spin, args=(deadline,), daemon=True)
-             for _ in range(cores)]
+    procs = [
+        spawn.Process(target=_spin, args=(deadline,), daemon=True) for _ in range(cores)
+    ]
     for p in procs:
         p.start()
     try:
@@ -72,14 +102,23 @@ def busy(cores: int, seconds: float):
 
 def error_lines(output: str) -> list[str]:
     """The ranks' own error lines of a failed launch (torchrun's summary left out)."""
-    lines = [line for line in output.splitlines() if "elastic" not in line
-             and "ChildFailed" not in line and re.search(
-                 r"Error|error:|terminate|what\(\)|Abort|Signal|exitcode", line)]
+    lines = [
+        line
+        for line in output.splitlines()
+        if "elastic" not in line
+        and "ChildFailed" not in line
+        and re.search(r"Error|error:|terminate|what\(\)|Abort|Signal|exitcode", line)
+    ]
     return list(dict.fromkeys(lines))
 
 
-def stress(launches: int, busy_cores: int, kinds: Sequence[str] | None = None,
-           timeout: float = 180, verbose: bool = False) -> list[dict]:
+def stress(
+    launches: int,
+    busy_cores: int,
+    kinds: Sequence[str] | None = None,
+    timeout: float = 180,
+    verbose: bool = False,
+) -> list[dict]:
     """Run each launch kind ``launches`` times under load; one dict per kind."""
     from amp_lessons.core.distributed import launch
 
@@ -94,47 +133,75 @@ def stress(launches: int, busy_cores: int, kinds: Sequence[str] | None = None,
                 for i in range(launches):
                     t0 = time.perf_counter()
                     try:
-                        run = launch(args, nproc=2, timeout=timeout, module=module,
-                                     stream=print if verbose else None)
+                        run = launch(
+                            args,
+                            nproc=2,
+                            timeout=timeout,
+                            module=module,
+                            stream=print if verbose else None,
+                        )
                         failed, output = run.returncode != 0, run.output
                     except TimeoutError as e:
                         failed, output = True, f"TimeoutError: {e}"
                     seconds += time.perf_counter() - t0
                     if failed:
                         failures += 1
-                        errors += [f"run {i + 1}: {line}" for line in
-                                   error_lines(output)[:6]]
-                    print(f"{name} run {i + 1}/{launches}: "
-                          f"{'FAILED' if failed else 'ok'} "
-                          f"({time.perf_counter() - t0:.1f} s)", flush=True)
-            results.append({"kind": name, "runs": launches, "failures": failures,
-                            "seconds": seconds, "errors": errors})
+                        errors += [
+                            f"run {i + 1}: {line}" for line in error_lines(output)[:6]
+                        ]
+                    print(
+                        f"{name} run {i + 1}/{launches}: "
+                        f"{'FAILED' if failed else 'ok'} "
+                        f"({time.perf_counter() - t0:.1f} s)",
+                        flush=True,
+                    )
+            results.append(
+                {
+                    "kind": name,
+                    "runs": launches,
+                    "failures": failures,
+                    "seconds": seconds,
+                    "errors": errors,
+                }
+            )
     return results
 
 
 def format_results(results: Sequence[dict]) -> str:
     lines = [f"{'launch kind':<16} {'runs':>5} {'failures':>9} {'mean s':>7}"]
     for r in results:
-        lines.append(f"{r['kind']:<16} {r['runs']:>5} {r['failures']:>9} "
-                     f"{r['seconds'] / max(r['runs'], 1):>7.1f}")
+        lines.append(
+            f"{r['kind']:<16} {r['runs']:>5} {r['failures']:>9} "
+            f"{r['seconds'] / max(r['runs'], 1):>7.1f}"
+        )
         lines += [f"    {e[:200]}" for e in r["errors"]]
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python tests/launch_stress.py",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python tests/launch_stress.py", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--launches", type=int, default=20, help="runs of each kind")
-    parser.add_argument("--busy-cores", type=int, default=1,
-                        help="spinning processes beside the launches")
-    parser.add_argument("--kind", action="append", default=None,
-                        help="only this launch kind (repeatable)")
+    parser.add_argument(
+        "--busy-cores",
+        type=int,
+        default=1,
+        help="spinning processes beside the launches",
+    )
+    parser.add_argument(
+        "--kind",
+        action="append",
+        default=None,
+        help="only this launch kind (repeatable)",
+    )
     parser.add_argument("--timeout", type=float, default=180, help="seconds per launch")
     parser.add_argument("--verbose", action="store_true", help="stream the launches")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    results = stress(args.launches, args.busy_cores, args.kind, args.timeout,
-                     args.verbose)
+    results = stress(
+        args.launches, args.busy_cores, args.kind, args.timeout, args.verbose
+    )
     print(format_results(results))
     return 1 if any(r["failures"] for r in results) else 0
 

@@ -17,25 +17,30 @@ FREE_CODE_LINES = 10  # a longer cell costs a minute more for every ten lines pa
 MINUTES_PER_POINT = 2
 MINUTES_PER_QUESTION = 2  # a multiple-choice question: lesson 08's, a point each
 MINUTES_PER_SOLUTION_STATEMENT = 1.25
-RULE = ("200 words a minute of prose, printed text included; 1 minute per code cell, "
-        "plus 1 for every 10 lines past 10; an exercise the largest of 2 minutes a "
-        "point, 2 minutes a multiple-choice question and 1.25 minutes per statement of "
-        "its solution")
+RULE = (
+    "200 words a minute of prose, printed text included; 1 minute per code cell, "
+    "plus 1 for every 10 lines past 10; an exercise the largest of 2 minutes a "
+    "point, 2 minutes a multiple-choice question and 1.25 minutes per statement of "
+    "its solution"
+)
 # Functions whose printed text is prose a student reads (a quiz, the clinic's cases):
 # the module that defines each, so the lint can print it as the lesson does.
 PRINTED_PROSE = {
     "quick_check_text": "amp_lessons.teaching.quiz",
     "clinic_text": "amp_lessons.teaching.clinic",
 }
-SOLUTION = re.compile(r"^[ \t]*### BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*### END SOLUTION",
-                      re.S | re.M)
+SOLUTION = re.compile(
+    r"^[ \t]*### BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*### END SOLUTION", re.S | re.M
+)
 HEADER = re.compile(r"core path about (\d+) min(?:, optional parts about (\d+) min)?")
 
 
 def as_python(source: str) -> str:
     """The cell's source with IPython magics and shell lines commented out."""
-    return "\n".join("#" + line if line.lstrip().startswith(("%", "!")) else line
-                     for line in source.splitlines())
+    return "\n".join(
+        "#" + line if line.lstrip().startswith(("%", "!")) else line
+        for line in source.splitlines()
+    )
 
 
 def nbgrader(cell) -> dict:
@@ -52,8 +57,10 @@ def is_proof_cell(cell) -> bool:
 
 def is_collapsed(cell) -> bool:
     meta = cell.get("metadata", {})
-    return (meta.get("jupyter", {}).get("source_hidden") is True
-            and meta.get("slideshow", {}).get("slide_type") == "skip")
+    return (
+        meta.get("jupyter", {}).get("source_hidden") is True
+        and meta.get("slideshow", {}).get("slide_type") == "skip"
+    )
 
 
 def heading(cell) -> tuple[int, str] | None:
@@ -87,16 +94,21 @@ def _sets_language(node) -> bool:
     """``amp_lessons.set_language(...)``: the line a translated edition adds to its
     imports (amp_lessons/tooling/translations.py), set-up like them."""
     call = getattr(node, "value", None)
-    return (isinstance(node, ast.Expr) and isinstance(call, ast.Call)
-            and getattr(call.func, "attr", "") == "set_language")
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(call, ast.Call)
+        and getattr(call.func, "attr", "") == "set_language"
+    )
 
 
 def only_imports(cell) -> bool:
     """A code cell with nothing to read: import statements (and magics) only, and the
     translated edition's ``set_language`` line."""
     body = ast.parse(as_python("".join(cell["source"]))).body
-    return all(isinstance(node, (ast.Import, ast.ImportFrom)) or _sets_language(node)
-               for node in body)
+    return all(
+        isinstance(node, (ast.Import, ast.ImportFrom)) or _sets_language(node)
+        for node in body
+    )
 
 
 def printed_words(cell) -> int:
@@ -133,8 +145,10 @@ def cell_minutes(cell) -> float:
     if nbgrader(cell).get("grade") or nbgrader(cell).get("solution"):
         return 0.0  # written and checked, not run and read: see exercise_minutes
     past = max(0, code_lines(cell) - FREE_CODE_LINES)
-    return (MINUTES_PER_CODE_CELL * (1 + math.ceil(past / FREE_CODE_LINES))
-            + printed_words(cell) / WORDS_PER_MINUTE)
+    return (
+        MINUTES_PER_CODE_CELL * (1 + math.ceil(past / FREE_CODE_LINES))
+        + printed_words(cell) / WORDS_PER_MINUTE
+    )
 
 
 def solution_statements(cell) -> int:
@@ -155,8 +169,12 @@ def choice_questions(cell) -> int:
     for block in SOLUTION.findall("".join(cell["source"])):
         for node in ast.walk(ast.parse(as_python(textwrap.dedent(block)))):
             if isinstance(node, ast.Dict):
-                count += sum(isinstance(v, ast.Constant) and isinstance(v.value, str)
-                             and len(v.value) == 1 for v in node.values)
+                count += sum(
+                    isinstance(v, ast.Constant)
+                    and isinstance(v.value, str)
+                    and len(v.value) == 1
+                    for v in node.values
+                )
     return count
 
 
@@ -188,9 +206,11 @@ def exercise_minutes(nb) -> dict[int, float]:
 
     def close():
         if first is not None:
-            found[first] = max(MINUTES_PER_POINT * points,
-                               MINUTES_PER_QUESTION * questions,
-                               MINUTES_PER_SOLUTION_STATEMENT * statements)
+            found[first] = max(
+                MINUTES_PER_POINT * points,
+                MINUTES_PER_QUESTION * questions,
+                MINUTES_PER_SOLUTION_STATEMENT * statements,
+            )
 
     for i, cell in enumerate(nb["cells"]):
         meta = nbgrader(cell) if cell["cell_type"] == "code" else {}

@@ -30,6 +30,11 @@ CORE_COURSE = [p for p in LESSONS if int(p.name[:2]) <= 8 and p != ENTRY]
 # The Spanish edition's student paths (tests/test_student_paths.py) run on a subset, to
 # keep CI within its budget: the entry lesson, where a Spanish reader of the seed
 # starts, and lesson 02; both graded. Every Spanish lesson runs under nbval.
-ES_STUDENT_PATHS = [p for p in (SPANISH_DIR / f"{name}.ipynb"
-                                for name in ("00_amp_in_10_minutes", "02_underflow"))
-                    if p.exists()]
+ES_STUDENT_PATHS = [
+    p
+    for p in (
+        SPANISH_DIR / f"{name}.ipynb"
+        for name in ("00_amp_in_10_minutes", "02_underflow")
+    )
+    if p.exists()
+]

@@ -36,8 +36,11 @@ def predict_autocast_dtypes():
         "layer_norm(linear(x, w))": bf16,
     }
     cuda = {name: fp16 if dtype is bf16 else dtype for name, dtype in cpu.items()}
-    for name in ("softmax(linear(x, w))", "sum(linear(x, w))",
-                 "layer_norm(linear(x, w))"):
+    for name in (
+        "softmax(linear(x, w))",
+        "sum(linear(x, w))",
+        "layer_norm(linear(x, w))",
+    ):
         cuda[name] = f32  # on CUDA's float32 list, not on the CPU's
     return {"cpu": cpu, "cuda": cuda}
 

@@ -90,8 +90,7 @@ def snapshot(scaler, model, optimizers, returned) -> dict[str, Any]:
         "optimizer_state": [
             {
                 i: {
-                    k: tensor_bits(v) if torch.is_tensor(v) else v
-                    for k, v in s.items()
+                    k: tensor_bits(v) if torch.is_tensor(v) else v for k, v in s.items()
                 }
                 for i, s in state.items()
             }

@@ -29,26 +29,39 @@ MAX_ENGLISH = 0.03  # the share of a lesson's output lines that may read as Engl
 # tables wait for translation): measured and reported, not enforced.
 # Measured: 00, 01, 03, 04, 06 (0.8%) and 08 at 0-3%; 02, 05 and 07 print English
 # from their own code and the package's error messages; 09-11 are being translated.
-NOT_YET: frozenset[str] = frozenset({
-    "02_underflow", "05_amp_loop", "07_clinic",
-    "09_amp_in_practice", "10_distributed_amp", "11_fp8"})
+NOT_YET: frozenset[str] = frozenset(
+    {
+        "02_underflow",
+        "05_amp_loop",
+        "07_clinic",
+        "09_amp_in_practice",
+        "10_distributed_amp",
+        "11_fp8",
+    }
+)
 
 # Words far more frequent in one language than in the other, in the course's output.
-ENGLISH = set("""the and of is are was were be been with this that these those which
+ENGLISH = set(
+    """the and of is are was were be been with this that these those which
 what you your it its to in on not for from by an at as or than then after before each
 every here there only both all same more less when where without into over under has
 have had would could should can cannot step steps loss scale skipped gradient gradients
 weight weights memory speed time measured smallest largest kept run layer layers
 value values model case cases hint expected got right wrong returns passed failed
-answered shown see none first last zero zeros""".split())
-SPANISH = set("""el la los las de del que y es en con un una por para no se lo su sus al
+answered shown see none first last zero zeros""".split()
+)
+SPANISH = set(
+    """el la los las de del que y es en con un una por para no se lo su sus al
 como pero más menos este esta estos estas ese esa son está están fue ser hay cada todo
 todos todas paso pasos pérdida escala omitido omitidos gradiente gradientes pesos peso
 memoria velocidad tiempo medido menor mayor guardado ejecución capa capas valor valores
 sin cuando donde modelo modelos caso casos pista obtenido esperado correcto correcta
-incorrecto devuelve aprobado aquí ambas ambos ninguno primero último cero""".split())
-CODE_LINE = re.compile(r"^\s*(def |class |return\b|for |if |elif |else:|with |import "
-                       r"|from \S+ import|@|#|raise |assert |\"\"\"|\)|\]|\}|.*\s=\s)")
+incorrecto devuelve aprobado aquí ambas ambos ninguno primero último cero""".split()
+)
+CODE_LINE = re.compile(
+    r"^\s*(def |class |return\b|for |if |elif |else:|with |import "
+    r"|from \S+ import|@|#|raise |assert |\"\"\"|\)|\]|\}|.*\s=\s)"
+)
 
 
 def reads_as_english(line: str) -> bool | None:
@@ -92,17 +105,24 @@ def output_lines(outputs: list[dict]) -> list[str]:
             text.append(_joined(data["text/plain"]))
         if "image/svg+xml" in data:
             svg = _joined(data["image/svg+xml"])
-            text += [re.sub(r"<[^>]+>", "", t) for t in
-                     re.findall(r"<text\b[^>]*>(.*?)</text>", svg, re.S)]
-    return [line for chunk in text for line in _joined(chunk).splitlines()
-            if not TORCH_MESSAGE.search(line)]
+            text += [
+                re.sub(r"<[^>]+>", "", t)
+                for t in re.findall(r"<text\b[^>]*>(.*?)</text>", svg, re.S)
+            ]
+    return [
+        line
+        for chunk in text
+        for line in _joined(chunk).splitlines()
+        if not TORCH_MESSAGE.search(line)
+    ]
 
 
 def english_lines(outputs: list[dict]) -> tuple[list[str], int]:
     """(the English lines, how many lines of prose) in a cell's outputs."""
     judged = [(line, reads_as_english(line)) for line in output_lines(outputs)]
     return [line for line, english in judged if english], sum(
-        english is not None for _, english in judged)
+        english is not None for _, english in judged
+    )
 
 
 def _joined(value) -> str:
@@ -116,14 +136,18 @@ def _kernel_profile() -> Path:
     profile.mkdir()
     (profile / "ipython_kernel_config.py").write_text(
         "c.InlineBackend.figure_formats = {'png', 'svg'}\n"
-        "c.InlineBackend.rc = {'svg.fonttype': 'none'}\n")
+        "c.InlineBackend.rc = {'svg.fonttype': 'none'}\n"
+    )
     return folder
 
 
 def _is_spanish_cell(item) -> bool:
     notebook = getattr(item.parent, "nb", None)
-    return (type(item).__name__ == "IPyNbCell" and notebook is not None
-            and notebook.metadata.get("language") == "es")
+    return (
+        type(item).__name__ == "IPyNbCell"
+        and notebook is not None
+        and notebook.metadata.get("language") == "es"
+    )
 
 
 class SpanishOutputs:
@@ -178,8 +202,9 @@ class SpanishOutputs:
                 f"{item.path.name}: {len(english)} of {prose} output lines read as "
                 f"English (at most {MAX_ENGLISH:.0%}): translate them in the lesson's "
                 "catalogue (notebooks/es/po/) or the package's "
-                "(amp_lessons/locale/):\n" + "\n".join(f"  {line.strip()[:100]}"
-                                                       for line in english[:40]))
+                "(amp_lessons/locale/):\n"
+                + "\n".join(f"  {line.strip()[:100]}" for line in english[:40])
+            )
 
 
 def pytest_configure(config) -> None:

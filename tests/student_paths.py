@@ -38,7 +38,7 @@ WRONG_ANSWER = "return None"
 # Runs first, once, in the kernel. A name bound with `from time import perf_counter`
 # holds the real function: before each cell it is swapped for the patched one too,
 # in the user's namespace and in the course's modules.
-PAUSE_CLOCK = r'''
+PAUSE_CLOCK = r"""
 def _amp_pause_between_cells(pause_s):
     import sys
     import time
@@ -74,7 +74,7 @@ def _amp_pause_between_cells(pause_s):
 
 _amp_pause_between_cells(PAUSE_S)
 del _amp_pause_between_cells
-'''
+"""
 
 
 @dataclass
@@ -90,8 +90,10 @@ class CellRun:
     seconds: float
 
     def __str__(self) -> str:
-        return (f"pass {self.pass_no}, cell {self.index} ({self.first_line!r}): "
-                f"{self.error or 'ran'}")
+        return (
+            f"pass {self.pass_no}, cell {self.index} ({self.first_line!r}): "
+            f"{self.error or 'ran'}"
+        )
 
 
 @dataclass
@@ -102,12 +104,17 @@ class KernelRun:
     seconds: float = 0.0
 
     def errors(self, pass_no: int | None = None) -> list[str]:
-        return [str(c) for c in self.cells
-                if c.error and (pass_no is None or c.pass_no == pass_no)]
+        return [
+            str(c)
+            for c in self.cells
+            if c.error and (pass_no is None or c.pass_no == pass_no)
+        ]
 
     def __repr__(self) -> str:  # pytest prints fixtures that hold runs
-        return (f"KernelRun({len(self.cells)} cells, {len(self.errors())} errors, "
-                f"{self.seconds:.1f} s)")
+        return (
+            f"KernelRun({len(self.cells)} cells, {len(self.errors())} errors, "
+            f"{self.seconds:.1f} s)"
+        )
 
     def pass_seconds(self, pass_no: int) -> float:
         return sum(c.seconds for c in self.cells if c.pass_no == pass_no)
@@ -138,14 +145,20 @@ def _kernel_manager():
 
     class ThisPython(KernelSpecManager):
         def get_kernel_spec(self, kernel_name):
-            return self.kernel_spec_class(resource_dir=ipykernel.kernelspec.RESOURCES,
-                                          **ipykernel.kernelspec.get_kernel_dict())
+            return self.kernel_spec_class(
+                resource_dir=ipykernel.kernelspec.RESOURCES,
+                **ipykernel.kernelspec.get_kernel_dict(),
+            )
 
     return KernelManager(kernel_name="python3", kernel_spec_manager=ThisPython())
 
 
-def run_in_one_kernel(notebooks: Sequence, cwd: Path, pause_s: float = 0.0,
-                      timeout_s: float = CELL_TIMEOUT_S) -> KernelRun:
+def run_in_one_kernel(
+    notebooks: Sequence,
+    cwd: Path,
+    pause_s: float = 0.0,
+    timeout_s: float = CELL_TIMEOUT_S,
+) -> KernelRun:
     """Run All on each notebook node of `notebooks` in turn, in ONE kernel.
 
     ``[nb, nb]`` is Run All twice; ``[unsolved, wrong]`` is a student who runs the
@@ -154,15 +167,20 @@ def run_in_one_kernel(notebooks: Sequence, cwd: Path, pause_s: float = 0.0,
     """
     from nbclient import NotebookClient
 
-    client = NotebookClient(nbformat.v4.new_notebook(), km=_kernel_manager(),
-                            timeout=timeout_s, allow_errors=True,
-                            resources={"metadata": {"path": str(cwd)}})
+    client = NotebookClient(
+        nbformat.v4.new_notebook(),
+        km=_kernel_manager(),
+        timeout=timeout_s,
+        allow_errors=True,
+        resources={"metadata": {"path": str(cwd)}},
+    )
     run = KernelRun()
     start = time.perf_counter()
     with client.setup_kernel():
         if pause_s:
-            setup = nbformat.v4.new_code_cell(PAUSE_CLOCK.replace("PAUSE_S",
-                                                                  repr(pause_s)))
+            setup = nbformat.v4.new_code_cell(
+                PAUSE_CLOCK.replace("PAUSE_S", repr(pause_s))
+            )
             client.nb = nbformat.v4.new_notebook(cells=[setup])
             client.execute_cell(setup, 0)
             if _error_of(setup):
@@ -174,9 +192,16 @@ def run_in_one_kernel(notebooks: Sequence, cwd: Path, pause_s: float = 0.0,
                     continue
                 t0 = time.perf_counter()
                 client.execute_cell(cell, index)
-                run.cells.append(CellRun(pass_no, index, _first_line(cell.source),
-                                         is_graded_test(cell), _error_of(cell),
-                                         time.perf_counter() - t0))
+                run.cells.append(
+                    CellRun(
+                        pass_no,
+                        index,
+                        _first_line(cell.source),
+                        is_graded_test(cell),
+                        _error_of(cell),
+                        time.perf_counter() - t0,
+                    )
+                )
     run.seconds = time.perf_counter() - start
     return run
 
@@ -209,15 +234,19 @@ def answer_wrongly(nb) -> int:
     count = 0
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader") or {}
-        if meta.get("solution") and cell.cell_type == "code" and STUB.search(
-                cell.source):
+        if (
+            meta.get("solution")
+            and cell.cell_type == "code"
+            and STUB.search(cell.source)
+        ):
             cell.source = STUB.sub(rf"\g<1>{WRONG_ANSWER}", cell.source)
             count += 1
     return count
 
 
-def unsolved_path(released: Path, pause_s: float = 0.0, then=None
-                  ) -> tuple[KernelRun, int, nbformat.NotebookNode]:
+def unsolved_path(
+    released: Path, pause_s: float = 0.0, then=None
+) -> tuple[KernelRun, int, nbformat.NotebookNode]:
     """Run a student edition with every exercise answered wrongly (``return None``),
     then untouched, in one kernel. ``then`` turns the wrongly answered notebook into
     the one run (the tests skip its optional parts, `core_path`: first, in a fresh
@@ -249,15 +278,23 @@ def unsolved_path_problems(run: KernelRun) -> list[str]:
         how = PASS_NAMES.get(c.pass_no, f"pass {c.pass_no}")
         where = f"cell {c.index} ({c.first_line!r}), exercises {how}"
         if c.graded and not c.error:
-            problems.append(f"{where}: the graded test cell passes, so it grades "
-                            "nothing")
-        elif c.graded and how == "answered wrongly" and \
-                not c.error.startswith("AssertionError"):
-            problems.append(f"{where}: {c.error}; a graded test cell must fail with "
-                            "the check's verdict (AssertionError), not crash or miss "
-                            "a name")
+            problems.append(
+                f"{where}: the graded test cell passes, so it grades nothing"
+            )
+        elif (
+            c.graded
+            and how == "answered wrongly"
+            and not c.error.startswith("AssertionError")
+        ):
+            problems.append(
+                f"{where}: {c.error}; a graded test cell must fail with "
+                "the check's verdict (AssertionError), not crash or miss "
+                "a name"
+            )
         elif not c.graded and c.error:
-            problems.append(f"{where}: {c.error}; only graded test cells may fail "
-                            "here: later cells must not use the student's function "
-                            "nor, on the core path, an optional part")
+            problems.append(
+                f"{where}: {c.error}; only graded test cells may fail "
+                "here: later cells must not use the student's function "
+                "nor, on the core path, an optional part"
+            )
     return problems

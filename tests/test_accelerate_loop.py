@@ -17,8 +17,7 @@ from amp_lessons.teaching.accelerate_loop import (  # noqa: E402
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_accelerate_matches_the_course_loop_bit_for_bit(precision, one_thread):
-    config = TrainConfig(device="cpu", precision=precision, num_steps=12,
-                         batch_size=32)
+    config = TrainConfig(device="cpu", precision=precision, num_steps=12, batch_size=32)
     ours = [r.loss for r in train(config).records]
     theirs = train_with_accelerate(config)
     assert theirs.losses == ours
@@ -42,15 +41,20 @@ def test_under_the_hood_autocast_inside_fp32_outside():
 
 
 def test_a_scaler_skip_shows_in_step_was_skipped():
-    assert skipped_step_demo(8.0) == {"skipped": True, "weights_unchanged": True,
-                                      "scale_before": 8.0, "scale_after": 4.0}
+    assert skipped_step_demo(8.0) == {
+        "skipped": True,
+        "weights_unchanged": True,
+        "scale_before": 8.0,
+        "scale_after": 4.0,
+    }
 
 
 def test_two_precisions_in_one_process_work_one_after_the_other():
     for precision in ("fp16", "bf16", "fp32"):
         with accelerator_for(precision, torch.device("cpu")) as accelerator:
-            assert accelerator.mixed_precision == {"fp32": "no"}.get(precision,
-                                                                      precision)
+            assert accelerator.mixed_precision == {"fp32": "no"}.get(
+                precision, precision
+            )
 
 
 def test_unknown_precision_and_accumulation_are_refused():

@@ -167,6 +167,8 @@ def test_autocast_rules_reads_each_devices_lists_with_or_without_the_device():
         assert softmax == row["softmax"].low_inputs_output
     assert not torch.is_autocast_enabled("cuda")
     assert not torch.is_autocast_enabled("cpu")
-    with pytest.raises(ValueError, match="autocast dtype must be"), \
-            ac.autocast_rules("cpu", FP32):
+    with (
+        pytest.raises(ValueError, match="autocast dtype must be"),
+        ac.autocast_rules("cpu", FP32),
+    ):
         pass

@@ -16,9 +16,17 @@ from amp_lessons.core.models import MLP
 from amp_lessons.core.precision import PRECISIONS
 from amp_lessons.measure import bench
 
-TINY = {"mlp": {"width": 32, "layers": 3, "batch": 8},
-        "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16,
-                        "batch": 2, "vocab_size": 32}}
+TINY = {
+    "mlp": {"width": 32, "layers": 3, "batch": 8},
+    "transformer": {
+        "n_layer": 1,
+        "n_head": 2,
+        "n_embd": 16,
+        "block_size": 16,
+        "batch": 2,
+        "vocab_size": 32,
+    },
+}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -30,8 +38,11 @@ def counted_flops(config, sizes):
     model, x, y, loss_fn, _ = bench.build(config, sizes, torch.device("cpu"))
     with FlopCounterMode(display=False) as counter:
         loss_fn(model(x), y).backward()
-    sdpa = sum(n for op, n in counter.get_flop_counts()["Global"].items()
-               if "attention" in str(op))
+    sdpa = sum(
+        n
+        for op, n in counter.get_flop_counts()["Global"].items()
+        if "attention" in str(op)
+    )
     return counter.get_total_flops(), sdpa
 
 
@@ -42,8 +53,14 @@ def test_mlp_flops_equal_torchs_flop_counter():
 
 
 def test_transformer_flops_equal_torchs_flop_counter_plus_attention():
-    sizes = {"n_layer": 2, "n_head": 2, "n_embd": 24, "block_size": 12, "batch": 3,
-             "vocab_size": 40}
+    sizes = {
+        "n_layer": 2,
+        "n_head": 2,
+        "n_embd": 24,
+        "block_size": 12,
+        "batch": 3,
+        "vocab_size": 40,
+    }
     total, sdpa = counted_flops("transformer", sizes)
     tokens, T, C, L = 3 * 12, 12, 24, 2
     attention = 3 * tokens * 4 * T * C * L  # QK^T and AV, forward and backward
@@ -51,12 +68,19 @@ def test_transformer_flops_equal_torchs_flop_counter_plus_attention():
     assert total - sdpa > 0
 
 
-@pytest.mark.parametrize("name, precision, expected", [
-    ("NVIDIA H200", "bf16", 989), ("NVIDIA H100 80GB HBM3", "tf32", 495),
-    ("NVIDIA H100 PCIe", "fp16", 756), ("NVIDIA A100-SXM4-40GB", "tf32", 156),
-    ("NVIDIA A100 80GB PCIe", "fp32", 19.5), ("NVIDIA L4", "bf16", 121),
-    ("Tesla T4", "fp16", 65), ("Tesla V100-SXM2-16GB", "tf32", 15.7),
-])
+@pytest.mark.parametrize(
+    "name, precision, expected",
+    [
+        ("NVIDIA H200", "bf16", 989),
+        ("NVIDIA H100 80GB HBM3", "tf32", 495),
+        ("NVIDIA H100 PCIe", "fp16", 756),
+        ("NVIDIA A100-SXM4-40GB", "tf32", 156),
+        ("NVIDIA A100 80GB PCIe", "fp32", 19.5),
+        ("NVIDIA L4", "bf16", 121),
+        ("Tesla T4", "fp16", 65),
+        ("Tesla V100-SXM2-16GB", "tf32", 15.7),
+    ],
+)
 def test_peak_tflops_by_gpu_name(name, precision, expected):
     assert bench.peak_tflops(name)[precision] == expected
 
@@ -80,9 +104,15 @@ def test_time_steps_stops_at_the_deadline_after_one_timed_step():
     assert len(bench.time_steps(step, "cpu", warmup=0, iters=4, deadline=far)) == 4
 
 
-@pytest.mark.parametrize("name, kind, momentum", [
-    ("adam", torch.optim.Adam, None), ("adamw", torch.optim.AdamW, None),
-    ("sgd", torch.optim.SGD, 0.0), ("sgd_momentum", torch.optim.SGD, 0.9)])
+@pytest.mark.parametrize(
+    "name, kind, momentum",
+    [
+        ("adam", torch.optim.Adam, None),
+        ("adamw", torch.optim.AdamW, None),
+        ("sgd", torch.optim.SGD, 0.0),
+        ("sgd_momentum", torch.optim.SGD, 0.9),
+    ],
+)
 def test_make_optimizer_keeps_the_state_memory_counts(name, kind, momentum):
     model = MLP((8, 8, 8))
     optimizer = bench.make_optimizer(name, model.parameters(), lr=0.5)
@@ -146,7 +176,8 @@ def test_cpu_threads_are_set_while_measuring_then_restored():
 def test_tiny_bench_has_every_config_and_precision(tiny_rows):
     rows = tiny_rows
     assert [(r["config"], r["precision"]) for r in rows] == [
-        (c, p) for c in bench.CONFIGS for p in PRECISIONS]
+        (c, p) for c in bench.CONFIGS for p in PRECISIONS
+    ]
     for r in rows:
         assert r["step_ms"] > 0 and len(r["times_ms"]) == 2
         assert r["peak_mem_bytes"] is None and r["mfu"] is None  # CPU: not tracked
@@ -159,8 +190,7 @@ def test_tiny_bench_has_every_config_and_precision(tiny_rows):
 
 def test_amp_keeps_more_bytes_for_the_mlp_and_fewer_for_the_transformer(tiny_rows):
     """Lesson 06's point: weight copies make AMP keep MORE for a small-batch MLP."""
-    act = {(r["config"], r["precision"]): r["activation_bytes"]
-           for r in tiny_rows}
+    act = {(r["config"], r["precision"]): r["activation_bytes"] for r in tiny_rows}
     for low in ("fp16", "bf16"):
         assert act["mlp", low] > act["mlp", "fp32"]
         assert act["transformer", low] < act["transformer", "fp32"]
@@ -169,8 +199,7 @@ def test_amp_keeps_more_bytes_for_the_mlp_and_fewer_for_the_transformer(tiny_row
 
 def test_activation_bytes_are_memory_modules_count(tiny_rows):
     model, x, *_ = bench.build("mlp", TINY["mlp"], torch.device("cpu"))
-    row = next(r for r in tiny_rows
-               if (r["config"], r["precision"]) == ("mlp", "bf16"))
+    row = next(r for r in tiny_rows if (r["config"], r["precision"]) == ("mlp", "bf16"))
     assert row["activation_bytes"] == activation_bytes(model, x, torch.bfloat16)
 
 
@@ -186,14 +215,31 @@ def test_table_shows_bytes_with_units_and_numbers_the_notes(tiny_rows):
 
 
 def test_ratios_are_against_the_same_configs_fp32():
-    rows = bench.add_ratios([
-        {"config": "a", "precision": "fp32", "step_ms": 10.0, "peak_mem_bytes": 100,
-         "activation_bytes": 40},
-        {"config": "a", "precision": "bf16", "step_ms": 4.0, "peak_mem_bytes": 60,
-         "activation_bytes": 20},
-        {"config": "b", "precision": "bf16", "step_ms": 1.0, "peak_mem_bytes": None,
-         "activation_bytes": 5},
-    ])
+    rows = bench.add_ratios(
+        [
+            {
+                "config": "a",
+                "precision": "fp32",
+                "step_ms": 10.0,
+                "peak_mem_bytes": 100,
+                "activation_bytes": 40,
+            },
+            {
+                "config": "a",
+                "precision": "bf16",
+                "step_ms": 4.0,
+                "peak_mem_bytes": 60,
+                "activation_bytes": 20,
+            },
+            {
+                "config": "b",
+                "precision": "bf16",
+                "step_ms": 1.0,
+                "peak_mem_bytes": None,
+                "activation_bytes": 5,
+            },
+        ]
+    )
     assert rows[1]["speedup_vs_fp32"] == 2.5
     assert rows[1]["peak_mem_ratio_vs_fp32"] == 0.6
     assert rows[1]["activation_ratio_vs_fp32"] == 0.5
@@ -202,9 +248,17 @@ def test_ratios_are_against_the_same_configs_fp32():
 
 # -- GPU -----------------------------------------------------------------------------
 
-GPU_MID = {"mlp": {"width": 4096, "layers": 3, "batch": 512},
-           "transformer": {"n_layer": 4, "n_head": 8, "n_embd": 512,
-                           "block_size": 512, "batch": 16, "vocab_size": 4096}}
+GPU_MID = {
+    "mlp": {"width": 4096, "layers": 3, "batch": 512},
+    "transformer": {
+        "n_layer": 4,
+        "n_head": 8,
+        "n_embd": 512,
+        "block_size": 512,
+        "batch": 16,
+        "vocab_size": 4096,
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -255,8 +309,9 @@ def test_tf32_mode_really_changes_cuda_matmuls():
 
 
 def test_measure_speed_memory_counts_memory_exactly_and_times_each_precision():
-    rows = bench.measure_speed_memory(16, 4, ("fp32", "bf16"), iters=2,
-                                      optimizer="sgd_momentum")
+    rows = bench.measure_speed_memory(
+        16, 4, ("fp32", "bf16"), iters=2, optimizer="sgd_momentum"
+    )
     assert [r["precision"] for r in rows] == ["fp32", "bf16"]
     model = MLP((16,) * 4)
     x = torch.randn(4, 16)
@@ -269,18 +324,20 @@ def test_measure_speed_memory_counts_memory_exactly_and_times_each_precision():
         assert len(row["times_ms"]) == 2 and row["step_ms"] > 0
         assert row["peak_mem_bytes"] is None  # CPU: not tracked
     # a spent budget: each precision still gets its warm-up and ONE timed step
-    rows = bench.measure_speed_memory(16, 4, ("fp32", "bf16"), iters=3,
-                                      budget_ms=0)
+    rows = bench.measure_speed_memory(16, 4, ("fp32", "bf16"), iters=3, budget_ms=0)
     assert [len(r["times_ms"]) for r in rows] == [1, 1]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"width": 0}, "width must be a positive int"),
-    ({"warmup": -1}, "warmup must be an int >= 0"),
-    ({"precisions": ()}, "no precision chosen"),
-    ({"precisions": ("fp8",)}, "unknown precision"),
-    ({"optimizer": "lion"}, "unknown optimizer 'lion'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"width": 0}, "width must be a positive int"),
+        ({"warmup": -1}, "warmup must be an int >= 0"),
+        ({"precisions": ()}, "no precision chosen"),
+        ({"precisions": ("fp8",)}, "unknown precision"),
+        ({"optimizer": "lion"}, "unknown optimizer 'lion'"),
+    ],
+)
 def test_measure_speed_memory_refuses_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
         bench.measure_speed_memory(**kwargs)

@@ -47,12 +47,14 @@ def test_a_capable_gpu_with_torchao_gets_fp8_by_default(monkeypatch):
 
 def test_run_bench_skips_fp8_with_its_reason():
     skipped = []
-    assert bench.run_bench("cpu", ["mlp"], ["fp8"], {"mlp": TINY_MLP}, 0, 1,
-                           skipped) == []
+    assert (
+        bench.run_bench("cpu", ["mlp"], ["fp8"], {"mlp": TINY_MLP}, 0, 1, skipped) == []
+    )
     assert "compute capability 8.9" in skipped[0]["reason"]
     skipped = []
-    rows = bench.run_bench("cpu", ["mlp"], ["fp32", "fp8"], {"mlp": TINY_MLP}, 0, 1,
-                           skipped)
+    rows = bench.run_bench(
+        "cpu", ["mlp"], ["fp32", "fp8"], {"mlp": TINY_MLP}, 0, 1, skipped
+    )
     assert [r["precision"] for r in rows] == ["fp32"]
     assert [s["precision"] for s in skipped] == ["fp8"]
     with pytest.raises(ValueError, match="unknown precision 'fp4'.*fp8"):
@@ -73,8 +75,9 @@ def test_the_fp8_row_is_built_like_the_others_keeping_the_ends(monkeypatch):
 
     def emulated(model):
         out = real(model)
-        converted.extend(n for n, m in out.named_modules()
-                         if type(m).__name__ == "Float8Linear")
+        converted.extend(
+            n for n, m in out.named_modules() if type(m).__name__ == "Float8Linear"
+        )
         return out
 
     monkeypatch.setattr(bench_fp8, "prepare_fp8", emulated)
@@ -82,8 +85,13 @@ def test_the_fp8_row_is_built_like_the_others_keeping_the_ends(monkeypatch):
     assert converted == ["net.2"]  # of net.0, net.2, net.4: the ends stay bf16
     assert row["precision"] == "fp8" and row["note"] == bench_fp8.FP8_NOTE
     assert row["mfu"] is None and row["step_ms"] > 0 and row["activation_bytes"] > 0
-    report = {"device": "cuda", "torch": torch.__version__, "date": "2026-01-01",
-              "command": "test", "results": bench.add_ratios([row])}
+    report = {
+        "device": "cuda",
+        "torch": torch.__version__,
+        "date": "2026-01-01",
+        "command": "test",
+        "results": bench.add_ratios([row]),
+    }
     bench_results.validate_report(report)  # a results file may hold fp8 rows
 
 
@@ -91,8 +99,14 @@ def test_the_fp8_row_is_built_like_the_others_keeping_the_ends(monkeypatch):
 def test_fp8_row_on_a_real_gpu():
     if bench_fp8.fp8_unavailable("cuda"):
         pytest.skip(bench_fp8.fp8_unavailable("cuda"))
-    rows = bench.run_bench("cuda", ["mlp"], ["bf16", "fp8"],
-                           {"mlp": {"width": 2048, "layers": 3, "batch": 2048}}, 3, 5)
+    rows = bench.run_bench(
+        "cuda",
+        ["mlp"],
+        ["bf16", "fp8"],
+        {"mlp": {"width": 2048, "layers": 3, "batch": 2048}},
+        3,
+        5,
+    )
     fp8 = next(r for r in rows if r["precision"] == "fp8")
     assert fp8["peak_mem_bytes"] > 0 and fp8["step_ms"] > 0
 

@@ -17,8 +17,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 @pytest.fixture(scope="module")
 def tiny_report():
-    return bench_results.bench_report("cpu", configs=("mlp",), sizes=TINY, warmup=1,
-                                      iters=2, command="pytest tiny bench")
+    return bench_results.bench_report(
+        "cpu",
+        configs=("mlp",),
+        sizes=TINY,
+        warmup=1,
+        iters=2,
+        command="pytest tiny bench",
+    )
 
 
 def test_results_file_round_trip_and_schema(tiny_report, tmp_path):
@@ -37,15 +43,21 @@ def test_results_file_round_trip_and_schema(tiny_report, tmp_path):
     assert list(tmp_path.iterdir()) == [path]
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda r: r.pop("torch"), "missing top-level key 'torch'"),
-    (lambda r: r["results"].clear(), "'results' is empty"),
-    (lambda r: r["results"][0].pop("step_ms"), r"results\[0\] lacks 'step_ms'"),
-    (lambda r: r["results"][1].update(precision="fp64"), "unknown precision 'fp64'"),
-    (lambda r: r["results"][2].update(step_ms="fast"), "not of the expected type"),
-    (lambda r: r["results"][2].update(activation_bytes=1.5), "not of the expected"),
-    (lambda r: r["results"][0].update(step_ms=0), "step_ms must be > 0"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda r: r.pop("torch"), "missing top-level key 'torch'"),
+        (lambda r: r["results"].clear(), "'results' is empty"),
+        (lambda r: r["results"][0].pop("step_ms"), r"results\[0\] lacks 'step_ms'"),
+        (
+            lambda r: r["results"][1].update(precision="fp64"),
+            "unknown precision 'fp64'",
+        ),
+        (lambda r: r["results"][2].update(step_ms="fast"), "not of the expected type"),
+        (lambda r: r["results"][2].update(activation_bytes=1.5), "not of the expected"),
+        (lambda r: r["results"][0].update(step_ms=0), "step_ms must be > 0"),
+    ],
+)
 def test_load_results_names_what_is_wrong(tiny_report, tmp_path, damage, message):
     report = json.loads(json.dumps(tiny_report))
     damage(report)
@@ -69,10 +81,12 @@ def test_load_results_refuses_a_file_that_is_not_json(tmp_path):
 
 def test_recorded_results_reads_every_bench_file(tiny_report, tmp_path):
     bench_results.save_results(
-        tiny_report, tmp_path / bench_results.results_filename("NVIDIA H200"))
+        tiny_report, tmp_path / bench_results.results_filename("NVIDIA H200")
+    )
     (tmp_path / "other.json").write_text("{}")  # not a bench_*.json: not read
     assert [r["command"] for r in bench_results.recorded_results(tmp_path)] == [
-        "pytest tiny bench"]
+        "pytest tiny bench"
+    ]
     assert bench_results.recorded_results(tmp_path / "empty") == []
     assert bench_results.results_filename("NVIDIA H200") == "bench_h200.json"
     name = "NVIDIA A100-SXM4-80GB"
@@ -99,18 +113,25 @@ def test_lesson_06_reads_the_repos_results_folder():
     assert len(bench_results.recorded_results()) == len(REPO_FILES)
 
 
-NO_FILES = pytest.param(None, id="none", marks=pytest.mark.skip(
-    reason="no bench_*.json recorded in notebooks/results yet: no file to validate"))
+NO_FILES = pytest.param(
+    None,
+    id="none",
+    marks=pytest.mark.skip(
+        reason="no bench_*.json recorded in notebooks/results yet: no file to validate"
+    ),
+)
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in REPO_FILES]
-                         or [NO_FILES])
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, id=p.name) for p in REPO_FILES] or [NO_FILES]
+)
 def test_every_results_file_in_the_repo_is_valid(path):
     report = bench_results.load_results(path)  # the schema, or a ValueError
     assert report["device"] == "cuda" and report["gpu"]
     assert path.name == bench_results.results_filename(report["device_name"])
-    assert report["command"].startswith(("python -m amp_lessons bench",
-                                         "python -m amp_lessons gpu-check"))
+    assert report["command"].startswith(
+        ("python -m amp_lessons bench", "python -m amp_lessons gpu-check")
+    )
 
 
 def test_results_dir_is_the_clones_and_falls_back_to_the_working_folder(
@@ -118,7 +139,10 @@ def test_results_dir_is_the_clones_and_falls_back_to_the_working_folder(
 ):
     assert bench_results.find_results_dir() == bench_results.RESULTS_DIR
     assert bench_results.RESULTS_DIR.parts[-2:] == ("notebooks", "results")
-    monkeypatch.setattr(bench_results, "__file__", str(
-        tmp_path / "site" / "amp_lessons" / "measure" / "bench_results.py"))
+    monkeypatch.setattr(
+        bench_results,
+        "__file__",
+        str(tmp_path / "site" / "amp_lessons" / "measure" / "bench_results.py"),
+    )
     monkeypatch.chdir(tmp_path)
     assert bench_results.find_results_dir() == tmp_path / "results"

@@ -67,8 +67,10 @@ def widget_notebooks() -> list[Path]:
     found = []
     for path in LESSONS:
         nb = nbformat.read(path, as_version=4)
-        if any(cell.cell_type == "code" and WIDGET_USE.search(cell.source)
-               for cell in nb.cells):
+        if any(
+            cell.cell_type == "code" and WIDGET_USE.search(cell.source)
+            for cell in nb.cells
+        ):
             found.append(path)
     return found
 
@@ -123,10 +125,15 @@ FIXTURE_CELLS = {"redraw": 2, "noop": 3, "raise": 4}  # mode -> cell index
 
 def write_fixture(folder: Path) -> Path:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_markdown_cell("# Browser-test fixture"),
-                nbformat.v4.new_code_cell(FIXTURE_CODE)]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Browser-test fixture"),
+        nbformat.v4.new_code_cell(FIXTURE_CODE),
+    ]
     nb.cells += [nbformat.v4.new_code_cell(f'panel("{m}")') for m in FIXTURE_CELLS]
     path = folder / "widget_fixture.ipynb"
     nbformat.write(nb, path)
@@ -134,6 +141,7 @@ def write_fixture(folder: Path) -> Path:
 
 
 # --- fixtures --------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def browser():
@@ -168,8 +176,9 @@ def shut_down_kernels(lab) -> None:
     with urllib.request.urlopen(request, timeout=30) as response:
         kernels = json.load(response)
     for kernel in kernels:
-        request = urllib.request.Request(lab.url(f"/api/kernels/{kernel['id']}"),
-                                         headers=lab.auth, method="DELETE")
+        request = urllib.request.Request(
+            lab.url(f"/api/kernels/{kernel['id']}"), headers=lab.auth, method="DELETE"
+        )
         urllib.request.urlopen(request, timeout=30).close()
 
 
@@ -184,12 +193,15 @@ def latency_summary(moves: list[Move]) -> str:
     if not times:
         return "no redraw timed"
     within = sum(t <= GOAL_MS for t in times)
-    return (f"redraw latency over {len(times)} moves: median "
-            f"{statistics.median(times):.0f} ms, max {max(times):.0f} ms, "
-            f"{within}/{len(times)} within the {GOAL_MS} ms goal")
+    return (
+        f"redraw latency over {len(times)} moves: median "
+        f"{statistics.median(times):.0f} ms, max {max(times):.0f} ms, "
+        f"{within}/{len(times)} within the {GOAL_MS} ms goal"
+    )
 
 
 # --- the detector on the fixture ------------------------------------------------
+
 
 def test_fixture_widgets_redraw(fixture_page, shots, capsys):
     page, off_machine = fixture_page
@@ -198,8 +210,10 @@ def test_fixture_widgets_redraw(fixture_page, shots, capsys):
     assert cells == list(FIXTURE_CELLS.values())
     moves = exercise_cell(page, FIXTURE_CELLS["redraw"])
     screenshot_cell(page, FIXTURE_CELLS["redraw"], shots / "fixture_cell.png")
-    report(capsys, [str(m) for m in moves] + [latency_summary(moves),
-                                               f"screenshots: {shots}"])
+    report(
+        capsys,
+        [str(m) for m in moves] + [latency_summary(moves), f"screenshots: {shots}"],
+    )
     assert [m.kind for m in moves] == ["slider", "slider", "dropdown", "dropdown"]
     assert_redrew(moves, MAX_REDRAW_MS)
     assert all(m.numbers_changed for m in moves)  # "first peak at t = ..." updates
@@ -235,7 +249,8 @@ def test_the_courses_widget_notebooks_are_all_covered():
     # renamed) would otherwise drop out of the browser test unnoticed
     covered = {p.stem for p in widget_notebooks()}
     assert COURSE_WIDGET_NOTEBOOKS <= covered, (
-        f"not found or showing no widget: {sorted(COURSE_WIDGET_NOTEBOOKS - covered)}")
+        f"not found or showing no widget: {sorted(COURSE_WIDGET_NOTEBOOKS - covered)}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -243,8 +258,9 @@ def course_lab():
     require_browser()
     with running_lab() as lab:
         settings = lab.url("/lab/api/settings/@jupyterlab/docmanager-extension:plugin")
-        with urllib.request.urlopen(urllib.request.Request(settings, headers=lab.auth),
-                                    timeout=30) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(settings, headers=lab.auth), timeout=30
+        ) as response:
             autosave = json.load(response)["settings"]["autosave"]
         assert autosave is False, "autosave must be off before opening the course"
         yield lab
@@ -258,8 +274,11 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
     try:
         log_start = len(course_lab.log())
         # a workspace of its own: JupyterLab would otherwise reopen the last notebook
-        page.goto(course_lab.url(f"/lab/workspaces/{path.stem}/tree/{path.name}",
-                                 with_token=True))
+        page.goto(
+            course_lab.url(
+                f"/lab/workspaces/{path.stem}/tree/{path.name}", with_token=True
+            )
+        )
         run_s = open_and_run(page, code_cell_count(path))
         page.screenshot(path=shots / f"{path.stem}_after_run.png")
         assert not error_outputs(page), "\n".join(error_outputs(page))
@@ -272,7 +291,8 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
             screenshot_cell(page, index, shots / f"{name}_before.png")
             # what a student sees at 1280 x 800, the widget scrolled to the top
             page.locator(".jp-Notebook .jp-Cell").nth(index).evaluate(
-                "(e) => e.scrollIntoView({block: 'start'})")
+                "(e) => e.scrollIntoView({block: 'start'})"
+            )
             page.screenshot(path=shots / f"{name}_viewport.png")
             runs = [exercise_cell(page, index) for _ in range(REPEATS)]
             moves += [m for run in runs for m in run]
@@ -282,19 +302,28 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
         warnings = [t[:300] for t in stderr_texts(page)]
         kernel_log = course_lab.log()[log_start:]
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        report(capsys, [f"{path.name}: ran in {run_s:.1f} s, widgets exercised in "
-                        f"{time.monotonic() - start:.1f} s (load {load} on "
-                        f"{os.cpu_count()} cores)"]
-               + [str(m) for m in moves] + [f"all: {latency_summary(moves)}",
-                                            f"fastest of {REPEATS}: "
-                                            f"{latency_summary(fastest)}"]
-               + [f"layout: {p}" for p in layout]
-               + [f"stderr shown: {w!r}" for w in warnings]
-               + [f"screenshots: {shots}"])
+        report(
+            capsys,
+            [
+                f"{path.name}: ran in {run_s:.1f} s, widgets exercised in "
+                f"{time.monotonic() - start:.1f} s (load {load} on "
+                f"{os.cpu_count()} cores)"
+            ]
+            + [str(m) for m in moves]
+            + [
+                f"all: {latency_summary(moves)}",
+                f"fastest of {REPEATS}: {latency_summary(fastest)}",
+            ]
+            + [f"layout: {p}" for p in layout]
+            + [f"stderr shown: {w!r}" for w in warnings]
+            + [f"screenshots: {shots}"],
+        )
         assert_redrew(moves, MAX_REDRAW_MS)
         slow = [str(m) for m in fastest if (m.plot_ms or 0) > GOAL_MS]
-        assert not slow, (f"redraws slower than {GOAL_MS} ms even at their fastest of "
-                          f"{REPEATS} (load {load}):\n" + "\n".join(slow))
+        assert not slow, (
+            f"redraws slower than {GOAL_MS} ms even at their fastest of "
+            f"{REPEATS} (load {load}):\n" + "\n".join(slow)
+        )
         assert not off_machine, f"the page fetched from off this machine: {off_machine}"
         assert "Traceback" not in kernel_log, kernel_log[-3000:]
         assert not layout, "hard to read at 1280 x 800:\n" + "\n".join(layout)

@@ -95,13 +95,17 @@ def test_a_huge_int_is_a_wrong_answer_not_an_overflow_error(name, capsys):
     assert "FAIL" in out and "hint:" in out and err == ""
 
 
-@pytest.mark.parametrize(("check", "answer"), [
-    (checks.check_clinic_diagnosis, lambda symptom: ["fp16_overflow"]),
-    (checks.check_quick_check, lambda: {"autocast_scope": ["b"]}),
-    (checks.check_autocast_dtypes, lambda: {"matmul(x, w)": [torch.bfloat16]}),
-    (checks.check_amp_step_order, lambda: [["zero_grad"]] * 7),
-    (checks.check_memory_budget, lambda n: {"fp32": [4 * n], "amp": {}}),
-], ids=["clinic", "quiz", "autocast", "step_order", "memory"])
+@pytest.mark.parametrize(
+    ("check", "answer"),
+    [
+        (checks.check_clinic_diagnosis, lambda symptom: ["fp16_overflow"]),
+        (checks.check_quick_check, lambda: {"autocast_scope": ["b"]}),
+        (checks.check_autocast_dtypes, lambda: {"matmul(x, w)": [torch.bfloat16]}),
+        (checks.check_amp_step_order, lambda: [["zero_grad"]] * 7),
+        (checks.check_memory_budget, lambda n: {"fp32": [4 * n], "amp": {}}),
+    ],
+    ids=["clinic", "quiz", "autocast", "step_order", "memory"],
+)
 def test_unhashable_answers_are_wrong_answers(check, answer, capsys):
     with pytest.raises(AssertionError, match="cases failed"):
         check(answer)
@@ -117,12 +121,19 @@ class AlwaysEqual:
 
 
 @pytest.mark.parametrize("hidden", [False, True], ids=["visible", "hidden"])
-@pytest.mark.parametrize(("check", "answer"), [
-    (checks.check_clinic_diagnosis, lambda symptom: AlwaysEqual()),
-    (checks.check_quick_check, lambda: {q: AlwaysEqual() for q in QUESTIONS}),
-    (checks.check_autocast_dtypes, lambda: dict.fromkeys(AUTOCAST_OPS, AlwaysEqual())),
-    (checks.check_amp_step_order, lambda: [AlwaysEqual()] * 7),
-], ids=["clinic", "quiz", "autocast", "step_order"])
+@pytest.mark.parametrize(
+    ("check", "answer"),
+    [
+        (checks.check_clinic_diagnosis, lambda symptom: AlwaysEqual()),
+        (checks.check_quick_check, lambda: {q: AlwaysEqual() for q in QUESTIONS}),
+        (
+            checks.check_autocast_dtypes,
+            lambda: dict.fromkeys(AUTOCAST_OPS, AlwaysEqual()),
+        ),
+        (checks.check_amp_step_order, lambda: [AlwaysEqual()] * 7),
+    ],
+    ids=["clinic", "quiz", "autocast", "step_order"],
+)
 def test_an_object_equal_to_everything_never_passes(check, answer, hidden, capsys):
     # the hidden cases have no "all answered" row: they used to pass it
     with pytest.raises(AssertionError, match="cases failed"):
@@ -152,20 +163,28 @@ def test_wrong_arity_says_the_check_could_not_call_it(capsys):
 
 
 NOTEBOOK_STATES = {
-    "grad disabled": (lambda: torch.set_grad_enabled(False),
-                      lambda: torch.set_grad_enabled(True)),
-    "default float64": (lambda: torch.set_default_dtype(torch.float64),
-                        lambda: torch.set_default_dtype(torch.float32)),
+    "grad disabled": (
+        lambda: torch.set_grad_enabled(False),
+        lambda: torch.set_grad_enabled(True),
+    ),
+    "default float64": (
+        lambda: torch.set_default_dtype(torch.float64),
+        lambda: torch.set_default_dtype(torch.float32),
+    ),
 }
 
 
 @pytest.mark.parametrize("state", NOTEBOOK_STATES)
-@pytest.mark.parametrize(("check", "reference"), [
-    (checks.check_memory_budget, memory_budget),
-    (checks.check_amp_step_order, amp_step_order),
-    (checks.check_amp_train_step, amp_train_step),
-    (checks.check_autocast_dtypes, predict_autocast_dtypes),
-], ids=["memory_budget", "amp_step_order", "amp_train_step", "autocast"])
+@pytest.mark.parametrize(
+    ("check", "reference"),
+    [
+        (checks.check_memory_budget, memory_budget),
+        (checks.check_amp_step_order, amp_step_order),
+        (checks.check_amp_train_step, amp_train_step),
+        (checks.check_autocast_dtypes, predict_autocast_dtypes),
+    ],
+    ids=["memory_budget", "amp_step_order", "amp_train_step", "autocast"],
+)
 def test_what_the_notebook_set_before_does_not_change_the_grade(
     check, reference, state, capsys
 ):

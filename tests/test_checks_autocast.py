@@ -17,8 +17,11 @@ from amp_lessons.teaching.checks import autocast as graders
 
 # --- known-wrong answers, each with a fragment of the hint it must get ------------
 
-CUDA_ONLY_FP32 = ("softmax(linear(x, w))", "sum(linear(x, w))",
-                  "layer_norm(linear(x, w))")
+CUDA_ONLY_FP32 = (
+    "softmax(linear(x, w))",
+    "sum(linear(x, w))",
+    "layer_norm(linear(x, w))",
+)
 
 
 def autocast_cuda_lists_on_the_cpu():
@@ -36,8 +39,10 @@ def autocast_cpu_lists_on_cuda():
 
 
 def autocast_everything_low():
-    return {"cpu": {name: torch.bfloat16 for name in AUTOCAST_OPS},
-            "cuda": {name: torch.float16 for name in AUTOCAST_OPS}}
+    return {
+        "cpu": {name: torch.bfloat16 for name in AUTOCAST_OPS},
+        "cuda": {name: torch.float16 for name in AUTOCAST_OPS},
+    }
 
 
 def autocast_bf16_on_cuda():
@@ -47,8 +52,10 @@ def autocast_bf16_on_cuda():
 
 
 def autocast_strings():
-    return {device: {n: str(d).removeprefix("torch.") for n, d in answers.items()}
-            for device, answers in predict_autocast_dtypes().items()}
+    return {
+        device: {n: str(d).removeprefix("torch.") for n, d in answers.items()}
+        for device, answers in predict_autocast_dtypes().items()
+    }
 
 
 def autocast_one_device_only():
@@ -61,8 +68,11 @@ CASES = {
         check_autocast_dtypes,
         predict_autocast_dtypes,
         [
-            (autocast_cuda_lists_on_the_cpu, True,
-             "the CPU and CUDA lists differ, which is why"),
+            (
+                autocast_cuda_lists_on_the_cpu,
+                True,
+                "the CPU and CUDA lists differ, which is why",
+            ),
             (autocast_cpu_lists_on_cuda, True, "(the CPU and CUDA lists differ)"),
             (autocast_everything_low, False, "runs in the dtype of its input"),
             (autocast_everything_low, False, "ops it will not run in low precision"),
@@ -84,14 +94,21 @@ CASES = {
 
 
 def test_autocast_expectations_are_read_live_and_mix_dtypes():
-    dtypes = {device: {name: graders._autocast_dtypes(name, device)[0]
-                       for name in AUTOCAST_OPS} for device in graders.AUTOCAST_DEVICES}
+    dtypes = {
+        device: {
+            name: graders._autocast_dtypes(name, device)[0] for name in AUTOCAST_OPS
+        }
+        for device in graders.AUTOCAST_DEVICES
+    }
     assert dtypes == predict_autocast_dtypes()  # this torch's CPU and CUDA lists
     assert dtypes["cpu"]["matmul(x, w)"] is torch.bfloat16
     assert dtypes["cuda"]["matmul(x, w)"] is torch.float16
     assert dtypes["cpu"]["mse_loss(linear(x, w), linear(y, w))"] is torch.float32
-    differ = [n for n in AUTOCAST_OPS if (dtypes["cpu"][n] is torch.float32)
-              != (dtypes["cuda"][n] is torch.float32)]
+    differ = [
+        n
+        for n in AUTOCAST_OPS
+        if (dtypes["cpu"][n] is torch.float32) != (dtypes["cuda"][n] is torch.float32)
+    ]
     assert differ == list(CUDA_ONLY_FP32)  # the lists differ, on these three
 
 
@@ -109,7 +126,10 @@ def test_visible_table_never_prints_the_right_dtype(capsys):
         check_autocast_dtypes(autocast_everything_low)  # wrong wherever float32 is
     out = capsys.readouterr().out
     assert "float32" not in out
-    rows = [line for line in out.splitlines()
-            if line.strip().startswith(("cpu: ", "cuda: "))]
+    rows = [
+        line
+        for line in out.splitlines()
+        if line.strip().startswith(("cpu: ", "cuda: "))
+    ]
     assert rows and all("(not shown)" in line for line in rows)
     assert "you said bfloat16" in out

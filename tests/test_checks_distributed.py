@@ -87,10 +87,22 @@ def test_a_float_with_the_right_value_passes(capsys):
     assert "all 7 cases passed" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("answer", [
-    None, "160", True, float("nan"), float("inf"), -1, 1e300, [160], {"bytes": 160},
-    object(),
-], ids=lambda a: "object()" if type(a) is object else repr(a))  # the same id in
+@pytest.mark.parametrize(
+    "answer",
+    [
+        None,
+        "160",
+        True,
+        float("nan"),
+        float("inf"),
+        -1,
+        1e300,
+        [160],
+        {"bytes": 160},
+        object(),
+    ],
+    ids=lambda a: "object()" if type(a) is object else repr(a),
+)  # the same id in
 # every pytest-xdist worker: a default object's repr holds its address
 def test_any_odd_return_value_is_a_failed_case_never_a_crash(answer, capsys):
     with pytest.raises(AssertionError, match="cases failed"):
@@ -99,8 +111,9 @@ def test_any_odd_return_value_is_a_failed_case_never_a_crash(answer, capsys):
     assert "FAIL" in out and err == ""
 
 
-@pytest.mark.parametrize("exc", [ZeroDivisionError, KeyError, TypeError,
-                                 RecursionError, ArithmeticError])
+@pytest.mark.parametrize(
+    "exc", [ZeroDivisionError, KeyError, TypeError, RecursionError, ArithmeticError]
+)
 def test_any_exception_is_a_failed_case_with_its_name(exc, capsys):
     def raises(*args):
         raise exc("boom")

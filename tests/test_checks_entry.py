@@ -36,8 +36,9 @@ def _step_ending(tail):
 
 # --- reference solutions (copy into the solution cells) -------------------------
 
-amp_step = _step_ending(lambda loss, opt, scaler: (scaler.scale(loss).backward(),
-                                                   scaler.step(opt)))
+amp_step = _step_ending(
+    lambda loss, opt, scaler: (scaler.scale(loss).backward(), scaler.step(opt))
+)
 
 
 def quiz_answers():
@@ -47,19 +48,33 @@ def quiz_answers():
 # --- known-wrong answers, each with a fragment of the hint it must get ------------
 
 the_broken_step = _step_ending(lambda loss, opt, scaler: (loss.backward(), opt.step()))
-unscaled_backward = _step_ending(lambda loss, opt, scaler: (loss.backward(),
-                                                            scaler.step(opt)))
-optimizer_step = _step_ending(lambda loss, opt, scaler: (scaler.scale(loss).backward(),
-                                                         opt.step()))
+unscaled_backward = _step_ending(
+    lambda loss, opt, scaler: (loss.backward(), scaler.step(opt))
+)
+optimizer_step = _step_ending(
+    lambda loss, opt, scaler: (scaler.scale(loss).backward(), opt.step())
+)
 unscale_then_optimizer_step = _step_ending(
-    lambda loss, opt, scaler: (scaler.scale(loss).backward(), scaler.unscale_(opt),
-                               opt.step()))
+    lambda loss, opt, scaler: (
+        scaler.scale(loss).backward(),
+        scaler.unscale_(opt),
+        opt.step(),
+    )
+)
 step_twice = _step_ending(
-    lambda loss, opt, scaler: (scaler.scale(loss).backward(), scaler.step(opt),
-                               scaler.step(opt)))
+    lambda loss, opt, scaler: (
+        scaler.scale(loss).backward(),
+        scaler.step(opt),
+        scaler.step(opt),
+    )
+)
 backward_twice = _step_ending(
-    lambda loss, opt, scaler: (scaler.scale(loss).backward(retain_graph=True),
-                               scaler.scale(loss).backward(), scaler.step(opt)))
+    lambda loss, opt, scaler: (
+        scaler.scale(loss).backward(retain_graph=True),
+        scaler.scale(loss).backward(),
+        scaler.step(opt),
+    )
+)
 
 
 def quiz_one_wrong():
@@ -162,8 +177,11 @@ def test_every_wrong_letter_pair_fails():
 
 def test_notebook_grades_both_exercises():
     cells = json.loads(NOTEBOOK.read_text())["cells"]
-    graded = ["".join(c["source"]) for c in cells
-              if c["metadata"].get("nbgrader", {}).get("grade")]
+    graded = [
+        "".join(c["source"])
+        for c in cells
+        if c["metadata"].get("nbgrader", {}).get("grade")
+    ]
     assert len(graded) == 2
     assert "_checks.check_entry_amp_step(amp_step)" in graded[0]
     assert "_checks.check_entry_quiz(quiz_answers)" in graded[1]

@@ -21,8 +21,6 @@ from amp_lessons.teaching.checks._engine import same_float
 # uses too)
 
 
-
-
 def round_to_fp16(x):
     if math.isnan(x) or math.isinf(x) or x == 0:
         return x

@@ -109,8 +109,11 @@ CASES = {
 }
 OTHER_CORRECT = [(check_fp8_cast, in_float32_with_a_float_scale, "float32-and-float")]
 
-(test_reference_passes, test_wrong_answer_rejected_with_hint,
- test_stub_is_not_attempted) = grader_tests(CASES)
+(
+    test_reference_passes,
+    test_wrong_answer_rejected_with_hint,
+    test_stub_is_not_attempted,
+) = grader_tests(CASES)
 test_other_correct_answers_pass = other_correct_test(OTHER_CORRECT)
 
 
@@ -121,9 +124,13 @@ def test_cases_cover_both_formats_a_stale_amax_and_zeros(hidden):
     assert any(given is not None for *_, given in cases)
     assert any(not x.any() for _, x, _, _ in cases)
     saturating = [
-        label for label, x, dtype, given in cases if given is not None
-        and (x.float().abs() * scale_from_amax(given, dtype)
-             > torch.finfo(dtype).max).any()]
+        label
+        for label, x, dtype, given in cases
+        if given is not None
+        and (
+            x.float().abs() * scale_from_amax(given, dtype) > torch.finfo(dtype).max
+        ).any()
+    ]
     assert saturating  # a stale amax that x exceeds: the clamp matters
 
 
@@ -131,5 +138,6 @@ def test_expected_answers_are_the_lessons_module():
     x = torch.tensor([0.1, -0.3, 1.75])
     data, scale = to_fp8_tensorwise(x)
     assert scale.item() == 256.0 and torch.equal(
-        data.float(), cast_to_fp8(x, torch.tensor(256.0)).float())
+        data.float(), cast_to_fp8(x, torch.tensor(256.0)).float()
+    )
     assert data.float().tolist() == [26.0, -80.0, 448.0]

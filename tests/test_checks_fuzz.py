@@ -144,9 +144,23 @@ def _raiser(exc: BaseException):
 
 def liar(exc: BaseException) -> object:
     """An object whose every special method raises `exc`."""
-    names = ("__repr__", "__str__", "__float__", "__int__", "__index__", "__bool__",
-             "__len__", "__iter__", "__getitem__", "__eq__", "__hash__", "__lt__",
-             "__format__", "__abs__", "__contains__")
+    names = (
+        "__repr__",
+        "__str__",
+        "__float__",
+        "__int__",
+        "__index__",
+        "__bool__",
+        "__len__",
+        "__iter__",
+        "__getitem__",
+        "__eq__",
+        "__hash__",
+        "__lt__",
+        "__format__",
+        "__abs__",
+        "__contains__",
+    )
     return type("Liar", (), {n: _raiser(exc) for n in names})()
 
 
@@ -171,37 +185,73 @@ def keyed(value) -> dict:
 
 nan, inf = math.nan, math.inf
 VALUES = {
-    "None": None, "huge int": 10**400, "-huge int": -(10**400),
-    "unprintable int": 10**5000, "nan": nan, "inf": inf, "-inf": -inf, "True": True,
-    "zero": 0, "empty str": "", "some str": "b", "empty list": [], "empty dict": {},
-    "empty tuple": (), "list of None": [None] * 7, "nested list": [[]],
-    "dict of lists": {"a": [1]}, "set": set(), "object": object(),
-    "always equal": AlwaysEqual(), "equal str": EqualStr("?"),
-    "equal float": EqualFloat(nan), "equal int": EqualInt(3),
-    "everything dict": EverythingDict(), "everything list": EverythingList(),
-    "liar": liar(RuntimeError("liar")), "exiting liar": liar(SystemExit(3)),
-    "nan pair": (nan, nan), "huge pair": (10**400, 10**400), "inf tracker": (1.0, inf),
+    "None": None,
+    "huge int": 10**400,
+    "-huge int": -(10**400),
+    "unprintable int": 10**5000,
+    "nan": nan,
+    "inf": inf,
+    "-inf": -inf,
+    "True": True,
+    "zero": 0,
+    "empty str": "",
+    "some str": "b",
+    "empty list": [],
+    "empty dict": {},
+    "empty tuple": (),
+    "list of None": [None] * 7,
+    "nested list": [[]],
+    "dict of lists": {"a": [1]},
+    "set": set(),
+    "object": object(),
+    "always equal": AlwaysEqual(),
+    "equal str": EqualStr("?"),
+    "equal float": EqualFloat(nan),
+    "equal int": EqualInt(3),
+    "everything dict": EverythingDict(),
+    "everything list": EverythingList(),
+    "liar": liar(RuntimeError("liar")),
+    "exiting liar": liar(SystemExit(3)),
+    "nan pair": (nan, nan),
+    "huge pair": (10**400, 10**400),
+    "inf tracker": (1.0, inf),
     "liar pair": [liar(ValueError()), liar(ValueError())],
-    "tensor nan": torch.tensor(nan), "tensor 3": torch.zeros(3),
-    "tensor empty": torch.zeros(0), "tensor f64": torch.zeros((), dtype=torch.float64),
+    "tensor nan": torch.tensor(nan),
+    "tensor 3": torch.zeros(3),
+    "tensor empty": torch.zeros(0),
+    "tensor f64": torch.zeros((), dtype=torch.float64),
     "tensor int 2x2": torch.zeros(2, 2, dtype=torch.int64),
     "tensor complex": torch.tensor(1 + 1j),
     "tensor meta": torch.empty(1, device="meta"),
-    "tensor bool": torch.tensor(True), "function": lambda: None,
-    "generator": (i for i in range(2)), "Ellipsis": ..., "dtype": torch.float16,
-    "class": type, "module": torch, "path": pathlib.Path("."),
-    "keyed lists": keyed([1]), "keyed always equal": keyed(AlwaysEqual()),
-    "keyed liars": keyed(liar(RuntimeError())), "keyed huge": keyed(10**400),
-    "keyed nan": keyed(nan), "keyed equal str": keyed(EqualStr("z")),
+    "tensor bool": torch.tensor(True),
+    "function": lambda: None,
+    "generator": (i for i in range(2)),
+    "Ellipsis": ...,
+    "dtype": torch.float16,
+    "class": type,
+    "module": torch,
+    "path": pathlib.Path("."),
+    "keyed lists": keyed([1]),
+    "keyed always equal": keyed(AlwaysEqual()),
+    "keyed liars": keyed(liar(RuntimeError())),
+    "keyed huge": keyed(10**400),
+    "keyed nan": keyed(nan),
+    "keyed equal str": keyed(EqualStr("z")),
 }
 EXCEPTIONS = {
-    "StopIteration": StopIteration(), "SystemExit 0": SystemExit(0),
-    "SystemExit 1": SystemExit(1), "GeneratorExit": GeneratorExit(),
-    "ValueError": ValueError("bad"), "TypeError": TypeError("bad"),
-    "ZeroDivisionError": ZeroDivisionError(), "MemoryError": MemoryError(),
+    "StopIteration": StopIteration(),
+    "SystemExit 0": SystemExit(0),
+    "SystemExit 1": SystemExit(1),
+    "GeneratorExit": GeneratorExit(),
+    "ValueError": ValueError("bad"),
+    "TypeError": TypeError("bad"),
+    "ZeroDivisionError": ZeroDivisionError(),
+    "MemoryError": MemoryError(),
     "AssertionError": AssertionError("the student's own assert"),
-    "KeyError": KeyError("k"), "OverflowError": OverflowError(),
-    "RuntimeError": RuntimeError("bad"), "custom BaseException": CustomBase(),
+    "KeyError": KeyError("k"),
+    "OverflowError": OverflowError(),
+    "RuntimeError": RuntimeError("bad"),
+    "custom BaseException": CustomBase(),
     "broken message": BrokenMessage(),
 }
 if hasattr(builtins, "ExceptionGroup"):  # Python 3.11+
@@ -276,20 +326,28 @@ HOSTILE = {
     **{f"returns {k}": returning(v) for k, v in VALUES.items()},
     **{f"raises {k}": raising(v) for k, v in EXCEPTIONS.items()},
     "NotImplementedError from a helper": helper_not_implemented,
-    "infinite recursion": recursing, "no arguments": no_arguments,
-    "too many arguments": too_many_arguments, "keyword-only": keyword_only,
-    "mutates its inputs": mutate_inputs, "spoils global state": spoil_global_state,
+    "infinite recursion": recursing,
+    "no arguments": no_arguments,
+    "too many arguments": too_many_arguments,
+    "keyword-only": keyword_only,
+    "mutates its inputs": mutate_inputs,
+    "spoils global state": spoil_global_state,
 }
 
 
 def torch_state() -> tuple:
     """What a check must leave as it found it."""
-    return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
-            torch.get_default_dtype(), torch.get_default_device(),
-            torch.get_float32_matmul_precision(),
-            torch.are_deterministic_algorithms_enabled(),
-            torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
-            torch.get_rng_state().tolist())
+    return (
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+        torch.get_default_dtype(),
+        torch.get_default_device(),
+        torch.get_float32_matmul_precision(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_autocast_enabled("cpu"),
+        torch.get_autocast_dtype("cpu"),
+        torch.get_rng_state().tolist(),
+    )
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)
@@ -350,26 +408,37 @@ def _setting(set_to, restore):
 
 
 STATES = {
-    "grad disabled": _setting(lambda: torch.set_grad_enabled(False),
-                              lambda: torch.set_grad_enabled(True)),
+    "grad disabled": _setting(
+        lambda: torch.set_grad_enabled(False), lambda: torch.set_grad_enabled(True)
+    ),
     "inference mode": _in_context(torch.inference_mode),
-    "default float64": _setting(lambda: torch.set_default_dtype(torch.float64),
-                                lambda: torch.set_default_dtype(torch.float32)),
-    "default device meta": _setting(lambda: torch.set_default_device("meta"),
-                                    lambda: torch.set_default_device(None)),
+    "default float64": _setting(
+        lambda: torch.set_default_dtype(torch.float64),
+        lambda: torch.set_default_dtype(torch.float32),
+    ),
+    "default device meta": _setting(
+        lambda: torch.set_default_device("meta"), lambda: torch.set_default_device(None)
+    ),
     "bf16 autocast region": _in_context(
-        lambda: torch.amp.autocast("cpu", dtype=torch.bfloat16)),
+        lambda: torch.amp.autocast("cpu", dtype=torch.bfloat16)
+    ),
     "fp16 autocast region": _in_context(
-        lambda: torch.amp.autocast("cpu", dtype=torch.float16)),
-    "strict deterministic": _setting(lambda: torch.use_deterministic_algorithms(True),
-                                     lambda: torch.use_deterministic_algorithms(False)),
-    "flush denormals": _setting(lambda: torch.set_flush_denormal(True),
-                                lambda: torch.set_flush_denormal(False)),
+        lambda: torch.amp.autocast("cpu", dtype=torch.float16)
+    ),
+    "strict deterministic": _setting(
+        lambda: torch.use_deterministic_algorithms(True),
+        lambda: torch.use_deterministic_algorithms(False),
+    ),
+    "flush denormals": _setting(
+        lambda: torch.set_flush_denormal(True), lambda: torch.set_flush_denormal(False)
+    ),
     "medium matmul precision": _setting(
         lambda: torch.set_float32_matmul_precision("medium"),
-        lambda: torch.set_float32_matmul_precision("highest")),
-    "another seed": _setting(lambda: torch.manual_seed(12345),
-                             lambda: torch.manual_seed(0)),
+        lambda: torch.set_float32_matmul_precision("highest"),
+    ),
+    "another seed": _setting(
+        lambda: torch.manual_seed(12345), lambda: torch.manual_seed(0)
+    ),
 }
 
 

@@ -69,8 +69,10 @@ def test_memory_budget_is_measured_and_fp32_in_both_regimes():
 
 
 def memory_in_bits(n_params):
-    return {regime: {k: 8 * v for k, v in parts.items()}
-            for regime, parts in memory_budget(n_params).items()}
+    return {
+        regime: {k: 8 * v for k, v in parts.items()}
+        for regime, parts in memory_budget(n_params).items()
+    }
 
 
 def test_visible_table_never_prints_the_expected_bytes(capsys):

@@ -25,8 +25,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def gan_step(generator, discriminator, opt_g, opt_d, scaler, real, noise):
     def bce(logits, target):
-        return F.binary_cross_entropy_with_logits(logits,
-                                                  torch.full_like(logits, target))
+        return F.binary_cross_entropy_with_logits(
+            logits, torch.full_like(logits, target)
+        )
 
     opt_d.zero_grad(set_to_none=True)
     with torch.amp.autocast(real.device.type, dtype=torch.float16):
@@ -50,6 +51,7 @@ def first_overflow(model, x):
         def record(module, inputs, output):
             if isinstance(output, torch.Tensor) and not torch.isfinite(output).all():
                 seen.append(name)
+
         return record
 
     handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()]
@@ -231,6 +233,7 @@ def _findings(model, x, dtype=torch.float16, watch=torch.float16):
             big = finite.any() and output[finite].float().abs().max() > 65504
             if not finite.all() or ((watch is None or output.dtype == watch) and big):
                 found.append(_Found(name, type(module).__name__))
+
         return record
 
     ctx = torch.amp.autocast("cpu", dtype=dtype or torch.bfloat16,
@@ -387,8 +390,10 @@ CASES = {
  test_stub_is_not_attempted) = grader_tests(CASES)  # fmt: skip
 
 
-@pytest.mark.parametrize("check, reference", [(check_gan_step, gan_step),
-                                              (check_first_overflow, first_overflow)])
+@pytest.mark.parametrize(
+    "check, reference",
+    [(check_gan_step, gan_step), (check_first_overflow, first_overflow)],
+)
 def test_references_run_in_a_fixed_state(check, reference, capsys):
     # called from a notebook in no_grad with float64 as the default dtype: the
     # references still run with grad mode on and float32, and the state comes back

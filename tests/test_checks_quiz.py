@@ -133,26 +133,39 @@ def test_one_question_at_a_time(qid, capsys):
     with pytest.raises(AssertionError, match="1 of 1 cases failed"):  # ... these grade
         check_quick_check(lambda: wrong, qid, hidden=True)
     out = capsys.readouterr().out  # of wrong answers only: no right letter in it
-    rows = [line.split() for line in out.splitlines() if line.split()[:1] == [qid]
-            and "answered" not in line]  # the letter-only row of the visible case
+    rows = [
+        line.split()
+        for line in out.splitlines()
+        if line.split()[:1] == [qid] and "answered" not in line
+    ]  # the letter-only row of the visible case
     assert rows and all(row[1:3] == ["(not", "shown)"] for row in rows)
     assert right_letter(qid) not in [row[-2] for row in rows]
 
 
 def graded_cells():
     notebook = json.loads(NOTEBOOK.read_text())
-    return [cell for cell in notebook["cells"]
-            if cell["metadata"].get("nbgrader", {}).get("grade")]
+    return [
+        cell
+        for cell in notebook["cells"]
+        if cell["metadata"].get("nbgrader", {}).get("grade")
+    ]
 
 
 def test_notebook_gives_one_point_per_question_and_says_so():
     cells = graded_cells()
     assert [c["metadata"]["nbgrader"]["points"] for c in cells] == [1] * len(QUESTIONS)
-    asked = [re.search(r'check_quick_check\(quick_check_answers, "(\w+)"\)',
-                       "".join(c["source"])).group(1) for c in cells]
+    asked = [
+        re.search(
+            r'check_quick_check\(quick_check_answers, "(\w+)"\)', "".join(c["source"])
+        ).group(1)
+        for c in cells
+    ]
     assert asked == list(QUESTIONS)
-    text = " ".join(" ".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())
-                    ["cells"] if c["cell_type"] == "markdown")
+    text = " ".join(
+        " ".join(c["source"])
+        for c in json.loads(NOTEBOOK.read_text())["cells"]
+        if c["cell_type"] == "markdown"
+    )
     assert "one per question, one point each" in " ".join(text.split())
 
 
@@ -161,8 +174,10 @@ def test_one_wrong_answer_costs_one_point():
     def score(answers):
         points = 0
         for cell in graded_cells():
-            namespace = {"check_quick_check": check_quick_check,
-                         "quick_check_answers": answers}
+            namespace = {
+                "check_quick_check": check_quick_check,
+                "quick_check_answers": answers,
+            }
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
                     exec("".join(cell["source"]), namespace)

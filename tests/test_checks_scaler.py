@@ -204,9 +204,12 @@ def test_dividing_is_rejected_with_why_bit_identity_is_the_point(capsys):
 
 def test_the_exercise_says_bit_identity_is_the_point_and_why():
     notebook = json.loads(NOTEBOOK.read_text())
-    question = next("".join(c["source"]) for c in notebook["cells"]
-                    if "".join(c["source"]).startswith("## Exercise")
-                    and "unscale with the inf check" in "".join(c["source"]))
+    question = next(
+        "".join(c["source"])
+        for c in notebook["cells"]
+        if "".join(c["source"]).startswith("## Exercise")
+        and "unscale with the inf check" in "".join(c["source"])
+    )
     question = " ".join(question.split())
     assert "Bit-identity is the point here" in question
     assert "g.div_(scale)" in question and "the very same bits" in question

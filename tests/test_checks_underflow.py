@@ -66,8 +66,9 @@ def underflow_below_min_subnormal(grads, scale):
 
 
 # answers that only call the package's own: each case fails with this hint
-SHORTCUT = ("you called the package's own "
-            "amp_lessons.teaching.underflow.underflow_fraction")
+SHORTCUT = (
+    "you called the package's own amp_lessons.teaching.underflow.underflow_fraction"
+)
 
 
 def underflow_calls_the_package(grads, scale):
@@ -121,9 +122,12 @@ CASES = {
             (underflow_calls_an_alias, True, SHORTCUT),
             (underflow_default_argument, False, SHORTCUT),
             (package.underflow_fraction, True, SHORTCUT),  # the package's own
-            (underflow_cast_outcome, False,
-             "you called the package's own "
-             "amp_lessons.teaching.underflow.cast_outcome"),
+            (
+                underflow_cast_outcome,
+                False,
+                "you called the package's own "
+                "amp_lessons.teaching.underflow.cast_outcome",
+            ),
             (underflow_swallows_the_tripwire, False, SHORTCUT),
         ],
     ),

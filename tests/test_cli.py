@@ -20,9 +20,26 @@ from amp_lessons.core import train
 from amp_lessons.core.distributed import fsdp2_unsupported_reason
 from amp_lessons.measure import bench_results
 
-TINY_BENCH = ["--mlp-width", "32", "--mlp-batch", "8", "--gpt-layers", "1",
-              "--gpt-embd", "16", "--gpt-block", "16", "--gpt-batch", "2",
-              "--gpt-vocab", "32", "--warmup", "0", "--iters", "1"]
+TINY_BENCH = [
+    "--mlp-width",
+    "32",
+    "--mlp-batch",
+    "8",
+    "--gpt-layers",
+    "1",
+    "--gpt-embd",
+    "16",
+    "--gpt-block",
+    "16",
+    "--gpt-batch",
+    "2",
+    "--gpt-vocab",
+    "32",
+    "--warmup",
+    "0",
+    "--iters",
+    "1",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -42,9 +59,13 @@ def english_locale(monkeypatch):
 
 
 def run_module(*args, **env):
-    return subprocess.run([sys.executable, "-m", "amp_lessons", *args],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "amp_lessons", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
 
 
 def test_help_lists_train_and_bench():
@@ -58,23 +79,31 @@ def test_a_mistake_is_one_line_on_stderr_with_status_2():
     done = run_module("train", "--device", "cpu", "--precision", "fp8")
     assert done.returncode == 2
     assert done.stdout == ""
-    assert done.stderr.strip() == ("error: unknown precision 'fp8'; use one of: "
-                                   "fp32, tf32, fp16, bf16")
+    assert done.stderr.strip() == (
+        "error: unknown precision 'fp8'; use one of: fp32, tf32, fp16, bf16"
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--device", "tpu"], "unknown device 'tpu'; use one of: auto, cpu, cuda"),
-    (["--precision", "bf16", "--scaler", "torch"],
-     "not needed with bf16: bf16 has fp32's 8 exponent bits, so gradients do not "
-     "underflow the way they do in fp16. Scaling would only cost time. Fix: use "
-     "--scaler auto (or --scaler none), or --precision fp16 if you want to study "
-     "loss scaling."),
-    (["--accum", "0"], "--accum must be a positive integer, got 0"),
-    (["--resume"], "--resume needs --checkpoint, the checkpoint to continue from"),
-    (["--distributed", "fsdp2", "--precision", "fp16", "--scaler", "ours"],
-     "Fix: --scaler auto (torch's GradScaler) with fsdp2, or 'ours' with "
-     "--distributed ddp or 'none'."),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--device", "tpu"], "unknown device 'tpu'; use one of: auto, cpu, cuda"),
+        (
+            ["--precision", "bf16", "--scaler", "torch"],
+            "not needed with bf16: bf16 has fp32's 8 exponent bits, so gradients do "
+            "not underflow the way they do in fp16. Scaling would only cost time. "
+            "Fix: use --scaler auto (or --scaler none), or --precision fp16 if you "
+            "want to study loss scaling.",
+        ),
+        (["--accum", "0"], "--accum must be a positive integer, got 0"),
+        (["--resume"], "--resume needs --checkpoint, the checkpoint to continue from"),
+        (
+            ["--distributed", "fsdp2", "--precision", "fp16", "--scaler", "ours"],
+            "Fix: --scaler auto (torch's GradScaler) with fsdp2, or 'ours' with "
+            "--distributed ddp or 'none'.",
+        ),
+    ],
+)
 def test_train_errors(capsys, args, message):
     assert main(["train", "--device", "cpu", *args]) == 2
     out, err = capsys.readouterr()
@@ -95,8 +124,22 @@ def test_usage_mistakes_exit_2(capsys):
 
 
 def test_train_bf16_learns_and_prints_loss_scale_and_skips(capsys):
-    assert main(["train", "--device", "cpu", "--precision", "bf16", "--steps", "60",
-                 "--log-every", "20"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--device",
+                "cpu",
+                "--precision",
+                "bf16",
+                "--steps",
+                "60",
+                "--log-every",
+                "20",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("step")]
     assert [int(line.split()[1]) for line in lines] == [1, 20, 40, 60]
@@ -106,8 +149,24 @@ def test_train_bf16_learns_and_prints_loss_scale_and_skips(capsys):
 
 
 def test_train_fp16_counts_skips_and_notes_cpu_slowness(capsys):
-    assert main(["train", "--device", "cpu", "--precision", "fp16", "--steps", "30",
-                 "--init-scale", str(2.0**40), "--log-every", "30"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--device",
+                "cpu",
+                "--precision",
+                "fp16",
+                "--steps",
+                "30",
+                "--init-scale",
+                str(2.0**40),
+                "--log-every",
+                "30",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     skipped = int(re.search(r"skipped (\d+) of 30 steps", out).group(1))
     assert skipped >= 5
@@ -117,14 +176,28 @@ def test_train_fp16_counts_skips_and_notes_cpu_slowness(capsys):
 
 def step_lines(out):
     """Printed step lines without their wall time, which differs run to run."""
-    return [line.rsplit("|", 1)[0] for line in out.splitlines()
-            if line.startswith("step")]
+    return [
+        line.rsplit("|", 1)[0] for line in out.splitlines() if line.startswith("step")
+    ]
 
 
 def test_train_resume_from_the_command_line_continues_the_same_run(capsys, tmp_path):
     ckpt = str(tmp_path / "run.pt")
-    args = ["train", "--device", "cpu", "--precision", "fp16", "--scaler", "ours",
-            "--log-every", "5", "--accum", "2", "--batch-size", "32"]
+    args = [
+        "train",
+        "--device",
+        "cpu",
+        "--precision",
+        "fp16",
+        "--scaler",
+        "ours",
+        "--log-every",
+        "5",
+        "--accum",
+        "2",
+        "--batch-size",
+        "32",
+    ]
     assert main([*args, "--steps", "20"]) == 0
     full = step_lines(capsys.readouterr().out)
     assert main([*args, "--steps", "10", "--checkpoint", ckpt]) == 0
@@ -134,8 +207,10 @@ def test_train_resume_from_the_command_line_continues_the_same_run(capsys, tmp_p
     assert resumed == [line for line in full if int(line.split()[1]) > 10]
 
 
-@pytest.mark.skipif(fsdp2_unsupported_reason("cpu") is not None,
-                    reason=str(fsdp2_unsupported_reason("cpu")))
+@pytest.mark.skipif(
+    fsdp2_unsupported_reason("cpu") is not None,
+    reason=str(fsdp2_unsupported_reason("cpu")),
+)
 def test_resuming_a_sharded_checkpoint_without_distributed_names_the_flag(tmp_path):
     # it said "run.dcp is a directory; give a file name inside it"
     ckpt = str(tmp_path / "run.dcp")
@@ -148,7 +223,8 @@ def test_resuming_a_sharded_checkpoint_without_distributed_names_the_flag(tmp_pa
         f"error: --checkpoint {ckpt} is a sharded checkpoint (a torch.distributed."
         "checkpoint folder written by --distributed ddp or --distributed fsdp2), not "
         "a --distributed none file. Fix: resume with --distributed fsdp2 (or "
-        "--distributed ddp), which also works in one process.")
+        "--distributed ddp), which also works in one process."
+    )
     resumed = run_module(*args, "--distributed", "fsdp2", "--steps", "4", "--resume")
     assert resumed.returncode == 0, resumed.stderr  # one process, as the fix says
     assert f"checkpoint: {ckpt} (step 4)" in resumed.stdout
@@ -165,13 +241,16 @@ def test_bench_prints_a_table_and_writes_json(capsys, tmp_path):
     assert report["command"].startswith("python -m amp_lessons bench --device cpu")
     assert report["sizes"]["mlp"]["width"] == 32
     assert len(report["results"]) == 8
-    assert sum(1 for line in out.splitlines()
-               if line.startswith(("mlp ", "transformer "))) == 8
+    assert (
+        sum(1 for line in out.splitlines() if line.startswith(("mlp ", "transformer ")))
+        == 8
+    )
 
 
 def test_bench_size_mistakes(capsys):
-    assert main(["bench", "--device", "cpu", "--gpt-embd", "30", "--gpt-heads",
-                 "4"]) == 2
+    assert (
+        main(["bench", "--device", "cpu", "--gpt-embd", "30", "--gpt-heads", "4"]) == 2
+    )
     assert "multiple of n_head" in capsys.readouterr().err
 
 
@@ -194,8 +273,11 @@ def one_line_error(err):
 
 def unwritable_paths(tmp_path):
     (tmp_path / "a_file").write_text("not a folder")
-    paths = {"a directory": tmp_path, "under a file": tmp_path / "a_file" / "out",
-             "read-only /proc": "/proc/amp_lessons_out"}
+    paths = {
+        "a directory": tmp_path,
+        "under a file": tmp_path / "a_file" / "out",
+        "read-only /proc": "/proc/amp_lessons_out",
+    }
     if os.geteuid() != 0:  # root writes anywhere: the permission bits stop no one
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
@@ -203,28 +285,43 @@ def unwritable_paths(tmp_path):
     return paths
 
 
-@pytest.mark.parametrize("case", ["a directory", "under a file", "read-only /proc",
-                                  "no write permission"])
+@pytest.mark.parametrize(
+    "case", ["a directory", "under a file", "read-only /proc", "no write permission"]
+)
 def test_train_refuses_a_checkpoint_path_before_training(case, tmp_path, capsys):
     # `train --checkpoint /tmp` trained to the end, then failed "Is a directory"
     paths = unwritable_paths(tmp_path)
     if case not in paths:
         pytest.skip("running as root: permission bits do not stop root")
-    assert main(["train", "--device", "cpu", "--steps", "30",
-                 "--checkpoint", str(paths[case])]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--device",
+                "cpu",
+                "--steps",
+                "30",
+                "--checkpoint",
+                str(paths[case]),
+            ]
+        )
+        == 2
+    )
     out, err = capsys.readouterr()
     assert out == ""  # not even the header: nothing was trained
     assert "--checkpoint" in one_line_error(err)
 
 
-@pytest.mark.parametrize("case", ["a directory", "under a file", "read-only /proc",
-                                  "no write permission"])
+@pytest.mark.parametrize(
+    "case", ["a directory", "under a file", "read-only /proc", "no write permission"]
+)
 def test_bench_refuses_a_json_path_before_measuring(case, tmp_path, capsys):
     paths = unwritable_paths(tmp_path)
     if case not in paths:
         pytest.skip("running as root: permission bits do not stop root")
-    assert main(["bench", "--device", "cpu", "--json", str(paths[case]),
-                 *TINY_BENCH]) == 2
+    assert (
+        main(["bench", "--device", "cpu", "--json", str(paths[case]), *TINY_BENCH]) == 2
+    )
     out, err = capsys.readouterr()
     assert out == "" and "measuring" not in err
     assert "--json" in one_line_error(err)
@@ -232,18 +329,48 @@ def test_bench_refuses_a_json_path_before_measuring(case, tmp_path, capsys):
 
 def test_a_missing_parent_folder_is_created(tmp_path, capsys):
     path = tmp_path / "new" / "folder" / "out.json"
-    assert main(["bench", "--device", "cpu", "--json", str(path), "--configs", "mlp",
-                 "--precisions", "fp32", *TINY_BENCH]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--device",
+                "cpu",
+                "--json",
+                str(path),
+                "--configs",
+                "mlp",
+                "--precisions",
+                "fp32",
+                *TINY_BENCH,
+            ]
+        )
+        == 0
+    )
     assert bench_results.load_results(path)["results"]
 
 
-@pytest.mark.parametrize("args", [
-    ["--lr", "inf"], ["--lr", "nan"], ["--lr", "0"], ["--lr", "-0.001"],
-    ["--clip", "inf"], ["--clip", "-1"], ["--init-scale", "inf"],
-    ["--init-scale", "0"], ["--steps", "0"], ["--batch-size", "-8"],
-    ["--growth-interval", "0"], ["--log-every", "-1"], ["--checkpoint-every", "-2"],
-    ["--threads", "0"], ["--seed", "-1"], ["--seed", str(2**64)],
-], ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--lr", "inf"],
+        ["--lr", "nan"],
+        ["--lr", "0"],
+        ["--lr", "-0.001"],
+        ["--clip", "inf"],
+        ["--clip", "-1"],
+        ["--init-scale", "inf"],
+        ["--init-scale", "0"],
+        ["--steps", "0"],
+        ["--batch-size", "-8"],
+        ["--growth-interval", "0"],
+        ["--log-every", "-1"],
+        ["--checkpoint-every", "-2"],
+        ["--threads", "0"],
+        ["--seed", "-1"],
+        ["--seed", str(2**64)],
+    ],
+    ids=" ".join,
+)
 def test_train_refuses_bad_numbers_with_the_reason(args, capsys):
     # `--lr inf` trained on NaN and exited 0. TrainConfig's checks word it ("--lr must
     # be a finite number > 0, got inf ..."); --threads, no config field, is argparse's
@@ -254,10 +381,17 @@ def test_train_refuses_bad_numbers_with_the_reason(args, capsys):
     assert "None" not in line  # Python's words for no clipping stay in Python
 
 
-@pytest.mark.parametrize("args", [
-    ["--warmup", "-1"], ["--iters", "0"], ["--mlp-width", "0"], ["--gpt-batch", "-1"],
-    ["--threads", "0"],
-], ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--warmup", "-1"],
+        ["--iters", "0"],
+        ["--mlp-width", "0"],
+        ["--gpt-batch", "-1"],
+        ["--threads", "0"],
+    ],
+    ids=" ".join,
+)
 def test_bench_refuses_bad_numbers_with_the_reason(args, capsys):
     assert main(["bench", "--device", "cpu", *TINY_BENCH, *args]) == 2
     out, err = capsys.readouterr()
@@ -270,19 +404,36 @@ class NotOurs:
 
 def foreign_checkpoints(tmp_path):
     real = tmp_path / "real.pt"
-    assert main(["train", "--device", "cpu", "--steps", "3", "--log-every", "0",
-                 "--checkpoint", str(real)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--device",
+                "cpu",
+                "--steps",
+                "3",
+                "--log-every",
+                "0",
+                "--checkpoint",
+                str(real),
+            ]
+        )
+        == 0
+    )
     files = {}
     files["right format, no config"] = tmp_path / "no_config.pt"
-    torch.save({"format": train.CHECKPOINT_FORMAT, "step": 3}, files[
-        "right format, no config"])
+    torch.save(
+        {"format": train.CHECKPOINT_FORMAT, "step": 3}, files["right format, no config"]
+    )
     files["a tensor"] = tmp_path / "tensor.pt"
     torch.save(torch.zeros(3), files["a tensor"])
     files["truncated"] = tmp_path / "truncated.pt"
     files["truncated"].write_bytes(real.read_bytes()[: real.stat().st_size // 2])
     files["a foreign object"] = tmp_path / "foreign.pt"
-    torch.save({"format": train.CHECKPOINT_FORMAT, "model": NotOurs()},
-               files["a foreign object"])
+    torch.save(
+        {"format": train.CHECKPOINT_FORMAT, "model": NotOurs()},
+        files["a foreign object"],
+    )
     files["text"] = tmp_path / "notes.pt"
     files["text"].write_text("hello")
     state = torch.load(real, weights_only=True)
@@ -296,8 +447,21 @@ def test_a_checkpoint_that_is_not_ours_is_refused_in_one_line(tmp_path, capsys):
     # a dict with the right format key but no config gave a KeyError traceback
     for case, path in foreign_checkpoints(tmp_path).items():
         capsys.readouterr()
-        assert main(["train", "--device", "cpu", "--steps", "10", "--resume",
-                     "--checkpoint", str(path)]) == 2, case
+        assert (
+            main(
+                [
+                    "train",
+                    "--device",
+                    "cpu",
+                    "--steps",
+                    "10",
+                    "--resume",
+                    "--checkpoint",
+                    str(path),
+                ]
+            )
+            == 2
+        ), case
         out, err = capsys.readouterr()
         line = one_line_error(err)
         assert str(path) in line and "checkpoint" in line and out == "", case
@@ -316,8 +480,9 @@ def test_resume_with_nothing_left_to_train_says_so(steps, tmp_path, capsys):
     assert "already at step 10" in line and "--steps above 10" in line and out == ""
 
 
-def test_a_train_run_checks_once_and_reads_its_checkpoint_once(tmp_path, capsys,
-                                                                 monkeypatch):
+def test_a_train_run_checks_once_and_reads_its_checkpoint_once(
+    tmp_path, capsys, monkeypatch
+):
     # the flags' types, run_train and train() each checked the numbers, and --resume
     # read the checkpoint twice; now the flags are only converted, and the core's one
     # plan_training both checks the run and carries the checkpoint into train()
@@ -325,14 +490,20 @@ def test_a_train_run_checks_once_and_reads_its_checkpoint_once(tmp_path, capsys,
     args = ["train", "--device", "cpu", "--log-every", "0", "--checkpoint", path]
     assert main([*args, "--steps", "3"]) == 0
     counts = {}
-    for owner, name in ((train, "plan_training"), (train, "validate_config"),
-                        (torch, "load")):
+    for owner, name in (
+        (train, "plan_training"),
+        (train, "validate_config"),
+        (torch, "load"),
+    ):
         counts[name] = mock.Mock(wraps=getattr(owner, name))
         monkeypatch.setattr(owner, name, counts[name])
     assert main([*args, "--steps", "5", "--resume"]) == 0
     assert f"checkpoint: {path} (step 5)" in capsys.readouterr().out
     assert {name: c.call_count for name, c in counts.items()} == {
-        "plan_training": 1, "validate_config": 1, "load": 1}
+        "plan_training": 1,
+        "validate_config": 1,
+        "load": 1,
+    }
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002], ids=lambda m: f"{m:03o}")
@@ -341,10 +512,39 @@ def test_files_are_written_with_the_users_umask(umask, tmp_path, capsys):
     old = os.umask(umask)
     try:
         ckpt, out = tmp_path / "run.pt", tmp_path / "out.json"
-        assert main(["train", "--device", "cpu", "--steps", "2", "--log-every", "0",
-                     "--checkpoint", str(ckpt)]) == 0
-        assert main(["bench", "--device", "cpu", "--json", str(out), "--configs",
-                     "mlp", "--precisions", "fp32", *TINY_BENCH]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--device",
+                    "cpu",
+                    "--steps",
+                    "2",
+                    "--log-every",
+                    "0",
+                    "--checkpoint",
+                    str(ckpt),
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "bench",
+                    "--device",
+                    "cpu",
+                    "--json",
+                    str(out),
+                    "--configs",
+                    "mlp",
+                    "--precisions",
+                    "fp32",
+                    *TINY_BENCH,
+                ]
+            )
+            == 0
+        )
     finally:
         os.umask(old)
     for path in (ckpt, out):
@@ -370,8 +570,11 @@ train.save_checkpoint(sys.argv[1], {"format": train.CHECKPOINT_FORMAT})
 def test_a_killed_save_leaves_nothing_after_the_next_run(tmp_path, capsys):
     # a SIGKILL mid-save left a .tmp beside the checkpoint, for good
     path = tmp_path / "run.pt"
-    child = subprocess.Popen([sys.executable, "-c", KILLED_SAVE, str(path)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_SAVE, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "writing"
     finally:
@@ -379,27 +582,60 @@ def test_a_killed_save_leaves_nothing_after_the_next_run(tmp_path, capsys):
         child.wait(timeout=30)
         child.stdout.close()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
-    assert main(["train", "--device", "cpu", "--steps", "2", "--log-every", "0",
-                 "--checkpoint", str(path)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--device",
+                "cpu",
+                "--steps",
+                "2",
+                "--log-every",
+                "0",
+                "--checkpoint",
+                str(path),
+            ]
+        )
+        == 0
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["run.pt"]
 
 
 # -- the language: the locale's (LANGUAGE, LC_ALL, LC_MESSAGES, LANG) or --lang's --
 
-TINY_TRAIN = ["train", "--device", "cpu", "--precision", "fp32", "--steps", "3",
-              "--log-every", "1", "--batch-size", "16"]
+TINY_TRAIN = [
+    "train",
+    "--device",
+    "cpu",
+    "--precision",
+    "fp32",
+    "--steps",
+    "3",
+    "--log-every",
+    "1",
+    "--batch-size",
+    "16",
+]
 
 
-@pytest.mark.parametrize("environ, expected", [
-    ({"LANG": "es_ES.UTF-8"}, "es"),
-    ({"LANG": "es_MX"}, "es"),
-    ({"LC_MESSAGES": "es_ES.UTF-8", "LANG": "en_US.UTF-8"}, "es"),
-    ({"LC_ALL": "en_GB.UTF-8", "LC_MESSAGES": "es_ES.UTF-8"}, "en"),
-    ({"LANGUAGE": "fr:es", "LANG": "en_US.UTF-8"}, "es"),  # a list: the first spoken
-    ({"LANG": "fr_FR.UTF-8"}, "en"),  # a language the package does not speak
-    ({"LC_ALL": "fr_FR.UTF-8", "LANG": "es_ES.UTF-8"}, "en"),  # LC_ALL decides
-    ({"LANG": "C.UTF-8"}, "en"), ({"LANG": ""}, "en"), ({}, "en"),
-])
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({"LANG": "es_ES.UTF-8"}, "es"),
+        ({"LANG": "es_MX"}, "es"),
+        ({"LC_MESSAGES": "es_ES.UTF-8", "LANG": "en_US.UTF-8"}, "es"),
+        ({"LC_ALL": "en_GB.UTF-8", "LC_MESSAGES": "es_ES.UTF-8"}, "en"),
+        (
+            {"LANGUAGE": "fr:es", "LANG": "en_US.UTF-8"},
+            "es",
+        ),  # a list: the first spoken
+        ({"LANG": "fr_FR.UTF-8"}, "en"),  # a language the package does not speak
+        ({"LC_ALL": "fr_FR.UTF-8", "LANG": "es_ES.UTF-8"}, "en"),  # LC_ALL decides
+        ({"LANG": "C.UTF-8"}, "en"),
+        ({"LANG": ""}, "en"),
+        ({}, "en"),
+    ],
+)
 def test_the_language_is_the_locales_in_gettexts_order(environ, expected):
     assert environment_language(environ) == expected
 
@@ -425,12 +661,17 @@ def test_lang_es_prints_the_run_in_spanish_and_leaves_the_language(capsys):
     assert lines[0].endswith("| 3 pasos de 16 x 1 microlote(s)")
     steps = [line for line in lines if line.startswith("paso ")]
     assert [int(line.split()[1]) for line in steps] == [1, 2, 3]
-    assert all("| pérdida " in line and "| escala " in line and "| omitidos 0 |"
-               in line for line in steps)
-    assert re.fullmatch(r"terminado en [\d.]+ s en cpu: pérdida [\d.]+ -> [\d.]+ "
-                        r"\(media de los 10 primeros/últimos pasos\), pérdida de "
-                        r"evaluación [\d.]+, exactitud [\d.]+ %, 0 de 3 pasos "
-                        r"omitidos, escala final 1", lines[-1])
+    assert all(
+        "| pérdida " in line and "| escala " in line and "| omitidos 0 |" in line
+        for line in steps
+    )
+    assert re.fullmatch(
+        r"terminado en [\d.]+ s en cpu: pérdida [\d.]+ -> [\d.]+ "
+        r"\(media de los 10 primeros/últimos pasos\), pérdida de "
+        r"evaluación [\d.]+, exactitud [\d.]+ %, 0 de 3 pasos "
+        r"omitidos, escala final 1",
+        lines[-1],
+    )
 
 
 def test_lang_en_wins_over_a_spanish_locale(capsys, monkeypatch):
@@ -459,7 +700,8 @@ def test_a_bad_flag_value_is_one_spanish_line(capsys, monkeypatch):
         "error: argumento --iters: debe ser un entero >= 1; se recibió 0 (consulte "
         "python -m amp_lessons bench --help)",
         "error: argumento --task: opción no válida: 'mnist' (elija entre 'spirals', "
-        "'gpt') (consulte python -m amp_lessons train --help)"]
+        "'gpt') (consulte python -m amp_lessons train --help)",
+    ]
 
 
 @pytest.mark.parametrize("argv", [["--lang", "fr", "train"], ["train", "--lang=fr"]])
@@ -467,6 +709,8 @@ def test_lang_fr_is_an_error_naming_en_and_es(argv, capsys):
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == ("error: argument --lang: unsupported language 'fr'; use one of: "
-                   "en (English), es (Spanish) (see python -m amp_lessons"
-                   f"{' train' if argv[0] == 'train' else ''} --help)\n")
+    assert err == (
+        "error: argument --lang: unsupported language 'fr'; use one of: "
+        "en (English), es (Spanish) (see python -m amp_lessons"
+        f"{' train' if argv[0] == 'train' else ''} --help)\n"
+    )

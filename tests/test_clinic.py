@@ -47,7 +47,11 @@ def test_activation_report_matches_a_direct_forward_and_removes_its_hooks():
     x_raw, _ = cl.clinic_data(raw=True)
     rows = cl.activation_report(model, x_raw)
     assert [(r.name, r.kind) for r in rows] == [
-        ("0", "Linear"), ("1", "LayerNorm"), ("2", "ReLU"), ("3", "Linear")]
+        ("0", "Linear"),
+        ("1", "LayerNorm"),
+        ("2", "ReLU"),
+        ("3", "Linear"),
+    ]
     with torch.no_grad():
         first = model[0](x_raw)
         assert rows[0].max_abs == first.abs().max().item()
@@ -93,14 +97,25 @@ def test_train_amp_fp32_is_plain_sgd():
 def test_train_amp_fp16_matches_the_course_training_step():
     x, y = cl.clinic_data()
     ours = cl.clinic_model()
-    run = cl.train_amp(ours, x, y, fp16, num_steps=5, clip=1.0,
-                       scaler=torch.amp.GradScaler("cpu", growth_interval=2))
+    run = cl.train_amp(
+        ours,
+        x,
+        y,
+        fp16,
+        num_steps=5,
+        clip=1.0,
+        scaler=torch.amp.GradScaler("cpu", growth_interval=2),
+    )
     model = cl.clinic_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", growth_interval=2)
     ctx = torch.amp.autocast("cpu", dtype=fp16)
-    stats = [tr.train_step(model, optimizer, scaler, ctx, [(x, y)], F.cross_entropy,
-                           clip=1.0) for _ in range(5)]
+    stats = [
+        tr.train_step(
+            model, optimizer, scaler, ctx, [(x, y)], F.cross_entropy, clip=1.0
+        )
+        for _ in range(5)
+    ]
     assert run.losses == [s.loss.item() for s in stats]
     assert run.scales == [s.scale for s in stats]
     assert run.grad_norms == [s.grad_norm.item() for s in stats]
@@ -110,13 +125,21 @@ def test_train_amp_fp16_matches_the_course_training_step():
 def test_clipping_before_unscale_measures_scale_times_the_norm_and_stalls():
     x, y = cl.clinic_data()
     kwargs = dict(num_steps=5, clip=1.0)
-    right = cl.train_amp(cl.clinic_model(), x, y, fp16,
-                         scaler=torch.amp.GradScaler("cpu"), **kwargs)
-    wrong = cl.train_amp(cl.clinic_model(), x, y, fp16,
-                         scaler=torch.amp.GradScaler("cpu"), clip_before_unscale=True,
-                         **kwargs)
-    assert math.isclose(wrong.grad_norms[0] / right.grad_norms[0], 2.0**16,
-                        rel_tol=1e-2)
+    right = cl.train_amp(
+        cl.clinic_model(), x, y, fp16, scaler=torch.amp.GradScaler("cpu"), **kwargs
+    )
+    wrong = cl.train_amp(
+        cl.clinic_model(),
+        x,
+        y,
+        fp16,
+        scaler=torch.amp.GradScaler("cpu"),
+        clip_before_unscale=True,
+        **kwargs,
+    )
+    assert math.isclose(
+        wrong.grad_norms[0] / right.grad_norms[0], 2.0**16, rel_tol=1e-2
+    )
     assert right.losses[-1] < 0.9 * right.losses[0]
     assert wrong.losses[-1] > 0.999 * wrong.losses[0]
 
@@ -125,8 +148,9 @@ def test_nan_in_the_data_halves_the_scale_every_step_and_never_steps():
     x, y = cl.clinic_data()
     x[0, 0] = math.nan
     model = cl.clinic_model()
-    run = cl.train_amp(model, x, y, fp16, num_steps=6,
-                       scaler=torch.amp.GradScaler("cpu"))
+    run = cl.train_amp(
+        model, x, y, fp16, num_steps=6, scaler=torch.amp.GradScaler("cpu")
+    )
     assert run.scales == [2.0 ** (16 - k) for k in range(6)]
     assert run.skipped == [True] * 6 and all(map(math.isnan, run.losses))
     assert _same(model, cl.clinic_model())  # never stepped

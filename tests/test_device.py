@@ -40,12 +40,21 @@ def test_meaning_on_a_cpu_without_bf16_warns_of_slowness():
         return
     from dataclasses import replace
 
-    slow = replace(report, bf16_native=False, cpu_bf16_emulated=True,
-                   cpu_flags=frozenset({"avx2"}))
-    onednn = replace(report, bf16_native=False, cpu_bf16_emulated=False,
-                     cpu_flags=frozenset({"avx2", "avx512bw"}))
-    fast = replace(report, bf16_native=True, cpu_bf16_emulated=False,
-                   cpu_flags=frozenset({"amx_bf16"}))
+    slow = replace(
+        report, bf16_native=False, cpu_bf16_emulated=True, cpu_flags=frozenset({"avx2"})
+    )
+    onednn = replace(
+        report,
+        bf16_native=False,
+        cpu_bf16_emulated=False,
+        cpu_flags=frozenset({"avx2", "avx512bw"}),
+    )
+    fast = replace(
+        report,
+        bf16_native=True,
+        cpu_bf16_emulated=False,
+        cpu_flags=frozenset({"amx_bf16"}),
+    )
     assert "SLOWER than fp32" in " ".join(what_this_means(slow))
     assert "oneDNN" in " ".join(what_this_means(onednn))
     assert "SLOWER" not in " ".join(what_this_means(onednn) + what_this_means(fast))
@@ -60,8 +69,14 @@ def test_report_says_emulated_exactly_when_onednn_cannot_run_bf16():
 def test_meaning_on_an_old_gpu_suggests_fp16():
     from dataclasses import replace
 
-    t4 = replace(describe_machine(), device_type="cuda", device_name="Tesla T4",
-                 compute_capability=(7, 5), tensor_cores=True, bf16_native=False)
+    t4 = replace(
+        describe_machine(),
+        device_type="cuda",
+        device_name="Tesla T4",
+        compute_capability=(7, 5),
+        tensor_cores=True,
+        bf16_native=False,
+    )
     assert "use fp16 autocast with a GradScaler" in " ".join(what_this_means(t4))
 
 
@@ -72,9 +87,11 @@ def test_cpu_matmul_emulated_matches_onednn_and_the_clock():
 
     assert cpu_matmul_emulated(torch.float32) is False
     assert cpu_matmul_emulated(torch.bfloat16) is (
-        not torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
     assert cpu_matmul_emulated(torch.float16) is (
-        not torch.ops.mkldnn._is_mkldnn_fp16_supported())
+        not torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    )
     with pytest.raises(ValueError, match="float32, bfloat16 and float16"):
         cpu_matmul_emulated(torch.float64)
     if cpu_matmul_emulated(torch.bfloat16):  # the fallback loop: far slower than fp32
@@ -89,8 +106,12 @@ def test_cpu_matmul_emulated_matches_onednn_and_the_clock():
 def test_meaning_without_a_gpu_does_not_promise_recorded_results():
     from dataclasses import replace
 
-    cpu = replace(describe_machine(), device_type="cpu", compute_capability=None,
-                  tensor_cores=False)
+    cpu = replace(
+        describe_machine(),
+        device_type="cpu",
+        compute_capability=None,
+        tensor_cores=False,
+    )
     text = " ".join(what_this_means(cpu))
     assert "recorded GPU results if notebooks/results/ has any" in text
 
@@ -110,8 +131,13 @@ def test_cuda_without_cuda_says_what_to_use_and_is_not_present():
 
 def test_resolve_device_accepts_the_course_devices_only():
     assert resolve_device("cpu") == torch.device("cpu")
-    assert resolve_device().type == ("cuda" if torch.cuda.is_available() else
-                                     "mps" if device_present("mps") else "cpu")
+    assert resolve_device().type == (
+        "cuda"
+        if torch.cuda.is_available()
+        else "mps"
+        if device_present("mps")
+        else "cpu"
+    )
     with pytest.raises(ValueError, match="device must be a string"):
         resolve_device(torch.device("cpu"))
     assert not device_present("xpu")  # not a course device: a ValueError inside

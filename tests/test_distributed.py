@@ -91,7 +91,8 @@ def test_fsdp2_casts_parameters_inside_the_forward_only():
         inside = []
         model.net[0].register_forward_hook(  # prepend: before FSDP2 frees the copy
             lambda m, args, out: inside.append((m.weight.dtype, out.dtype)),
-            prepend=True)
+            prepend=True,
+        )
         with ctx:
             out = model(torch.randn(4, 2))
         assert inside == [(torch.bfloat16, torch.bfloat16)]
@@ -110,8 +111,9 @@ def test_sharded_checkpoint_round_trip_in_one_process(tmp_path):
         model(torch.randn(4, 2)).sum().backward()
         optimizer.step()
         rng = torch.Generator().manual_seed(7).get_state()
-        distributed.save_sharded(path, world, model, optimizer, {"rng": rng},
-                                 {"step": 1})
+        distributed.save_sharded(
+            path, world, model, optimizer, {"rng": rng}, {"step": 1}
+        )
         assert distributed.read_meta(path)["step"] == 1
         torch.manual_seed(1)  # a different model, then the checkpoint over it
         other, _ = wrap_model(MLP((2, 8, 3)), world, fp32, None)
@@ -121,8 +123,10 @@ def test_sharded_checkpoint_round_trip_in_one_process(tmp_path):
         assert torch.equal(into, rng)
         for p, q in zip(model.parameters(), other.parameters(), strict=True):
             assert torch.equal(p.full_tensor(), q.full_tensor())
-            assert torch.equal(optimizer.state[p]["exp_avg"].full_tensor(),
-                               other_opt.state[q]["exp_avg"].full_tensor())
+            assert torch.equal(
+                optimizer.state[p]["exp_avg"].full_tensor(),
+                other_opt.state[q]["exp_avg"].full_tensor(),
+            )
 
 
 def test_read_meta_explains_wrong_paths(tmp_path):
@@ -139,8 +143,13 @@ def test_launch_streams_the_output_of_every_rank():
     # one write per line: print() writes the text and the newline separately, and
     # two unbuffered processes sharing one pipe could interleave them
     say = "import os, sys; sys.stdout.write('rank ' + os.environ['RANK'] + '\\n')"
-    run = launch(["-n", "1", "-r", "1", say], nproc=2, timeout=60,
-                 stream=lines.append, module="timeit")
+    run = launch(
+        ["-n", "1", "-r", "1", say],
+        nproc=2,
+        timeout=60,
+        stream=lines.append,
+        module="timeit",
+    )
     assert run.returncode == 0, run.output
     assert {"rank 0", "rank 1"} <= set(lines)
     assert run.command[:3] == [sys.executable, "-m", "torch.distributed.run"]
@@ -149,24 +158,33 @@ def test_launch_streams_the_output_of_every_rank():
 def test_a_failed_launch_raises_with_the_ranks_own_error_first():
     ok = distributed.Launch(0, "fine\n", ["torchrun"])
     ok.raise_for_status()  # nothing to say
-    output = ("rank 1 says\nterminate called after throwing 'gloo::IoException'\n"
-              "Traceback (most recent call last):\n"
-              "  File \"/x/torch/distributed/elastic/multiprocessing/api.py\", line 9\n"
-              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
-              "  exitcode  : -6 (pid: 7)\n")
+    output = (
+        "rank 1 says\nterminate called after throwing 'gloo::IoException'\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/torch/distributed/elastic/multiprocessing/api.py", line 9\n'
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "  exitcode  : -6 (pid: 7)\n"
+    )
     with pytest.raises(RuntimeError) as failed:
         distributed.Launch(1, output, ["torchrun"]).raise_for_status()
     first, _, end = str(failed.value).partition("\n")
-    assert first == ("the launch failed (exit 1): terminate called after throwing "
-                     "'gloo::IoException'")
+    assert first == (
+        "the launch failed (exit 1): terminate called after throwing "
+        "'gloo::IoException'"
+    )
     assert end.endswith("exitcode  : -6 (pid: 7)")
 
 
 @pytest.mark.slow
 def test_launch_kills_a_run_past_its_timeout():
     with pytest.raises(TimeoutError, match="ran past 3 s"):
-        launch(["-n", "1", "import time; time.sleep(60)"], nproc=1, timeout=3,
-               stream=None, module="timeit")
+        launch(
+            ["-n", "1", "import time; time.sleep(60)"],
+            nproc=1,
+            timeout=3,
+            stream=None,
+            module="timeit",
+        )
 
 
 def test_fsdp2_bf16_trains_the_gpt_task_in_one_process(one_thread):
@@ -174,9 +192,19 @@ def test_fsdp2_bf16_trains_the_gpt_task_in_one_process(one_thread):
     # casts its output to fp32 for the loss
     from amp_lessons.core.train import TrainConfig, train
 
-    result = train(TrainConfig(task="gpt", device="cpu", precision="bf16",
-                               distributed="fsdp2", num_steps=3, batch_size=4,
-                               n_layer=1, n_embd=32, block_size=16))
+    result = train(
+        TrainConfig(
+            task="gpt",
+            device="cpu",
+            precision="bf16",
+            distributed="fsdp2",
+            num_steps=3,
+            batch_size=4,
+            n_layer=1,
+            n_embd=32,
+            block_size=16,
+        )
+    )
     assert result.world_size == 1 and len(result.records) == 3
     assert all(r.loss == r.loss for r in result.records)  # finite, not NaN
 
@@ -187,8 +215,9 @@ def test_observe_dtypes_autocast_per_op_policy_per_unit():
     torch.manual_seed(0)
     x = torch.randint(64, (2, 16))
     bf16 = PRECISIONS["bf16"]
-    seen, out = distributed.observe_dtypes(GPT(64, 16, 1, 2, 32),
-                                           autocast_context(bf16, CPU), x)
+    seen, out = distributed.observe_dtypes(
+        GPT(64, 16, 1, 2, 32), autocast_context(bf16, CPU), x
+    )
     by = {o.name: o for o in seen}
     assert {o.weight for o in seen} == {torch.float32}  # autocast casts op inputs
     assert by["blocks.0.attn.qkv"].output is torch.bfloat16  # a matmul: low

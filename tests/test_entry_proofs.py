@@ -24,8 +24,11 @@ def run_until(proof_id: str, replace: dict[str, tuple[str, str]] | None = None) 
     namespace: dict = {}
     for cell in nbformat.read(ENTRY, as_version=4).cells:
         meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or cell.get("id") == "colab-setup" or meta.get(
-                "grade"):
+        if (
+            cell.cell_type != "code"
+            or cell.get("id") == "colab-setup"
+            or meta.get("grade")
+        ):
             continue
         source = cell.source
         old, new = (replace or {}).get(cell.get("id"), ("", ""))
@@ -45,19 +48,37 @@ def test_each_proof_passes_on_the_lesson(proof_id, one_thread):
 
 MUTATIONS = {
     "autocast off: fp16 keeps every gradient": (
-        "e005", {"e004": ("enabled=dtype != torch.float32", "enabled=False")}),
+        "e005",
+        {"e004": ("enabled=dtype != torch.float32", "enabled=False")},
+    ),
     "no loss scale: the scaled run loses them too": (
-        "e005", {"e004": ("loss * scale, layer.weight", "loss, layer.weight")}),
+        "e005",
+        {"e004": ("loss * scale, layer.weight", "loss, layer.weight")},
+    ),
     "gradients of 2^-24: fp16 keeps them": (
-        "e005", {"e004": ("layer, x, target = tiny_gradient_layer()",
-                          "layer, x, target = tiny_gradient_layer()\n"
-                          "target = layer(x).detach() + 2**-11")}),
+        "e005",
+        {
+            "e004": (
+                "layer, x, target = tiny_gradient_layer()",
+                "layer, x, target = tiny_gradient_layer()\n"
+                "target = layer(x).detach() + 2**-11",
+            )
+        },
+    ),
     "bf16 run in fp16": (
-        "e005", {"e001": ("from amp_lessons.teaching.entry import RUNS,",
-                          "from amp_lessons.teaching.entry import RUNS as _RUNS,"),
-                 "e004": ("for name, dtype, scale in RUNS:",
-                          "RUNS = [(n, torch.float16 if n == 'bf16' else d, s) "
-                          "for n, d, s in _RUNS]\nfor name, dtype, scale in RUNS:")}),
+        "e005",
+        {
+            "e001": (
+                "from amp_lessons.teaching.entry import RUNS,",
+                "from amp_lessons.teaching.entry import RUNS as _RUNS,",
+            ),
+            "e004": (
+                "for name, dtype, scale in RUNS:",
+                "RUNS = [(n, torch.float16 if n == 'bf16' else d, s) "
+                "for n, d, s in _RUNS]\nfor name, dtype, scale in RUNS:",
+            ),
+        },
+    ),
 }
 
 
@@ -70,33 +91,49 @@ def test_a_false_claim_fails_its_proof(name, one_thread):
 
 def _published_with(row_id: str, **changes):
     rows = published.load_rows()
-    return lambda: [dataclasses.replace(r, **changes) if r.id == row_id else r
-                    for r in rows]
+    return lambda: [
+        dataclasses.replace(r, **changes) if r.id == row_id else r for r in rows
+    ]
 
 
-@pytest.mark.parametrize("changes", [
-    {"amp_throughput": 1.0},  # the speed-up the table quotes is no longer published
-    {"gpu": "T4"},
-    {"full_precision": "fp32"},
-    {"source": "a blog"},
-], ids=["speed-up", "gpu", "against", "source"])
-def test_the_gpu_table_proof_fails_when_a_published_row_changes(monkeypatch, changes,
-                                                                 one_thread):
-    monkeypatch.setattr(published, "load_rows",
-                        _published_with("resnet50_a100_80gb", **changes))
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"amp_throughput": 1.0},  # the speed-up the table quotes is no longer published
+        {"gpu": "T4"},
+        {"full_precision": "fp32"},
+        {"source": "a blog"},
+    ],
+    ids=["speed-up", "gpu", "against", "source"],
+)
+def test_the_gpu_table_proof_fails_when_a_published_row_changes(
+    monkeypatch, changes, one_thread
+):
+    monkeypatch.setattr(
+        published, "load_rows", _published_with("resnet50_a100_80gb", **changes)
+    )
     with pytest.raises(AssertionError):
         run_until("e008")
 
 
-def test_the_gpu_table_proof_fails_when_the_recorded_run_changes(monkeypatch,
-                                                                 one_thread):
+def test_the_gpu_table_proof_fails_when_the_recorded_run_changes(
+    monkeypatch, one_thread
+):
     recorded = bench_results.recorded_results()
 
     def slower():  # the recorded bf16 rows at half their speed-up
-        return [{**report, "results": [
-            {**row, "speedup_vs_fp32": row["speedup_vs_fp32"] / 2}
-            if row["precision"] == "bf16" else row for row in report["results"]]}
-            for report in recorded]
+        return [
+            {
+                **report,
+                "results": [
+                    {**row, "speedup_vs_fp32": row["speedup_vs_fp32"] / 2}
+                    if row["precision"] == "bf16"
+                    else row
+                    for row in report["results"]
+                ],
+            }
+            for report in recorded
+        ]
 
     monkeypatch.setattr(bench_results, "recorded_results", slower)
     with pytest.raises(AssertionError):
@@ -106,8 +143,9 @@ def test_the_gpu_table_proof_fails_when_the_recorded_run_changes(monkeypatch,
 def test_the_table_in_the_text_is_the_table_the_proof_checks():
     """The proof holds the numbers the markdown shows: read both from the lesson."""
     cells = {c.get("id"): c.source for c in nbformat.read(ENTRY, as_version=4).cells}
-    table = re.findall(r"^\| (.+?) \| (\w+) \| (\w+) \| ([\d.]+)x \|$", cells["e007"],
-                       re.M)
+    table = re.findall(
+        r"^\| (.+?) \| (\w+) \| (\w+) \| ([\d.]+)x \|$", cells["e007"], re.M
+    )
     proof = re.findall(r'\("(\w+)", "(\w+)", ([\d.]+)\)', cells["e008"])
     assert [(gpu, against.lower(), speed) for _, gpu, against, speed in table] == proof
     assert "7.3x" in cells["e007"] and "== 7.3" in cells["e008"]

@@ -162,8 +162,11 @@ class _Log(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        dtypes = [t.dtype for t in torch.utils._pytree.tree_leaves(out)
-                  if isinstance(t, torch.Tensor)]
+        dtypes = [
+            t.dtype
+            for t in torch.utils._pytree.tree_leaves(out)
+            if isinstance(t, torch.Tensor)
+        ]
         self.ops.append((func._overloadpacket.__name__, tuple(dtypes)))
         return out
 
@@ -187,7 +190,9 @@ def test_policy_matches_cuda_autocast_kernel_by_kernel():
 
     for low in (torch.float16, torch.bfloat16):
         (real_fwd, real_bwd), (our_fwd, our_bwd) = (
-            step(torch.autocast("cuda", dtype=low)), step(AutocastPolicy(low)))
+            step(torch.autocast("cuda", dtype=low)),
+            step(AutocastPolicy(low)),
+        )
         assert our_fwd == real_fwd, low  # the same ops, dtypes and order
         # the same kernels; autograd may accumulate independent gradients in
         # another order (seen on an H200: one add and one detach swapped)
@@ -424,7 +429,10 @@ def test_recorded_fit_is_the_fit_of_the_data_file(fit):
     assert recorded.efficiency == fit.efficiency
     for mine, theirs in zip(recorded.rows, fit.rows, strict=True):
         assert (mine.id, mine.full_regime, mine.amp_regime) == (
-            theirs.id, theirs.full_regime, theirs.amp_regime)
+            theirs.id,
+            theirs.full_regime,
+            theirs.amp_regime,
+        )
         assert mine.predicted == pytest.approx(theirs.predicted, rel=1e-9)
         assert mine.loo_predicted == pytest.approx(theirs.loo_predicted, rel=1e-9)
         assert mine.full == pytest.approx(theirs.full, rel=1e-9)
@@ -457,8 +465,14 @@ def test_panel_redraws_and_offers_only_what_the_gpu_has(no_pyplot_figures):
     w.model.value, w.width.value, w.layers.value, w.batch.value = "gpt", 512, 2, 4
     direct = model_zoo.build("gpt", layers=2, width=512, batch=4, seq=512)
     for e in w.estimates:
-        expected = estimate_step(direct.model, direct.inputs, "H100-SXM5-80GB",
-                                 e.precision, direct.optimizer, direct.loss_fn)
+        expected = estimate_step(
+            direct.model,
+            direct.inputs,
+            "H100-SXM5-80GB",
+            e.precision,
+            direct.optimizer,
+            direct.loss_fn,
+        )
         assert e.seconds == pytest.approx(expected.seconds, rel=1e-12), e.precision
     picture = w.image.value
     w.batch.value = 256
@@ -473,10 +487,11 @@ def test_readme_shows_the_recorded_fit_row_by_row():
     low, high = fit.throughput_range()
     assert f"between {low:.1f}x and {high:.1f}x of the published" in readme
     e = fit.efficiency
-    assert (f"matmuls reach {e.tensor:.0%} on tensor cores and {e.fp32:.0%} on CUDA "
-            f"cores, pointwise kernels {e.memory:.0%} of the bandwidth; a kernel takes "
-            f"at least {e.kernel_us:.0f} us and the CPU {e.cpu_us:.0f} us an op"
-            ) in readme
+    assert (
+        f"matmuls reach {e.tensor:.0%} on tensor cores and {e.fp32:.0%} on CUDA "
+        f"cores, pointwise kernels {e.memory:.0%} of the bandwidth; a kernel takes "
+        f"at least {e.kernel_us:.0f} us and the CPU {e.cpu_us:.0f} us an op"
+    ) in readme
 
 
 # ---- the estimate beside a recorded GPU run ----------------------------------------
@@ -485,8 +500,9 @@ def test_readme_shows_the_recorded_fit_row_by_row():
 def _report(**changes):
     from amp_lessons.measure.bench_results import load_results
 
-    report = load_results(published.DATA_DIR.parents[2] / "notebooks" / "results"
-                          / "bench_h200.json")
+    report = load_results(
+        published.DATA_DIR.parents[2] / "notebooks" / "results" / "bench_h200.json"
+    )
     return {**report, **changes}
 
 
@@ -496,7 +512,8 @@ def test_estimate_beside_the_recorded_h200_run():
     rows = estimate_check.measured_vs_estimated(_report())
     precisions = ("fp32", "tf32", "fp16", "bf16")
     assert {(r["config"], r["precision"]) for r in rows} == {
-        (c, p) for c in ("mlp", "transformer") for p in precisions}
+        (c, p) for c in ("mlp", "transformer") for p in precisions
+    }
     for r in rows:
         assert 1 / 3 < r["estimated_ms"] / r["measured_ms"] < 3, r
         if r["precision"] == "fp32":
@@ -504,24 +521,42 @@ def test_estimate_beside_the_recorded_h200_run():
     section = estimate_check.estimate_section(_report())
     assert section.count("\n| transformer |") == 4
     # nothing to set beside: a GPU the estimate does not know, or made-up numbers
-    assert estimate_check.measured_vs_estimated(_report(device_name="Tesla K80",
-                                                        gpu="Tesla K80")) == []
+    assert (
+        estimate_check.measured_vs_estimated(
+            _report(device_name="Tesla K80", gpu="Tesla K80")
+        )
+        == []
+    )
     assert estimate_check.estimate_section(_report(synthetic=True)) == ""
-    no_fp32 = _report(results=[r for r in _report()["results"]
-                                if r["precision"] != "fp32"])
-    assert all(r["measured_speedup"] is None
-               for r in estimate_check.measured_vs_estimated(no_fp32))
+    no_fp32 = _report(
+        results=[r for r in _report()["results"] if r["precision"] != "fp32"]
+    )
+    assert all(
+        r["measured_speedup"] is None
+        for r in estimate_check.measured_vs_estimated(no_fp32)
+    )
 
 
-@pytest.mark.parametrize("build, sizes, message", [
-    (published_models.unet, {"patch": 100}, "multiple of 2\\*\\*\\(depth - 1\\) = 32"),
-    (published_models.unet, {"dims": 3, "patch": "192x160"}, "must give 1 or 3 sides"),
-    (model_zoo.transformer, {"width": 100, "heads": 16}, "multiple of heads 16"),
-    (model_zoo.transformer, {"seq": 64, "predictions": 80}, "must not exceed seq"),
-    (published_models.fastpitch, {"kernel": 4}, "kernel must be odd"),
-    (published_models.dlrm, {"bottom": "512-256-64"}, "end at the embedding width"),
-    (model_zoo.resnet50, {"image": 32, "batch": 1}, "too small"),
-])
+@pytest.mark.parametrize(
+    "build, sizes, message",
+    [
+        (
+            published_models.unet,
+            {"patch": 100},
+            "multiple of 2\\*\\*\\(depth - 1\\) = 32",
+        ),
+        (
+            published_models.unet,
+            {"dims": 3, "patch": "192x160"},
+            "must give 1 or 3 sides",
+        ),
+        (model_zoo.transformer, {"width": 100, "heads": 16}, "multiple of heads 16"),
+        (model_zoo.transformer, {"seq": 64, "predictions": 80}, "must not exceed seq"),
+        (published_models.fastpitch, {"kernel": 4}, "kernel must be odd"),
+        (published_models.dlrm, {"bottom": "512-256-64"}, "end at the embedding width"),
+        (model_zoo.resnet50, {"image": 32, "batch": 1}, "too small"),
+    ],
+)
 def test_model_sizes_that_cannot_be_built_are_refused_by_name(build, sizes, message):
     with pytest.raises(ValueError, match=message):
         build(**sizes)
@@ -530,7 +565,9 @@ def test_model_sizes_that_cannot_be_built_are_refused_by_name(build, sizes, mess
 def test_readme_states_the_estimate_against_the_recorded_h200_run():
     from amp_lessons.measure import estimate_check
 
-    ratios = [r["estimated_ms"] / r["measured_ms"]
-              for r in estimate_check.measured_vs_estimated(_report())]
+    ratios = [
+        r["estimated_ms"] / r["measured_ms"]
+        for r in estimate_check.measured_vs_estimated(_report())
+    ]
     readme = " ".join((published.DATA_DIR.parents[2] / "README.md").read_text().split())
     assert f"at {min(ratios):.2f}x to {max(ratios):.2f}x of the measured ones" in readme

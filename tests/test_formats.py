@@ -398,7 +398,9 @@ def test_tensor_bits_tell_nan_and_signed_zero_apart():
         x = torch.tensor([0.1, -3.0], dtype=torch.float32).to(FORMATS[name].dtype)
         mask = 2 ** FORMATS[name].bits - 1
         assert [b & mask for b in tensor_bits(x).tolist()] == [
-            torch_bits(0.1, name), torch_bits(-3.0, name)]
+            torch_bits(0.1, name),
+            torch_bits(-3.0, name),
+        ]
 
 
 def test_tensor_bits_is_a_snapshot_not_a_view():
@@ -526,11 +528,17 @@ def test_resolve_format_is_the_one_lookup():
     assert resolve_format(odd) is odd  # a Format is taken as it is
     assert resolve_format("tf32").dtype is None
     for bad in ("FP16", "float16", torch.float16, None):
-        with pytest.raises(ValueError, match=r"unknown format .*; pass one of fp32, "
-                           r"tf32, fp16, bf16, fp8_e4m3, fp8_e5m2 \(or a Format"):
+        with pytest.raises(
+            ValueError,
+            match=r"unknown format .*; pass one of fp32, "
+            r"tf32, fp16, bf16, fp8_e4m3, fp8_e5m2 \(or a Format",
+        ):
             resolve_format(bad)
-    with pytest.raises(ValueError, match="tf32 has no torch storage dtype .* pick one "
-                       "of fp32, fp16, bf16, fp8_e4m3, fp8_e5m2"):
+    with pytest.raises(
+        ValueError,
+        match="tf32 has no torch storage dtype .* pick one "
+        "of fp32, fp16, bf16, fp8_e4m3, fp8_e5m2",
+    ):
         resolve_format("tf32", castable=True)
     assert resolve_format("bf16", castable=True).dtype is torch.bfloat16
 

@@ -49,7 +49,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 needs_torchao = pytest.mark.skipif(
     import_torchao_float8() is None,
-    reason=f"torchao is not installed; to run the twin tests: {INSTALL_HINT}")
+    reason=f"torchao is not installed; to run the twin tests: {INSTALL_HINT}",
+)
 
 
 @pytest.mark.parametrize("module", [fp8, fp8_scaling, fp8_vs_torchao])
@@ -105,8 +106,9 @@ def test_cast_saturates_where_a_plain_cast_would_not():
 
 def test_cast_rounds_to_nearest_even_on_the_e4m3_grid():
     # 256..512 has a spacing of 32: 336 is a tie between 320 (even) and 352
-    assert cast_to_fp8(torch.tensor([336.0, 337.0]), torch.tensor(1.0)).float() \
-        .tolist() == [320.0, 352.0]
+    assert cast_to_fp8(
+        torch.tensor([336.0, 337.0]), torch.tensor(1.0)
+    ).float().tolist() == [320.0, 352.0]
     # the smallest subnormal is 2**-9; half of it is a tie that goes to 0
     tiny = torch.tensor([2.0**-9, 2.0**-10])
     assert cast_to_fp8(tiny, torch.tensor(1.0)).float().tolist() == [2.0**-9, 0.0]
@@ -176,11 +178,15 @@ def test_module_filter_gets_module_and_fqn_and_is_respected():
 def test_filter_first_and_last_keeps_the_ends_as_accelerate_does():
     model = GPT(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=32)
     to_float8(model, filter_first_and_last(model))
-    kept = {n for n, m in model.named_modules()
-            if isinstance(m, nn.Linear) and not isinstance(m, Float8Linear)}
+    kept = {
+        n
+        for n, m in model.named_modules()
+        if isinstance(m, nn.Linear) and not isinstance(m, Float8Linear)
+    }
     assert kept == {"blocks.0.attn.qkv", "head"}
-    odd = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 24), nn.Linear(24, 16),
-                        nn.Linear(16, 16))
+    odd = nn.Sequential(
+        nn.Linear(16, 16), nn.Linear(16, 24), nn.Linear(24, 16), nn.Linear(16, 16)
+    )
     keep = filter_first_and_last(odd)
     assert [keep(m, n) for n, m in odd.named_children()] == [False, False, False, False]
 
@@ -207,8 +213,9 @@ SHAPES = [(4, 16), (2, 5, 32), (7, 48)]
 
 def _mlp(in_features: int, bias: bool, seed: int) -> nn.Module:
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(in_features, 64, bias=bias), nn.GELU(),
-                         nn.Linear(64, 16, bias=bias))
+    return nn.Sequential(
+        nn.Linear(in_features, 64, bias=bias), nn.GELU(), nn.Linear(64, 16, bias=bias)
+    )
 
 
 def _input(shape, seed):
@@ -225,8 +232,9 @@ def _all_same(rows):
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 @pytest.mark.parametrize("shape,seed", list(itertools.product(SHAPES, [0, 1])))
 def test_bit_identical_to_torchao(shape, seed, bias, autocast_dtype, recipe):
-    rows = compare_with_torchao(_mlp(shape[-1], bias, seed), _input(shape, seed),
-                                recipe, autocast_dtype)
+    rows = compare_with_torchao(
+        _mlp(shape[-1], bias, seed), _input(shape, seed), recipe, autocast_dtype
+    )
     same = _all_same(rows)
     expected = {"output", "input grad", "0.weight grad", "2.weight grad"}
     if bias:
@@ -242,8 +250,9 @@ def test_bit_identical_on_a_gpt_with_the_ends_kept():
     model = GPT(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=32)
     x = torch.randint(32, (4, 8), generator=torch.Generator().manual_seed(0))
     for dtype in (None, torch.bfloat16):
-        rows = compare_with_torchao(model, x, TENSORWISE, dtype,
-                                    filter_first_and_last(model))
+        rows = compare_with_torchao(
+            model, x, TENSORWISE, dtype, filter_first_and_last(model)
+        )
         assert len(rows) == 1 + len(list(model.parameters()))  # ids: no input grad
         assert all(_all_same(rows).values()), _all_same(rows)
 
@@ -291,14 +300,18 @@ def test_torchao_converts_the_same_modules_with_the_same_filter():
         def module_filter(module, fqn):
             calls[name].append(fqn)
             return fqn.endswith("proj") or fqn == "head"
+
         return module_filter
 
     ours = to_float8(copy.deepcopy(model), recorder("ours"))
-    theirs = convert_with_torchao(copy.deepcopy(model),
-                                  module_filter=recorder("theirs"))
+    theirs = convert_with_torchao(
+        copy.deepcopy(model), module_filter=recorder("theirs")
+    )
     assert calls["ours"] == calls["theirs"]  # same modules asked, in the same order
-    kinds = [[n for n, m in net.named_modules()
-              if type(m).__name__ == "Float8Linear"] for net in (ours, theirs)]
+    kinds = [
+        [n for n, m in net.named_modules() if type(m).__name__ == "Float8Linear"]
+        for net in (ours, theirs)
+    ]
     assert kinds[0] == kinds[1] == ["blocks.0.attn.proj", "blocks.1.attn.proj", "head"]
 
 
@@ -306,13 +319,16 @@ def test_torchao_converts_the_same_modules_with_the_same_filter():
 
 
 def _reciprocal_mm(a, b, out_dtype):
-    return torch.mm(a.data.float() * (1 / a.scale), b.data.float() * (1 / b.scale)) \
-        .to(out_dtype)
+    return torch.mm(a.data.float() * (1 / a.scale), b.data.float() * (1 / b.scale)).to(
+        out_dtype
+    )
 
 
 def _bf16_mm(a, b, out_dtype):
-    return torch.mm(a.data.to(out_dtype) / a.scale.to(out_dtype),
-                    b.data.to(out_dtype) / b.scale.to(out_dtype))
+    return torch.mm(
+        a.data.to(out_dtype) / a.scale.to(out_dtype),
+        b.data.to(out_dtype) / b.scale.to(out_dtype),
+    )
 
 
 def _no_scale(x, dtype=E4M3, dim=None, power_of_2=False):
@@ -331,11 +347,13 @@ WRONG = {
 def test_a_wrong_variant_is_caught(name, monkeypatch):
     attribute, replacement, autocast_dtype = WRONG[name]
     model, x = _mlp(16, True, 0), _input((8, 16), 0)
-    assert all(_all_same(compare_with_torchao(model, x, TENSORWISE,
-                                              autocast_dtype)).values())
+    assert all(
+        _all_same(compare_with_torchao(model, x, TENSORWISE, autocast_dtype)).values()
+    )
     monkeypatch.setattr(fp8, attribute, replacement)
-    assert not all(_all_same(compare_with_torchao(model, x, TENSORWISE,
-                                                  autocast_dtype)).values())
+    assert not all(
+        _all_same(compare_with_torchao(model, x, TENSORWISE, autocast_dtype)).values()
+    )
 
 
 @needs_torchao
@@ -361,20 +379,33 @@ def test_casting_the_input_under_cpu_autocast_is_caught(monkeypatch):
         return real(self, x)
 
     monkeypatch.setattr(Float8Linear, "forward", cast_input_too)
-    assert not all(_all_same(compare_with_torchao(model, x, TENSORWISE,
-                                                  torch.bfloat16)).values())
+    assert not all(
+        _all_same(compare_with_torchao(model, x, TENSORWISE, torch.bfloat16)).values()
+    )
 
 
 def test_import_is_quiet_on_a_cpu_only_torch():
-    code = ("from amp_lessons.measure.fp8_vs_torchao import import_torchao_float8\n"
-            "print(import_torchao_float8() is not None)")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120)
+    code = (
+        "from amp_lessons.measure.fp8_vs_torchao import import_torchao_float8\n"
+        "print(import_torchao_float8() is not None)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
     if torch.version.cuda is None and "True" in run.stdout:  # a CPU-only torch
-        plain = subprocess.run([sys.executable, "-c", "import torchao.float8"],
-                               capture_output=True, text=True, cwd=ROOT, timeout=120)
+        plain = subprocess.run(
+            [sys.executable, "-c", "import torchao.float8"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
         assert "Failed to load" in plain.stderr  # what the quiet import hides
 
 
@@ -390,10 +421,12 @@ def test_without_torchao_every_entry_point_says_how_to_install(monkeypatch):
     # our own twin does not need it, and is written without it
     assert isinstance(to_float8(nn.Linear(4, 4)), Float8Linear)
     tree = ast.parse(inspect.getsource(fp8))
-    imported = {alias.name for node in ast.walk(tree)
-                if isinstance(node, ast.Import | ast.ImportFrom)
-                for alias in node.names} | {
-        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    } | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert "torch" in imported and not any("torchao" in name for name in imported)
 
 
@@ -403,8 +436,10 @@ def test_the_optional_requirement_is_declared_the_same_everywhere():
     assert pyproject["project"]["optional-dependencies"]["fp8"] == [TORCHAO_REQUIREMENT]
     assert TORCHAO_REQUIREMENT in (ROOT / "requirements.txt").read_text()
     assert TORCHAO_REQUIREMENT in (ROOT / "environment.yml").read_text()
-    assert all(not line.split("#")[0].strip().startswith("torchao") for line in
-               (ROOT / "requirements.txt").read_text().splitlines())  # optional
+    assert all(
+        not line.split("#")[0].strip().startswith("torchao")
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+    )  # optional
 
 
 # ---- delayed vs dynamic, tensorwise vs rowwise --------------------------------------
@@ -471,8 +506,9 @@ def test_plot_scaling_stream_draws_each_rows_error_and_marks_saturation():
     assert "dynamic: saturated" not in lines
     planned = {line.get_label(): line for line in top.lines}
     scales = [r["dynamic_scale"] for r in rows]
-    assert list(planned["dynamic: amax the scale fits (448 / scale)"].get_ydata()) \
-        == [448.0 / s for s in scales]
+    assert list(planned["dynamic: amax the scale fits (448 / scale)"].get_ydata()) == [
+        448.0 / s for s in scales
+    ]
     with pytest.raises(ValueError, match="compare_scaling"):
         plot_scaling_stream([])
 
@@ -515,8 +551,11 @@ def test_range_explorer_shows_the_fp8_casts():
 
     for text, e4m3 in (("464", 448.0), ("2^-10", 0.0), ("0.001953125", 2.0**-9)):
         w.text.value = text
-        assert stored("fp8_e4m3") == e4m3 == torch.tensor(
-            float(w.value)).to(E4M3).float().item()
+        assert (
+            stored("fp8_e4m3")
+            == e4m3
+            == torch.tensor(float(w.value)).to(E4M3).float().item()
+        )
     w.fmt.value = "fp8_e5m2"
     w.text.value = "61440"  # the tie between 57344 and the next step, inf
     assert stored("fp8_e5m2") == float("inf") == torch.tensor(61440.0).to(E5M2).item()

@@ -28,35 +28,67 @@ MiB, GiB = 2**20, 2**30
 
 def synthetic_report(gpu="NVIDIA H200", ms=None, peak=None, drop=()):
     """A bench report of made-up numbers, marked ``"synthetic": true``."""
-    ms = {("mlp", "fp32"): 3.0, ("mlp", "tf32"): 1.5, ("mlp", "fp16"): 0.9,
-          ("mlp", "bf16"): 0.9, ("transformer", "fp32"): 90.0,
-          ("transformer", "tf32"): 40.0, ("transformer", "fp16"): 26.0,
-          ("transformer", "bf16"): 25.0, **(ms or {})}
-    peak = {("mlp", "fp32"): 400 * MiB, ("mlp", "tf32"): 400 * MiB,
-            ("mlp", "fp16"): 440 * MiB, ("mlp", "bf16"): 440 * MiB,
-            ("transformer", "fp32"): 24 * GiB, ("transformer", "tf32"): 24 * GiB,
-            ("transformer", "fp16"): 12 * GiB, ("transformer", "bf16"): 12 * GiB,
-            **(peak or {})}
+    ms = {
+        ("mlp", "fp32"): 3.0,
+        ("mlp", "tf32"): 1.5,
+        ("mlp", "fp16"): 0.9,
+        ("mlp", "bf16"): 0.9,
+        ("transformer", "fp32"): 90.0,
+        ("transformer", "tf32"): 40.0,
+        ("transformer", "fp16"): 26.0,
+        ("transformer", "bf16"): 25.0,
+        **(ms or {}),
+    }
+    peak = {
+        ("mlp", "fp32"): 400 * MiB,
+        ("mlp", "tf32"): 400 * MiB,
+        ("mlp", "fp16"): 440 * MiB,
+        ("mlp", "bf16"): 440 * MiB,
+        ("transformer", "fp32"): 24 * GiB,
+        ("transformer", "tf32"): 24 * GiB,
+        ("transformer", "fp16"): 12 * GiB,
+        ("transformer", "bf16"): 12 * GiB,
+        **(peak or {}),
+    }
     rows = []
     for (config, precision), step_ms in ms.items():
         if (config, precision) in drop:
             continue
         tflops = 1e13 / (step_ms * 1e-3) / 1e12
-        rows.append({"config": config, "precision": precision, "step_ms": step_ms,
-                     "times_ms": [step_ms], "peak_mem_bytes": peak[config, precision],
-                     "resident_bytes": peak[config, precision] // 2,
-                     "activation_bytes": 1000, "param_bytes": 10,
-                     "flops_per_step": 10**13, "tflops": tflops,
-                     "mfu": tflops / 989, "note": ""})
-    return {"schema": bench_results.SCHEMA, "synthetic": True, "device": "cuda",
-            "device_name": gpu, "gpu": gpu, "compute_capability": "9.0",
-            "cuda": "13.0", "torch": torch.__version__,
-            "date": "2026-01-01T00:00:00+00:00",
-            "command": "tests/test_gpu_check.py (synthetic)",
-            "sizes": {"mlp": {"width": 4096, "layers": 3, "batch": 512}},
-            "warmup": 5, "iters": 20, "notes": [],
-            "skipped": [{"config": "mlp", "precision": "fp8", "reason": "synthetic"}],
-            "results": bench.add_ratios(rows)}
+        rows.append(
+            {
+                "config": config,
+                "precision": precision,
+                "step_ms": step_ms,
+                "times_ms": [step_ms],
+                "peak_mem_bytes": peak[config, precision],
+                "resident_bytes": peak[config, precision] // 2,
+                "activation_bytes": 1000,
+                "param_bytes": 10,
+                "flops_per_step": 10**13,
+                "tflops": tflops,
+                "mfu": tflops / 989,
+                "note": "",
+            }
+        )
+    return {
+        "schema": bench_results.SCHEMA,
+        "synthetic": True,
+        "device": "cuda",
+        "device_name": gpu,
+        "gpu": gpu,
+        "compute_capability": "9.0",
+        "cuda": "13.0",
+        "torch": torch.__version__,
+        "date": "2026-01-01T00:00:00+00:00",
+        "command": "tests/test_gpu_check.py (synthetic)",
+        "sizes": {"mlp": {"width": 4096, "layers": 3, "batch": 512}},
+        "warmup": 5,
+        "iters": 20,
+        "notes": [],
+        "skipped": [{"config": "mlp", "precision": "fp8", "reason": "synthetic"}],
+        "results": bench.add_ratios(rows),
+    }
 
 
 @pytest.fixture
@@ -65,8 +97,11 @@ def fake_h200(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda i=0: SimpleNamespace(total_memory=141 * GiB))
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda i=0: SimpleNamespace(total_memory=141 * GiB),
+    )
 
 
 def snapshot(folder: Path) -> dict:
@@ -80,15 +115,21 @@ def test_refuses_fast_without_cuda_with_one_line_and_writes_nothing(tmp_path):
     before = snapshot(bench_results.RESULTS_DIR)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "amp_lessons", "gpu-check"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "amp_lessons", "gpu-check"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     seconds = time.perf_counter() - start
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        "error: gpu-check needs a CUDA GPU"), result.stderr
+        "error: gpu-check needs a CUDA GPU"
+    ), result.stderr
     assert "nothing was run or written" in lines[0]
     assert seconds < 30  # "in seconds": ~3 s here, most of it importing torch
     assert snapshot(bench_results.RESULTS_DIR) == before
@@ -106,8 +147,13 @@ def test_the_command_line_lists_it_plans_it_and_refuses_a_bad_budget(
     out = capsys.readouterr().out
     assert out.startswith("gpu-check plan on a CUDA GPU (none here), budget 480 s:")
     assert [line.split(" (")[0] for line in out.splitlines()[1:]] == [
-        "1. bench", "2. tests", "3. lesson 00_welcome", "4. lesson 04_autocast",
-        "5. lesson 06_speed_memory", "6. lesson 07_clinic"]
+        "1. bench",
+        "2. tests",
+        "3. lesson 00_welcome",
+        "4. lesson 04_autocast",
+        "5. lesson 06_speed_memory",
+        "6. lesson 07_clinic",
+    ]
     assert not (tmp_path / "out").exists()  # a plan runs and writes nothing
     assert main(["gpu-check", "--budget", "0"]) == 2
     assert "--budget must be > 0" in capsys.readouterr().err
@@ -129,21 +175,40 @@ def test_plan_runs_bench_tests_and_the_four_lessons_on_the_gpu(fake_h200, tmp_pa
     assert info["name"] == "NVIDIA H200" and info["capability"] == (9, 0)
     out, work = tmp_path / "results", tmp_path / "work"
     steps = gpu_check.plan_steps(info, out, work)
-    assert [s.name for s in steps] == ["bench", "tests", "lesson 00_welcome",
-                                       "lesson 04_autocast", "lesson 06_speed_memory",
-                                       "lesson 07_clinic"]
+    assert [s.name for s in steps] == [
+        "bench",
+        "tests",
+        "lesson 00_welcome",
+        "lesson 04_autocast",
+        "lesson 06_speed_memory",
+        "lesson 07_clinic",
+    ]
     by_name = {s.name: s for s in steps}
     b = by_name["bench"].command
-    assert b[b.index("--configs") + 1:b.index("--precisions")] == ("mlp", "transformer")
-    assert set(b[b.index("--precisions") + 1:]) == {"fp32", "tf32", "fp16", "bf16",
-                                                    "fp8"}
+    assert b[b.index("--configs") + 1 : b.index("--precisions")] == (
+        "mlp",
+        "transformer",
+    )
+    assert set(b[b.index("--precisions") + 1 :]) == {
+        "fp32",
+        "tf32",
+        "fp16",
+        "bf16",
+        "fp8",
+    }
     assert by_name["bench"].output.parent == work  # partial rows, not the record
     t = by_name["tests"].command
-    assert t[t.index("-m", 2) + 1] == "gpu" and any(a.startswith("--junitxml=")
-                                                     for a in t)
+    assert t[t.index("-m", 2) + 1] == "gpu" and any(
+        a.startswith("--junitxml=") for a in t
+    )
     files = {Path(a).name for a in t if a.endswith(".py")}
-    assert {"test_scaler.py", "test_bench.py", "test_memory.py", "test_autocast.py",
-            "test_train.py"} <= files
+    assert {
+        "test_scaler.py",
+        "test_bench.py",
+        "test_memory.py",
+        "test_autocast.py",
+        "test_train.py",
+    } <= files
     assert "test_repo.py" not in files and "test_gpu_check.py" not in files
     for lesson in gpu_check.LESSONS:
         step = by_name[f"lesson {lesson}"]
@@ -157,8 +222,9 @@ def test_plan_runs_bench_tests_and_the_four_lessons_on_the_gpu(fake_h200, tmp_pa
 def test_the_plan_fits_the_budget_and_gives_each_step_real_time(fake_h200, tmp_path):
     steps = gpu_check.plan_steps(gpu_check.gpu_info(), tmp_path, tmp_path)
     text = gpu_check.format_plan(steps, 480)
-    limits = [float(line.split("at most ")[1].split(" s")[0])
-              for line in text.splitlines()]
+    limits = [
+        float(line.split("at most ")[1].split(" s")[0]) for line in text.splitlines()
+    ]
     assert len(limits) == len(steps)
     assert sum(limits) <= 480 - gpu_check.RESERVE_S + len(limits)  # rounding
     assert min(limits) > gpu_check.MIN_STEP_S
@@ -183,10 +249,13 @@ class FakeRunner:
             bench_results.save_results(self.report, step.output)
         elif step.name == "tests":
             cases = "".join(f'<testcase classname="t" name="p{i}"/>' for i in range(5))
-            cases += "".join(f'<testcase classname="t" name="f{i}"><failure/>'
-                             "</testcase>" for i in range(self.failed_tests))
-            step.output.write_text(f"<testsuites><testsuite>{cases}</testsuite>"
-                                   "</testsuites>")
+            cases += "".join(
+                f'<testcase classname="t" name="f{i}"><failure/></testcase>'
+                for i in range(self.failed_tests)
+            )
+            step.output.write_text(
+                f"<testsuites><testsuite>{cases}</testsuite></testsuites>"
+            )
         else:
             step.output.parent.mkdir(parents=True, exist_ok=True)
             step.output.write_text("{}")
@@ -198,11 +267,15 @@ def test_a_whole_check_with_fake_steps_writes_the_record_and_the_summary(
 ):
     out = tmp_path / "results"
     runner = FakeRunner(synthetic_report())
-    status = gpu_check.run_gpu_check(out, 480, "python -m amp_lessons gpu-check",
-                                     runner, echo=lambda line: None)
+    status = gpu_check.run_gpu_check(
+        out, 480, "python -m amp_lessons gpu-check", runner, echo=lambda line: None
+    )
     assert status == 0
-    assert sorted(p.name for p in out.iterdir()) == ["bench_h200.json", "executed",
-                                                     "gpu_check_h200.md"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bench_h200.json",
+        "executed",
+        "gpu_check_h200.md",
+    ]
     report = bench_results.load_results(out / "bench_h200.json")
     page = (out / "gpu_check_h200.md").read_text()
     gr.verify_summary(page, report, "bench_h200.json")
@@ -214,14 +287,22 @@ def test_a_whole_check_with_fake_steps_writes_the_record_and_the_summary(
 
 
 def test_a_failing_test_or_goal_makes_the_exit_status_1(fake_h200, tmp_path):
-    status = gpu_check.run_gpu_check(tmp_path / "a", 480, "cmd",
-                                     FakeRunner(synthetic_report(), failed_tests=1),
-                                     echo=lambda line: None)
+    status = gpu_check.run_gpu_check(
+        tmp_path / "a",
+        480,
+        "cmd",
+        FakeRunner(synthetic_report(), failed_tests=1),
+        echo=lambda line: None,
+    )
     assert status == 1
     assert "5 passed, 1 failed" in (tmp_path / "a" / "gpu_check_h200.md").read_text()
     slow = synthetic_report(ms={("transformer", "bf16"): 60.0})
-    assert gpu_check.run_gpu_check(tmp_path / "b", 480, "cmd", FakeRunner(slow),
-                                   echo=lambda line: None) == 1
+    assert (
+        gpu_check.run_gpu_check(
+            tmp_path / "b", 480, "cmd", FakeRunner(slow), echo=lambda line: None
+        )
+        == 1
+    )
 
 
 def test_a_budget_too_small_skips_steps_but_still_writes_the_summary(
@@ -241,11 +322,13 @@ def test_a_budget_too_small_skips_steps_but_still_writes_the_summary(
 
 def test_a_step_past_its_limit_is_killed_with_its_children(tmp_path):
     pid_file = tmp_path / "child.pid"
-    script = ("import subprocess, sys, time; "
-              "c = subprocess.Popen([sys.executable, '-c', 'import time; "
-              "time.sleep(60)']); "
-              f"open({str(pid_file)!r}, 'w').write(str(c.pid)); "
-              "print('started', flush=True); time.sleep(60)")
+    script = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; "
+        "time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid)); "
+        "print('started', flush=True); time.sleep(60)"
+    )
     step = gpu_check.Step("sleeper", (sys.executable, "-c", script), 1.0)
     start = time.perf_counter()
     result, lines = gpu_check.run_step(step, 3, echo=lambda line: None)
@@ -263,8 +346,10 @@ def test_a_step_past_its_limit_is_killed_with_its_children(tmp_path):
 
 
 def test_a_step_knows_its_deadline_and_reports_its_exit_status():
-    code = (f"import os, time; d = float(os.environ[{gpu_check.DEADLINE_ENV!r}]); "
-            "print(round(d - time.time())); raise SystemExit(3)")
+    code = (
+        f"import os, time; d = float(os.environ[{gpu_check.DEADLINE_ENV!r}]); "
+        "print(round(d - time.time())); raise SystemExit(3)"
+    )
     step = gpu_check.Step("x", (sys.executable, "-c", code), 1.0)
     result, lines = gpu_check.run_step(step, 100, echo=lambda line: None)
     assert result.status == "failed" and result.detail == "exit status 3"
@@ -286,13 +371,23 @@ def test_bench_rows_measures_each_row_and_reports_what_it_could_not(
 
     monkeypatch.setattr(bench_results, "bench_report", oom_on_transformer_fp32)
     partial = tmp_path / "bench.json"
-    report = gpu_check.bench_rows(partial, ["mlp", "transformer"],
-                                  ["fp32", "bf16", "fp8"], "python -m amp_lessons x",
-                                  time.time() + 300, device="cpu", warmup=0, iters=1)
+    report = gpu_check.bench_rows(
+        partial,
+        ["mlp", "transformer"],
+        ["fp32", "bf16", "fp8"],
+        "python -m amp_lessons x",
+        time.time() + 300,
+        device="cpu",
+        warmup=0,
+        iters=1,
+    )
     measured = [(r["config"], r["precision"]) for r in report["results"]]
     # fp8 is measured or skipped with a reason, once the fp8 lesson's bench has it
     assert [m for m in measured if m[1] != "fp8"] == [
-        ("mlp", "fp32"), ("mlp", "bf16"), ("transformer", "bf16")]
+        ("mlp", "fp32"),
+        ("mlp", "bf16"),
+        ("transformer", "bf16"),
+    ]
     skipped = {(s["config"], s["precision"]): s for s in report["skipped"]}
     oom = skipped["transformer", "fp32"]
     assert oom["error"] and oom["reason"].startswith("CUDA out of memory")
@@ -301,15 +396,18 @@ def test_bench_rows_measures_each_row_and_reports_what_it_could_not(
     assert not skipped["mlp", "fp8"].get("error")
     rows = gr.index_rows(report)
     assert rows["mlp", "bf16"]["speedup_vs_fp32"] == pytest.approx(
-        rows["mlp", "fp32"]["step_ms"] / rows["mlp", "bf16"]["step_ms"])
+        rows["mlp", "fp32"]["step_ms"] / rows["mlp", "bf16"]["step_ms"]
+    )
     assert rows["transformer", "bf16"]["speedup_vs_fp32"] is None  # no fp32 row
     assert bench_results.load_results(partial)["results"] == report["results"]
 
 
 def test_bench_rows_past_its_deadline_runs_nothing(tmp_path):
     partial = tmp_path / "bench.json"
-    assert gpu_check.bench_rows(partial, ["mlp"], ["fp32"], "x", time.time(),
-                                device="cpu") is None
+    assert (
+        gpu_check.bench_rows(partial, ["mlp"], ["fp32"], "x", time.time(), device="cpu")
+        is None
+    )
     assert not partial.exists()
 
 
@@ -319,16 +417,23 @@ def test_bench_rows_past_its_deadline_runs_nothing(tmp_path):
 def lesson(tmp_path, *sources):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     path = tmp_path / "lesson.ipynb"
     nbformat.write(nb, path)
     return path
 
 
 def test_a_lesson_that_fails_an_assert_names_the_cell_and_keeps_its_outputs(tmp_path):
-    src = lesson(tmp_path, "x = 1 + 1\nprint(x)", "assert x == 3, 'two is not three'",
-                 "print('never')")
+    src = lesson(
+        tmp_path,
+        "x = 1 + 1\nprint(x)",
+        "assert x == 3, 'two is not three'",
+        "print('never')",
+    )
     clean = src.read_text()
     dest = tmp_path / "executed" / "lesson.ipynb"
     error = gpu_check.execute_lesson(src, dest, time.time() + 120)
@@ -341,7 +446,7 @@ def test_a_lesson_that_fails_an_assert_names_the_cell_and_keeps_its_outputs(tmp_
 
 
 def test_a_lesson_that_passes_returns_no_error_and_one_past_its_deadline_stops(
-    tmp_path
+    tmp_path,
 ):
     src = lesson(tmp_path, "import os, sys\nprint(os.getcwd())\nprint(sys.executable)")
     assert gpu_check.execute_lesson(src, tmp_path / "ok.ipynb", time.time() + 120) == ""
@@ -361,7 +466,11 @@ def test_a_lesson_that_passes_returns_no_error_and_one_past_its_deadline_stops(
 def test_goals_pass_on_an_h200_that_meets_them():
     goals = gr.evaluate_goals(synthetic_report())
     assert [(g.status, g.required) for g in goals] == [
-        ("PASS", True), ("PASS", True), ("PASS", True), ("PASS", False)]
+        ("PASS", True),
+        ("PASS", True),
+        ("PASS", True),
+        ("PASS", False),
+    ]
     assert [round(g.measured, 3) for g in goals] == [3.6, 1.6, 0.5, 1.1]
     assert all(g.met for g in goals)
 
@@ -369,22 +478,26 @@ def test_goals_pass_on_an_h200_that_meets_them():
 def test_goals_fail_on_an_h200_that_misses_them():
     report = synthetic_report(
         ms={("transformer", "fp32"): 60.0, ("transformer", "tf32"): 30.0},
-        peak={("transformer", "bf16"): 17 * GiB, ("mlp", "bf16"): 360 * MiB})
+        peak={("transformer", "bf16"): 17 * GiB, ("mlp", "bf16"): 360 * MiB},
+    )
     goals = gr.evaluate_goals(report)
     assert [g.status for g in goals] == ["FAIL", "FAIL", "FAIL", "FAIL"]
     assert [g.met for g in goals] == [False, False, False, True]  # the last: reported
 
 
 def test_goal_thresholds_are_inclusive():
-    at = synthetic_report(ms={("transformer", "fp32"): 75.0,
-                              ("transformer", "tf32"): 32.5},
-                          peak={("transformer", "fp32"): 20 * GiB,
-                                ("transformer", "bf16"): 13 * GiB})  # 0.65 exactly
+    at = synthetic_report(
+        ms={("transformer", "fp32"): 75.0, ("transformer", "tf32"): 32.5},
+        peak={("transformer", "fp32"): 20 * GiB, ("transformer", "bf16"): 13 * GiB},
+    )  # 0.65 exactly
     assert [g.status for g in gr.evaluate_goals(at)][:3] == ["PASS"] * 3
-    below = synthetic_report(ms={("transformer", "fp32"): 74.9,
-                                 ("transformer", "tf32"): 32.4},
-                             peak={("transformer", "fp32"): 20 * GiB,
-                                   ("transformer", "bf16"): int(0.651 * 20 * GiB)})
+    below = synthetic_report(
+        ms={("transformer", "fp32"): 74.9, ("transformer", "tf32"): 32.4},
+        peak={
+            ("transformer", "fp32"): 20 * GiB,
+            ("transformer", "bf16"): int(0.651 * 20 * GiB),
+        },
+    )
     assert [g.status for g in gr.evaluate_goals(below)][:3] == ["FAIL"] * 3
 
 
@@ -402,8 +515,13 @@ def test_speed_goals_are_for_h100_class_gpus_and_missing_rows_are_no_data():
 
 def test_test_counts_from_junit_and_from_a_cut_short_log(tmp_path):
     suite = ET.Element("testsuite")
-    for name, child in (("a", None), ("b", "failure"), ("c", "error"),
-                        ("d", "skipped"), ("e", None)):
+    for name, child in (
+        ("a", None),
+        ("b", "failure"),
+        ("c", "error"),
+        ("d", "skipped"),
+        ("e", None),
+    ):
         case = ET.SubElement(suite, "testcase", classname="tests.test_x", name=name)
         if child:
             ET.SubElement(case, child)
@@ -412,8 +530,13 @@ def test_test_counts_from_junit_and_from_a_cut_short_log(tmp_path):
     assert (counts.passed, counts.failed, counts.errors, counts.skipped) == (2, 1, 1, 1)
     assert counts.failing == ("tests.test_x::b", "tests.test_x::c") and not counts.ok
     assert gr.count_junit(tmp_path / "missing.xml").source == "none"
-    log = gr.count_log(["tests/test_x.py::a PASSED [ 50%]",
-                        "tests/test_x.py::b FAILED [100%]", "noise"])
+    log = gr.count_log(
+        [
+            "tests/test_x.py::a PASSED [ 50%]",
+            "tests/test_x.py::b FAILED [100%]",
+            "noise",
+        ]
+    )
     assert (log.passed, log.failed, log.source) == (1, 1, "log")
     assert gr.TestCounts(passed=3, source="junit").ok
     assert not gr.TestCounts(source="junit").ok  # nothing ran is not a pass
@@ -426,22 +549,43 @@ def test_summary_from_a_synthetic_report_shows_every_number_and_is_verified(tmp_
     report = synthetic_report()
     path = bench_results.save_results(report, tmp_path / "bench_h200.json")
     report = bench_results.load_results(path)
-    steps = [gr.StepResult("bench", "ok", 40, 137, "8 rows"),
-             gr.StepResult("lesson 04_autocast", "failed", 12, 46,
-                           "cell 9 of 50: AssertionError: x", "executed/04.ipynb")]
-    page = gr.summary_markdown(report, path.name, gr.TestCounts(40, 0, 0, 2,
-                                                                source="junit"),
-                               steps, gr.evaluate_goals(report),
-                               {"gpu": "NVIDIA H200", "command": "cmd", "wall_s": 300,
-                                "budget_s": 480, "exit_status": 1,
-                                "date": report["date"]})
+    steps = [
+        gr.StepResult("bench", "ok", 40, 137, "8 rows"),
+        gr.StepResult(
+            "lesson 04_autocast",
+            "failed",
+            12,
+            46,
+            "cell 9 of 50: AssertionError: x",
+            "executed/04.ipynb",
+        ),
+    ]
+    page = gr.summary_markdown(
+        report,
+        path.name,
+        gr.TestCounts(40, 0, 0, 2, source="junit"),
+        steps,
+        gr.evaluate_goals(report),
+        {
+            "gpu": "NVIDIA H200",
+            "command": "cmd",
+            "wall_s": 300,
+            "budget_s": 480,
+            "exit_status": 1,
+            "date": report["date"],
+        },
+    )
     written = gpu_check.write_summary(page, tmp_path / "gpu_check_h200.md", report)
     text = written.read_text()
     assert text.startswith("# GPU check: NVIDIA H200\n") and "SYNTHETIC" in text
-    assert ("| transformer: bf16 speed-up vs strict fp32 (TF32 off) | >= 3.0x on "
-            "H100/H200 | 3.60x | PASS |") in text
-    assert "| transformer | bf16 | 25.00 | 3.60x | 1.60x | 12,288 | 0.50x | 400.0 | " \
-           "40.4% |" in text
+    assert (
+        "| transformer: bf16 speed-up vs strict fp32 (TF32 off) | >= 3.0x on "
+        "H100/H200 | 3.60x | PASS |"
+    ) in text
+    assert (
+        "| transformer | bf16 | 25.00 | 3.60x | 1.60x | 12,288 | 0.50x | 400.0 | "
+        "40.4% |" in text
+    )
     assert "40 passed, 0 failed, 0 errors, 2 skipped, of 42" in text
     assert "| 04_autocast | failed: cell 9 of 50: AssertionError: x | 12 |" in text
     assert "Not measured: mlp fp8: synthetic" in text
@@ -460,7 +604,8 @@ def test_a_synthetic_report_is_refused_in_the_recorded_results():
             bench_results.save_results(report, dest)
         with pytest.raises(ValueError, match="synthetic"):
             gpu_check.write_summary(
-                "# x\n", bench_results.RESULTS_DIR / "gpu_check_x.md", report)
+                "# x\n", bench_results.RESULTS_DIR / "gpu_check_x.md", report
+            )
         assert not dest.exists()
         assert not (bench_results.RESULTS_DIR / "gpu_check_x.md").exists()
     finally:  # a broken refusal must not leave a synthetic file in the repo
@@ -477,10 +622,12 @@ def test_reading_recorded_results_checks_their_provenance(tmp_path, monkeypatch)
     (tmp_path / "bench_h200.json").write_text(json.dumps(real))
     loaded = bench_results.load_results(tmp_path / "bench_h200.json")
     assert loaded["gpu"] == "NVIDIA H200"
-    for change, message in (({"synthetic": True}, "synthetic"),
-                            ({"device": "cpu", "gpu": None}, "CUDA GPU"),
-                            ({"date": "yesterday"}, "ISO date"),
-                            ({"command": "typed in"}, "does not name")):
+    for change, message in (
+        ({"synthetic": True}, "synthetic"),
+        ({"device": "cpu", "gpu": None}, "CUDA GPU"),
+        ({"date": "yesterday"}, "ISO date"),
+        ({"command": "typed in"}, "does not name"),
+    ):
         (tmp_path / "bench_h200.json").write_text(json.dumps({**real, **change}))
         with pytest.raises(ValueError, match=message):
             bench_results.recorded_results(tmp_path)

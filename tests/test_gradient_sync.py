@@ -16,8 +16,10 @@ from amp_lessons.core.distributed import (
 from amp_lessons.core.precision import PRECISIONS
 from amp_lessons.teaching import gradient_sync
 
-needs_fsdp2 = pytest.mark.skipif(fsdp2_unsupported_reason("cpu") is not None,
-                                 reason=str(fsdp2_unsupported_reason("cpu")))
+needs_fsdp2 = pytest.mark.skipif(
+    fsdp2_unsupported_reason("cpu") is not None,
+    reason=str(fsdp2_unsupported_reason("cpu")),
+)
 
 
 def test_rounds_to_tells_which_values_a_dtype_holds():
@@ -59,7 +61,8 @@ def test_the_accumulation_dtype_is_reduce_dtype_in_torchs_source():
 
     source = inspect.getsource(_fsdp_param.FSDPParam.to_accumulated_grad_if_needed)
     assert "self.unsharded_accumulated_grad = unsharded_grad.to(self.reduce_dtype)" in (
-        source)
+        source
+    )
 
 
 @needs_fsdp2
@@ -73,11 +76,14 @@ def test_fsdp2_clip_norm_is_the_whole_gradients(one_thread):
 
 @pytest.mark.slow
 @needs_fsdp2
-def test_on_2_processes_one_clip_norm_and_bf16_reduction_without_reduce_dtype(
-        tmp_path):
+def test_on_2_processes_one_clip_norm_and_bf16_reduction_without_reduce_dtype(tmp_path):
     out = tmp_path / "sync.json"
-    run = launch(["--json", out], nproc=2, module="amp_lessons.teaching.gradient_sync",
-                 stream=None)
+    run = launch(
+        ["--json", out],
+        nproc=2,
+        module="amp_lessons.teaching.gradient_sync",
+        stream=None,
+    )
     run.raise_for_status()
     ranks = json.loads(out.read_text())
     assert [r["rank"] for r in ranks] == [0, 1]

@@ -24,21 +24,31 @@ GRADED = [p for p in LESSONS if grading.is_graded(p)]
 
 
 def _python(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     return done.stdout.strip()
 
 
 def test_nbgrader_main_is_nbgrader_without_the_iri_grammar():
-    ours = subprocess.run(nbgrader_main.command("--version"), capture_output=True,
-                          text=True, check=True)
-    theirs = subprocess.run([sys.executable, "-m", "nbgrader", "--version"],
-                            capture_output=True, text=True, check=True)
+    ours = subprocess.run(
+        nbgrader_main.command("--version"), capture_output=True, text=True, check=True
+    )
+    theirs = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert ours.stdout == theirs.stdout and "nbgrader" in ours.stdout.lower()
-    probe = "import nbformat, sys; print('rfc3987_syntax' in sys.modules and " \
-            "sys.modules['rfc3987_syntax'] is not None)"
-    skip = "from amp_lessons.tooling.grading.nbgrader_main import skip_iri_grammar; " \
-           "skip_iri_grammar(); "
+    probe = (
+        "import nbformat, sys; print('rfc3987_syntax' in sys.modules and "
+        "sys.modules['rfc3987_syntax'] is not None)"
+    )
+    skip = (
+        "from amp_lessons.tooling.grading.nbgrader_main import skip_iri_grammar; "
+        "skip_iri_grammar(); "
+    )
     assert _python(skip + probe) == "False"
     assert _python(probe) == "True"  # what it spares: the Jupyter stack installs it
 
@@ -47,10 +57,12 @@ def test_the_sandboxed_processes_start_without_the_grading_tooling():
     """The runner and the guarded kernel start as ``-m amp_lessons.tooling.grading.X``
     once per submission: the package's names load lazily, so neither pays for
     nbgrader, nbconvert or the slides on start-up."""
-    loaded = _python("import sys, amp_lessons.tooling.grading.guard, "
-                     "amp_lessons.tooling.grading.runner; "
-                     "print(sorted({m.split('.')[0] for m in sys.modules} & "
-                     "{'nbgrader', 'nbconvert', 'nbformat'}))")
+    loaded = _python(
+        "import sys, amp_lessons.tooling.grading.guard, "
+        "amp_lessons.tooling.grading.runner; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'nbgrader', 'nbconvert', 'nbformat'}))"
+    )
     assert loaded == "[]"
     assert grading.rehearse.__module__ == "amp_lessons.tooling.grading.rehearsal"
     for name in grading.__all__:  # each name is where _HOMES says it is
@@ -78,23 +90,38 @@ def code(text, slide="-"):
 
 def solution(text, grade_id):
     cell = code(text)
-    cell.metadata["nbgrader"] = {"grade": False, "grade_id": grade_id, "locked": False,
-                                 "schema_version": 3, "solution": True, "task": False}
+    cell.metadata["nbgrader"] = {
+        "grade": False,
+        "grade_id": grade_id,
+        "locked": False,
+        "schema_version": 3,
+        "solution": True,
+        "task": False,
+    }
     return cell
 
 
 def graded_test(text, grade_id, points=1):
     cell = code(text)
-    cell.metadata["nbgrader"] = {"grade": True, "grade_id": grade_id, "locked": True,
-                                 "points": points, "schema_version": 3,
-                                 "solution": False, "task": False}
+    cell.metadata["nbgrader"] = {
+        "grade": True,
+        "grade_id": grade_id,
+        "locked": True,
+        "points": points,
+        "schema_version": 3,
+        "solution": False,
+        "task": False,
+    }
     return cell
 
 
 def write(path, cells):
     nb = nbformat.v4.new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"c{i:03d}"
     nbformat.validate(nb)
@@ -110,38 +137,61 @@ def write_fixture_course(folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "results").mkdir(exist_ok=True)
     (folder / "results" / "recorded.json").write_text(json.dumps({"speedup": 2.5}))
-    plain = write(folder / "00_intro.ipynb", [
-        md("# 00 · Intro", "slide"),
-        code("print('intro ran')"),
-    ])
-    good = write(folder / "01_good.ipynb", [
-        md("# 01 · Good", "slide"),
-        code("import json\nrecorded = json.load(open('results/recorded.json'))\n"
-             "print('recorded speedup', recorded['speedup'])"),
-        md("## Exercise: double", "subslide"),
-        solution("def double(x):\n" + sol("return 2 * x"), "01_good_double"),
-        graded_test("print('case | ok')\nassert double(2) == 4\n"
-                  "### BEGIN HIDDEN TESTS\nassert double(-3) == -6\n"
-                  "### END HIDDEN TESTS", "01_good_double_test", points=2),
-        md("## Exercise: half", "subslide"),
-        solution("def half(x):\n" + sol("return x / 2"), "01_good_half"),
-        graded_test("assert half(3) == 1.5", "01_good_half_test", points=1),
-        code("print('later cells do not use the exercises')"),
-    ])
-    flawed = write(folder / "02_flawed.ipynb", [
-        md("# 02 · Flawed", "slide"),
-        solution("def noisy(x):\n" + sol("return x"), "02_flawed_noisy"),
-        # a warning goes to stderr: nbgrader scores the cell zero even when it passes
-        graded_test("import warnings\nwarnings.warn('careful')\nassert noisy(1) == 1",
-                  "02_flawed_noisy_test"),
-        solution("def wrong(x):\n" + sol("return x + 1"), "02_flawed_wrong"),
-        graded_test("assert wrong(1) == 1, 'wrong(1) should be 1'",
-                  "02_flawed_wrong_test"),
-        solution("def free(x):\n" + sol("return x"), "02_flawed_free"),
-        graded_test("assert True  # passes whatever the student wrote",
-                  "02_flawed_free_test"),
-        code("print(noisy(5))  # uses the student's function: breaks when unsolved"),
-    ])
+    plain = write(
+        folder / "00_intro.ipynb",
+        [
+            md("# 00 · Intro", "slide"),
+            code("print('intro ran')"),
+        ],
+    )
+    good = write(
+        folder / "01_good.ipynb",
+        [
+            md("# 01 · Good", "slide"),
+            code(
+                "import json\nrecorded = json.load(open('results/recorded.json'))\n"
+                "print('recorded speedup', recorded['speedup'])"
+            ),
+            md("## Exercise: double", "subslide"),
+            solution("def double(x):\n" + sol("return 2 * x"), "01_good_double"),
+            graded_test(
+                "print('case | ok')\nassert double(2) == 4\n"
+                "### BEGIN HIDDEN TESTS\nassert double(-3) == -6\n"
+                "### END HIDDEN TESTS",
+                "01_good_double_test",
+                points=2,
+            ),
+            md("## Exercise: half", "subslide"),
+            solution("def half(x):\n" + sol("return x / 2"), "01_good_half"),
+            graded_test("assert half(3) == 1.5", "01_good_half_test", points=1),
+            code("print('later cells do not use the exercises')"),
+        ],
+    )
+    flawed = write(
+        folder / "02_flawed.ipynb",
+        [
+            md("# 02 · Flawed", "slide"),
+            solution("def noisy(x):\n" + sol("return x"), "02_flawed_noisy"),
+            # a warning goes to stderr: nbgrader scores the cell zero even when it
+            # passes
+            graded_test(
+                "import warnings\nwarnings.warn('careful')\nassert noisy(1) == 1",
+                "02_flawed_noisy_test",
+            ),
+            solution("def wrong(x):\n" + sol("return x + 1"), "02_flawed_wrong"),
+            graded_test(
+                "assert wrong(1) == 1, 'wrong(1) should be 1'", "02_flawed_wrong_test"
+            ),
+            solution("def free(x):\n" + sol("return x"), "02_flawed_free"),
+            graded_test(
+                "assert True  # passes whatever the student wrote",
+                "02_flawed_free_test",
+            ),
+            code(
+                "print(noisy(5))  # uses the student's function: breaks when unsolved"
+            ),
+        ],
+    )
     return {"plain": plain, "good": good, "flawed": flawed}
 
 
@@ -156,13 +206,15 @@ def fixture_course(tmp_path_factory):
 
 
 def problems_of(result, lesson):
-    return [p for p in result.problems if p.startswith(lesson) or f"{lesson}.ipynb"
-            in p]
+    return [
+        p for p in result.problems if p.startswith(lesson) or f"{lesson}.ipynb" in p
+    ]
 
 
 def score_of(result, student, lesson):
-    return next(s for s in result.scores
-                if s.student == student and s.notebook == lesson)
+    return next(
+        s for s in result.scores if s.student == student and s.notebook == lesson
+    )
 
 
 def test_fixture_solved_gets_full_marks_and_blank_gets_zero(fixture_course):
@@ -171,8 +223,10 @@ def test_fixture_solved_gets_full_marks_and_blank_gets_zero(fixture_course):
     reference = score_of(result, grading.REFERENCE_STUDENT, "01_good")
     blank = score_of(result, grading.BLANK_STUDENT, "01_good")
     assert (reference.score, reference.max_score) == (3, 3)
-    assert reference.cells == {"01_good_double_test": (2, 2),
-                               "01_good_half_test": (1, 1)}
+    assert reference.cells == {
+        "01_good_double_test": (2, 2),
+        "01_good_half_test": (1, 1),
+    }
     assert blank.max_score == 3
     assert blank.cells == {"01_good_double_test": (0, 2), "01_good_half_test": (0, 1)}
 
@@ -202,8 +256,11 @@ def test_rehearsal_catches_each_defect(fixture_course):
 def test_student_edition_is_stubbed_and_clean(fixture_course, tmp_path):
     notebooks, course, _ = fixture_course
     written = grading.export_student_edition(course, tmp_path / "student")
-    assert [p.name for p in written] == ["00_intro.ipynb", "01_good.ipynb",
-                                         "02_flawed.ipynb"]
+    assert [p.name for p in written] == [
+        "00_intro.ipynb",
+        "01_good.ipynb",
+        "02_flawed.ipynb",
+    ]
     assert (tmp_path / "student" / "results" / "recorded.json").exists()
     good = nbformat.read(tmp_path / "student" / "01_good.ipynb", as_version=4)
     text = "\n".join(c.source for c in good.cells)
@@ -211,8 +268,10 @@ def test_student_edition_is_stubbed_and_clean(fixture_course, tmp_path):
     assert "return 2 * x" not in text and "double(-3)" not in text
     assert "assert double(2) == 4" in text  # the visible test stays
     for name, source in notebooks.items():
-        assert grading.lint_student_edition(
-            source, tmp_path / "student" / source.name) == [], name
+        assert (
+            grading.lint_student_edition(source, tmp_path / "student" / source.name)
+            == []
+        ), name
 
 
 def test_student_edition_lint_catches_leaks(fixture_course, tmp_path):
@@ -221,26 +280,38 @@ def test_student_edition_lint_catches_leaks(fixture_course, tmp_path):
     leaky.cells[1].outputs = [nbformat.v4.new_output("stream", text="hi\n")]
     leaky.cells[1].execution_count = 1
     nbformat.write(leaky, tmp_path / "01_good.ipynb")
-    found = "\n".join(grading.lint_student_edition(notebooks["good"],
-                                                   tmp_path / "01_good.ipynb"))
+    found = "\n".join(
+        grading.lint_student_edition(notebooks["good"], tmp_path / "01_good.ipynb")
+    )
     assert "marker text left" in found
     assert "return 2 * x" in found and "assert double(-3) == -6" in found
     assert "outputs left" in found
 
 
 def test_student_edition_lint_tells_leaks_from_coincidences(tmp_path):
-    source = write(tmp_path / "src.ipynb", [
-        md("# 06", "slide"),
-        solution("def table():\n    ### BEGIN SOLUTION\n    return {\n"
-                 "        'fp16': 'overflows past 65504',\n    }\n"
-                 "    ### END SOLUTION", "06_table"),
-    ])
-    released = write(tmp_path / "rel.ipynb", [
-        md("# 06\n\nA dict ends like this:\n\n    }", "slide"),  # a lone brace
-        solution("def table():\n    # YOUR CODE HERE\n    raise NotImplementedError()",
-                 "06_table"),
-        md("Hint: 'fp16': 'overflows past 65504',"),  # a whole solution line
-    ])
+    source = write(
+        tmp_path / "src.ipynb",
+        [
+            md("# 06", "slide"),
+            solution(
+                "def table():\n    ### BEGIN SOLUTION\n    return {\n"
+                "        'fp16': 'overflows past 65504',\n    }\n"
+                "    ### END SOLUTION",
+                "06_table",
+            ),
+        ],
+    )
+    released = write(
+        tmp_path / "rel.ipynb",
+        [
+            md("# 06\n\nA dict ends like this:\n\n    }", "slide"),  # a lone brace
+            solution(
+                "def table():\n    # YOUR CODE HERE\n    raise NotImplementedError()",
+                "06_table",
+            ),
+            md("Hint: 'fp16': 'overflows past 65504',"),  # a whole solution line
+        ],
+    )
     found = grading.lint_student_edition(source, released)
     assert len(found) == 1 and "rel.ipynb cell 2" in found[0], found
 
@@ -271,20 +342,30 @@ def test_lint_catches_each_metadata_defect(tmp_path):
     unlocked.metadata["nbgrader"]["locked"] = False
     graded_solution = solution("def f():\n" + sol("return 1"), "03_manual")
     graded_solution.metadata["nbgrader"].update(grade=True, points=1)
-    path = write(tmp_path / "03_bad.ipynb", [
-        md("# 03", "slide"),
-        solution("def f(x):\n    return x", "03_no_markers"),
-        solution("def g(x):\n    ### BEGIN SOLUTION\n    return x", "03_unclosed"),
-        graded_test("### BEGIN HIDDEN TESTS\nassert True", "03_unclosed_hidden_test"),
-        code("x = 1  ### BEGIN SOLUTION"),
-        solution("def h():\n" + sol("return 1"), "bad id!"),
-        bad_points, old_schema, unlocked, graded_solution,
-        graded_test("assert True", "01_good_double_test"),  # taken by 01_good
-    ])
+    path = write(
+        tmp_path / "03_bad.ipynb",
+        [
+            md("# 03", "slide"),
+            solution("def f(x):\n    return x", "03_no_markers"),
+            solution("def g(x):\n    ### BEGIN SOLUTION\n    return x", "03_unclosed"),
+            graded_test(
+                "### BEGIN HIDDEN TESTS\nassert True", "03_unclosed_hidden_test"
+            ),
+            code("x = 1  ### BEGIN SOLUTION"),
+            solution("def h():\n" + sol("return 1"), "bad id!"),
+            bad_points,
+            old_schema,
+            unlocked,
+            graded_solution,
+            graded_test("assert True", "01_good_double_test"),  # taken by 01_good
+        ],
+    )
     good = write_fixture_course(tmp_path / "fixture")["good"]
     found = "\n".join(grading.lint_course([good, path]))
-    assert "03_bad.ipynb cell 1" in found and "nbgrader would replace the whole cell" \
-        in found
+    assert (
+        "03_bad.ipynb cell 1" in found
+        and "nbgrader would replace the whole cell" in found
+    )
     assert "'BEGIN SOLUTION' without 'END SOLUTION'" in found
     assert "'BEGIN HIDDEN TESTS' without 'END HIDDEN TESTS'" in found
     assert "markers in a cell without nbgrader metadata" in found
@@ -293,18 +374,26 @@ def test_lint_catches_each_metadata_defect(tmp_path):
     assert "schema_version 1, expected 3" in found
     assert "graded test cell must be locked" in found
     assert "needs manual grading" in found
-    assert "'01_good_double_test' in 03_bad.ipynb is already used in 01_good.ipynb" \
+    assert (
+        "'01_good_double_test' in 03_bad.ipynb is already used in 01_good.ipynb"
         in found
+    )
 
 
 def test_lint_catches_markers_in_the_wrong_cells(tmp_path):
-    hidden_in_solution = solution("def f():\n" + sol("return 1") +
-                                  "\n### BEGIN HIDDEN TESTS\n### END HIDDEN TESTS",
-                                  "04_f")
-    solution_in_test = graded_test("### BEGIN SOLUTION\nx = 1\n### END SOLUTION",
-                                 "04_f_test")
-    path = write(tmp_path / "04.ipynb", [md("# 04", "slide"), hidden_in_solution,
-                                         solution_in_test])
+    hidden_in_solution = solution(
+        "def f():\n"
+        + sol("return 1")
+        + "\n### BEGIN HIDDEN TESTS\n### END HIDDEN TESTS",
+        "04_f",
+    )
+    solution_in_test = graded_test(
+        "### BEGIN SOLUTION\nx = 1\n### END SOLUTION", "04_f_test"
+    )
+    path = write(
+        tmp_path / "04.ipynb",
+        [md("# 04", "slide"), hidden_in_solution, solution_in_test],
+    )
     found = "\n".join(grading.lint_notebook(path))
     assert "cell 1" in found and "hidden-test markers outside a graded test" in found
     assert "cell 2" in found and "solution markers outside a solution cell" in found
@@ -350,8 +439,9 @@ def test_course_solved_full_marks_and_runs(course_rehearsal):
     _, result = course_rehearsal
     assert result.problems == []
     graded = {p.stem for p in GRADED}
-    assert {s.notebook for s in result.scores
-            if s.student == grading.REFERENCE_STUDENT} == graded
+    assert {
+        s.notebook for s in result.scores if s.student == grading.REFERENCE_STUDENT
+    } == graded
     assert not any(s.student == grading.BLANK_STUDENT for s in result.scores)
 
 
@@ -374,8 +464,9 @@ def test_course_notebook_slideshow_metadata(path):
 
 def test_slide_lint_catches_missing_and_bad_types(tmp_path):
     untyped = nbformat.v4.new_code_cell("1 + 1")
-    path = write(tmp_path / "05.ipynb", [md("# 05", "fragment"), untyped,
-                                         code("2", "slid")])
+    path = write(
+        tmp_path / "05.ipynb", [md("# 05", "fragment"), untyped, code("2", "slid")]
+    )
     found = "\n".join(grading.lint_slides(path))
     assert "cell 0" in found and "first cell must be a 'slide', not 'fragment'" in found
     assert "cell 1" in found and "slide_type None" in found
@@ -397,8 +488,9 @@ def test_executed_slides_show_outputs_and_notes(tmp_path):
     nb = nbformat.read(notebooks["plain"], as_version=4)
     nb.cells.append(md("Say: this is a speaker note.", "notes"))
     nbformat.write(nb, notebooks["plain"])
-    decks = grading.export_slides([notebooks["plain"], notebooks["good"]],
-                                  tmp_path / "slides", execute=True)
+    decks = grading.export_slides(
+        [notebooks["plain"], notebooks["good"]], tmp_path / "slides", execute=True
+    )
     plain, good = (d.read_text() for d in decks)
     assert "intro ran" in plain
     assert '<aside class="notes">' in plain and "speaker note" in plain
@@ -415,7 +507,8 @@ def test_offline_check_catches_remote_and_missing_files(tmp_path):
         '<link rel="stylesheet" href="local.css">'
         '<script src="_assets/missing.js"></script>'
         "<style>@import url('http://fonts.example/y.css');</style>"
-        '<img src="data:image/png;base64,AAAA"></head></html>')
+        '<img src="data:image/png;base64,AAAA"></head></html>'
+    )
     found = "\n".join(grading.offline_problems(page))
     assert "loads https://cdn.example/reveal.js from the network" in found
     assert "loads //cdn.example/theme.css from the network" in found
@@ -455,12 +548,13 @@ def test_grading_two_at_a_time_leaves_what_one_at_a_time_does(tmp_path):
     notebooks = write_fixture_course(tmp_path / "nb")
     course = grading.build_course(list(notebooks.values()), tmp_path / "course")
     grading.generate_student_edition(course)
-    released = {name: course / "release" / path.stem / path.name
-                for name, path in notebooks.items()}
+    released = {
+        name: course / "release" / path.stem / path.name
+        for name, path in notebooks.items()
+    }
     wrong = tmp_path / "cy" / "01_good.ipynb"
     wrong.parent.mkdir()
-    wrong.write_text(notebooks["good"].read_text().replace("return x / 2",
-                                                           "return x"))
+    wrong.write_text(notebooks["good"].read_text().replace("return x / 2", "return x"))
     grading.submit("amy", [notebooks["good"], notebooks["flawed"]], course)
     grading.submit("bob", [released["good"], released["flawed"]], course)
     grading.submit("cy", [wrong], course)
@@ -472,8 +566,9 @@ def test_grading_two_at_a_time_leaves_what_one_at_a_time_does(tmp_path):
         review.write_review(course, outcome.student, outcome.lesson, [])
     two = autograder.autograde(course, sandboxed=sandboxed, jobs=2)
     assert autograder.grades(course) == graded
-    assert [(o.student, o.lesson, o.ok, o.flags) for o in two] == \
-        [(o.student, o.lesson, o.ok, o.flags) for o in one]
+    assert [(o.student, o.lesson, o.ok, o.flags) for o in two] == [
+        (o.student, o.lesson, o.ok, o.flags) for o in one
+    ]
     scores = {(g["student"], g["lesson"]): g["score"] for g in graded}
     assert scores[("amy", "01_good")] == 3 and scores[("bob", "01_good")] == 0
     assert scores[("cy", "01_good")] == 2  # half() is wrong, double() is right
@@ -498,8 +593,14 @@ def test_slides_present_offline_in_a_browser(tmp_path):
 
     notebooks = write_fixture_course(tmp_path / "nb")
     nb = nbformat.read(notebooks["good"], as_version=4)
-    nb.cells.insert(1, md("fp16's smallest subnormal is $2^{-24}$:\n\n"
-                          "$$x_{min} = 2^{-14} \\cdot 2^{-10}$$", "subslide"))
+    nb.cells.insert(
+        1,
+        md(
+            "fp16's smallest subnormal is $2^{-24}$:\n\n"
+            "$$x_{min} = 2^{-14} \\cdot 2^{-10}$$",
+            "subslide",
+        ),
+    )
     nbformat.write(nb, notebooks["good"])
     [deck] = grading.export_slides([notebooks["good"]], tmp_path / "slides")
     remote, errors = [], []
@@ -522,9 +623,11 @@ def test_slides_present_offline_in_a_browser(tmp_path):
         assert page.evaluate("Reveal.getTotalSlides()") >= 4
         page.keyboard.press("ArrowRight")
         page.wait_for_function("Reveal.getIndices().v === 1")
-        rendered = ("(() => { const s = document.querySelector('.present');"
-                    " return s.querySelectorAll('.MathJax').length >= 2 &&"
-                    " !s.innerText.includes('Math Processing Error'); })()")
+        rendered = (
+            "(() => { const s = document.querySelector('.present');"
+            " return s.querySelectorAll('.MathJax').length >= 2 &&"
+            " !s.innerText.includes('Math Processing Error'); })()"
+        )
         page.wait_for_function(rendered, timeout=30_000)
         text = page.inner_text(".present")
         page.screenshot(path=tmp_path / "math_slide.png")

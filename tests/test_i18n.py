@@ -38,9 +38,11 @@ def test_set_language_rejects_an_unknown_language(lang):
 
 
 def test_package_import_stays_light():
-    code = ("import sys, amp_lessons; assert 'torch' not in sys.modules; "
-            "amp_lessons.set_language('es'); assert amp_lessons.language() == 'es'; "
-            "assert 'torch' not in sys.modules")
+    code = (
+        "import sys, amp_lessons; assert 'torch' not in sys.modules; "
+        "amp_lessons.set_language('es'); assert amp_lessons.language() == 'es'; "
+        "assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -49,30 +51,38 @@ def test_every_wrapped_string_is_in_the_catalogue_and_nothing_else():
     msgids = {e.msgid for e in _catalogue() if not e.obsolete}
     missing = sorted(set(wrapped) - msgids)
     stale = sorted(msgids - set(wrapped))
-    assert not missing, (f"wrapped but not in {PO.name} (run python -m "
-                         f"amp_lessons.i18n extract): {missing[:5]}")
+    assert not missing, (
+        f"wrapped but not in {PO.name} (run python -m "
+        f"amp_lessons.i18n extract): {missing[:5]}"
+    )
     assert not stale, f"in {PO.name} but wrapped nowhere any more: {stale[:5]}"
 
 
 def test_every_entry_has_a_spanish_translation():
-    untranslated = [e.msgid for e in _catalogue()
-                    if not e.msgstr.strip() or "fuzzy" in e.flags]
+    untranslated = [
+        e.msgid for e in _catalogue() if not e.msgstr.strip() or "fuzzy" in e.flags
+    ]
     assert not untranslated, f"no Spanish (or fuzzy) for: {untranslated[:5]}"
 
 
 def test_placeholders_are_the_same_in_both_languages():
-    differ = [(e.msgid, e.msgstr) for e in _catalogue()
-              if sorted(i18n.PLACEHOLDER.findall(e.msgid))
-              != sorted(i18n.PLACEHOLDER.findall(e.msgstr))]
+    differ = [
+        (e.msgid, e.msgstr)
+        for e in _catalogue()
+        if sorted(i18n.PLACEHOLDER.findall(e.msgid))
+        != sorted(i18n.PLACEHOLDER.findall(e.msgstr))
+    ]
     assert not differ, f"placeholders differ: {differ[:3]}"
 
 
 def test_the_mo_is_compiled_from_the_po():
     compiled = {e.msgid: e.msgstr for e in polib.mofile(str(MO)) if e.msgid}
-    source = {e.msgid: e.msgstr for e in _catalogue()
-              if e.msgstr and "fuzzy" not in e.flags}
-    assert compiled == source, ("the .mo is stale: run python -m amp_lessons.i18n "
-                                "compile")
+    source = {
+        e.msgid: e.msgstr for e in _catalogue() if e.msgstr and "fuzzy" not in e.flags
+    }
+    assert compiled == source, (
+        "the .mo is stale: run python -m amp_lessons.i18n compile"
+    )
 
 
 def test_the_catalogue_ships_with_the_package():
@@ -93,15 +103,18 @@ def test_no_function_shadows_the_translation_function():
                 continue
             names = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == "_"]
             if any(isinstance(n.ctx, ast.Store) for n in names) and any(
-                    isinstance(n.ctx, ast.Load) for n in names):
+                isinstance(n.ctx, ast.Load) for n in names
+            ):
                 found.append(f"{path.name}:{fn.lineno}")
     assert not found, f"_ rebound where it translates: {found}"
 
 
 def test_english_is_the_source_text():
     assert amp_lessons.language() == "en"
-    assert i18n._("{failed} of {total} cases failed — see hints above") == \
-        "{failed} of {total} cases failed — see hints above"
+    assert (
+        i18n._("{failed} of {total} cases failed — see hints above")
+        == "{failed} of {total} cases failed — see hints above"
+    )
 
 
 def test_a_check_prints_in_spanish_then_english_again(capsys):
@@ -163,14 +176,18 @@ def test_a_plot_is_titled_in_spanish_then_english(no_pyplot_figures):
         ax = fig.axes[0]
         assert ax.get_title().startswith("Rango positivo de cada formato")
         assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-            "subnormal", "normal"]
-        fig = plot_scale_trajectory([2.0**16] * 2 + [2.0**15],
-                                    skipped=[False, True, False])
+            "subnormal",
+            "normal",
+        ]
+        fig = plot_scale_trajectory(
+            [2.0**16] * 2 + [2.0**15], skipped=[False, True, False]
+        )
         ax = fig.axes[0]
         assert ax.get_xlabel() == "paso del optimizador"
         assert "1 omitidos" in ax.get_title()
-        assert any(t.get_text().startswith("paso omitido")
-                   for t in ax.get_legend().get_texts())
+        assert any(
+            t.get_text().startswith("paso omitido") for t in ax.get_legend().get_texts()
+        )
     finally:
         amp_lessons.set_language("en")
     fig = plot_format_ranges()

@@ -41,8 +41,9 @@ from paths import ROOT
 
 from amp_lessons.tooling.lab import ROOT_NOTE
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="checks sockets the Linux way")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="checks sockets the Linux way"
+)
 
 NET_AUDIT = '''\
 """Log every DNS lookup or connection that leaves this machine (test_launch.py)."""
@@ -107,9 +108,12 @@ def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
 
 
 def post_status(url: str, headers: dict[str, str] | None = None) -> int:
-    request = urllib.request.Request(url, data=b"{}", method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              **(headers or {})})
+    request = urllib.request.Request(
+        url,
+        data=b"{}",
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status
@@ -145,8 +149,11 @@ def listening_sockets(pid: int) -> list[tuple[str, int, int]]:
             connections = process.net_connections(kind="inet")
         except psutil.NoSuchProcess:
             continue
-        found += [(c.laddr.ip, c.laddr.port, process.pid) for c in connections
-                  if c.status == psutil.CONN_LISTEN]
+        found += [
+            (c.laddr.ip, c.laddr.port, process.pid)
+            for c in connections
+            if c.status == psutil.CONN_LISTEN
+        ]
     return found
 
 
@@ -168,8 +175,12 @@ def test_server_and_kernels_listen_on_loopback_only(lab):
 
 def test_server_port_is_unreachable_from_this_machines_own_addresses(lab):
     psutil = pytest.importorskip("psutil")
-    addresses = [a.address for nic in psutil.net_if_addrs().values() for a in nic
-                 if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    addresses = [
+        a.address
+        for nic in psutil.net_if_addrs().values()
+        for a in nic
+        if a.family == socket.AF_INET and not a.address.startswith("127.")
+    ]
     if not addresses:
         pytest.skip("this machine has no network address besides loopback")
     for address in addresses:
@@ -180,8 +191,12 @@ def test_server_port_is_unreachable_from_this_machines_own_addresses(lab):
 
 def page_config(lab) -> dict:
     _, html = get(lab.url("/lab", with_token=True))
-    found = re.search(r'<script id="jupyter-config-data" type="application/json">'
-                      r"(.*?)</script>", html, re.S)
+    found = re.search(
+        r'<script id="jupyter-config-data" type="application/json">'
+        r"(.*?)</script>",
+        html,
+        re.S,
+    )
     assert found, "JupyterLab's page no longer carries its config"
     return json.loads(found.group(1))
 
@@ -223,9 +238,11 @@ def test_network_audit_sees_a_lookup_the_way_jupyterlab_makes_it(audit_dir, tmp_
 
 UNSAFE = {
     "binds every interface": re.compile(
-        r"0\.0\.0\.0|--ip[= ]['\"]?\*|ip\s*=\s*['\"]\*"),
+        r"0\.0\.0\.0|--ip[= ]['\"]?\*|ip\s*=\s*['\"]\*"
+    ),
     "empty token or password": re.compile(
-        r"(token|password)\s*=\s*(''|\"\"|\s*$|\s+-)", re.M | re.I),
+        r"(token|password)\s*=\s*(''|\"\"|\s*$|\s+-)", re.M | re.I
+    ),
     "disables XSRF": re.compile(r"disable_check_xsrf", re.I),
     "allows any origin": re.compile(r"allow_origin\s*=\s*['\"]?\*"),
     "allows remote access": re.compile(r"allow_remote_access\s*=\s*True"),
@@ -235,16 +252,34 @@ UNSAFE = {
 def shipped_text_files() -> list[Path]:
     """Every tracked file a student reads or runs (tests spell the patterns out)."""
     try:
-        listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.split()
+        listed = subprocess.run(
+            ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         listed = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()]
-    suffixes = {".md", ".py", ".sh", ".yml", ".yaml", ".toml", ".txt", ".ipynb",
-                ".cfg", ".json", ""}
-    files = [ROOT / name for name in listed if not name.startswith(("tests/", "."))
-             or name.startswith(".ci/")]
-    return [p for p in files if p.is_file() and p.suffix in suffixes
-            and p.stat().st_size < 2_000_000]
+    suffixes = {
+        ".md",
+        ".py",
+        ".sh",
+        ".yml",
+        ".yaml",
+        ".toml",
+        ".txt",
+        ".ipynb",
+        ".cfg",
+        ".json",
+        "",
+    }
+    files = [
+        ROOT / name
+        for name in listed
+        if not name.startswith(("tests/", ".")) or name.startswith(".ci/")
+    ]
+    return [
+        p
+        for p in files
+        if p.is_file() and p.suffix in suffixes and p.stat().st_size < 2_000_000
+    ]
 
 
 def test_no_shipped_file_advertises_an_unsafe_launch():
@@ -259,11 +294,18 @@ def test_no_shipped_file_advertises_an_unsafe_launch():
     assert not offenders, "\n".join(offenders)
 
 
-@pytest.mark.parametrize("line", [
-    "jupyter lab --ip=0.0.0.0", "jupyter lab --ip='*'", "c.ServerApp.token = ''",
-    "--IdentityProvider.token= --no-browser", "c.ServerApp.disable_check_xsrf = True",
-    "c.ServerApp.allow_origin = '*'", "c.ServerApp.allow_remote_access = True",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "jupyter lab --ip=0.0.0.0",
+        "jupyter lab --ip='*'",
+        "c.ServerApp.token = ''",
+        "--IdentityProvider.token= --no-browser",
+        "c.ServerApp.disable_check_xsrf = True",
+        "c.ServerApp.allow_origin = '*'",
+        "c.ServerApp.allow_remote_access = True",
+    ],
+)
 def test_unsafe_launch_patterns_catch_each_mistake(line):
     assert any(p.search(line) for p in UNSAFE.values()), line
 
@@ -281,8 +323,15 @@ def on_a_terminal(command, env, cwd):
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-    process = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave,
-                               env=env, cwd=cwd, preexec_fn=controlling_terminal)
+    process = subprocess.Popen(
+        command,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=cwd,
+        preexec_fn=controlling_terminal,
+    )
     os.close(slave)
     output: list[bytes] = []
 
@@ -307,8 +356,12 @@ def test_ctrl_c_stops_the_lab_cleanly(tmp_path):
     env = isolated_env(tmp_path)
     write_test_settings(Path(env["JUPYTER_CONFIG_DIR"]))
     port, token = free_port(), secrets.token_hex(16)
-    env.update(JUPYTER_TOKEN=token, JUPYTER_PORT=str(port), BROWSER="true",
-               JUPYTER_PORT_RETRIES="0")
+    env.update(
+        JUPYTER_TOKEN=token,
+        JUPYTER_PORT=str(port),
+        BROWSER="true",
+        JUPYTER_PORT_RETRIES="0",
+    )
     folder = tmp_path / "notebooks"
     folder.mkdir()
     command = [sys.executable, "-m", "amp_lessons.tooling.lab", str(folder)]
@@ -347,17 +400,21 @@ def test_ctrl_c_stops_the_lab_cleanly(tmp_path):
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
     assert "Shutting down 1 kernel" in text, text  # JupyterLab's own shutdown
     assert "Shut down this Jupyter server" not in text  # no y/n prompt raced a kill
-    assert not [p for p in started if p.is_running()
-                and p.status() != psutil.STATUS_ZOMBIE]
+    assert not [
+        p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    ]
     left = sorted(p.name for p in Path(env["JUPYTER_RUNTIME_DIR"]).iterdir())
     assert not [n for n in left if n.startswith(("jpserver-", "kernel-"))], left
     assert (ROOT_NOTE in " ".join(text.split())) == (os.geteuid() == 0)
 
 
 def start_kernel(base, auth):
-    request = urllib.request.Request(base + "/api/kernels", data=b"{}", method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              **auth})
+    request = urllib.request.Request(
+        base + "/api/kernels",
+        data=b"{}",
+        method="POST",
+        headers={"Content-Type": "application/json", **auth},
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         assert response.status == 201
         return json.loads(response.read())["id"]

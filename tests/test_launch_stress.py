@@ -15,8 +15,9 @@ from amp_lessons.core import distributed
 from amp_lessons.core.distributed import end_groups, launch, world_of
 
 CPU = torch.device("cpu")
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="counts threads in /proc/self/task")
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="counts threads in /proc/self/task"
+)
 
 
 def _threads() -> int:
@@ -39,28 +40,36 @@ def test_end_groups_joins_gloos_threads_before_exit():
 
 
 def test_a_launched_rank_leaves_no_group_to_interpreter_exit(tmp_path):
-    run = launch(["--json", tmp_path / "memory.json"], nproc=2, timeout=180,
-                 stream=None, module="amp_lessons.teaching.rank_memory")
+    run = launch(
+        ["--json", tmp_path / "memory.json"],
+        nproc=2,
+        timeout=180,
+        stream=None,
+        module="amp_lessons.teaching.rank_memory",
+    )
     assert "terminate called" not in run.output
     run.raise_for_status()
 
 
 def test_error_lines_keep_the_ranks_own_and_drop_torchruns():
-    output = ("[rank0]: terminate called without an active exception\n"
-              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
-              "[rank0]: terminate called without an active exception\n")
+    output = (
+        "[rank0]: terminate called without an active exception\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "[rank0]: terminate called without an active exception\n"
+    )
     assert launch_stress.error_lines(output) == [
-        "[rank0]: terminate called without an active exception"]
+        "[rank0]: terminate called without an active exception"
+    ]
 
 
 @pytest.mark.slow
 def test_rank_memory_launch_survives_a_busy_core(capsys):
     # the launch that died with SIGABRT in issue 21, 3 times beside a spinning process
-    results = launch_stress.stress(3, busy_cores=1, kinds=["rank_memory"],
-                                   timeout=60)
+    results = launch_stress.stress(3, busy_cores=1, kinds=["rank_memory"], timeout=60)
     print(launch_stress.format_results(results))
     assert [(r["kind"], r["runs"], r["failures"]) for r in results] == [
-        ("rank_memory", 3, 0)], results
+        ("rank_memory", 3, 0)
+    ], results
 
 
 def test_exit_rank_leaves_only_under_torchrun(monkeypatch):

@@ -352,7 +352,7 @@ def test_byte_unit_is_the_unit_format_bytes_writes():
     assert byte_unit(3 * 2**20) == ("MiB", 2**20)
     assert byte_unit(-3 * 2**30) == ("GiB", 2**30)
     assert byte_unit(2**70) == ("PiB", 2**50)  # the largest unit, however big
-    for n in (0, 1023, 1024, 1536, 2**20 - 1, 5 * 2**40, -2**11):
+    for n in (0, 1023, 1024, 1536, 2**20 - 1, 5 * 2**40, -(2**11)):
         unit, size = byte_unit(n)
         assert format_bytes(n).endswith(f" {unit}")
         assert size == 1 or 1 <= abs(n) / size < 1024

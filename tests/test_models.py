@@ -15,8 +15,9 @@ def test_make_spirals_is_balanced_and_on_the_arms():
     r = x.norm(dim=1) / 2.0  # inputs are scaled by 2
     assert r.max() < 1.5
     # without noise every point lies on its class's arm: theta = 4.5 r + 2 pi y / 3
-    x0, y0 = models.make_spirals(30, noise=0.0,
-                                 generator=torch.Generator().manual_seed(1))
+    x0, y0 = models.make_spirals(
+        30, noise=0.0, generator=torch.Generator().manual_seed(1)
+    )
     r0 = x0.norm(dim=1) / 2.0
     theta = 4.5 * r0 + 2 * math.pi * y0 / 3
     expected = 2.0 * torch.stack([r0 * torch.cos(theta), r0 * torch.sin(theta)], 1)

@@ -180,8 +180,11 @@ def test_mask_outcomes_match_torch_casts_and_softmax():
     nan = {name for name, o in outcomes.items() if o.nan_rows}
     assert nan == {"float('-inf')", "-1e15", "torch.finfo(torch.float32).min",
                    "torch.finfo(torch.float16).min"}  # fmt: skip
-    assert torch.tensor(torch.finfo(fp16).min, dtype=fp16) + torch.tensor(
-        -17.0, dtype=fp16) == -math.inf
+    assert (
+        torch.tensor(torch.finfo(fp16).min, dtype=fp16)
+        + torch.tensor(-17.0, dtype=fp16)
+        == -math.inf
+    )
     # the same additive masks in fp32: only -inf itself gives nan
     fp32 = {o.fill for o in nh.mask_outcomes(torch.float32) if o.nan_rows}
     assert fp32 == {"float('-inf')"}

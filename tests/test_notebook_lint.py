@@ -57,17 +57,22 @@ RULE_STATED_IN = ("README.md", "notebooks/INSTRUCTORS.md", "notebooks/00_welcome
 
 
 def visible_proof_cells(nb) -> list[int]:
-    return [i for i, c in enumerate(nb["cells"])
-            if is_proof_cell(c) and not is_collapsed(c)]
+    return [
+        i for i, c in enumerate(nb["cells"]) if is_proof_cell(c) and not is_collapsed(c)
+    ]
 
 
 def hidden_lesson_cells(nb) -> list[int]:
     """Collapsed code cells that hold no assert: lesson code a student cannot see
     (the Colab set-up cell, collapsed on purpose, is set-up, not the lesson)."""
-    return [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
-            and c.get("metadata", {}).get("jupyter", {}).get("source_hidden")
-            and not is_proof_cell(c)
-            and "colab-setup" not in c.get("metadata", {}).get("tags", [])]
+    return [
+        i
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "code"
+        and c.get("metadata", {}).get("jupyter", {}).get("source_hidden")
+        and not is_proof_cell(c)
+        and "colab-setup" not in c.get("metadata", {}).get("tags", [])
+    ]
 
 
 # Test technique: mocks, and code that moves a widget's controls (tests/ does that)
@@ -76,8 +81,13 @@ TECHNIQUE = re.compile(r"\bmock\b|\.\w+\.value\s*=[^=]")
 
 def technique_on_core_path(nb) -> list[int]:
     optional = optional_cells(nb)
-    return [i for i, c in enumerate(nb["cells"]) if i not in optional
-            and c["cell_type"] == "code" and TECHNIQUE.search("".join(c["source"]))]
+    return [
+        i
+        for i, c in enumerate(nb["cells"])
+        if i not in optional
+        and c["cell_type"] == "code"
+        and TECHNIQUE.search("".join(c["source"]))
+    ]
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
@@ -86,10 +96,11 @@ def test_proof_cells_are_collapsed_and_skipped_in_slides(path):
     assert not visible_proof_cells(nb), (
         f"{path.name}: cells {visible_proof_cells(nb)} hold asserts but are shown: "
         'set metadata "jupyter": {"source_hidden": true} and "slideshow": '
-        '{"slide_type": "skip"}, or move the lesson code to a cell of its own')
+        '{"slide_type": "skip"}, or move the lesson code to a cell of its own'
+    )
     assert not hidden_lesson_cells(nb), (
-        f"{path.name}: cells {hidden_lesson_cells(nb)} are collapsed but hold no "
-        "assert")
+        f"{path.name}: cells {hidden_lesson_cells(nb)} are collapsed but hold no assert"
+    )
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
@@ -97,7 +108,8 @@ def test_no_test_technique_on_the_core_path(path):
     nb = read(path)
     assert not technique_on_core_path(nb), (
         f"{path.name}: cells {technique_on_core_path(nb)} patch with mock or drive a "
-        "widget: move them to tests/ or to an '(optional)' part")
+        "widget: move them to tests/ or to an '(optional)' part"
+    )
 
 
 def crafted(cells) -> dict:
@@ -112,8 +124,9 @@ def test_lint_rejects_a_visible_assert_cell(tmp_path):
     path.write_text(json.dumps(crafted([show, proof])))
     with pytest.raises(AssertionError, match=r"cells \[1\] hold asserts but are shown"):
         test_proof_cells_are_collapsed_and_skipped_in_slides(path)
-    proof.metadata.update({"jupyter": {"source_hidden": True},
-                           "slideshow": {"slide_type": "skip"}})
+    proof.metadata.update(
+        {"jupyter": {"source_hidden": True}, "slideshow": {"slide_type": "skip"}}
+    )
     path.write_text(json.dumps(crafted([show, proof])))
     test_proof_cells_are_collapsed_and_skipped_in_slides(path)  # collapsed: fine
     show.metadata["jupyter"] = {"source_hidden": True}  # lesson code hidden: not fine
@@ -131,9 +144,13 @@ def test_proof_cells_are_found_by_their_asserts_not_their_looks():
 
 
 def test_technique_lint_sees_mocks_and_widget_driving():
-    nb = crafted([nbformat.v4.new_code_cell("explorer.slider.value = 2.0**10"),
-                  nbformat.v4.new_code_cell("with mock.patch.object(m, 'f', g): ..."),
-                  nbformat.v4.new_code_cell("assert explorer.slider.value == 1")])
+    nb = crafted(
+        [
+            nbformat.v4.new_code_cell("explorer.slider.value = 2.0**10"),
+            nbformat.v4.new_code_cell("with mock.patch.object(m, 'f', g): ..."),
+            nbformat.v4.new_code_cell("assert explorer.slider.value == 1"),
+        ]
+    )
     assert technique_on_core_path(nb) == [0, 1]
     nb["cells"].insert(0, nbformat.v4.new_markdown_cell("## Under the hood (optional)"))
     assert technique_on_core_path(nb) == []
@@ -145,9 +162,23 @@ def test_technique_lint_sees_mocks_and_widget_driving():
 def test_optional_parts_end_at_the_next_heading_of_their_level():
     md = nbformat.v4.new_markdown_cell
     code = nbformat.v4.new_code_cell
-    nb = crafted([md("# Title"), md("## A"), code("1"), md("### A.1 (optional)"),
-                  code("2"), md("#### deeper"), code("3"), md("### A.2"), code("4"),
-                  md("## B (optional)"), md("### B.1"), code("5"), md("## C")])
+    nb = crafted(
+        [
+            md("# Title"),
+            md("## A"),
+            code("1"),
+            md("### A.1 (optional)"),
+            code("2"),
+            md("#### deeper"),
+            code("3"),
+            md("### A.2"),
+            code("4"),
+            md("## B (optional)"),
+            md("### B.1"),
+            code("5"),
+            md("## C"),
+        ]
+    )
     assert optional_cells(nb) == {3, 4, 5, 6, 9, 10, 11}
 
 
@@ -155,8 +186,9 @@ def exercise(body: str, *points: int) -> list:
     """A solution cell whose solution is `body`, and one graded cell per point count."""
     code = nbformat.v4.new_code_cell
     lines = "".join(f"    {line}\n" if line else "\n" for line in body.splitlines())
-    solution = code("def answer():\n    ### BEGIN SOLUTION\n" + lines
-                    + "    ### END SOLUTION")
+    solution = code(
+        "def answer():\n    ### BEGIN SOLUTION\n" + lines + "    ### END SOLUTION"
+    )
     solution.metadata["nbgrader"] = {"grade": False, "solution": True}
     tests = [code("check(answer)") for _ in points]
     for test, n in zip(tests, points, strict=True):
@@ -169,11 +201,22 @@ def test_study_minutes_follow_the_stated_rule():
     code = nbformat.v4.new_code_cell
     short = exercise("x = 1  # one\n\n# a comment\nreturn x", 2)  # 2 statements
     data = exercise('return {\n    "a": "b",\n    "c": "d",\n}', 1)  # 2 questions
-    written = exercise("total = 0\nfor v in values:\n    if v:\n        total += v\n"
-                       "return total", 1)  # 5 statements
-    nb = crafted([md(" ".join(["word"] * 400)), code("print(1)"), code("assert 1"),
-                  code("%matplotlib inline\nimport math"), *short, *data,
-                  md("## More (optional)"), code("print(2)"), *written])
+    written = exercise(
+        "total = 0\nfor v in values:\n    if v:\n        total += v\nreturn total", 1
+    )  # 5 statements
+    nb = crafted(
+        [
+            md(" ".join(["word"] * 400)),
+            code("print(1)"),
+            code("assert 1"),
+            code("%matplotlib inline\nimport math"),
+            *short,
+            *data,
+            md("## More (optional)"),
+            code("print(2)"),
+            *written,
+        ]
+    )
     assert [solution_statements(nb["cells"][i]) for i in (4, 6, 10)] == [2, 1, 5]
     assert choice_questions(nb["cells"][6]) == 2
     assert exercise_minutes(nb) == {4: 2 * 2, 6: 2 * 2, 10: 1.25 * 5}
@@ -197,6 +240,7 @@ def test_printed_prose_counts_as_prose():
     assert cell_minutes(code(f"label = '{said}'")) == 1  # not printed: not read out
     assert cell_minutes(code("print(2.5, 'x')")) == 1  # numbers and 1-letter names
     from amp_lessons.teaching.quiz import quick_check_text
+
     quiz = code("print(quick_check_text())")
     assert cell_minutes(quiz) == 1 + len(quick_check_text().split()) / 200
 
@@ -214,14 +258,18 @@ def test_every_printed_text_function_is_priced():
                         name = getattr(getattr(arg, "func", None), "id", "")
                         assert not name.endswith("_text") or name in PRINTED_PROSE, (
                             f"{path.name}: print({name}()) is prose: add it to "
-                            "PRINTED_PROSE")
+                            "PRINTED_PROSE"
+                        )
 
 
 def test_lesson_09s_gan_step_costs_what_writing_it_takes():
     """The calibration the docstring states: about 20 min for the GAN step."""
     nb = read(NOTEBOOKS_DIR / "09_amp_in_practice.ipynb")
-    cell = next(i for i, c in enumerate(nb["cells"])
-                if nbgrader(c).get("grade_id") == "09_practice_gan_step")
+    cell = next(
+        i
+        for i, c in enumerate(nb["cells"])
+        if nbgrader(c).get("grade_id") == "09_practice_gan_step"
+    )
     assert 20 <= exercise_minutes(nb)[cell] <= 25
 
 
@@ -231,13 +279,17 @@ def test_header_states_the_study_time_it_takes(path):
     stated = stated_minutes(nb)
     assert stated is not None, (
         f"{path.name}: the first cell must state 'core path about N min' (and "
-        "', optional parts about M min' where there are optional parts)")
+        "', optional parts about M min' where there are optional parts)"
+    )
     core, extra = study_minutes(nb)
-    for what, said, computed in (("core", stated[0], core),
-                                 ("optional", stated[1], extra)):
+    for what, said, computed in (
+        ("core", stated[0], core),
+        ("optional", stated[1], extra),
+    ):
         assert abs(said - computed) <= max(3, 0.15 * computed), (
             f"{path.name}: the header says {said} min {what}; the estimate gives "
-            f"{computed:.0f} min")
+            f"{computed:.0f} min"
+        )
     assert core <= MAX_CORE_MINUTES, f"{path.name}: core path {core:.0f} min"
 
 
@@ -263,13 +315,19 @@ def test_whole_core_path_fits_in_four_hours():
 def test_readme_table_shows_each_lessons_study_time():
     readme = (ROOT / "README.md").read_text()
     for path in LESSONS:
-        row = next((line for line in readme.splitlines()
-                    if line.startswith(f"| {path.name[:2]} |")
-                    and f"`{path.stem}`" in line), None)
+        row = next(
+            (
+                line
+                for line in readme.splitlines()
+                if line.startswith(f"| {path.name[:2]} |") and f"`{path.stem}`" in line
+            ),
+            None,
+        )
         assert row is not None, f"README: no row for {path.name}"
         stated = stated_minutes(read(path))
         assert stated and f"| {stated[0]} min" in row, (
-            f"README row of {path.name} must show its core study time, {stated} min")
+            f"README row of {path.name} must show its core study time, {stated} min"
+        )
 
 
 def report() -> str:
@@ -278,8 +336,9 @@ def report() -> str:
     for path in LESSONS:
         core, extra = study_minutes(read(path))
         total += core if path in CORE_COURSE else 0
-        lines.append(f"{path.name:28s} core {core:5.1f} min   "
-                     f"optional {extra:5.1f} min")
+        lines.append(
+            f"{path.name:28s} core {core:5.1f} min   optional {extra:5.1f} min"
+        )
     return "\n".join([*lines, f"{'core path, lessons 00-08':28s} {total:5.1f} min"])
 
 

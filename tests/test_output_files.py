@@ -35,8 +35,12 @@ def test_write_gets_the_umask_and_replaces_atomically(tmp_path):
 
 def test_leftovers_of_dead_writers_go_and_a_live_writers_stays(tmp_path):
     path = tmp_path / "run.pt"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         stale = tmp_path / f".run.pt.{int(dead.stdout)}.0badc0de.tmp"
@@ -55,15 +59,20 @@ def test_leftovers_of_dead_writers_go_and_a_live_writers_stays(tmp_path):
 @pytest.mark.parametrize("case", ["directory", "under a file", "proc"])
 def test_unwritable_paths_are_refused_with_what_to_do(case, tmp_path):
     (tmp_path / "f").write_text("x")
-    path = {"directory": tmp_path, "under a file": tmp_path / "f" / "out.json",
-            "proc": "/proc/amp_lessons_out.json"}[case]
+    path = {
+        "directory": tmp_path,
+        "under a file": tmp_path / "f" / "out.json",
+        "proc": "/proc/amp_lessons_out.json",
+    }[case]
     with pytest.raises(ValueError, match="--json") as info:
         validate_output_path(path, "--json")
     message = str(info.value)
     assert "\n" not in message
-    assert {"directory": "is a directory; give a file name inside it, e.g.",
-            "under a file": "is a file, not a folder",
-            "proc": "choose a folder you can write to"}[case] in message
+    assert {
+        "directory": "is a directory; give a file name inside it, e.g.",
+        "under a file": "is a file, not a folder",
+        "proc": "choose a folder you can write to",
+    }[case] in message
 
 
 def test_a_missing_parent_is_fine_and_not_created_by_the_check(tmp_path):

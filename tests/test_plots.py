@@ -17,16 +17,29 @@ pytestmark = pytest.mark.usefixtures("no_pyplot_figures")  # see conftest.py
 # ---- static plots -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, zone", [
-    (1e-9, "flushed to 0"), (1e-6, "subnormal"), (1e-4, "normal"),
-    (7e4, "overflow: inf"), (0.0, "zero"),
-])
+@pytest.mark.parametrize(
+    "value, zone",
+    [
+        (1e-9, "flushed to 0"),
+        (1e-6, "subnormal"),
+        (1e-4, "normal"),
+        (7e4, "overflow: inf"),
+        (0.0, "zero"),
+    ],
+)
 def test_number_line_names_the_zone_the_fp16_cast_gives(value, zone):
     stored = torch.tensor(value, dtype=torch.float32).half().item()
-    expected = ("zero" if value == 0 else "flushed to 0" if stored == 0 else
-                "overflow: inf" if math.isinf(stored) else
-                "subnormal" if abs(stored) < torch.finfo(torch.float16).tiny
-                else "normal")
+    expected = (
+        "zero"
+        if value == 0
+        else "flushed to 0"
+        if stored == 0
+        else "overflow: inf"
+        if math.isinf(stored)
+        else "subnormal"
+        if abs(stored) < torch.finfo(torch.float16).tiny
+        else "normal"
+    )
     assert zone == expected  # the parametrization itself is checked against torch
     fig = P.plot_number_line(value, "fp16")
     ax = fig.axes[0]
@@ -41,21 +54,33 @@ def test_number_line_names_the_zone_the_fp16_cast_gives(value, zone):
 def test_number_line_zone_edges_are_the_formats_limits():
     for name in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2"):
         fig = P.plot_number_line(1.0, name)
-        edges = sorted({line.get_xdata()[0] for line in fig.axes[0].lines
-                        if line.get_linestyle() == ":"})
+        edges = sorted(
+            {
+                line.get_xdata()[0]
+                for line in fig.axes[0].lines
+                if line.get_linestyle() == ":"
+            }
+        )
         info = torch.finfo(FORMATS[name].dtype)
-        assert edges == [math.log2(info.smallest_normal * info.eps),
-                         math.log2(info.smallest_normal), math.log2(info.max)]
-    texts = " ".join(t.get_text() for t in P.plot_number_line(1e3, "fp8_e4m3")
-                     .axes[0].texts)
+        assert edges == [
+            math.log2(info.smallest_normal * info.eps),
+            math.log2(info.smallest_normal),
+            math.log2(info.max),
+        ]
+    texts = " ".join(
+        t.get_text() for t in P.plot_number_line(1e3, "fp8_e4m3").axes[0].texts
+    )
     assert "saturated to 448" in texts
 
 
 def test_format_ranges_bars_match_torch_finfo():
     names = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
     ax = P.plot_format_ranges(names).axes[0]
-    normal = [p for p in ax.patches if p.get_facecolor()[:3] ==
-              matplotlib.colors.to_rgb(P.ZONE_COLORS["normal"])]
+    normal = [
+        p
+        for p in ax.patches
+        if p.get_facecolor()[:3] == matplotlib.colors.to_rgb(P.ZONE_COLORS["normal"])
+    ]
     assert len(normal) == len(names)
     for bar, name in zip(normal, names, strict=True):
         info = torch.finfo(FORMATS[name].dtype)
@@ -115,17 +140,29 @@ def test_plot_speed_memory_bars_are_the_rows():
     t_ax, m_ax = fig.axes
     time_bars = [p.get_width() for p in t_ax.patches]
     assert time_bars == [r["step_ms"] for r in rows]
-    fp32_parts = [p.get_width() for p in m_ax.patches
-                  if p.get_y() < 0.5 and p.get_width()]
-    expected = [v / 2**10 for k, v in rows[0]["memory"].items()
-                if k in P.MEMORY_PARTS and v]
+    fp32_parts = [
+        p.get_width() for p in m_ax.patches if p.get_y() < 0.5 and p.get_width()
+    ]
+    expected = [
+        v / 2**10 for k, v in rows[0]["memory"].items() if k in P.MEMORY_PARTS and v
+    ]
     assert fp32_parts == pytest.approx(expected)
     assert m_ax.get_xlabel() == "memory (KiB)"
     assert t_ax.get_xlabel().startswith("step time, ms")
     # a recorded bench report draws too: parameters + bytes saved for backward
-    report = {"results": [{"config": "mlp", "precision": "fp32", "step_ms": 2.0,
-                           "times_ms": [2.0], "peak_mem_bytes": 3 * 2**20,
-                           "activation_bytes": 2**20, "param_bytes": 2**20}]}
+    report = {
+        "results": [
+            {
+                "config": "mlp",
+                "precision": "fp32",
+                "step_ms": 2.0,
+                "times_ms": [2.0],
+                "peak_mem_bytes": 3 * 2**20,
+                "activation_bytes": 2**20,
+                "param_bytes": 2**20,
+            }
+        ]
+    }
     fig = P.plot_speed_memory(report)
     assert [p.get_width() for p in fig.axes[1].patches] == [1.0, 1.0]
     with pytest.raises(ValueError, match="no results"):
@@ -140,18 +177,20 @@ def test_speed_memory_words_can_be_left_to_the_caller():
     assert full.legends and full.axes[0].get_title(loc="left").startswith("MLP 3 x")
     fig, pairs = S._speed_layout([2], words=False)
     words = S._draw_speed_memory(fig, pairs, rows, words=False)
-    (t_ax, m_ax), = pairs
+    ((t_ax, m_ax),) = pairs
     assert not fig.legends and t_ax.get_title(loc="left") == ""
     assert t_ax.get_xlabel() == "step time (ms)"
     # what the figure leaves out comes back, for the panel's HTML
     assert words["titles"] == [full.axes[0].get_title(loc="left")]
     assert words["notes"] == ["bar: median of 2 steps; dots: each step"]
-    assert words["parts"] == [k for k in P.MEMORY_PARTS if any(
-        r["memory"][k] for r in rows)]  # bf16's weight copies included
+    assert words["parts"] == [
+        k for k in P.MEMORY_PARTS if any(r["memory"][k] for r in rows)
+    ]  # bf16's weight copies included
     key = S.legend_html(words["parts"], words["notes"][0])
     labels = [t.get_text() for t in full.legends[0].get_texts()]
     assert [label for label in labels if label in key] == labels
     assert "bar: median of 2 steps" in key
     # the same bars either way
     assert [p.get_width() for p in t_ax.patches] == [
-        p.get_width() for p in full.axes[0].patches]
+        p.get_width() for p in full.axes[0].patches
+    ]

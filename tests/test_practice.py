@@ -25,7 +25,8 @@ def test_models_and_batches_are_seeded_and_leave_the_rng_alone():
     for a, b in ((g1, g2), (d1, d2)):
         assert all(map(torch.equal, a.parameters(), b.parameters()))
     assert torch.equal(pr.gan_batch(3)[0], real) and not torch.equal(
-        pr.gan_batch(4)[0], real)
+        pr.gan_batch(4)[0], real
+    )
     assert torch.allclose(real.norm(dim=1).mean(), torch.tensor(2.0), atol=0.05)
 
 
@@ -58,8 +59,10 @@ def test_gan_step_is_the_amp_examples_recipe_written_out():
         else:
             losses = pr.gan_step(generator, discriminator, opt_g, opt_d, scaler,
                                  real, noise)  # fmt: skip
-        params = [p.detach().clone() for p in [*generator.parameters(),
-                                               *discriminator.parameters()]]
+        params = [
+            p.detach().clone()
+            for p in [*generator.parameters(), *discriminator.parameters()]
+        ]
         runs.append((losses, params, scaler.get_scale()))
     (la, pa, sa), (lb, pb, sb) = runs
     assert la == lb and sa == sb == 2.0**17

@@ -25,8 +25,9 @@ def test_the_table_says_what_each_precision_turns_on():
 def test_slow_note_is_the_emulation_note_for_fp16_on_a_cpu_only():
     assert pr.slow_note(PRECISIONS["fp16"], "cpu").endswith(EMULATION_NOTE)
     assert "~150x" in EMULATION_NOTE
-    assert all(pr.slow_note(p, "cpu") is None
-               for n, p in PRECISIONS.items() if n != "fp16")
+    assert all(
+        pr.slow_note(p, "cpu") is None for n, p in PRECISIONS.items() if n != "fp16"
+    )
     with pytest.warns(pr.SlowOnThisDeviceWarning, match="fp16 on a CPU"):
         pr.resolve_precision("fp16", "cpu")
 
@@ -76,15 +77,19 @@ TF32_GETTERS = {
 TF32_SETUPS = {  # how a user may have set TF32 before calling us (both torch APIs)
     "untouched": lambda: None,
     "legacy on": lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
-    "legacy off": lambda: (setattr(torch.backends.cuda.matmul, "allow_tf32", False),
-                           setattr(torch.backends.cudnn, "allow_tf32", False)),
+    "legacy off": lambda: (
+        setattr(torch.backends.cuda.matmul, "allow_tf32", False),
+        setattr(torch.backends.cudnn, "allow_tf32", False),
+    ),
     "precision high": lambda: torch.set_float32_matmul_precision("high"),
     "precision medium": lambda: torch.set_float32_matmul_precision("medium"),
-    "new api tf32": lambda: setattr(torch.backends.cuda.matmul, "fp32_precision",
-                                    "tf32"),
+    "new api tf32": lambda: setattr(
+        torch.backends.cuda.matmul, "fp32_precision", "tf32"
+    ),
     "new api ieee": lambda: (
         setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee"),
-        setattr(torch.backends.cudnn.conv, "fp32_precision", "ieee")),
+        setattr(torch.backends.cudnn.conv, "fp32_precision", "ieee"),
+    ),
 }
 
 
@@ -107,7 +112,9 @@ def tf32_scenario(setup):
             assert inside["cudnn allow_tf32"] is enabled, inside
         after = tf32_settings()
         assert all(after[k] == v for k, v in before.items() if v is not None), (
-            before, after)
+            before,
+            after,
+        )
 
 
 @pytest.mark.skipif(not hasattr(torch.backends.cudnn, "conv"), reason="torch < 2.9")

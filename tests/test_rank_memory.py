@@ -36,17 +36,26 @@ def test_one_process_holds_exactly_what_ddp_predicts():
     optimizer.step()
     shapes = [p.shape for p in model.parameters()]
     numel = sum(p.numel() for p in model.parameters())
-    want = {"parameters": 4 * numel, "gradients": 4 * numel,
-            "optimizer": 8 * numel + 4 * len(shapes)}
+    want = {
+        "parameters": 4 * numel,
+        "gradients": 4 * numel,
+        "optimizer": 8 * numel + 4 * len(shapes),
+    }
     assert held_bytes(model, optimizer) == want == expected_bytes(shapes, "ddp")
 
 
 def test_fsdp2_formula_pads_parameters_but_not_moments():
     # one 5 x 2 weight on 2 ranks: 3 + 2 rows, both padded to 3 rows
     assert expected_bytes([(5, 2)], "fsdp2", 2, 0) == {
-        "parameters": 24, "gradients": 24, "optimizer": 2 * 24 + 4}
+        "parameters": 24,
+        "gradients": 24,
+        "optimizer": 2 * 24 + 4,
+    }
     assert expected_bytes([(5, 2)], "fsdp2", 2, 1) == {
-        "parameters": 24, "gradients": 24, "optimizer": 2 * 16 + 4}
+        "parameters": 24,
+        "gradients": 24,
+        "optimizer": 2 * 16 + 4,
+    }
     with pytest.raises(ValueError, match="rank must be in 0..1"):
         expected_bytes([(5, 2)], "fsdp2", 2, 2)
     with pytest.raises(ValueError, match="mode must be"):
@@ -73,13 +82,21 @@ def test_7b_on_paper_ddp_never_fits_80_gb_and_fsdp2_does():
 @pytest.mark.slow
 def test_every_rank_of_a_2_process_run_holds_what_is_predicted(tmp_path):
     out = tmp_path / "memory.json"
-    run = launch(["--json", out], nproc=2, timeout=180, stream=None,
-                 module="amp_lessons.teaching.rank_memory")
+    run = launch(
+        ["--json", out],
+        nproc=2,
+        timeout=180,
+        stream=None,
+        module="amp_lessons.teaching.rank_memory",
+    )
     assert run.returncode == 0, run.output
     measured = json.loads(out.read_text())["measured"]
     assert {(m["mode"], m["precision"], m["rank"]) for m in measured} == {
-        (mode, p, r) for mode in ("ddp", "fsdp2") for p in ("fp32", "bf16")
-        for r in (0, 1)}
+        (mode, p, r)
+        for mode in ("ddp", "fsdp2")
+        for p in ("fp32", "bf16")
+        for r in (0, 1)
+    }
     for m in measured:
         assert m["held"] == m["expected"], m
     by = {(m["mode"], m["precision"], m["rank"]): m["held"] for m in measured}

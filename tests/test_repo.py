@@ -34,8 +34,11 @@ def test_pyproject_dependencies_agree_with_requirements():
 def test_torch_lower_bound_is_the_release_ci_pins():
     """The oldest torch the requirements promise is one CI runs: .ci/run installs it
     before the tests (and runs the notebooks on the newest one too)."""
-    torch_line = next(r for r in requirement_lines((ROOT / "requirements.txt")
-                      .read_text()) if r.startswith("torch"))
+    torch_line = next(
+        r
+        for r in requirement_lines((ROOT / "requirements.txt").read_text())
+        if r.startswith("torch")
+    )
     from packaging.specifiers import SpecifierSet
 
     spec = SpecifierSet(torch_line.removeprefix("torch"))
@@ -54,8 +57,12 @@ def test_notebook_is_valid_and_stored_clean(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata["kernelspec"]["name"] == "python3"
-    dirty = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-             and (cell.outputs or cell.execution_count is not None)]
+    dirty = [
+        i
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        and (cell.outputs or cell.execution_count is not None)
+    ]
     assert not dirty, f"{path.name}: cells {dirty} keep outputs; run nbstripout"
 
 
@@ -76,20 +83,41 @@ def test_pre_commit_strips_notebook_outputs():
 
 
 def test_ruff_passes():
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", str(ROOT)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_leaves_the_code_as_it_is():
+    """One formatting style: the code is as `ruff format` writes it (the notebooks are
+    excluded in pyproject.toml: the Spanish catalogues key a cell by its source)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_package_never_uses_the_deprecated_cuda_amp_spelling():
-    offenders = [p.name for p in (ROOT / "amp_lessons").rglob("*.py")
-                 if "torch.cuda.amp" in p.read_text()]
+    offenders = [
+        p.name
+        for p in (ROOT / "amp_lessons").rglob("*.py")
+        if "torch.cuda.amp" in p.read_text()
+    ]
     assert not offenders
 
 
 def test_nothing_advertises_an_unsafe_launch():
-    paths = [ROOT / "README.md", ROOT / "Makefile", ROOT / ".ci" / "run",
-             *ROOT.glob("amp_lessons/**/*.py")]
+    paths = [
+        ROOT / "README.md",
+        ROOT / "Makefile",
+        ROOT / ".ci" / "run",
+        *ROOT.glob("amp_lessons/**/*.py"),
+    ]
     texts = {p: p.read_text() for p in paths}
     for path, text in texts.items():
         assert "0.0.0.0" not in text, path
@@ -110,20 +138,20 @@ def test_notebook_sequence_is_numbered_in_order():
     # the entry lesson (COURSE.md: a name containing "10_min") sorts first, just
     # before 00_welcome; every other lesson has a number of its own, in order
     entry = [name for name in names if "10_min" in name]
-    assert entry in ([], ["00_amp_in_10_minutes"]) and names[:len(entry)] == entry
+    assert entry in ([], ["00_amp_in_10_minutes"]) and names[: len(entry)] == entry
     assert names[len(entry)] == "00_welcome"
-    numbers = [int(name[:2]) for name in names[len(entry):]]
+    numbers = [int(name[:2]) for name in names[len(entry) :]]
     assert numbers == sorted(set(numbers))
     assert json.loads(LESSONS[0].read_text())["cells"][0]["cell_type"] == "markdown"
-
-
 
 
 # ---- the Spanish README and instructor guide (translated by hand) ------------------
 
 # each English document and its Spanish translation
-TRANSLATED_DOCS = {"README.md": "README.es.md",
-                   "notebooks/INSTRUCTORS.md": "notebooks/es/INSTRUCTORES.md"}
+TRANSLATED_DOCS = {
+    "README.md": "README.es.md",
+    "notebooks/INSTRUCTORS.md": "notebooks/es/INSTRUCTORES.md",
+}
 
 
 def _numbers(text: str) -> set[str]:
@@ -137,9 +165,11 @@ def test_spanish_translation_states_the_same_numbers(english):
     spanish = TRANSLATED_DOCS[english]
     said = {doc: _numbers((ROOT / doc).read_text()) for doc in (english, spanish)}
     assert said[english] - said[spanish] == set(), (
-        f"{spanish} lacks numbers {english} states: update the translation")
+        f"{spanish} lacks numbers {english} states: update the translation"
+    )
     assert said[spanish] - said[english] == set(), (
-        f"{spanish} states numbers {english} does not: update the translation")
+        f"{spanish} states numbers {english} does not: update the translation"
+    )
 
 
 def test_readmes_link_each_other_at_the_top():
@@ -173,10 +203,13 @@ def test_spanish_readme_table_shows_each_lessons_study_time():
 def test_spanish_guide_times_each_lesson_as_the_english_one():
     """The instructor guides' lesson tables (section 6), row by row: the same run
     time, live time and study time."""
+
     def rows(path):
-        return [[cell.strip() for cell in line.strip("|").split("|")]
-                for line in (ROOT / path).read_text().splitlines()
-                if re.match(r"\| \d\d ", line)]
+        return [
+            [cell.strip() for cell in line.strip("|").split("|")]
+            for line in (ROOT / path).read_text().splitlines()
+            if re.match(r"\| \d\d ", line)
+        ]
 
     english = rows("notebooks/INSTRUCTORS.md")
     spanish = rows("notebooks/es/INSTRUCTORES.md")
@@ -185,6 +218,8 @@ def test_spanish_guide_times_each_lesson_as_the_english_one():
         assert en[0][:2] == es[0][:2]
         for column in (1, 2, 3):  # runs in, live, study time
             assert re.findall(r"\d+", en[column]) == re.findall(r"\d+", es[column]), (
-                en[0], column)
+                en[0],
+                column,
+            )
         names = [re.findall(r"`([^`]+)`", row[4]) for row in (en, es)]
         assert names[0] == names[1], en[0]  # the exercises: check_* names

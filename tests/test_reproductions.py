@@ -75,8 +75,9 @@ def test_the_table_lists_the_15_problems_with_status_and_sources():
     assert len({r.key for r in reports}) == 15
     for report in reports:
         assert report.status in ("reproduced", "explained"), report.key
-        assert report.sources and all(re.fullmatch(r"[\w.-]+/[\w.-]+#\d+", source)
-                                      for source in report.sources), report.key
+        assert report.sources and all(
+            re.fullmatch(r"[\w.-]+/[\w.-]+#\d+", source) for source in report.sources
+        ), report.key
         assert report.cause and report.fix
         if report.status == "explained":
             assert report.note, f"{report.key}: say why it is only explained"
@@ -101,7 +102,7 @@ def test_what_the_explained_entries_claim_about_this_torch():
 def test_real_world_table_text():
     text = clinic.real_world_table().splitlines()
     assert len(text) == 16 and text[0].split()[:3] == ["#", "problem", "status"]
-    assert text[3].startswith(" 3  \"Attempting to unscale FP16 gradients\"")
+    assert text[3].startswith(' 3  "Attempting to unscale FP16 gradients"')
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     for test in finder.find(clinic.real_world_table, "real_world_table"):

@@ -42,16 +42,27 @@ PYTHON_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 def run_python(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
-                          capture_output=True, text=True, env=PYTHON_ENV,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=PYTHON_ENV,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def graded_cell(source: str, grade_id: str = "x_test"):
     cell = nbformat.v4.new_code_cell(source)
-    cell.metadata["nbgrader"] = {"grade": True, "grade_id": grade_id, "locked": True,
-                                 "points": 1, "schema_version": 3, "solution": False,
-                                 "task": False}
+    cell.metadata["nbgrader"] = {
+        "grade": True,
+        "grade_id": grade_id,
+        "locked": True,
+        "points": 1,
+        "schema_version": 3,
+        "solution": False,
+        "task": False,
+    }
     return cell
 
 
@@ -70,16 +81,23 @@ def test_course_test_cells_take_their_checks_from_the_package(path):
 
 
 def test_fix_tests_rewrites_the_old_form_once(tmp_path):
-    old = ("check_amp_step_order(amp_step_order)\n### BEGIN HIDDEN TESTS\n"
-           "check_amp_step_order(amp_step_order, hidden=True)\n### END HIDDEN TESTS")
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell(
-            "from amp_lessons.teaching.checks import check_unscale"),
-        nbformat.v4.new_code_cell(
-            "from amp_lessons.teaching.checks import AMP_STEPS, check_amp_step_order\n"
-            "x = 1"),
-        graded_cell(old, "05_test"),
-    ])
+    old = (
+        "check_amp_step_order(amp_step_order)\n### BEGIN HIDDEN TESTS\n"
+        "check_amp_step_order(amp_step_order, hidden=True)\n### END HIDDEN TESTS"
+    )
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "from amp_lessons.teaching.checks import check_unscale"
+            ),
+            nbformat.v4.new_code_cell(
+                "from amp_lessons.teaching.checks import AMP_STEPS, "
+                "check_amp_step_order\n"
+                "x = 1"
+            ),
+            graded_cell(old, "05_test"),
+        ]
+    )
     path = tmp_path / "05.ipynb"
     nbformat.write(nb, path)
     found = "\n".join(testcells.lint_test_cells(path))
@@ -93,24 +111,40 @@ def test_fix_tests_rewrites_the_old_form_once(tmp_path):
         "import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
         "_checks.check_amp_step_order(amp_step_order)\n### BEGIN HIDDEN TESTS\n"
         "_checks.check_amp_step_order(amp_step_order, hidden=True)\n"
-        "### END HIDDEN TESTS"]
+        "### END HIDDEN TESTS",
+    ]
     assert testcells.lint_test_cells(path) == []
     assert testcells.check_calls(fixed.cells[1].source) == [
-        ("check_amp_step_order", False), ("check_amp_step_order", True)]
+        ("check_amp_step_order", False),
+        ("check_amp_step_order", True),
+    ]
     assert testcells.fix_test_cells(path) == 0  # idempotent
 
 
-@pytest.mark.parametrize("source, problem", [
-    ("check_unscale(f)", "must start with"),
-    ("from amp_lessons.teaching.checks import check_unscale\ncheck_unscale(f)",
-     "must start"),
-    ("import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
-     "check_unscale(f)", "holds only `_checks.check_*(...)` calls"),
-    ("import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
-     "f = lambda *a: 1\n_checks.check_unscale(f)", "holds only"),
-    ("import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()",
-     "calls no `_checks.check_*`"),
-])
+@pytest.mark.parametrize(
+    "source, problem",
+    [
+        ("check_unscale(f)", "must start with"),
+        (
+            "from amp_lessons.teaching.checks import check_unscale\ncheck_unscale(f)",
+            "must start",
+        ),
+        (
+            "import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
+            "check_unscale(f)",
+            "holds only `_checks.check_*(...)` calls",
+        ),
+        (
+            "import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
+            "f = lambda *a: 1\n_checks.check_unscale(f)",
+            "holds only",
+        ),
+        (
+            "import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()",
+            "calls no `_checks.check_*`",
+        ),
+    ],
+)
 def test_lint_refuses_every_other_form(source, problem):
     assert any(problem in p for p in testcells.test_cell_problems(source))
 
@@ -175,8 +209,10 @@ def test_verify_pristine_catches_patched_builtins_and_a_swapped_package():
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.splitlines()
     assert first == "['builtins.isinstance was replaced']"
-    assert ("amp_lessons.teaching.checks.check_quick_check is not its module's own"
-            in second)
+    assert (
+        "amp_lessons.teaching.checks.check_quick_check is not its module's own"
+        in second
+    )
 
 
 def test_every_check_reports_its_verdict_to_audit_hooks():
@@ -199,7 +235,8 @@ def test_every_check_reports_its_verdict_to_audit_hooks():
         "[('amp_lessons.check.start', ('check_amp_step_order',)), "
         "('amp_lessons.check', ('check_amp_step_order', False, False)), "
         "('amp_lessons.check.start', ('check_amp_step_order',)), "
-        "('amp_lessons.check', ('check_amp_step_order', True, True))]")
+        "('amp_lessons.check', ('check_amp_step_order', True, True))]"
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -293,21 +330,26 @@ def test_guard_reports_what_student_code_does(guard_records):
     events = [r["detail"] for r in guard_records["records"] if r["kind"] == "event"]
     assert f"writes code to {ROOT}/amp_lessons/teaching/checks/quiz.py" in events
     assert "opens /srv/course/gradebook.db" in events
-    assert any(e.startswith("sqlite3.connect /nonexistent/gradebook.db")
-               for e in events)
+    assert any(
+        e.startswith("sqlite3.connect /nonexistent/gradebook.db") for e in events
+    )
     assert any(e.startswith("socket.connect") for e in events)
     assert any(e.startswith("gc.get_objects") for e in events)
     assert not any("ok-for-course-cells" in e for e in events)
     assert not any("LC_MESSAGES" in e for e in events)  # the course's own cell
-    assert all(r["cell"].endswith("/424242.py") for r in guard_records["records"]
-               if r["kind"] == "event")
+    assert all(
+        r["cell"].endswith("/424242.py")
+        for r in guard_records["records"]
+        if r["kind"] == "event"
+    )
 
 
 def test_guard_vouches_only_for_real_untampered_checks(guard_records):
     checks = [r for r in guard_records["records"] if r["kind"] == "check"]
     honest, peeking, forged, compiled, after_clear = checks
-    assert compiled["genuine"] and not any("nn.modules.module.Module" in c
-                                           for c in compiled["changed"])
+    assert compiled["genuine"] and not any(
+        "nn.modules.module.Module" in c for c in compiled["changed"]
+    )
     assert not any("_ENDED_GROUPS" in c for c in compiled["changed"])
     assert not any("i18n" in c for c in compiled["changed"])  # set_language("es")
     assert "class torch.nn.modules.module.Module changed" in after_clear["changed"]
@@ -378,9 +420,14 @@ def test_the_guard_takes_a_check_with_tripwires_for_an_untampered_one():
 
 
 def guard_config(**changes) -> dict:
-    config = {"key": "ab" * 32, "workdir": "/tmp/work", "package_root": str(ROOT),
-              "test_cells": {"7": "print('a test cell')"}, "course_cells": [],
-              "protected": [str(ROOT)]}
+    config = {
+        "key": "ab" * 32,
+        "workdir": "/tmp/work",
+        "package_root": str(ROOT),
+        "test_cells": {"7": "print('a test cell')"},
+        "course_cells": [],
+        "protected": [str(ROOT)],
+    }
     return {**config, **changes}
 
 
@@ -410,47 +457,86 @@ def test_the_hook_looks_up_no_global_or_builtin_name():
     parts bind everything they use before the first cell runs."""
     from amp_lessons.teaching.checks import grade
 
-    hook = guard.make_hook(guard_config(), guard.take_snapshot(), grade,
-                           guard.check_codes(), [].append)
+    hook = guard.make_hook(
+        guard_config(), guard.take_snapshot(), grade, guard.check_codes(), [].append
+    )
     functions = guard_functions(hook)
     names = {fn.__name__ for fn in functions}
-    assert {"hook", "student_file", "send", "changes", "done", "frame_access",
-            "opening", "always", "remember", "fingerprint", "rewrapped"} <= names
+    assert {
+        "hook",
+        "student_file",
+        "send",
+        "changes",
+        "done",
+        "frame_access",
+        "opening",
+        "always",
+        "remember",
+        "fingerprint",
+        "rewrapped",
+    } <= names
     for fn in functions:
         codes = [fn.__code__]
         while codes:
             code = codes.pop()
             codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-            looked_up = [i.argval for i in dis.get_instructions(code)
-                         if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+            looked_up = [
+                i.argval
+                for i in dis.get_instructions(code)
+                if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")
+            ]
             assert looked_up == [], (fn.__qualname__, looked_up)
 
 
 def test_the_sender_signs_numbers_and_caps_each_record():
     lines = []
     send = guard.make_sender(bytes.fromhex("cd" * 32), lines.append, max_records=2)
-    send({"kind": "event", "detail": "x" * 500, "cells": list(range(30)),
-          "odd": 1.5, "ok": True, "none": None})
+    send(
+        {
+            "kind": "event",
+            "detail": "x" * 500,
+            "cells": list(range(30)),
+            "odd": 1.5,
+            "ok": True,
+            "none": None,
+        }
+    )
     send({"kind": "hello"})
     send({"kind": "dropped"})
     records, forged = sandbox.verify_records(b"".join(lines), "cd" * 32)
     assert forged == 0 and len(lines) == 2
     first, second = records
-    assert first == {"kind": "event", "detail": "x" * guard.TEXT_LIMIT,
-                     "cells": list(range(guard.LIST_LIMIT)), "odd": "?", "ok": True,
-                     "none": None, "seq": 1}
+    assert first == {
+        "kind": "event",
+        "detail": "x" * guard.TEXT_LIMIT,
+        "cells": list(range(guard.LIST_LIMIT)),
+        "odd": "?",
+        "ok": True,
+        "none": None,
+        "seq": 1,
+    }
     assert second == {"kind": "hello", "seq": 2}
 
 
-@pytest.mark.parametrize("value", [
-    b"plain ascii " * 200, "é€😀".encode() * 400, b"\xff\xfe" * 700,
-    ("x" * 299 + "😀" * 10).encode(), b"\xf0\x9f\x98" * 500, "a str" * 100, 42,
-    object()], ids=range(8))
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"plain ascii " * 200,
+        "é€😀".encode() * 400,
+        b"\xff\xfe" * 700,
+        ("x" * 299 + "😀" * 10).encode(),
+        b"\xf0\x9f\x98" * 500,
+        "a str" * 100,
+        42,
+        object(),
+    ],
+    ids=range(8),
+)
 def test_clipped_text_is_the_start_of_the_whole_text(value):
     """marshal.loads gets a module's bytecode: the guard decodes only the bytes the
     record keeps, and must get the same text as decoding them all."""
     text, clipped = guard.make_text_readers()
-    assert clipped(value) == text(value)[:guard.TEXT_LIMIT]
+    assert clipped(value) == text(value)[: guard.TEXT_LIMIT]
 
 
 def test_paths_are_resolved_as_text():
@@ -463,27 +549,41 @@ def test_paths_are_resolved_as_text():
 def test_event_details_say_what_is_evidence():
     details = guard.make_event_details(guard_config())
     opening = details["open"]
-    assert opening("open", ("/srv/course/gradebook.db", "r", 0)) == \
-        "opens /srv/course/gradebook.db"
-    assert opening("open", ("../source/08/08.ipynb", "r", 0)) == \
-        "opens /tmp/source/08/08.ipynb"
-    assert opening("open", (f"{ROOT}/amp_lessons/core/train.py", "r", 0)) == \
-        f"opens {ROOT}/amp_lessons/core/train.py"
+    assert (
+        opening("open", ("/srv/course/gradebook.db", "r", 0))
+        == "opens /srv/course/gradebook.db"
+    )
+    assert (
+        opening("open", ("../source/08/08.ipynb", "r", 0))
+        == "opens /tmp/source/08/08.ipynb"
+    )
+    assert (
+        opening("open", (f"{ROOT}/amp_lessons/core/train.py", "r", 0))
+        == f"opens {ROOT}/amp_lessons/core/train.py"
+    )
     assert opening("open", ("/proc/1/environ", "r", 0)) == "opens /proc/1/environ"
     assert opening("open", ("/etc/hosts", "a", 0)) == "writes /etc/hosts"
     assert opening("open", ("/tmp/x.py", "w", 0)) == "writes code to /tmp/x.py"
     assert opening("open", (b"/etc/x", None, os.O_WRONLY)) == "writes /etc/x"
-    for harmless in (("results/run.json", "w", 0), ("/usr/lib/x.py", "r", 0),
-                     ("/tmp/scratch.txt", "w", 0), (3, "r", 0)):
+    for harmless in (
+        ("results/run.json", "w", 0),
+        ("/usr/lib/x.py", "r", 0),
+        ("/tmp/scratch.txt", "w", 0),
+        (3, "r", 0),
+    ):
         assert opening("open", harmless) is None, harmless
     assert details["os.listdir"]("os.listdir", ("/proc/1/fd",)) == "lists /proc/1/fd"
     assert details["os.scandir"]("os.scandir", ("/proc/self/fd",)) is None
-    assert details["os.remove"]("os.remove", ("/etc/passwd", -1)) == \
-        "os.remove /etc/passwd"
+    assert (
+        details["os.remove"]("os.remove", ("/etc/passwd", -1))
+        == "os.remove /etc/passwd"
+    )
     assert details["os.remove"]("os.remove", ("old.json", -1)) is None
     patch = details["object.__setattr__"]
-    assert patch("object.__setattr__", (dict, "get", None)) == \
-        "object.__setattr__ get on dict"
+    assert (
+        patch("object.__setattr__", (dict, "get", None))
+        == "object.__setattr__ get on dict"
+    )
     assert patch("object.__setattr__", (object(), "x", None)) is None
 
 
@@ -498,9 +598,11 @@ def test_the_stack_reader_finds_student_frames_above_and_under_known_clean_ones(
     again; never a frame that can be resumed under another caller (a cell with a
     top-level ``await`` is a coroutine)."""
     student_file, test_cell, forget = guard.make_stack_reader(
-        guard_config(), guard._library_roots(str(ROOT)))
+        guard_config(), guard._library_roots(str(ROOT))
+    )
     library_file = os.path.join(sys.base_prefix, "lib", "fake_library.py")
-    library = frames_of("""
+    library = frames_of(
+        """
         import sys
         def probe(reader):
             return reader(sys._getframe(0))
@@ -510,28 +612,45 @@ def test_the_stack_reader_finds_student_frames_above_and_under_known_clean_ones(
         class Pause:
             def __await__(self):
                 yield
-    """, library_file)
+    """,
+        library_file,
+    )
     cell = guard.cell_names([""])[0].rsplit("/", 1)[0] + "/424242.py"
-    student = frames_of("""
+    student = frames_of(
+        """
         def call(fn, *args):
             return fn(*args)
-    """, cell)
-    found = frames_of("""
+    """,
+        cell,
+    )
+    found = frames_of(
+        """
         import sys
         alone = reader(sys._getframe(0))  # remembers this module body's frame
         again = probe(reader)  # stops at it
         via_student = call(probe, reader)  # the student's frame is above it
         again_after = probe(reader)
-    """, library_file.replace("fake_library", "fake_module"), reader=student_file,
-        probe=library["probe"], call=student["call"])
-    assert (found["alone"], found["again"], found["via_student"],
-            found["again_after"]) == (None, None, cell, None)
+    """,
+        library_file.replace("fake_library", "fake_module"),
+        reader=student_file,
+        probe=library["probe"],
+        call=student["call"],
+    )
+    assert (
+        found["alone"],
+        found["again"],
+        found["via_student"],
+        found["again_after"],
+    ) == (None, None, cell, None)
     assert student["call"](library["probe"], student_file) == cell
     assert student["call"](library["innermost"], student_file) is None
-    awaiting = compile("import sys\nfirst = reader(sys._getframe(0))\n"
-                       "await Pause()\nsecond = reader(sys._getframe(0))\n",
-                       library_file.replace("fake_library", "fake_cell"), "exec",
-                       flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    awaiting = compile(
+        "import sys\nfirst = reader(sys._getframe(0))\n"
+        "await Pause()\nsecond = reader(sys._getframe(0))\n",
+        library_file.replace("fake_library", "fake_cell"),
+        "exec",
+        flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+    )
     space = {"reader": student_file, "Pause": library["Pause"]}
     body = eval(awaiting, space)  # a coroutine: its frame runs in two parts
     body.send(None)
@@ -540,15 +659,21 @@ def test_the_stack_reader_finds_student_frames_above_and_under_known_clean_ones(
         student["call"](body.send, None)  # resumed by the student
     assert space["second"] == cell
     forget(threading.get_ident())
-    in_test_cell = frames_of("""
+    in_test_cell = frames_of(
+        """
         import sys
         def where(reader):
             return reader(sys._getframe(0))
-    """, guard.cell_names(["print('a test cell')"])[0])["where"]
+    """,
+        guard.cell_names(["print('a test cell')"])[0],
+    )["where"]
     assert in_test_cell(test_cell) == 7 and test_cell(sys._getframe(0)) is None
-    assert guard._RESUMABLE == (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
-                                inspect.CO_ITERABLE_COROUTINE |
-                                inspect.CO_ASYNC_GENERATOR)
+    assert guard._RESUMABLE == (
+        inspect.CO_GENERATOR
+        | inspect.CO_COROUTINE
+        | inspect.CO_ITERABLE_COROUTINE
+        | inspect.CO_ASYNC_GENERATOR
+    )
 
 
 def test_clean_stacks_drop_the_frames_above_the_one_met_again():
@@ -567,12 +692,14 @@ def test_clean_stacks_drop_the_frames_above_the_one_met_again():
 
 def test_the_tamper_watch_reports_each_change(monkeypatch):
     module = types.ModuleType("amp_lessons._guard_test")
-    exec("DATA = [1, 2]\nclass Kind:\n    size = 1\ndef helper():\n    return 1",
-         vars(module))
+    exec(
+        "DATA = [1, 2]\nclass Kind:\n    size = 1\ndef helper():\n    return 1",
+        vars(module),
+    )
     monkeypatch.setitem(sys.modules, module.__name__, module)
     changes = guard.make_tamper_watch(
-        {module.__name__: (module, dict(vars(module)))},
-        guard._library_roots(str(ROOT)))
+        {module.__name__: (module, dict(vars(module)))}, guard._library_roots(str(ROOT))
+    )
     assert changes() == []
     name = module.__name__
     with monkeypatch.context() as patch:
@@ -599,17 +726,29 @@ def test_the_runner_runs_cells_as_nbgrader_execute_does(tmp_path):
 
     ours = runner.notebook_client(nbformat.v4.new_notebook(), tmp_path, 180)
     theirs = Execute(timeout=180)
-    differ = [name for name in NotebookClient.class_trait_names()
-              if name not in ("nb", "resources", "on_cell_executed")
-              and getattr(ours, name) != getattr(theirs, name)]
+    differ = [
+        name
+        for name in NotebookClient.class_trait_names()
+        if name not in ("nb", "resources", "on_cell_executed")
+        and getattr(ours, name) != getattr(theirs, name)
+    ]
     assert differ == []
     assert ours.resources == {"metadata": {"path": str(tmp_path)}}
-    error = {"status": "error", "ename": "CellTimeoutError", "evalue": "",
-             "traceback": []}
-    shown = nbformat.v4.new_output("error", ename="CellTimeoutError", evalue="",
-                                   traceback=["shown"])
-    for content, outputs in [({"status": "ok"}, []), (error, []), (error, [shown]),
-                             ({**error, "traceback": ["hidden"]}, [])]:
+    error = {
+        "status": "error",
+        "ename": "CellTimeoutError",
+        "evalue": "",
+        "traceback": [],
+    }
+    shown = nbformat.v4.new_output(
+        "error", ename="CellTimeoutError", evalue="", traceback=["shown"]
+    )
+    for content, outputs in [
+        ({"status": "ok"}, []),
+        (error, []),
+        (error, [shown]),
+        ({**error, "traceback": ["hidden"]}, []),
+    ]:
         cells = [nbformat.v4.new_code_cell(outputs=list(outputs)) for _ in range(2)]
         reply = {"content": content}
         runner.record_error_reply(cell=cells[0], cell_index=0, execute_reply=reply)
@@ -650,40 +789,64 @@ def test_scan_leaves_the_course_solutions_alone(path):
 
 
 def test_student_cells_are_solutions_and_cells_not_the_courses():
-    source = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("import torch"), graded_cell("assert f()")])
+    source = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("import torch"), graded_cell("assert f()")]
+    )
     sol = nbformat.v4.new_code_cell("def f(): return 1")
     sol.metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "s"}
-    submitted = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("import torch"), sol,
-        nbformat.v4.new_code_cell("import os  # added by the student"),
-        graded_cell("assert f()")])
+    submitted = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("import torch"),
+            sol,
+            nbformat.v4.new_code_cell("import os  # added by the student"),
+            graded_cell("assert f()"),
+        ]
+    )
     assert review.student_cells(submitted, source) == [1, 2]
 
 
 def check_cell(*reports):
-    cell = graded_cell("import amp_lessons.teaching.checks as _checks\n"
-                       "_checks.verify_pristine()\n"
-                       "_checks.check_quick_check(f)\n"
-                       "_checks.check_quick_check(f, hidden=True)", "08_test")
+    cell = graded_cell(
+        "import amp_lessons.teaching.checks as _checks\n"
+        "_checks.verify_pristine()\n"
+        "_checks.check_quick_check(f)\n"
+        "_checks.check_quick_check(f, hidden=True)",
+        "08_test",
+    )
     cell.outputs = [nbformat.v4.new_output("stream", text="all cases passed\n")]
     cell.execution_count = 1
     nb = nbformat.v4.new_notebook(cells=[cell])
-    good = {"kind": "check", "cell": 0, "title": "check_quick_check", "passed": True,
-            "genuine": True, "changed": [], "tainted": []}
+    good = {
+        "kind": "check",
+        "cell": 0,
+        "title": "check_quick_check",
+        "passed": True,
+        "genuine": True,
+        "changed": [],
+        "tainted": [],
+    }
     records = [{**good, "hidden": hidden, **change} for hidden, change in reports]
     return nb, records
 
 
-@pytest.mark.parametrize("reports, why", [
-    ([(False, {}), (True, {})], None),
-    ([(False, {})], "check_quick_check never reported a verdict (hidden cases)"),
-    ([(False, {}), (True, {"passed": False})], "reported a failure, but the notebook"),
-    ([(False, {"genuine": False}), (True, {})], "not called by the real check"),
-    ([(False, {"tainted": ["sys._getframe"]}), (True, {})], "reached sys._getframe"),
-    ([(False, {"changed": ["x.y replaced"]}), (True, {})], "changed: x.y replaced"),
-    ([(False, {"cell": 3}), (True, {})], "never reported"),
-])
+@pytest.mark.parametrize(
+    "reports, why",
+    [
+        ([(False, {}), (True, {})], None),
+        ([(False, {})], "check_quick_check never reported a verdict (hidden cases)"),
+        (
+            [(False, {}), (True, {"passed": False})],
+            "reported a failure, but the notebook",
+        ),
+        ([(False, {"genuine": False}), (True, {})], "not called by the real check"),
+        (
+            [(False, {"tainted": ["sys._getframe"]}), (True, {})],
+            "reached sys._getframe",
+        ),
+        ([(False, {"changed": ["x.y replaced"]}), (True, {})], "changed: x.y replaced"),
+        ([(False, {"cell": 3}), (True, {})], "never reported"),
+    ],
+)
 def test_cross_check_fails_every_pass_no_check_vouched_for(reports, why):
     nb, records = check_cell(*reports)
     flags = review.cross_check(nb, records)
@@ -713,27 +876,39 @@ def test_a_test_cell_the_kernel_never_reached_fails_whatever_it_holds():
     assert review._scored(ran) and not review._scored(not_reached)
 
 
-def test_a_run_that_could_not_start_scores_a_blank_notebook_zero(tmp_path,
-                                                                  monkeypatch):
+def test_a_run_that_could_not_start_scores_a_blank_notebook_zero(tmp_path, monkeypatch):
     """The hole a broken sandbox opened: bwrap exits at once, no cell runs, and
     nbgrader would score every test cell without an error as passed."""
-    blank = nbformat.v4.new_notebook(cells=[
-        graded_cell("assert double(2) == 4", "a_test"),
-        graded_cell("import amp_lessons.teaching.checks as _checks\n"
-                    "_checks.verify_pristine()\n"
-                    "_checks.check_quick_check(f)", "b_test")])
+    blank = nbformat.v4.new_notebook(
+        cells=[
+            graded_cell("assert double(2) == 4", "a_test"),
+            graded_cell(
+                "import amp_lessons.teaching.checks as _checks\n"
+                "_checks.verify_pristine()\n"
+                "_checks.check_quick_check(f)",
+                "b_test",
+            ),
+        ]
+    )
     blank.cells[0].execution_count = 7  # a count left over from the student's run
     (tmp_path / "source" / "01").mkdir(parents=True)
     nbformat.write(blank, tmp_path / "source" / "01" / "lesson.ipynb")
     crashed = sandbox.Run(None, "crash: the sandboxed run ended with exit 1", None)
     monkeypatch.setattr(sandbox, "run_notebook", lambda *a, **k: crashed)
-    resources = {"nbgrader": {"db_url": f"sqlite:///{tmp_path / 'gradebook.db'}",
-                              "assignment": "01", "student": "s", "notebook": "lesson"},
-                 "metadata": {"path": str(tmp_path)}}
+    resources = {
+        "nbgrader": {
+            "db_url": f"sqlite:///{tmp_path / 'gradebook.db'}",
+            "assignment": "01",
+            "student": "s",
+            "notebook": "lesson",
+        },
+        "metadata": {"path": str(tmp_path)},
+    }
     executed, _ = autograder.SandboxExecute().preprocess(blank, resources)
     assert [review._scored(c) for c in executed.cells] == [False, False]
-    assert all(c.outputs[-1].evalue.startswith("not run: crash")
-               for c in executed.cells)
+    assert all(
+        c.outputs[-1].evalue.startswith("not run: crash") for c in executed.cells
+    )
     assert review.read_review(tmp_path, "s", "01")[0].startswith("crash: ")
 
 
@@ -741,8 +916,9 @@ def test_a_run_that_could_not_start_scores_a_blank_notebook_zero(tmp_path,
 # No sandbox, no grading (unless asked)
 
 
-def test_grading_refuses_without_bubblewrap_and_says_how_to_get_it(monkeypatch,
-                                                                     tmp_path):
+def test_grading_refuses_without_bubblewrap_and_says_how_to_get_it(
+    monkeypatch, tmp_path
+):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     sandbox._probe.cache_clear()
     try:
@@ -769,21 +945,24 @@ ATTACK_CODE = {
     "d_monkeypatch": (
         "import amp_lessons.teaching.checks._engine as engine\n"
         "import amp_lessons.teaching.checks.quiz as quiz\n"
-        "engine.grade = quiz.grade = lambda *a, **k: None\n"),
+        "engine.grade = quiz.grade = lambda *a, **k: None\n"
+    ),
     "e_swap": (
         "import sys, types\nimport amp_lessons\n"
         "fake = types.ModuleType('amp_lessons.teaching.checks')\n"
         "fake.verify_pristine = lambda: None\n"
         "fake.check_quick_check = lambda *a, **k: None\n"
         "sys.modules['amp_lessons.teaching.checks'] = fake\n"
-        "amp_lessons.teaching.checks = fake\n"),
+        "amp_lessons.teaching.checks = fake\n"
+    ),
     "f_write_package": (
         "import amp_lessons.teaching.checks.quiz as quiz\n"
         "try:\n"
         "    with open(quiz.__file__, 'a') as f:\n"
         "        f.write('\\ncheck_quick_check = lambda *a, **k: None\\n')\n"
         "except OSError as exc:\n"
-        "    print('read-only:', exc)\n"),
+        "    print('read-only:', exc)\n"
+    ),
     "h_gradebook": (
         "import sqlite3\n"
         "try:\n"
@@ -791,11 +970,12 @@ ATTACK_CODE = {
         "    db.execute('UPDATE grade SET auto_score = 0')\n"
         "    db.commit()\n"
         "except Exception as exc:\n"
-        "    print('no gradebook here:', exc)\n"),
+        "    print('no gradebook here:', exc)\n"
+    ),
     "i_exit": "import os\nos._exit(0)\n",
     "k_hide_errors": "get_ipython().showtraceback = lambda *a, **k: None\n",
 }
-READ_SOURCE = '''
+READ_SOURCE = """
 import ast, json, re
 
 def quick_check_answers():
@@ -807,8 +987,8 @@ def quick_check_answers():
         text = "".join("".join(c["source"]) for c in cells)
         return ast.literal_eval(re.search(r"return (\\{{.*?\\}})", text, re.S)[1])
     raise FileNotFoundError("no instructor source to copy from")
-'''
-FRAMES = '''
+"""
+FRAMES = """
 import sys
 
 def _force(frame, event, arg):
@@ -824,7 +1004,7 @@ def quick_check_answers():
     caller.f_trace = _force
     sys.settrace(lambda *a: None)  # tracing on, so the frame's f_trace runs
     return {}
-'''
+"""
 EXPECTED_FLAG = {  # a flag each attack must raise, beside its 0
     "c_shadow": "rebinds the name of a check (check_quick_check)",
     "d_monkeypatch": "imports the grading code (amp_lessons.teaching.checks._engine)",
@@ -878,15 +1058,17 @@ def attack_run(tmp_path_factory):
     grading.generate_student_edition(course)
     released = course / "release" / LESSON / f"{LESSON}.ipynb"
     paths = [str(course / "source" / LESSON / f"{LESSON}.ipynb"), str(lesson)]
-    solutions = dict(ATTACK_CODE, g_read_source=READ_SOURCE.format(paths=paths),
-                     l_frames=FRAMES)
+    solutions = dict(
+        ATTACK_CODE, g_read_source=READ_SOURCE.format(paths=paths), l_frames=FRAMES
+    )
     files = {"a_solved": lesson, "b_blank": released}
     for student, code in solutions.items():
         nb = nbformat.read(released, as_version=4)
         cell = next(c for c in nb.cells if grading.is_solution_cell(c))
         code = code.replace("{gradebook!r}", repr(str(course / "gradebook.db")))
-        cell.source = code if "def quick_check_answers" in code else \
-            code + "\n" + cell.source
+        cell.source = (
+            code if "def quick_check_answers" in code else code + "\n" + cell.source
+        )
         assert STUB in cell.source or "def quick_check_answers" in code
         files[student] = base / student / f"{LESSON}.ipynb"
         files[student].parent.mkdir()
@@ -897,13 +1079,38 @@ def attack_run(tmp_path_factory):
     for student, path in files.items():
         grading.submit(student, [path], course)
     before = tree_digest(sandbox.PACKAGE_DIR), tree_digest(course / "source")
-    done = subprocess.run([sys.executable, "-m", "amp_lessons.grading", "--course",
-                           str(course), "autograde"], capture_output=True, text=True,
-                          env=PYTHON_ENV, cwd=ROOT, timeout=3000)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "amp_lessons.grading",
+            "--course",
+            str(course),
+            "autograde",
+        ],
+        capture_output=True,
+        text=True,
+        env=PYTHON_ENV,
+        cwd=ROOT,
+        timeout=3000,
+    )
     after = tree_digest(sandbox.PACKAGE_DIR), tree_digest(course / "source")
-    shown = subprocess.run([sys.executable, "-m", "amp_lessons.grading", "--course",
-                            str(course), "grades", "--json"], capture_output=True,
-                           text=True, env=PYTHON_ENV, cwd=ROOT, timeout=300)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "amp_lessons.grading",
+            "--course",
+            str(course),
+            "grades",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=PYTHON_ENV,
+        cwd=ROOT,
+        timeout=300,
+    )
     print(f"\n{done.stdout}\n{done.stderr[-2000:]}")
     return course, done, json.loads(shown.stdout), before, after, files
 
@@ -915,7 +1122,7 @@ def test_graded_run_ends_with_the_full_table(attack_run):
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("student "))
-    rows = [line.split()[0] for line in lines[header + 1:header + 1 + len(students)]]
+    rows = [line.split()[0] for line in lines[header + 1 : header + 1 + len(students)]]
     assert rows == students
 
 
@@ -927,7 +1134,8 @@ def test_solved_gets_full_marks_blank_zero_and_neither_is_flagged(attack_run):
     assert solved["score"] == solved["max_score"] > 0 and solved["flags"] == []
     assert blank["score"] == 0 and blank["flags"] == []
     assert {tuple(sorted(g)) for g in grades} == {
-        ("flags", "lesson", "max_score", "score", "student")}
+        ("flags", "lesson", "max_score", "score", "student")
+    }
 
 
 @pytest.mark.slow
@@ -936,8 +1144,7 @@ def test_each_attack_scores_zero_and_is_flagged(attack_run, student):
     course, _, grades, _, _, _ = attack_run
     [grade] = [g for g in grades if g["student"] == student]
     assert grade["score"] == 0 and grade["lesson"] == LESSON
-    expected = EXPECTED_FLAG[student].format(package=sandbox.PACKAGE_DIR,
-                                             course=course)
+    expected = EXPECTED_FLAG[student].format(package=sandbox.PACKAGE_DIR, course=course)
     assert any(expected in flag for flag in grade["flags"]), grade["flags"]
 
 
@@ -960,13 +1167,21 @@ def test_the_frames_attack_is_real_outside_the_guard(attack_run):
     nb = nbformat.read(files["l_frames"], as_version=4)
     folder = course / "source" / LESSON
     source = nbformat.read(folder / f"{LESSON}.ipynb", as_version=4)
-    graded = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
-              if grading.is_test_cell(c)}
+    graded = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in source.cells
+        if grading.is_test_cell(c)
+    }
     tests = [c for c in nb.cells if grading.is_test_cell(c)]
     for test in tests:  # with their hidden cases, as nbgrader restores them
         test.source = graded[test.metadata["nbgrader"]["grade_id"]]
-    NotebookClient(nb, timeout=180, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(folder)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=180,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(folder)}},
+    ).execute()
     assert len(tests) == len(graded) > 0
     for test in tests:
         text = "".join(o.get("text", "") for o in test.outputs)
@@ -977,8 +1192,11 @@ def test_the_frames_attack_is_real_outside_the_guard(attack_run):
 
 def tiny_notebook(*sources):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     return nb
 
 
@@ -986,8 +1204,9 @@ def tiny_notebook(*sources):
 def test_a_notebook_past_its_time_is_stopped_with_a_reason(tmp_path):
     require_sandbox()
     nb = tiny_notebook("print('started')", "import time\nwhile True: time.sleep(1)")
-    run = sandbox.run_notebook(nb, tmp_path, test_cells={}, course_cells=[],
-                               protected=[], timeout=8)  # sleeps: keep it short
+    run = sandbox.run_notebook(
+        nb, tmp_path, test_cells={}, course_cells=[], protected=[], timeout=8
+    )  # sleeps: keep it short
     assert run.notebook is None and run.seconds < 30
     assert run.reason == "timeout: the notebook ran past 8 s and was stopped"
 
@@ -995,13 +1214,21 @@ def test_a_notebook_past_its_time_is_stopped_with_a_reason(tmp_path):
 @pytest.mark.slow
 def test_without_a_sandbox_the_guard_still_reports(tmp_path):
     """--unsafe-no-sandbox: no protection of files, but evidence and verdicts."""
-    test = ("import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
-            "_checks.check_amp_step_order(amp_step_order)")
-    solution = ("def amp_step_order():\n"
-                "    open('/nonexistent-course/gradebook.db')\n")
+    test = (
+        "import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
+        "_checks.check_amp_step_order(amp_step_order)"
+    )
+    solution = "def amp_step_order():\n    open('/nonexistent-course/gradebook.db')\n"
     nb = tiny_notebook(solution, test)
-    run = sandbox.run_notebook(nb, tmp_path, test_cells={1: test}, course_cells=[test],
-                               protected=[], sandbox=False, timeout=300)
+    run = sandbox.run_notebook(
+        nb,
+        tmp_path,
+        test_cells={1: test},
+        course_cells=[test],
+        protected=[],
+        sandbox=False,
+        timeout=300,
+    )
     assert run.reason is None and run.forged == 0
     [verdict] = [r for r in run.records if r["kind"] == "check"]
     assert verdict["cell"] == 1 and verdict["genuine"] and not verdict["passed"]
@@ -1014,13 +1241,20 @@ def test_a_result_forged_through_proc_is_not_taken(tmp_path):
     """bwrap's init holds the grader's pipe and student code can open it through
     /proc/1/fd/1: only the runner's signed document counts."""
     require_sandbox()
-    forge = ("import json, os\n"
-             "fake = {'notebook': {'cells': [], 'metadata': {}, 'nbformat': 4,"
-             " 'nbformat_minor': 5}, 'reason': None, 'cell': None}\n"
-             "pipe = os.open('/proc/1/fd/1', os.O_WRONLY)\n"
-             "os.write(pipe, json.dumps(fake).encode())")
-    run = sandbox.run_notebook(tiny_notebook(forge, "print('after')"), tmp_path,
-                               test_cells={}, course_cells=[], protected=[])
+    forge = (
+        "import json, os\n"
+        "fake = {'notebook': {'cells': [], 'metadata': {}, 'nbformat': 4,"
+        " 'nbformat_minor': 5}, 'reason': None, 'cell': None}\n"
+        "pipe = os.open('/proc/1/fd/1', os.O_WRONLY)\n"
+        "os.write(pipe, json.dumps(fake).encode())"
+    )
+    run = sandbox.run_notebook(
+        tiny_notebook(forge, "print('after')"),
+        tmp_path,
+        test_cells={},
+        course_cells=[],
+        protected=[],
+    )
     assert run.notebook is None and "the result did not verify" in run.reason
     flags = review.runtime_flags(tiny_notebook(forge), run.records, run.forged)
     assert "runtime: cell 0: writes /proc/1/fd/1" in flags
@@ -1032,18 +1266,28 @@ def test_torchrun_works_inside_the_sandbox(tmp_path):
     hostname: in the sandbox's empty network namespace both must name loopback (CI's
     rehearsal once timed out there on 'Temporary failure in name resolution')."""
     require_sandbox()
-    lookup = ("import socket\n"
-              "print(sorted({socket.getaddrinfo(h, 0)[0][4][0] for h in "
-              "('localhost', socket.gethostname())}))")
-    launch = ("import json\nfrom amp_lessons.core import distributed\n"
-              "done = distributed.launch(['train', '--device', 'cpu', '--distributed',"
-              " 'ddp', '--precision', 'fp32', '--steps', '2', '--batch-size', '8',"
-              " '--json', 'run.json'], timeout=90, stream=None)\n"
-              "print(done.returncode, json.load(open('run.json'))['world_size'])")
-    run = sandbox.run_notebook(tiny_notebook(lookup, launch), tmp_path,
-                               test_cells={}, course_cells=[], protected=[],
-                               timeout=180)
+    lookup = (
+        "import socket\n"
+        "print(sorted({socket.getaddrinfo(h, 0)[0][4][0] for h in "
+        "('localhost', socket.gethostname())}))"
+    )
+    launch = (
+        "import json\nfrom amp_lessons.core import distributed\n"
+        "done = distributed.launch(['train', '--device', 'cpu', '--distributed',"
+        " 'ddp', '--precision', 'fp32', '--steps', '2', '--batch-size', '8',"
+        " '--json', 'run.json'], timeout=90, stream=None)\n"
+        "print(done.returncode, json.load(open('run.json'))['world_size'])"
+    )
+    run = sandbox.run_notebook(
+        tiny_notebook(lookup, launch),
+        tmp_path,
+        test_cells={},
+        course_cells=[],
+        protected=[],
+        timeout=180,
+    )
     assert run.reason is None, run.reason
-    outputs = ["".join(o.get("text", "") for o in cell.outputs)
-               for cell in run.notebook.cells]
+    outputs = [
+        "".join(o.get("text", "") for o in cell.outputs) for cell in run.notebook.cells
+    ]
     assert outputs == ["['127.0.0.1']\n", "0 2\n"], outputs

@@ -827,8 +827,14 @@ def test_harness_catches_wrong_scalers(name, monkeypatch):
 def test_no_private_amp_kernels_or_torch_scaler_in_the_module():
     source = open(scaler_module.__file__).read()
     # ("grad_scaler" alone is the name of a deprecated step() argument it refuses.)
-    for forbidden in ("_amp_foreach", "_amp_update", "GradScaler(", "amp.grad_scaler",
-                      "from torch.amp import", "import grad_scaler"):
+    for forbidden in (
+        "_amp_foreach",
+        "_amp_update",
+        "GradScaler(",
+        "amp.grad_scaler",
+        "from torch.amp import",
+        "import grad_scaler",
+    ):
         assert forbidden not in source, forbidden
     assert not issubclass(LossScaler, torch.amp.GradScaler)
 

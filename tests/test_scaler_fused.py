@@ -72,9 +72,14 @@ def test_fused_clipping_after_unscale(optimizer):
 
 @pytest.mark.parametrize("optimizer", ["adam_fused", "sgd_fused"])
 def test_fused_accumulation_and_two_optimizers(optimizer):
-    assert_twins(optimizer=optimizer, num_optimizers=2, accumulate=2,
-                 scaler_kwargs={"init_scale": 2.0**10, "growth_interval": 2},
-                 inject={2: [("grad", 1, INF)], 4: [("grad", 0, NAN)]}, num_steps=6)
+    assert_twins(
+        optimizer=optimizer,
+        num_optimizers=2,
+        accumulate=2,
+        scaler_kwargs={"init_scale": 2.0**10, "growth_interval": 2},
+        inject={2: [("grad", 1, INF)], 4: [("grad", 0, NAN)]},
+        num_steps=6,
+    )
 
 
 def test_a_fused_step_that_skips_still_calls_the_optimizer():
@@ -246,9 +251,12 @@ def test_gan_twins_differ_when_ours_is_wrong(monkeypatch):
 def test_gradient_penalty(fused):
     # autograd.grad on the scaled loss with create_graph=True, unscaled by hand; the
     # first steps overflow (2**20), so the scaler's backoff is in the run too.
-    runs = {name: practice.penalty_run(cls("cpu", init_scale=2.0**20,
-                                           growth_interval=2), 8, fused=fused)
-            for name, cls in (("torch", torch.amp.GradScaler), ("ours", LossScaler))}
+    runs = {
+        name: practice.penalty_run(
+            cls("cpu", init_scale=2.0**20, growth_interval=2), 8, fused=fused
+        )
+        for name, cls in (("torch", torch.amp.GradScaler), ("ours", LossScaler))
+    }
     assert_same(runs["torch"], runs["ours"])
     scales = [r["scale"] for r in runs["torch"]]
     assert scales[0] < 2.0**20 and max(scales[4:]) > min(scales)  # backed off, grew

@@ -25,15 +25,19 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 @pytest.fixture(scope="module")
 def data():
     gen = torch.Generator().manual_seed(0)
-    return [(torch.randn(16, 8, generator=gen), torch.randn(16, 4, generator=gen))
-            for _ in range(12)]
+    return [
+        (torch.randn(16, 8, generator=gen), torch.randn(16, 4, generator=gen))
+        for _ in range(12)
+    ]
 
 
 @pytest.fixture(scope="module")
 def runs(data):
     """(torch's history, ours) over the same data and injections."""
-    return (scripted_run(torch.amp.GradScaler("cpu", **KWARGS), data, INJECT),
-            scripted_run(LossScaler("cpu", **KWARGS), data, INJECT))
+    return (
+        scripted_run(torch.amp.GradScaler("cpu", **KWARGS), data, INJECT),
+        scripted_run(LossScaler("cpu", **KWARGS), data, INJECT),
+    )
 
 
 def test_torch_and_ours_give_identical_histories(runs):
@@ -47,8 +51,9 @@ def test_torch_and_ours_give_identical_histories(runs):
     assert len(ours[-1]["adam"]) == 3 * 4  # step, exp_avg, exp_avg_sq per parameter
 
 
-@pytest.mark.parametrize("key", ["scale", "skipped", "state_dict", "grads", "params",
-                                 "adam"])
+@pytest.mark.parametrize(
+    "key", ["scale", "skipped", "state_dict", "grads", "params", "adam"]
+)
 def test_first_difference_finds_a_planted_difference(runs, key):
     theirs, ours = runs
     planted = copy.deepcopy(ours)
@@ -66,8 +71,9 @@ def test_first_difference_finds_a_planted_difference(runs, key):
 
 
 def test_first_difference_catches_a_wrong_update_rule(data, runs):
-    def naive_update(scale, growth_tracker, found_inf, growth_factor, backoff_factor,
-                     growth_interval):  # an overflow does not restart the count
+    def naive_update(
+        scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval
+    ):  # an overflow does not restart the count
         tracker = (growth_tracker + 1) % growth_interval
         scale = scale * backoff_factor if found_inf else scale
         return (scale * growth_factor if tracker == 0 else scale), tracker

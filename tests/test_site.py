@@ -46,12 +46,15 @@ ES_TESTED = [p.stem for p in ES_STUDENT_PATHS]
 
 # ---- the Colab set-up cell ---------------------------------------------------------
 
+
 def test_every_lesson_starts_with_the_colab_cell_pyproject_describes():
     repository = colab.repository_url()
-    problems = [p for path in LESSONS
-                for p in colab.notebook_problems(path, repository)]
+    problems = [
+        p for path in LESSONS for p in colab.notebook_problems(path, repository)
+    ]
     assert problems == [], "run `python -m amp_lessons.tooling.colab`:\n" + "\n".join(
-        problems)
+        problems
+    )
 
 
 def test_colab_cell_check_rejects_a_stale_cell(tmp_path):
@@ -61,7 +64,8 @@ def test_colab_cell_check_rejects_a_stale_cell(tmp_path):
     cell.source = colab.setup_cell_source("https://github.com/someone/else")
     nbformat.write(nb, stale)
     assert colab.notebook_problems(stale, None) == [
-        f"{stale.name}: the Colab set-up cell is out of date"]
+        f"{stale.name}: the Colab set-up cell is out of date"
+    ]
     nb.cells.remove(cell)
     nbformat.write(nb, stale)
     assert "not the Colab cell" in colab.notebook_problems(stale, None)[0]
@@ -71,13 +75,16 @@ def test_repository_url_and_colab_link_come_from_pyproject(tmp_path):
     toml = tmp_path / "pyproject.toml"
     toml.write_text('[project]\nname = "x"\n')
     assert colab.repository_url(toml) is None
-    toml.write_text('[project]\nname = "x"\n[project.urls]\n'
-                    'Repository = "https://github.com/ada/amp.git"\n')
+    toml.write_text(
+        '[project]\nname = "x"\n[project.urls]\n'
+        'Repository = "https://github.com/ada/amp.git"\n'
+    )
     url = colab.repository_url(toml)
     assert url == "https://github.com/ada/amp"
     assert colab.colab_url("02_underflow.ipynb", url) == (
         "https://colab.research.google.com/github/ada/amp/blob/main/notebooks/"
-        "02_underflow.ipynb")
+        "02_underflow.ipynb"
+    )
     assert colab.colab_url("02_underflow.ipynb", "https://gitlab.com/a/b") is None
     assert colab.colab_url("02_underflow.ipynb", None) is None
     assert 'f"amp_lessons @ {source}"' in colab.setup_cell_source(url)
@@ -93,7 +100,8 @@ def test_refresh_puts_the_colab_line_and_cell_where_a_url_says():
     assert colab.refresh_notebook(nb, LESSONS[2].name, url)
     link = colab.colab_url(LESSONS[2].name, url)
     assert nb.cells[0].source.endswith(
-        f"{colab.BADGE_START} [open this lesson in Colab]({link}).")
+        f"{colab.BADGE_START} [open this lesson in Colab]({link})."
+    )
     assert nb.cells[1].id == colab.CELL_ID
     assert nb.cells[1].source == colab.setup_cell_source(url)
     assert not colab.refresh_notebook(nb, LESSONS[2].name, url)  # idempotent
@@ -111,8 +119,9 @@ def run_cell(source: str, in_colab: bool, monkeypatch) -> tuple[str, list]:
     import io
 
     calls = []
-    monkeypatch.setattr(subprocess, "run",
-                        lambda cmd, **kw: calls.append((cmd, kw)) or None)
+    monkeypatch.setattr(
+        subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw)) or None
+    )
     if in_colab:
         fake = type(sys)("google.colab")
         monkeypatch.setitem(sys.modules, "google.colab", fake)
@@ -126,8 +135,9 @@ def run_cell(source: str, in_colab: bool, monkeypatch) -> tuple[str, list]:
 
 def test_colab_cell_does_nothing_outside_colab(monkeypatch):
     for repository in (None, "https://github.com/ada/amp"):
-        printed, calls = run_cell(colab.setup_cell_source(repository), False,
-                                  monkeypatch)
+        printed, calls = run_cell(
+            colab.setup_cell_source(repository), False, monkeypatch
+        )
         assert (printed, calls) == ("", [])
 
 
@@ -135,11 +145,17 @@ def test_colab_cell_installs_from_the_repository_in_colab(monkeypatch):
     monkeypatch.delenv(colab.INSTALL_ENV, raising=False)
     source = colab.setup_cell_source("https://github.com/ada/amp")
     printed, calls = run_cell(source, True, monkeypatch)
-    assert printed.strip() == ("Colab: installing the course (amp_lessons) from "
-                               "git+https://github.com/ada/amp")
+    assert printed.strip() == (
+        "Colab: installing the course (amp_lessons) from git+https://github.com/ada/amp"
+    )
     [(cmd, kw)] = calls
-    assert cmd[1:] == ["-m", "pip", "install", "-q",
-                       "amp_lessons @ git+https://github.com/ada/amp"]
+    assert cmd[1:] == [
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "amp_lessons @ git+https://github.com/ada/amp",
+    ]
     assert kw == {"check": True}
 
 
@@ -153,8 +169,9 @@ def test_colab_cell_without_repository_says_how_to_install(monkeypatch):
 
 
 @pytest.mark.slow
-def test_colab_cell_really_installs_the_course_from_a_local_source(tmp_path,
-                                                                    monkeypatch):
+def test_colab_cell_really_installs_the_course_from_a_local_source(
+    tmp_path, monkeypatch
+):
     """The cell's pip command, run for real in a throwaway venv, with the install
     source pointed (AMP_LESSONS_SOURCE) at a copy of this folder: no network
     (--no-deps: the venv only has to import the package itself)."""
@@ -162,8 +179,11 @@ def test_colab_cell_really_installs_the_course_from_a_local_source(tmp_path,
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "amp_lessons", source / "amp_lessons",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "amp_lessons",
+        source / "amp_lessons",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -179,65 +199,107 @@ def test_colab_cell_really_installs_the_course_from_a_local_source(tmp_path,
             (backend / name).symlink_to(found)
     # PIP_NO_BUILD_ISOLATION=0 turns isolation off (pip's double negative): the
     # venv's own setuptools builds it, nothing is downloaded
-    env = {**os.environ, colab.INSTALL_ENV: source.as_uri(), "PIP_NO_DEPS": "1",
-           "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1",
-           "PYTHONPATH": str(backend), "PYTHONNOUSERSITE": "1"}
-    script = ("import sys, types\n"
-              "sys.modules['google.colab'] = types.ModuleType('google.colab')\n"
-              + colab.setup_cell_source(None)
-              + "\nimport os, amp_lessons\n"
-              "print(os.path.dirname(amp_lessons.__file__))\n")
-    result = subprocess.run([str(python), "-c", script], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        colab.INSTALL_ENV: source.as_uri(),
+        "PIP_NO_DEPS": "1",
+        "PIP_NO_BUILD_ISOLATION": "0",
+        "PIP_NO_INDEX": "1",
+        "PYTHONPATH": str(backend),
+        "PYTHONNOUSERSITE": "1",
+    }
+    script = (
+        "import sys, types\n"
+        "sys.modules['google.colab'] = types.ModuleType('google.colab')\n"
+        + colab.setup_cell_source(None)
+        + "\nimport os, amp_lessons\n"
+        "print(os.path.dirname(amp_lessons.__file__))\n"
+    )
+    result = subprocess.run(
+        [str(python), "-c", script],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.strip().splitlines()
-    assert lines[0] == ("Colab: installing the course (amp_lessons) from "
-                        f"{source.as_uri()}")
+    assert lines[0] == (
+        f"Colab: installing the course (amp_lessons) from {source.as_uri()}"
+    )
     assert lines[-1].startswith(str(venv)), lines
 
 
 # ---- what a page may show -----------------------------------------------------------
 
+
 def _fixture_notebook():
     nb = nbformat.v4.new_notebook()
     solution = nbformat.v4.new_code_cell(
         "def update_scale(scale):\n    ### BEGIN SOLUTION\n"
-        "    return scale * 0.5  # the secret rule\n    ### END SOLUTION\n")
-    solution.metadata["nbgrader"] = {"solution": True, "grade": False,
-                                     "grade_id": "x", "schema_version": 3}
+        "    return scale * 0.5  # the secret rule\n    ### END SOLUTION\n"
+    )
+    solution.metadata["nbgrader"] = {
+        "solution": True,
+        "grade": False,
+        "grade_id": "x",
+        "schema_version": 3,
+    }
     solution.outputs = [nbformat.v4.new_output("stream", text="solved\n")]
     test = nbformat.v4.new_code_cell(
         "check(update_scale)\n### BEGIN HIDDEN TESTS\n"
-        "check(update_scale, hidden_answers=[0.25, 0.125])\n### END HIDDEN TESTS")
-    test.metadata["nbgrader"] = {"grade": True, "solution": False, "points": 1,
-                                 "grade_id": "x_test", "schema_version": 3}
+        "check(update_scale, hidden_answers=[0.25, 0.125])\n### END HIDDEN TESTS"
+    )
+    test.metadata["nbgrader"] = {
+        "grade": True,
+        "solution": False,
+        "points": 1,
+        "grade_id": "x_test",
+        "schema_version": 3,
+    }
     test.outputs = [nbformat.v4.new_output("stream", text="case 1: right is 0.5\n")]
     later = nbformat.v4.new_code_cell("print(inspect.getsource(reference))")
-    later.outputs = [nbformat.v4.new_output("stream", text=(
-        "def reference(scale):\n    return scale * 0.5  # the secret rule\n"))]
+    later.outputs = [
+        nbformat.v4.new_output(
+            "stream",
+            text=("def reference(scale):\n    return scale * 0.5  # the secret rule\n"),
+        )
+    ]
     proof = nbformat.v4.new_code_cell("assert True")
     proof.metadata["jupyter"] = {"source_hidden": True}
-    nb.cells = [nbformat.v4.new_markdown_cell("# 99 · Fixture"), solution, test, later,
-                proof]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# 99 · Fixture"),
+        solution,
+        test,
+        later,
+        proof,
+    ]
     return nb
 
 
 def test_sanitize_keeps_the_stub_and_drops_every_answer():
     nb = _fixture_notebook()
     leaks = sanitize.solution_lines([nb])
-    assert leaks == {"return scale * 0.5 # the secret rule",
-                     "check(update_scale, hidden_answers=[0.25, 0.125])"}
+    assert leaks == {
+        "return scale * 0.5 # the secret rule",
+        "check(update_scale, hidden_answers=[0.25, 0.125])",
+    }
     page = sanitize.sanitize(nb, leaks, banner="**Executed on** here")
     text = nbformat.writes(page)
     assert "secret rule" not in text and "hidden_answers" not in text
     assert "right is 0.5" not in text  # the check's table, made by the answer
     solution, test, later, proof = page.cells[2:]
-    assert solution.source == ("def update_scale(scale):\n    # YOUR CODE HERE\n"
-                               "    raise NotImplementedError()")
+    assert solution.source == (
+        "def update_scale(scale):\n    # YOUR CODE HERE\n"
+        "    raise NotImplementedError()"
+    )
     # the Spanish edition's pages show the stub its student edition has
     es = sanitize.sanitize(nb, leaks, lang="es").cells[1]
-    assert es.source == ("def update_scale(scale):\n    # ESCRIBA SU CÓDIGO AQUÍ\n"
-                         "    raise NotImplementedError()")
+    assert es.source == (
+        "def update_scale(scale):\n    # ESCRIBA SU CÓDIGO AQUÍ\n"
+        "    raise NotImplementedError()"
+    )
     assert solution.outputs == []
     assert test.source == "check(update_scale)"
     assert sanitize.TEST_NOTE in test.outputs[0].text
@@ -249,21 +311,45 @@ def test_sanitize_keeps_the_stub_and_drops_every_answer():
 def test_sanitize_turns_a_widget_into_its_picture():
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("fp16_range_explorer()")
-    cell.outputs = [nbformat.v4.new_output("display_data", data={
-        sanitize.WIDGET_VIEW: {"model_id": "box", "version_major": 2},
-        "text/plain": "VBox(...)"})]
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "display_data",
+            data={
+                sanitize.WIDGET_VIEW: {"model_id": "box", "version_major": 2},
+                "text/plain": "VBox(...)",
+            },
+        )
+    ]
     nb.cells = [nbformat.v4.new_markdown_cell("# t"), cell]
-    nb.metadata["widgets"] = {sanitize.WIDGET_STATE: {"state": {
-        "box": {"model_name": "VBoxModel",
-                "state": {"children": ["IPY_MODEL_img", "IPY_MODEL_html"]}},
-        "img": {"model_name": "ImageModel", "state": {"format": "png"},
-                "buffers": [{"path": ["value"], "encoding": "base64",
-                             "data": "iVBORw0KGgo="}]},
-        "html": {"model_name": "HTMLModel", "state": {"value": "<b>1e-4</b>"}}}}}
+    nb.metadata["widgets"] = {
+        sanitize.WIDGET_STATE: {
+            "state": {
+                "box": {
+                    "model_name": "VBoxModel",
+                    "state": {"children": ["IPY_MODEL_img", "IPY_MODEL_html"]},
+                },
+                "img": {
+                    "model_name": "ImageModel",
+                    "state": {"format": "png"},
+                    "buffers": [
+                        {
+                            "path": ["value"],
+                            "encoding": "base64",
+                            "data": "iVBORw0KGgo=",
+                        }
+                    ],
+                },
+                "html": {"model_name": "HTMLModel", "state": {"value": "<b>1e-4</b>"}},
+            }
+        }
+    }
     page = sanitize.sanitize(nb, set())
     outputs = page.cells[1].outputs
     assert [list(o.get("data", {})) for o in outputs] == [
-        ["image/png"], ["text/html"], []]
+        ["image/png"],
+        ["text/html"],
+        [],
+    ]
     assert "JupyterLab" in outputs[-1].text
     assert "widgets" not in page.metadata
 
@@ -273,8 +359,9 @@ def test_index_table_comes_from_the_readme():
     assert list(table) == STEMS
     # each lesson's own time (tests/test_notebook_lint.py holds the rows to them)
     for row in table.values():
-        assert re.fullmatch(r"\d+ min( \+ \d+ min)?",
-                            row["study time: core + optional"]), row
+        assert re.fullmatch(
+            r"\d+ min( \+ \d+ min)?", row["study time: core + optional"]
+        ), row
 
 
 def test_index_opens_with_the_readmes_intro_not_its_spanish_link():
@@ -292,11 +379,13 @@ def test_spanish_index_reads_each_lessons_study_time_from_its_first_cell():
         said = build.spanish_study_time(nbformat.read(path, as_version=4))
         assert said == table[path.stem]["study time: core + optional"], path.stem
     untimed = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_markdown_cell("# 99 · x")])
+        cells=[nbformat.v4.new_markdown_cell("# 99 · x")]
+    )
     assert build.spanish_study_time(untimed) == ""
 
 
 # ---- the built site -----------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def executed_dir(tmp_path_factory, lesson_runs) -> Path:
@@ -341,15 +430,19 @@ def site(executed_dir, es_stems, tmp_path_factory) -> Path:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    return build.build_site(executed=executed_dir, spanish=es_stems,
-                            out=tmp_path_factory.mktemp("site") / "site")
+    return build.build_site(
+        executed=executed_dir,
+        spanish=es_stems,
+        out=tmp_path_factory.mktemp("site") / "site",
+    )
 
 
 @pytest.fixture(scope="session")
 def leaks() -> set[str]:
     """The lines no page of either edition may show."""
-    return sanitize.solution_lines(nbformat.read(p, as_version=4)
-                                   for p in [*LESSONS, *ES_LESSONS])
+    return sanitize.solution_lines(
+        nbformat.read(p, as_version=4) for p in [*LESSONS, *ES_LESSONS]
+    )
 
 
 def test_site_has_a_page_per_lesson_and_the_index_links_each(site):
@@ -413,8 +506,11 @@ def test_spanish_pages_say_they_are_in_spanish(site, es_stems):
         assert "Buscar..." in labels and "Search..." not in labels, name
         assert "Search..." in verify.chrome_text(site / name), name
     labels = verify.chrome_text(site / build.SPANISH / "02_underflow.html")
-    assert {"Mostrar el código de la celda", "Enlace a este encabezado",
-            "Mostrar u ocultar la barra lateral principal"} <= labels
+    assert {
+        "Mostrar el código de la celda",
+        "Enlace a este encabezado",
+        "Mostrar u ocultar la barra lateral principal",
+    } <= labels
     assert verify.chrome_problems(site, [build.SPANISH]) == []
 
 
@@ -422,9 +518,10 @@ def test_chrome_check_rejects_english_labels_on_a_spanish_page(site, tmp_path):
     spoiled = _spoiled_copy(site, tmp_path)
     page = spoiled / build.SPANISH / "02_underflow.html"
     text = page.read_text()
-    for spanish, english in (('placeholder="Buscar..."', 'placeholder="Search..."'),
-                             (">Ocultar el código de la celda<",
-                              ">Hide code cell source<")):
+    for spanish, english in (
+        ('placeholder="Buscar..."', 'placeholder="Search..."'),
+        (">Ocultar el código de la celda<", ">Hide code cell source<"),
+    ):
         assert spanish in text
         text = text.replace(spanish, english)
     page.write_text(text)
@@ -443,15 +540,17 @@ def test_each_index_links_the_other_edition(site):
 
 
 def test_index_check_rejects_an_unlinked_or_missing_page_and_a_broken_edition_link(
-        site, es_stems, tmp_path):
+    site, es_stems, tmp_path
+):
     spoiled = _spoiled_copy(site, tmp_path)
     unlinked, gone = "02_underflow", "00_amp_in_10_minutes"
     index = spoiled / build.SPANISH / "index.html"
     index.write_text(index.read_text().replace(f'href="{unlinked}.html"', 'href="#"'))
     (spoiled / build.SPANISH / f"{gone}.html").unlink()
     index = spoiled / "index.html"
-    index.write_text(index.read_text().replace('href="es/index.html"',
-                                               'href="es/indice.html"'))
+    index.write_text(
+        index.read_text().replace('href="es/index.html"', 'href="es/indice.html"')
+    )
     assert verify.index_problems(spoiled, {"": STEMS, build.SPANISH: es_stems}) == [
         "index.html links es/indice.html, missing at es/indice.html",
         f"es/{gone}.html is missing",
@@ -467,13 +566,19 @@ def test_each_page_says_what_executed_it(site, executed_dir, es_stems):
         info = executed_info(nbformat.read(executed_dir / f"{folder}{stem}.ipynb", 4))
         assert info, f"{folder}{stem}: the executed copy records nothing"
         text = verify.page_text(site / f"{folder}{stem}.html")
-        assert (f"{said} torch {info['torch']}, {info['device']} "
-                f"({info['device_name']}), {info['date']}") in text, folder + stem
+        assert (
+            f"{said} torch {info['torch']}, {info['device']} "
+            f"({info['device_name']}), {info['date']}"
+        ) in text, folder + stem
 
 
 def test_one_search_box_and_an_icon_on_every_page(site, es_stems):
-    pages = [site / "index.html", *(site / f"{s}.html" for s in STEMS),
-             site / "es" / "index.html", *(site / "es" / f"{s}.html" for s in es_stems)]
+    pages = [
+        site / "index.html",
+        *(site / f"{s}.html" for s in STEMS),
+        site / "es" / "index.html",
+        *(site / "es" / f"{s}.html" for s in es_stems),
+    ]
     for page in pages:
         html = page.read_text(encoding="utf-8")
         # the sidebar's search field (the header's persistent one is switched off)
@@ -495,9 +600,12 @@ def test_every_page_names_the_course_as_its_author(site):
 def test_proof_cells_are_collapsed(site):
     for path in LESSONS:
         nb = nbformat.read(path, as_version=4)
-        hidden = sum(1 for c in nb.cells  # the Colab cell: not on the page at all
-                     if c.metadata.get("jupyter", {}).get("source_hidden")
-                     and "colab-setup" not in c.metadata.get("tags", []))
+        hidden = sum(
+            1
+            for c in nb.cells  # the Colab cell: not on the page at all
+            if c.metadata.get("jupyter", {}).get("source_hidden")
+            and "colab-setup" not in c.metadata.get("tags", [])
+        )
         html = (site / f"{path.stem}.html").read_text()
         assert html.count('<details class="admonition hide above-input">') == hidden
 
@@ -508,8 +616,12 @@ def test_widgets_show_a_picture_and_say_where_they_move(site, executed_dir, es_s
     pages += [("es/", stem, "es") for stem in es_stems]
     for folder, stem, lang in pages:
         nb = nbformat.read(executed_dir / f"{folder}{stem}.ipynb", as_version=4)
-        views = sum(1 for c in nb.cells for o in c.get("outputs", [])
-                    if sanitize.WIDGET_VIEW in o.get("data", {}))
+        views = sum(
+            1
+            for c in nb.cells
+            for o in c.get("outputs", [])
+            if sanitize.WIDGET_VIEW in o.get("data", {})
+        )
         text = verify.page_text(site / f"{folder}{stem}.html")
         assert text.count(sanitize.NOTES[lang]["widget"]) == views, folder + stem
         assert "widget-view" not in (site / f"{folder}{stem}.html").read_text()
@@ -534,8 +646,9 @@ def _spoiled_copy(site: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def test_leak_check_rejects_a_page_or_index_holding_a_solution_line(site, leaks,
-                                                                    tmp_path):
+def test_leak_check_rejects_a_page_or_index_holding_a_solution_line(
+    site, leaks, tmp_path
+):
     spoiled = _spoiled_copy(site, tmp_path)
     line = sorted(leaks, key=len)[len(leaks) // 2]
     words = line.split(" ")
@@ -550,8 +663,9 @@ def test_leak_check_rejects_a_page_or_index_holding_a_solution_line(site, leaks,
     assert f"searchindex.js: {line}" in found
 
 
-def test_leak_check_rejects_a_spanish_page_holding_a_solution_line(site, leaks,
-                                                                   tmp_path):
+def test_leak_check_rejects_a_spanish_page_holding_a_solution_line(
+    site, leaks, tmp_path
+):
     """A line only the Spanish edition has (a solution's translated comment)."""
     english = sanitize.solution_lines(nbformat.read(p, as_version=4) for p in LESSONS)
     spanish_only = sorted(leaks - english)
@@ -580,28 +694,39 @@ def test_no_page_loads_anything_from_another_host(site):
 def test_offline_check_rejects_remote_scripts_styles_and_fonts(site, tmp_path):
     spoiled = _spoiled_copy(site, tmp_path)
     page = spoiled / "01_number_formats.html"
-    page.write_text(page.read_text().replace(
-        "</head>", '<script src="https://cdn.example.org/require.js"></script>'
-        '<link rel="stylesheet" href="//fonts.example.org/css"></head>', 1))
+    page.write_text(
+        page.read_text().replace(
+            "</head>",
+            '<script src="https://cdn.example.org/require.js"></script>'
+            '<link rel="stylesheet" href="//fonts.example.org/css"></head>',
+            1,
+        )
+    )
     css = spoiled / "_static" / "pygments.css"
-    css.write_text("@import url(https://fonts.googleapis.com/css?family=Lato);\n"
-                   + css.read_text())
+    css.write_text(
+        "@import url(https://fonts.googleapis.com/css?family=Lato);\n" + css.read_text()
+    )
     found = "\n".join(verify.remote_problems(spoiled))
     assert "01_number_formats.html loads https://cdn.example.org/require.js" in found
     assert "01_number_formats.html loads //fonts.example.org/css" in found
     assert "pygments.css (linked by index.html) imports a remote" in found
     page = spoiled / build.SPANISH / "02_underflow.html"
-    page.write_text(page.read_text().replace(
-        "</head>", '<script src="https://cdn.example.org/es.js"></script></head>', 1))
+    page.write_text(
+        page.read_text().replace(
+            "</head>", '<script src="https://cdn.example.org/es.js"></script></head>', 1
+        )
+    )
     found = "\n".join(verify.remote_problems(spoiled))
     assert "es/02_underflow.html loads https://cdn.example.org/es.js" in found
 
 
 # ---- in Chromium -------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def served(site):
     """The site over HTTP on 127.0.0.1 (a free port), as `python -m http.server`."""
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -651,16 +776,27 @@ def visit(browser, url: str) -> dict:
 
 
 def image_outputs(nb) -> int:
-    return sum(1 for c in nb.cells for o in c.get("outputs", [])
-               if {"image/png", "image/jpeg", "image/svg+xml"} & set(o.get("data", {})))
+    return sum(
+        1
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if {"image/png", "image/jpeg", "image/svg+xml"} & set(o.get("data", {}))
+    )
 
 
 @pytest.mark.browser
-def test_every_page_renders_offline_in_chromium(site, served, browser, executed_dir,
-                                                es_stems):
+def test_every_page_renders_offline_in_chromium(
+    site, served, browser, executed_dir, es_stems
+):
     _, base = served
-    pages = ["index.html", "search.html", *(f"{s}.html" for s in STEMS),
-             "es/index.html", "es/search.html", *(f"es/{s}.html" for s in es_stems)]
+    pages = [
+        "index.html",
+        "search.html",
+        *(f"{s}.html" for s in STEMS),
+        "es/index.html",
+        "es/search.html",
+        *(f"es/{s}.html" for s in es_stems),
+    ]
     problems = []
     for name in pages:
         seen = visit(browser, f"{base}/{name}")
@@ -671,19 +807,33 @@ def test_every_page_renders_offline_in_chromium(site, served, browser, executed_
             executed = nbformat.read(executed_dir / name.replace(".html", ".ipynb"), 4)
             page = sanitize.sanitize(executed, set())
             if seen["images"] < image_outputs(page):
-                problems.append(f"{name}: {seen['images']} images, the lesson has "
-                                f"{image_outputs(page)} image outputs")
+                problems.append(
+                    f"{name}: {seen['images']} images, the lesson has "
+                    f"{image_outputs(page)} image outputs"
+                )
     assert problems == []
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("search, title, box, found", [
-    ("search.html?q=GradScaler", "Loss scaling", "Search...",
-     r"Search finished, found (one page|\d+ pages) matching the search query\."),
-    ("es/search.html?q=underflow", "El problema del underflow", "Buscar...",
-     r"Búsqueda terminada: (una página coincide|\d+ páginas coinciden) con la "
-     r"consulta\."),
-], ids=["english", "spanish"])
+@pytest.mark.parametrize(
+    "search, title, box, found",
+    [
+        (
+            "search.html?q=GradScaler",
+            "Loss scaling",
+            "Search...",
+            r"Search finished, found (one page|\d+ pages) matching the search query\.",
+        ),
+        (
+            "es/search.html?q=underflow",
+            "El problema del underflow",
+            "Buscar...",
+            r"Búsqueda terminada: (una página coincide|\d+ páginas coinciden) con la "
+            r"consulta\.",
+        ),
+    ],
+    ids=["english", "spanish"],
+)
 def test_search_works_offline(served, browser, search, title, box, found):
     _, base = served
     seen = visit(browser, f"{base}/{search}")
@@ -699,7 +849,8 @@ def test_search_works_offline(served, browser, search, title, box, found):
     hits = page.locator("#search-results ul li a").all_inner_texts()
     # the search boxes in the edition's language (the page's own and the sidebar's)
     boxes = page.locator("input[name=q]").evaluate_all(
-        "inputs => inputs.map(i => i.placeholder)")
+        "inputs => inputs.map(i => i.placeholder)"
+    )
     page.close()
     assert any(title in h for h in hits), hits
     assert re.fullmatch(found, status), status
@@ -723,13 +874,15 @@ def test_the_edition_links_lead_from_one_index_to_the_other(served, browser):
 
 @pytest.mark.browser
 def test_browser_check_rejects_errors_remote_requests_and_broken_images(
-        site, served, browser, tmp_path):
+    site, served, browser, tmp_path
+):
     _, base = served
     spoiled = site / "spoiled.html"
     spoiled.write_text(
         "<html><body><script>console.error('boom')</script>"
         '<script src="https://cdn.example.org/x.js"></script>'
-        '<img src="_images/missing.png"></body></html>')
+        '<img src="_images/missing.png"></body></html>'
+    )
     try:
         seen = visit(browser, f"{base}/spoiled.html")
     finally:
@@ -740,25 +893,38 @@ def test_browser_check_rejects_errors_remote_requests_and_broken_images(
 
 
 @pytest.mark.browser
-def test_math_renders_offline_with_the_bundled_mathjax(executed_dir, es_stems, browser,
-                                                       monkeypatch, tmp_path):
+def test_math_renders_offline_with_the_bundled_mathjax(
+    executed_dir, es_stems, browser, monkeypatch, tmp_path
+):
     """No lesson has math today: a site whose indexes have one formula each shows
     that MathJax (copied beside the English pages, loaded by the Spanish ones from
     there) typesets it, with no error or request out."""
     index_page, spanish_index_page = build.index_page, build.spanish_index_page
-    monkeypatch.setattr(build, "index_page", lambda *a: index_page(*a).replace(
-        "Widgets are pictures here", "Math: $2^{-24}$. Widgets are pictures here"))
-    monkeypatch.setattr(build, "spanish_index_page", lambda *a: spanish_index_page(
-        *a).replace("Aquí los widgets", "Fórmula: $2^{-24}$. Aquí los widgets"))
-    site = build.build_site(executed=executed_dir, spanish=es_stems[:1],
-                            out=tmp_path / "site")
+    monkeypatch.setattr(
+        build,
+        "index_page",
+        lambda *a: index_page(*a).replace(
+            "Widgets are pictures here", "Math: $2^{-24}$. Widgets are pictures here"
+        ),
+    )
+    monkeypatch.setattr(
+        build,
+        "spanish_index_page",
+        lambda *a: spanish_index_page(*a).replace(
+            "Aquí los widgets", "Fórmula: $2^{-24}$. Aquí los widgets"
+        ),
+    )
+    site = build.build_site(
+        executed=executed_dir, spanish=es_stems[:1], out=tmp_path / "site"
+    )
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
 
     server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(site))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     results = []
@@ -774,15 +940,14 @@ def test_math_renders_offline_with_the_bundled_mathjax(executed_dir, es_stems, b
     finally:
         server.shutdown()
     assert results == [("index.html", [], [], 1), ("es/index.html", [], [], 1)]
-    assert '_static/mathjax/MathJax.js' in (site / "index.html").read_text()
-    assert '../_static/mathjax/MathJax.js' in (site / "es" / "index.html").read_text()
+    assert "_static/mathjax/MathJax.js" in (site / "index.html").read_text()
+    assert "../_static/mathjax/MathJax.js" in (site / "es" / "index.html").read_text()
 
 
 def test_build_refuses_a_missing_executed_copy(tmp_path):
     with pytest.raises(FileNotFoundError, match="no executed copy"):
         build.build_site(executed=tmp_path, out=tmp_path / "site")
     assert not (tmp_path / "site").exists()
-
 
 
 # ---- the site publishes itself (.github/workflows/site.yml) ------------------------
@@ -792,9 +957,13 @@ WORKFLOW = ROOT / ".github" / "workflows" / "site.yml"
 
 def test_workflow_validates_against_githubs_schema():
     check = shutil.which("check-jsonschema") or str(
-        Path(sys.executable).parent / "check-jsonschema")
-    result = subprocess.run([check, "--builtin-schema", "vendor.github-workflows",
-                             str(WORKFLOW)], capture_output=True, text=True)
+        Path(sys.executable).parent / "check-jsonschema"
+    )
+    result = subprocess.run(
+        [check, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     # and the check can fail: a job without runs-on is refused
     broken = WORKFLOW.read_text().replace("    runs-on: ubuntu-latest\n", "", 1)
@@ -802,8 +971,11 @@ def test_workflow_validates_against_githubs_schema():
     bad.parent.mkdir(exist_ok=True)
     bad.write_text(broken)
     try:
-        result = subprocess.run([check, "--builtin-schema", "vendor.github-workflows",
-                                 str(bad)], capture_output=True, text=True)
+        result = subprocess.run(
+            [check, "--builtin-schema", "vendor.github-workflows", str(bad)],
+            capture_output=True,
+            text=True,
+        )
     finally:
         bad.unlink()
     assert result.returncode != 0
@@ -812,11 +984,16 @@ def test_workflow_validates_against_githubs_schema():
 def test_workflow_runs_the_make_targets_for_its_own_repository():
     text = WORKFLOW.read_text()
     assert "make site REPOSITORY=${{ github.repository }}" in text
-    assert ("make colab-edition REPOSITORY=${{ github.repository }} "
-            "REF=${{ github.sha }}") in text
+    assert (
+        "make colab-edition REPOSITORY=${{ github.repository }} REF=${{ github.sha }}"
+    ) in text
     assert "actions/deploy-pages" in text and "branches: [main]" in text
-    dry = subprocess.run(["make", "-n", "site", "colab-edition", "REPOSITORY=ada/amp",
-                          "REF=abc123"], cwd=ROOT, capture_output=True, text=True)
+    dry = subprocess.run(
+        ["make", "-n", "site", "colab-edition", "REPOSITORY=ada/amp", "REF=abc123"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert "-m amp_lessons.tooling.site --repository ada/amp" in dry.stdout
     assert '--repository "ada/amp" --ref "abc123"' in dry.stdout
 
@@ -825,8 +1002,10 @@ def test_site_colab_links_open_the_given_repository_on_the_colab_branch():
     nb = nbformat.read(LESSONS[0], as_version=4)
     home = build.Home(colab.github_url("ada/amp"), colab.COLAB_BRANCH)
     said = build.banner(nb, LESSONS[0].name, home.repository, "en", home.branch)
-    assert (f"https://colab.research.google.com/github/ada/amp/blob/colab/notebooks/"
-            f"{LESSONS[0].name}") in said
+    assert (
+        f"https://colab.research.google.com/github/ada/amp/blob/colab/notebooks/"
+        f"{LESSONS[0].name}"
+    ) in said
     es = build.banner(nb, LESSONS[0].name, home.repository, "es", home.branch)
     assert f"/ada/amp/blob/colab/notebooks/es/{LESSONS[0].name}" in es
     assert build.Home.from_pyproject() == build.Home(colab.repository_url(), "main")
@@ -845,7 +1024,9 @@ def test_colab_edition_installs_the_repository_at_the_commit(tmp_path):
         setup = next(c for c in nb.cells if c.get("id") == colab.CELL_ID)
         assert '"git+https://github.com/ada/amp@abc123"' in setup.source
         folder = path.parent.relative_to(tmp_path).as_posix()
-        assert (f"](https://colab.research.google.com/github/ada/amp/blob/colab/"
-                f"{folder}/{path.name})") in nb.cells[0].source
+        assert (
+            f"](https://colab.research.google.com/github/ada/amp/blob/colab/"
+            f"{folder}/{path.name})"
+        ) in nb.cells[0].source
     # the lessons themselves are left as they are
     assert colab.main(["--check"]) == 0

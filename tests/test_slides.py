@@ -64,8 +64,14 @@ async () => {
 def page():
     with launch_chromium() as browser:
         page = browser.new_page(viewport=STAGE)
-        page.route("**/*", lambda route: route.continue_() if route.request.url
-                   .startswith(("file:", "data:")) else route.abort())  # offline
+        page.route(
+            "**/*",
+            lambda route: (
+                route.continue_()
+                if route.request.url.startswith(("file:", "data:"))
+                else route.abort()
+            ),
+        )  # offline
         yield page
 
 
@@ -82,8 +88,10 @@ def overflows(deck: Path, seen: list[dict]) -> list[str]:
     for s in seen:
         where = f"{deck.name} slide {s['h']}/{s['v']} ({s['title']!r})"
         if s["content"] > s["room"] + 1 or s["wide"] > s["width"] + 1:
-            found.append(f"{where}: content {s['content']} x {s['wide']} px on a "
-                         f"{s['width']} x {s['room']} slide (zoom {s['zoom']})")
+            found.append(
+                f"{where}: content {s['content']} x {s['wide']} px on a "
+                f"{s['width']} x {s['room']} slide (zoom {s['zoom']})"
+            )
         if s["clipped"]:
             found.append(f"{where}: cut off on the right: {s['clipped'][:3]}")
     return found
@@ -96,8 +104,11 @@ def solution_shown_early(source, deck: Path, seen: list[dict]) -> list[str]:
     for cell in source.cells:
         if not grading.is_solution_cell(cell):
             continue
-        secret = sorted(line for line in lint._secret_lines(cell)
-                        if len(line) >= lint.LEAK_MIN_CHARS)
+        secret = sorted(
+            line
+            for line in lint._secret_lines(cell)
+            if len(line) >= lint.LEAK_MIN_CHARS
+        )
         header = cell.source.strip().splitlines()[0]  # "def f(x):", kept by the stub
         where = f"{deck.name}, exercise {header!r}"
         first = next((i for i, s in enumerate(seen) if header in s["text"]), None)
@@ -109,11 +120,13 @@ def solution_shown_early(source, deck: Path, seen: list[dict]) -> list[str]:
         for i, s in enumerate(seen):
             shown = [line for line in secret if line in s["text"]]
             if shown and i <= first:
-                problems.append(f"{where}: slide {s['h']}/{s['v']} shows the solution "
-                                f"before the instructor moves on: {shown[:2]}")
+                problems.append(
+                    f"{where}: slide {s['h']}/{s['v']} shows the solution "
+                    f"before the instructor moves on: {shown[:2]}"
+                )
         if secret and not all(line in seen[first]["notes"] for line in secret):
             problems.append(f"{where}: the solution is not in the speaker notes")
-        if secret and not any(secret[0] in s["text"] for s in seen[first + 1:]):
+        if secret and not any(secret[0] in s["text"] for s in seen[first + 1 :]):
             problems.append(f"{where}: no later slide reveals the solution")
     return problems
 
@@ -123,8 +136,12 @@ def course_decks(tmp_path_factory, lesson_runs) -> dict[Path, Path]:
     out = tmp_path_factory.mktemp("decks")
     slides.copy_slide_assets(out)
     exporter = slides.slides_exporter()
-    return {path: slides.export_deck(paused_twice(path, lesson_runs).executed,
-                                     path.stem, out, exporter) for path in LESSONS}
+    return {
+        path: slides.export_deck(
+            paused_twice(path, lesson_runs).executed, path.stem, out, exporter
+        )
+        for path in LESSONS
+    }
 
 
 @pytest.fixture(scope="module")
@@ -139,9 +156,11 @@ def seen_in(path: Path, course_decks, page, visits, capsys=None) -> list[dict]:
         zoomed = [float(s["zoom"]) for s in seen if s["zoom"] and float(s["zoom"]) < 1]
         if capsys is not None:
             with capsys.disabled():
-                print(f"\n{course_decks[path].name}: {len(seen)} slides, {len(zoomed)} "
-                      f"shrunk to fit (smallest zoom {min(zoomed, default=1)}), "
-                      f"rendered in {time.perf_counter() - start:.1f} s")
+                print(
+                    f"\n{course_decks[path].name}: {len(seen)} slides, {len(zoomed)} "
+                    f"shrunk to fit (smallest zoom {min(zoomed, default=1)}), "
+                    f"rendered in {time.perf_counter() - start:.1f} s"
+                )
     return visits[path]
 
 
@@ -152,12 +171,14 @@ def test_no_slide_overflows(path, course_decks, page, visits, capsys):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("path", [p for p in LESSONS if grading.is_graded(p)],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [p for p in LESSONS if grading.is_graded(p)], ids=lambda p: p.stem
+)
 def test_no_exercise_slide_shows_its_solution(path, course_decks, page, visits):
     seen = seen_in(path, course_decks, page, visits)
-    problems = solution_shown_early(nbformat.read(path, as_version=4),
-                                    course_decks[path], seen)
+    problems = solution_shown_early(
+        nbformat.read(path, as_version=4), course_decks[path], seen
+    )
     assert not problems, "\n".join(problems)
 
 
@@ -170,7 +191,8 @@ def test_checks_catch_a_deck_laid_out_as_before(tmp_path, page, lesson_runs):
     executed = paused_twice(path, lesson_runs).executed
     slides.copy_slide_assets(tmp_path)
     body, _ = slides.slides_exporter().from_notebook_node(
-        copy.deepcopy(executed), {"metadata": {"name": path.stem}})  # no deck_layout
+        copy.deepcopy(executed), {"metadata": {"name": path.stem}}
+    )  # no deck_layout
     deck = tmp_path / f"{path.stem}.slides.html"
     deck.write_text(body, encoding="utf-8")
     seen = visit(page, deck)
@@ -184,8 +206,10 @@ def test_overflow_check_catches_a_slide_too_long_to_cut(tmp_path, page):
     nb = nbformat.v4.new_notebook()
     rows = "".join(f"    'row {i}': {i},\n" for i in range(60))
     long_code = "table = {\n" + rows + "}  # one statement: nowhere to cut it"
-    nb.cells = [nbformat.v4.new_markdown_cell("# A fixture deck"),
-                nbformat.v4.new_code_cell(long_code)]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# A fixture deck"),
+        nbformat.v4.new_code_cell(long_code),
+    ]
     nb.cells[0].metadata["slideshow"] = {"slide_type": "slide"}
     slides.copy_slide_assets(tmp_path)
     deck = slides.export_deck(nb, "99_fixture", tmp_path)
@@ -193,8 +217,9 @@ def test_overflow_check_catches_a_slide_too_long_to_cut(tmp_path, page):
     assert len(found) == 1 and "zoom 0.800" in found[0], found
 
 
-@pytest.mark.parametrize("path", [p for p in LESSONS if grading.is_graded(p)][:1],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [p for p in LESSONS if grading.is_graded(p)][:1], ids=lambda p: p.stem
+)
 def test_deck_layout_is_deterministic_and_drops_the_markers(path):
     nb = nbformat.read(path, as_version=4)
     laid = deck_layout.lay_out_deck(nb)

@@ -21,74 +21,135 @@ def test_a_line_of_english_prose_is_told_from_spanish_and_from_code():
     assert reads_as_english("    return scaler.scale(loss) if the loss is not") is None
     assert reads_as_english("x = the_loss_of(the, step, in, fp16)") is None
     assert reads_as_english("(c) Tanto loss.backward() como scaler.scale(loss)") is None
-    assert not reads_as_english("check_quick_check[step_with_inf]: 1 caso(s) de la "
-                                "prueba")
+    assert not reads_as_english(
+        "check_quick_check[step_with_inf]: 1 caso(s) de la prueba"
+    )
 
 
 def test_printed_source_and_torchs_messages_are_left_out():
-    source = ('def step(x):\n    """Return the loss of the step, in fp32."""\n'
-              '    return x\n')
-    outputs = [{"output_type": "stream", "name": "stdout", "text": source},
-               {"output_type": "stream", "name": "stderr",
-                "text": "UserWarning: the scheduler was called before the step\n"},
-               {"output_type": "stream", "name": "stdout",
-                "text": "RuntimeError: step() has already been called since the last "
-                        "update().\nthe loss of the step is the same\n"}]
+    source = (
+        'def step(x):\n    """Return the loss of the step, in fp32."""\n    return x\n'
+    )
+    outputs = [
+        {"output_type": "stream", "name": "stdout", "text": source},
+        {
+            "output_type": "stream",
+            "name": "stderr",
+            "text": "UserWarning: the scheduler was called before the step\n",
+        },
+        {
+            "output_type": "stream",
+            "name": "stdout",
+            "text": "RuntimeError: step() has already been called since the last "
+            "update().\nthe loss of the step is the same\n",
+        },
+    ]
     assert [line.strip() for line in output_lines(outputs)] == [
-        "the loss of the step is the same"]
+        "the loss of the step is the same"
+    ]
 
 
 def test_figures_and_html_are_read_too():
-    svg = ('<svg><g><text x="1" style="font">loss of the run in fp16</text>'
-           '<text>pérdida de la ejecución en fp16</text></g></svg>')
-    outputs = [{"output_type": "display_data",
-                "data": {"image/svg+xml": svg, "image/png": "...",
-                         "text/plain": "<Figure size 640x480 with 1 Axes>"}},
-               {"output_type": "display_data",
-                "data": {"text/html": "<table><tr><td>the steps that were skipped</td>"
-                                      "</tr></table>", "text/plain": "x"}}]
+    svg = (
+        '<svg><g><text x="1" style="font">loss of the run in fp16</text>'
+        "<text>pérdida de la ejecución en fp16</text></g></svg>"
+    )
+    outputs = [
+        {
+            "output_type": "display_data",
+            "data": {
+                "image/svg+xml": svg,
+                "image/png": "...",
+                "text/plain": "<Figure size 640x480 with 1 Axes>",
+            },
+        },
+        {
+            "output_type": "display_data",
+            "data": {
+                "text/html": "<table><tr><td>the steps that were skipped</td>"
+                "</tr></table>",
+                "text/plain": "x",
+            },
+        },
+    ]
     lines = [line.strip() for line in output_lines(outputs) if line.strip()]
-    assert lines == ["loss of the run in fp16", "pérdida de la ejecución en fp16",
-                     "the steps that were skipped"]  # no "<Figure size ...>"
+    assert lines == [
+        "loss of the run in fp16",
+        "pérdida de la ejecución en fp16",
+        "the steps that were skipped",
+    ]  # no "<Figure size ...>"
     english, prose = english_lines(outputs)
-    assert [line.strip() for line in english] == ["loss of the run in fp16",
-                                                  "the steps that were skipped"]
+    assert [line.strip() for line in english] == [
+        "loss of the run in fp16",
+        "the steps that were skipped",
+    ]
     assert prose == 3
 
 
-SPANISH_CELL = ('for i in range(3):\n'
-                '    print(f"paso {i}: la escala de la pérdida sigue en 65536")')
+SPANISH_CELL = (
+    'for i in range(3):\n    print(f"paso {i}: la escala de la pérdida sigue en 65536")'
+)
 
 
 def run_pytest_on(tmp_path, cells: list[str]) -> subprocess.CompletedProcess:
     nb = nbformat.v4.new_notebook()
-    nb.metadata.update({"language": "es", "kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb.metadata.update(
+        {
+            "language": "es",
+            "kernelspec": {
+                "name": "python3",
+                "display_name": "Python 3",
+                "language": "python",
+            },
+        }
+    )
     nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
     path = tmp_path / "00_leccion.ipynb"
     nbformat.write(nb, path)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-         "spanish_outputs", "--nbval-lax", "--nbval-current-env", str(path)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(TESTS)})
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "spanish_outputs",
+            "--nbval-lax",
+            "--nbval-current-env",
+            str(path),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(TESTS)},
+    )
 
 
 def test_a_spanish_lesson_passes_and_a_planted_english_print_fails_it(tmp_path):
     clean = run_pytest_on(tmp_path, [SPANISH_CELL])
     assert clean.returncode == 0, clean.stdout[-2000:]
-    planted = run_pytest_on(tmp_path, [
-        SPANISH_CELL, 'print("the weights stay in fp32 while the activations shrink")'])
+    planted = run_pytest_on(
+        tmp_path,
+        [
+            SPANISH_CELL,
+            'print("the weights stay in fp32 while the activations shrink")',
+        ],
+    )
     assert planted.returncode == 1, planted.stdout[-2000:]
     assert "1 of 4 output lines read as English" in planted.stdout
     assert "the weights stay in fp32 while the activations shrink" in planted.stdout
 
 
 def test_an_english_plot_title_fails_a_spanish_lesson(tmp_path):
-    plot = ("import matplotlib.pyplot as plt\n%matplotlib inline\n"
-            "fig, ax = plt.subplots()\nax.plot([1, 2])\n"
-            "ax.set_title('the loss of the run in fp16')\nplt.show()")
+    plot = (
+        "import matplotlib.pyplot as plt\n%matplotlib inline\n"
+        "fig, ax = plt.subplots()\nax.plot([1, 2])\n"
+        "ax.set_title('the loss of the run in fp16')\nplt.show()"
+    )
     run = run_pytest_on(tmp_path, [SPANISH_CELL, plot])
     assert run.returncode == 1, run.stdout[-2000:]
     assert "the loss of the run in fp16" in run.stdout

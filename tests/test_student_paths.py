@@ -55,12 +55,17 @@ def report(capsys, text: str) -> None:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lesson_id)
 def test_lesson_survives_five_minute_pauses(path, lesson_runs, capsys):
     run = paused_twice(path, lesson_runs, PAUSE_S).run
-    report(capsys, f"{path.name}: Run All with pauses {run.pass_seconds(1):.1f} s, "
-                   f"again {run.pass_seconds(2):.1f} s (kernel {run.seconds:.1f} s)")
+    report(
+        capsys,
+        f"{path.name}: Run All with pauses {run.pass_seconds(1):.1f} s, "
+        f"again {run.pass_seconds(2):.1f} s (kernel {run.seconds:.1f} s)",
+    )
     errors = run.errors(pass_no=1)
-    assert not errors, (f"{path.name} fails when the student pauses {PAUSE_S:.0f} s "
-                        "before each cell (no assert may compare the clock across "
-                        "cells):\n" + "\n".join(errors))
+    assert not errors, (
+        f"{path.name} fails when the student pauses {PAUSE_S:.0f} s "
+        "before each cell (no assert may compare the clock across "
+        "cells):\n" + "\n".join(errors)
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lesson_id)
@@ -68,9 +73,11 @@ def test_lesson_runs_twice_in_one_kernel(path, lesson_runs):
     run = paused_twice(path, lesson_runs, PAUSE_S).run
     errors = run.errors(pass_no=2)
     first = run.errors(pass_no=1)
-    assert not errors, (f"{path.name} fails on the second Run All in the same kernel:\n"
-                        + "\n".join(errors)
-                        + (f"\n(the first pass failed too: {first})" if first else ""))
+    assert not errors, (
+        f"{path.name} fails on the second Run All in the same kernel:\n"
+        + "\n".join(errors)
+        + (f"\n(the first pass failed too: {first})" if first else "")
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -89,16 +96,20 @@ def student_edition(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("path", GRADED, ids=lambda p: p.stem)
-def test_student_edition_runs_unsolved_and_answered_wrongly(path, student_edition,
-                                                            capsys):
+def test_student_edition_runs_unsolved_and_answered_wrongly(
+    path, student_edition, capsys
+):
     released = student_edition[path.stem]
     run, answers, _ = unsolved_path(released, then=core_path)
-    report(capsys, f"{path.name}: answered wrongly on the core path "
-                   f"{run.pass_seconds(1):.1f} s, unsolved {run.pass_seconds(2):.1f} s "
-                   f"({answers} answers)")
-    assert answers == sum(grading.is_solution_cell(c) for c in
-                          nbformat.read(released, as_version=4).cells), (
-        "a solution cell of the student edition has no stub to answer")
+    report(
+        capsys,
+        f"{path.name}: answered wrongly on the core path "
+        f"{run.pass_seconds(1):.1f} s, unsolved {run.pass_seconds(2):.1f} s "
+        f"({answers} answers)",
+    )
+    assert answers == sum(
+        grading.is_solution_cell(c) for c in nbformat.read(released, as_version=4).cells
+    ), "a solution cell of the student edition has no stub to answer"
     problems = unsolved_path_problems(run)
     assert not problems, "\n".join(problems)
 
@@ -109,20 +120,26 @@ def spanish_student_edition(tmp_path_factory) -> dict[str, Path]:
     same lesson names as the English one: `make student EDITION=es`)."""
     if not ES_STUDENT_PATHS:
         pytest.skip("no Spanish edition generated")
-    course = grading.build_course(ES_STUDENT_PATHS,
-                                  tmp_path_factory.mktemp("student-course-es"))
+    course = grading.build_course(
+        ES_STUDENT_PATHS, tmp_path_factory.mktemp("student-course-es")
+    )
     return {p.stem: p for p in grading.generate_student_edition(course)}
 
 
 @pytest.mark.parametrize("path", ES_STUDENT_PATHS, ids=lesson_id)
 def test_spanish_edition_runs_unsolved_and_wrong_with_spanish_hints(
-        path, spanish_student_edition):
+    path, spanish_student_edition
+):
     released = spanish_student_edition[path.stem]
     run, _, wrong = unsolved_path(released, then=core_path)
     problems = unsolved_path_problems(run)
     assert not problems, "\n".join(problems)
-    printed = "\n".join(o.get("text", "") + o.get("evalue", "") for c in wrong.cells
-                        if grading.is_test_cell(c) for o in c.get("outputs", []))
+    printed = "\n".join(
+        o.get("text", "") + o.get("evalue", "")
+        for c in wrong.cells
+        if grading.is_test_cell(c)
+        for o in c.get("outputs", [])
+    )
     # the checks' tables speak Spanish: their verdict and hint labels
     assert "casos fallaron" in printed, printed[-2000:]
     assert "pista" in printed.lower(), printed[-2000:]
@@ -133,8 +150,10 @@ def core_path(nb):
     into raw cells: not run, and every other cell keeps its index for the reports."""
     skipped = optional_cells(nb)
     core = nbformat.from_dict(dict(nb))
-    core.cells = [nbformat.v4.new_raw_cell(c.source) if i in skipped else c
-                  for i, c in enumerate(nb.cells)]
+    core.cells = [
+        nbformat.v4.new_raw_cell(c.source) if i in skipped else c
+        for i, c in enumerate(nb.cells)
+    ]
     return core
 
 
@@ -157,9 +176,13 @@ def notebook(*sources: str, graded: dict[int, str] | None = None):
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
     for index, kind in (graded or {}).items():
         nb.cells[index].metadata["nbgrader"] = {
-            "grade": kind == "test", "solution": kind == "solution", "locked": False,
-            "grade_id": f"g{index}", "schema_version": 3,
-            **({"points": 1} if kind == "test" else {})}
+            "grade": kind == "test",
+            "solution": kind == "solution",
+            "locked": False,
+            "grade_id": f"g{index}",
+            "schema_version": 3,
+            **({"points": 1} if kind == "test" else {}),
+        }
     return nb
 
 
@@ -171,7 +194,8 @@ def test_pauses_catch_a_wall_time_assert_across_cells(tmp_path):
         "t0 = time.monotonic()\nsum(range(10**5))\nassert time.monotonic() - t0 < 30",
         "assert time.perf_counter() - start < 60, 'the lesson took over a minute'",
         "assert perf_counter() - start_from_name < 60  # imported by name",
-        "assert time.time_ns() > 0")
+        "assert time.time_ns() > 0",
+    )
     start = time.perf_counter()
     plain = run_in_one_kernel([nb], tmp_path)
     paused = run_in_one_kernel([nb], tmp_path, pause_s=PAUSE_S)
@@ -185,7 +209,8 @@ def test_pauses_catch_a_wall_time_assert_across_cells(tmp_path):
 def test_second_run_catches_state_left_by_the_first(tmp_path):
     nb = notebook(
         "import decimal\nassert decimal.getcontext().prec == 28  # the default",
-        "decimal.getcontext().prec = 6  # a later cell changes global state")
+        "decimal.getcontext().prec = 6  # a later cell changes global state",
+    )
     run = run_in_one_kernel([nb, nb], tmp_path)
     assert run.errors(pass_no=1) == []
     assert [c.index for c in run.cells if c.error] == [0]
@@ -195,15 +220,16 @@ def test_second_run_catches_state_left_by_the_first(tmp_path):
 def test_unsolved_path_catches_cells_that_use_the_students_function(tmp_path):
     stub = "    # YOUR CODE HERE\n    raise NotImplementedError()"
     edition = notebook(
-        f"def double(x):\n{stub}",                                   # 0 solution
-        "assert double(2) == 4",                                      # 1 test
-        "print(double(5))",                                          # 2 uses it
+        f"def double(x):\n{stub}",  # 0 solution
+        "assert double(2) == 4",  # 1 test
+        "print(double(5))",  # 2 uses it
         "try:\n    y = double(2)\nexcept NotImplementedError:\n    y = 4\n"
-        "assert y == 4",                                              # 3 only if wrong
-        f"def half(x):\n{stub}",                                     # 4 solution
-        "assert True  # grades nothing",                             # 5 test
-        "print('a later cell of its own')",                          # 6 fine
-        graded={0: "solution", 1: "test", 4: "solution", 5: "test"})
+        "assert y == 4",  # 3 only if wrong
+        f"def half(x):\n{stub}",  # 4 solution
+        "assert True  # grades nothing",  # 5 test
+        "print('a later cell of its own')",  # 6 fine
+        graded={0: "solution", 1: "test", 4: "solution", 5: "test"},
+    )
     released = tmp_path / "99_fixture.ipynb"
     nbformat.write(edition, released)
     run, answers, _ = unsolved_path(released)
@@ -225,14 +251,16 @@ def test_core_pass_catches_what_needs_an_optional_part_and_a_crashing_check(tmp_
     skipped, in a fresh kernel (the unsolved pass after it runs them)."""
     stub = "    # YOUR CODE HERE\n    raise NotImplementedError()"
     edition = notebook(
-        f"def double(x):\n{stub}",                                   # 0 solution
-        "assert double(2) == 4",                                      # 1 test: fine
-        "## A detour (optional)", "scale = 2",                        # 2, 3
-        "## Back on the core path",                                   # 4
-        "print(scale)",                                               # 5 needs 3
-        "assert double(2) == 2 * scale",                              # 6 test needs 3
-        "assert len(double(2)) == 1",                                 # 7 test crashes
-        graded={0: "solution", 1: "test", 6: "test", 7: "test"})
+        f"def double(x):\n{stub}",  # 0 solution
+        "assert double(2) == 4",  # 1 test: fine
+        "## A detour (optional)",
+        "scale = 2",  # 2, 3
+        "## Back on the core path",  # 4
+        "print(scale)",  # 5 needs 3
+        "assert double(2) == 2 * scale",  # 6 test needs 3
+        "assert len(double(2)) == 1",  # 7 test crashes
+        graded={0: "solution", 1: "test", 6: "test", 7: "test"},
+    )
     for i in (2, 4):
         edition.cells[i] = nbformat.v4.new_markdown_cell(edition.cells[i].source)
     released = tmp_path / "99_fixture.ipynb"
@@ -241,24 +269,35 @@ def test_core_pass_catches_what_needs_an_optional_part_and_a_crashing_check(tmp_
     text = "\n".join(unsolved_path_problems(run))
     assert executed.cells[3].cell_type == "raw" and "outputs" not in executed.cells[3]
     assert "cell 5 ('print(scale)'), exercises answered wrongly: NameError" in text
-    assert "cell 6 ('assert double(2) == 2 * scale'), exercises answered wrongly: " \
-           "NameError" in text
-    assert "cell 7 ('assert len(double(2)) == 1'), exercises answered wrongly: " \
-           "TypeError" in text
+    assert (
+        "cell 6 ('assert double(2) == 2 * scale'), exercises answered wrongly: "
+        "NameError" in text
+    )
+    assert (
+        "cell 7 ('assert len(double(2)) == 1'), exercises answered wrongly: "
+        "TypeError" in text
+    )
     assert "unsolved" not in text and "cell 1 " not in text, text
     assert len(unsolved_path_problems(run)) == 3, text
 
 
 def test_core_path_catches_a_cell_that_needs_an_optional_part(tmp_path):
-    nb = notebook("x = 1",
-                  "## A detour (optional)", "y = 2",
-                  "### Inside the detour", "z = 3",
-                  "## Back on the core path", "print(x + y)")
+    nb = notebook(
+        "x = 1",
+        "## A detour (optional)",
+        "y = 2",
+        "### Inside the detour",
+        "z = 3",
+        "## Back on the core path",
+        "print(x + y)",
+    )
     for i in (1, 3, 5):
         nb.cells[i] = nbformat.v4.new_markdown_cell(nb.cells[i].source)
     core = core_path(nb)
-    assert [c.source for c in core.cells if c.cell_type == "code"] == ["x = 1",
-                                                                       "print(x + y)"]
+    assert [c.source for c in core.cells if c.cell_type == "code"] == [
+        "x = 1",
+        "print(x + y)",
+    ]
     run = run_in_one_kernel([core], tmp_path)
     assert run_in_one_kernel([nb], tmp_path).errors() == []
     assert len(run.errors()) == 1 and "NameError" in run.errors()[0]

@@ -25,8 +25,7 @@ BOOTSTRAP = ROOT / "amp_lessons" / "tooling" / "bootstrap.py"
 
 
 def load_bootstrap():
-    spec = importlib.util.spec_from_file_location(
-        "bootstrap", BOOTSTRAP)
+    spec = importlib.util.spec_from_file_location("bootstrap", BOOTSTRAP)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -45,9 +44,14 @@ def test_setup_explains_a_missing_torch_wheel(monkeypatch, capsys):
     bootstrap = load_bootstrap()
 
     def pip_without_wheels(*args, **kwargs):
-        return subprocess.CompletedProcess(args, 1, stdout=(
-            "ERROR: Could not find a version that satisfies the requirement torch\n"
-            "ERROR: No matching distribution found for torch>=2.5,<3\n"))
+        return subprocess.CompletedProcess(
+            args,
+            1,
+            stdout=(
+                "ERROR: Could not find a version that satisfies the requirement torch\n"
+                "ERROR: No matching distribution found for torch>=2.5,<3\n"
+            ),
+        )
 
     monkeypatch.setattr(bootstrap.subprocess, "run", pip_without_wheels)
     with pytest.raises(SystemExit):
@@ -69,8 +73,11 @@ def test_lab_command_is_loopback_with_a_token_and_offline():
     assert "--IdentityProvider.token=abc123" in command
     assert "--LabApp.news_url=None" in command
     assert any("NeverCheckForUpdate" in part for part in command)
-    settings_dir = next(part.split("=", 1)[1] for part in command
-                        if part.startswith("--LabApp.app_settings_dir="))
+    settings_dir = next(
+        part.split("=", 1)[1]
+        for part in command
+        if part.startswith("--LabApp.app_settings_dir=")
+    )
     overrides = json.loads((Path(settings_dir) / "overrides.json").read_text())
     news = overrides["@jupyterlab/apputils-extension:notification"]
     assert news == {"fetchNews": "false", "checkForUpdates": False}
@@ -86,32 +93,44 @@ def test_lab_refuses_a_folder_that_does_not_exist(capsys, tmp_path):
     assert main([str(tmp_path / "missing")]) == 2
     usage = "usage: python -m amp_lessons.tooling.lab [--edition en|es | FOLDER]"
     assert usage in capsys.readouterr().err
-    for wrong in (["--edition", "fr"], ["--edition"], ["--edition", "es", "x"],
-                  ["--folder"]):
+    for wrong in (
+        ["--edition", "fr"],
+        ["--edition"],
+        ["--edition", "es", "x"],
+        ["--folder"],
+    ):
         assert main(wrong) == 2, wrong
         assert usage in capsys.readouterr().err
 
 
 def test_make_lab_opens_the_english_lessons_and_edition_es_the_spanish_ones(
-        monkeypatch):
+    monkeypatch,
+):
     from amp_lessons.tooling import lab
 
-    dry = {edition: subprocess.run(["make", "-n", "lab", *args], cwd=ROOT,
-                                   capture_output=True, text=True).stdout
-           for edition, args in (("en", []), ("es", ["EDITION=es"]))}
+    dry = {
+        edition: subprocess.run(
+            ["make", "-n", "lab", *args], cwd=ROOT, capture_output=True, text=True
+        ).stdout
+        for edition, args in (("en", []), ("es", ["EDITION=es"]))
+    }
     assert "-m amp_lessons.tooling.lab --edition en" in dry["en"]
     assert "-m amp_lessons.tooling.lab --edition es" in dry["es"]
     assert lab.EDITIONS == {"en": NOTEBOOKS_DIR, "es": SPANISH_DIR}
     launched = []
     monkeypatch.setattr(lab, "run_lab", lambda command: launched.append(command) or 0)
     monkeypatch.setattr(lab, "root_note", lambda: None)
-    for args, folder in ((["--edition", "en"], "notebooks"),
-                         (["--edition", "es"], "notebooks/es"), ([], "notebooks")):
+    for args, folder in (
+        (["--edition", "en"], "notebooks"),
+        (["--edition", "es"], "notebooks/es"),
+        ([], "notebooks"),
+    ):
         assert lab.main(args) == 0
         assert f"--ServerApp.root_dir={ROOT / folder}" in launched[-1], args
     # the Spanish folder holds the Spanish lessons, under the English file names
     assert {p.name for p in lab.EDITIONS["es"].glob("*.ipynb")} <= {
-        p.name for p in lab.NOTEBOOKS.glob("*.ipynb")}
+        p.name for p in lab.NOTEBOOKS.glob("*.ipynb")
+    }
     assert (lab.EDITIONS["es"] / "00_amp_in_10_minutes.ipynb").is_file()
 
 
@@ -138,10 +157,17 @@ def test_the_spanish_lab_serves_its_lessons_and_the_recorded_results():
 
 def test_bootstrap_imports_the_standard_library_only():
     tree = ast.parse(BOOTSTRAP.read_text())
-    names = {alias.name.split(".")[0] for node in ast.walk(tree)
-             if isinstance(node, ast.Import) for alias in node.names}
-    names |= {node.module.split(".")[0] for node in ast.walk(tree)
-              if isinstance(node, ast.ImportFrom) and node.module}
+    names = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    names |= {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
     assert names and names <= set(sys.stdlib_module_names), names
 
 
@@ -161,20 +187,34 @@ def test_setuptools_packages_every_subpackage_and_the_lab_settings():
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = set(find_packages(str(ROOT), include=config["packages"]["find"]["include"]))
-    on_disk = {".".join(p.parent.relative_to(ROOT).parts)
-               for p in (ROOT / "amp_lessons").rglob("__init__.py")}
+    on_disk = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "amp_lessons").rglob("__init__.py")
+    }
     assert on_disk <= found and "amp_lessons.tooling.grading" in found
     assert config["package-data"]["amp_lessons.tooling"] == ["lab_settings/*.json"]
 
 
-@pytest.mark.parametrize("module",
-                         ["amp_lessons.grading", "amp_lessons.tooling.grading"])
+@pytest.mark.parametrize(
+    "module", ["amp_lessons.grading", "amp_lessons.tooling.grading"]
+)
 def test_grading_command_line_answers_from_both_entry_points(module):
-    result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
-    for command in ("student", "submit", "autograde", "grades", "rehearse", "lint",
-                    "slides"):
+    for command in (
+        "student",
+        "submit",
+        "autograde",
+        "grades",
+        "rehearse",
+        "lint",
+        "slides",
+    ):
         assert command in result.stdout
     assert "--course" in result.stdout
 
@@ -197,20 +237,28 @@ def test_spanish_student_edition_stubs_in_spanish_and_still_raises(tmp_path):
     spanish, english = ROOT / "notebooks" / "es" / entry, ROOT / "notebooks" / entry
     assert lessons_language(sorted(spanish.parent.glob("*.ipynb"))) == "es"
     assert lessons_language([english]) == lessons_language([english, spanish]) == "en"
-    assert all(stub.endswith("\nraise NotImplementedError()")
-               for stub in CODE_STUBS.values())
-    for path, comment in ((spanish, "# ESCRIBA SU CÓDIGO AQUÍ"),
-                          (english, "# YOUR CODE HERE")):
+    assert all(
+        stub.endswith("\nraise NotImplementedError()") for stub in CODE_STUBS.values()
+    )
+    for path, comment in (
+        (spanish, "# ESCRIBA SU CÓDIGO AQUÍ"),
+        (english, "# YOUR CODE HERE"),
+    ):
         course = grading.build_course([path], tmp_path / path.parent.name)
         [released] = grading.generate_student_edition(course)
         # results/ goes with each lesson; the Spanish edition (es/, solutions and all)
         # and its catalogues (es/po/) never do
         assert sorted(p.name for p in released.parent.iterdir() if p.is_dir()) == [
-            "results"]
-        sources = [c.source for c in nbformat.read(released, as_version=4).cells
-                   if grading.is_solution_cell(c)]
-        assert sources and all(f"    {comment}\n    raise NotImplementedError()" in s
-                               for s in sources), sources
+            "results"
+        ]
+        sources = [
+            c.source
+            for c in nbformat.read(released, as_version=4).cells
+            if grading.is_solution_cell(c)
+        ]
+        assert sources and all(
+            f"    {comment}\n    raise NotImplementedError()" in s for s in sources
+        ), sources
         (other,) = {"# YOUR CODE HERE", "# ESCRIBA SU CÓDIGO AQUÍ"} - {comment}
         assert not any(other in s for s in sources)
 
@@ -218,15 +266,22 @@ def test_spanish_student_edition_stubs_in_spanish_and_still_raises(tmp_path):
 def test_spanish_slides_show_the_spanish_stub():
     from amp_lessons.tooling.grading.deck_layout import present_exercises
 
-    for language, comment in (("es", "# ESCRIBA SU CÓDIGO AQUÍ"),
-                              (None, "# YOUR CODE HERE")):
+    for language, comment in (
+        ("es", "# ESCRIBA SU CÓDIGO AQUÍ"),
+        (None, "# YOUR CODE HERE"),
+    ):
         nb = nbformat.v4.new_notebook()
         if language:
             nb.metadata["language"] = language
         solution = nbformat.v4.new_code_cell(
-            "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION")
-        solution.metadata["nbgrader"] = {"solution": True, "grade": False,
-                                         "grade_id": "f", "schema_version": 3}
+            "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"
+        )
+        solution.metadata["nbgrader"] = {
+            "solution": True,
+            "grade": False,
+            "grade_id": "f",
+            "schema_version": 3,
+        }
         nb.cells = [solution]
         shown = present_exercises(nb).cells[0].source
         assert shown == f"def f():\n    {comment}\n    raise NotImplementedError()"
@@ -277,7 +332,8 @@ def course_copy(tmp_path):
     root = tmp_path / "course"
     (root / "amp_lessons" / "tooling").mkdir(parents=True)
     (root / "amp_lessons" / "tooling" / "bootstrap.py").write_text(
-        BOOTSTRAP.read_text())
+        BOOTSTRAP.read_text()
+    )
     for name in ("requirements.txt", "pyproject.toml"):
         (root / name).write_text((ROOT / name).read_text())
     (tmp_path / "index").mkdir()  # an empty package index: no wheel for anything
@@ -286,15 +342,24 @@ def course_copy(tmp_path):
 
 def run_bootstrap(root, *args, python=sys.executable, **env):
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    environment.update(PIP_INDEX_URL=(root.parent / "index").as_uri(),
-                       PIP_CONFIG_FILE=os.devnull, PIP_RETRIES="0", PIP_TIMEOUT="3",
-                       PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1",
-                       FAKE_LOG=str(root.parent / "calls.log"),
-                       AMP_LESSONS_GPU="1")  # the CPU-torch step has its own tests
+    environment.update(
+        PIP_INDEX_URL=(root.parent / "index").as_uri(),
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_RETRIES="0",
+        PIP_TIMEOUT="3",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PIP_NO_CACHE_DIR="1",
+        FAKE_LOG=str(root.parent / "calls.log"),
+        AMP_LESSONS_GPU="1",
+    )  # the CPU-torch step has its own tests
     environment.update(env)
-    return subprocess.run([python, str(root / "amp_lessons/tooling/bootstrap.py"),
-                           *args], env=environment, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [python, str(root / "amp_lessons/tooling/bootstrap.py"), *args],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def fake_venv(root):
@@ -310,13 +375,17 @@ def stamp(root, extras=""):
     bootstrap = load_bootstrap()
     bootstrap.ROOT = str(root)
     (root / ".venv" / ".amp_lessons_installed").write_text(
-        bootstrap.fingerprint() + "\n" + extras)
+        bootstrap.fingerprint() + "\n" + extras
+    )
 
 
 def calls(root):
     log = root.parent / "calls.log"
-    return [json.loads(line) for line in log.read_text().splitlines()] \
-        if log.exists() else []
+    return (
+        [json.loads(line) for line in log.read_text().splitlines()]
+        if log.exists()
+        else []
+    )
 
 
 def stopped(result):
@@ -332,20 +401,29 @@ def test_a_venv_of_python_3_9_is_refused_before_any_download(tmp_path):
     root = course_copy(tmp_path)
     fake_venv(root)
     message = stopped(run_bootstrap(root, FAKE_VERSION="3.9"))
-    assert message.startswith("`.venv` was made with Python 3.9, and this course "
-                              "needs Python 3.10 or newer. Remove it (`rm -rf .venv`)")
+    assert message.startswith(
+        "`.venv` was made with Python 3.9, and this course "
+        "needs Python 3.10 or newer. Remove it (`rm -rf .venv`)"
+    )
     assert not any(call[:3] == ["-m", "pip", "install"] for call in calls(root))
 
 
 def real_python(version):
     """A real interpreter of `version` ("2.7", "3.9") on this machine, or None."""
     candidates = [shutil.which(f"python{version}")]
-    candidates += sorted(glob.glob(os.path.expanduser(
-        f"~/.pyenv/versions/{version}*/bin/python{version}")))
+    candidates += sorted(
+        glob.glob(
+            os.path.expanduser(f"~/.pyenv/versions/{version}*/bin/python{version}")
+        )
+    )
     for path in filter(None, candidates):
         try:
-            done = subprocess.run([path, "-c", "import sys; print(sys.version[:3])"],
-                                  capture_output=True, text=True, timeout=30)
+            done = subprocess.run(
+                [path, "-c", "import sys; print(sys.version[:3])"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
         except OSError:
             continue
         if done.returncode == 0 and done.stdout.strip() == version:
@@ -358,8 +436,11 @@ def test_a_real_python_3_9_venv_is_refused(tmp_path):
     if python39 is None:
         pytest.skip("no Python 3.9 on this machine (the fake one above stands in)")
     root = course_copy(tmp_path)
-    subprocess.run([python39, "-m", "venv", "--without-pip", str(root / ".venv")],
-                   check=True, timeout=120)
+    subprocess.run(
+        [python39, "-m", "venv", "--without-pip", str(root / ".venv")],
+        check=True,
+        timeout=120,
+    )
     assert "was made with Python 3.9" in stopped(run_bootstrap(root))
 
 
@@ -374,8 +455,9 @@ def test_python_2_gets_one_sentence_not_a_traceback(tmp_path):
     assert "is Python 2.7" in message
 
 
-@pytest.mark.parametrize("case", ["a file", "no python", "python does not run",
-                                  "no pip"])
+@pytest.mark.parametrize(
+    "case", ["a file", "no python", "python does not run", "no pip"]
+)
 def test_a_broken_venv_gets_one_clear_sentence(case, tmp_path):
     root = course_copy(tmp_path)
     venv_dir = root / ".venv"
@@ -391,12 +473,16 @@ def test_a_broken_venv_gets_one_clear_sentence(case, tmp_path):
         fake_venv(root)
         env["FAKE_NO_PIP"] = "1"
     message = stopped(run_bootstrap(root, **env))
-    assert message.startswith({
-        "a file": "`.venv` is a file, not a virtual environment.",
-        "no python": "`.venv` has no .venv/bin/python: it is not a virtual environment",
-        "python does not run": "`.venv` is broken: its python does not run",
-        "no pip": "`.venv` has no pip",
-    }[case]), message
+    assert message.startswith(
+        {
+            "a file": "`.venv` is a file, not a virtual environment.",
+            "no python": (
+                "`.venv` has no .venv/bin/python: it is not a virtual environment"
+            ),
+            "python does not run": "`.venv` is broken: its python does not run",
+            "no pip": "`.venv` has no pip",
+        }[case]
+    ), message
     assert "pip failed" not in message
 
 
@@ -408,8 +494,10 @@ def test_a_stale_stamp_with_missing_packages_is_not_trusted(tmp_path):
     stamp(root)
     lost = json.dumps(["the module jupyter cannot be imported"])
     done = run_bootstrap(root, FAKE_PROBLEMS=lost)
-    assert "the set-up stamp says .venv is ready, but the module jupyter cannot be " \
-           "imported: installing again" in done.stdout
+    assert (
+        "the set-up stamp says .venv is ready, but the module jupyter cannot be "
+        "imported: installing again" in done.stdout
+    )
     assert any(call[:3] == ["-m", "pip", "install"] for call in calls(root))
 
 
@@ -426,13 +514,25 @@ def test_a_good_stamp_and_good_packages_skip_pip(tmp_path):
 def test_the_package_check_names_a_version_out_of_range_and_a_lost_module(tmp_path):
     bootstrap = load_bootstrap()
     lines = ["torch>=99", "pytest>=8", "no-such-package-amp>=1"]
-    done = subprocess.run([sys.executable, "-I", "-c", bootstrap.VERIFY,
-                           str(tmp_path), json.dumps(lines),
-                           json.dumps(["jupyter", "no_such_module_amp"])],
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            bootstrap.VERIFY,
+            str(tmp_path),
+            json.dumps(lines),
+            json.dumps(["jupyter", "no_such_module_amp"]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     problems = json.loads(done.stdout)
-    assert f"torch {torch_version()} is installed, the course needs torch>=99" \
-        in problems
+    assert (
+        f"torch {torch_version()} is installed, the course needs torch>=99" in problems
+    )
     assert "no-such-package-amp is not installed" in problems
     assert "the module no_such_module_amp cannot be imported" in problems
     assert not any(p.startswith(("pytest", "the module jupyter")) for p in problems)
@@ -440,17 +540,24 @@ def test_the_package_check_names_a_version_out_of_range_and_a_lost_module(tmp_pa
 
 
 def torch_version():
-    return subprocess.run([sys.executable, "-I", "-c",
-                           "import importlib.metadata as m; print(m.version('torch'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            "import importlib.metadata as m; print(m.version('torch'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
 def venv_with_pip(tmp_path_factory):
     """A real, empty virtual environment with pip (made once: a few seconds)."""
     folder = tmp_path_factory.mktemp("venv") / ".venv"
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True,
-                   timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=300)
     return folder
 
 
@@ -470,17 +577,20 @@ def test_offline_is_told_apart_from_a_missing_wheel(case, tmp_path, venv_with_pi
         env["PIP_INDEX_URL"] = f"http://127.0.0.1:{closed_port()}/simple"
     message = stopped(run_bootstrap(root, **env))
     if case == "offline":
-        assert message.startswith("pip could not reach the package index "
-                                  "(http://127.0.0.1:"), message
+        assert message.startswith(
+            "pip could not reach the package index (http://127.0.0.1:"
+        ), message
         assert "offline" in message and "wheel" not in message
     else:  # a local index without the wheels: pip names the first one it lacks
-        assert message.startswith("pip found no ready-made wheel for setuptools>=64 "
-                                  "on Python "), message
+        assert message.startswith(
+            "pip found no ready-made wheel for setuptools>=64 on Python "
+        ), message
         assert "offline" not in message
 
 
-def test_a_real_venv_with_a_stale_stamp_is_checked_and_reinstalled(tmp_path,
-                                                                    venv_with_pip):
+def test_a_real_venv_with_a_stale_stamp_is_checked_and_reinstalled(
+    tmp_path, venv_with_pip
+):
     root = course_copy(tmp_path)
     (root / ".venv").symlink_to(venv_with_pip)
     stamp(root)
@@ -488,20 +598,25 @@ def test_a_real_venv_with_a_stale_stamp_is_checked_and_reinstalled(tmp_path,
         done = run_bootstrap(root)
     finally:
         (venv_with_pip / ".amp_lessons_installed").unlink()
-    assert "the set-up stamp says .venv is ready, but torch is not installed" \
+    assert (
+        "the set-up stamp says .venv is ready, but torch is not installed"
         in done.stdout
+    )
     assert "-r requirements.txt -e ." in done.stdout.split("installing: ")[1]
     assert stopped(done).startswith("pip found no ready-made wheel for ")
 
 
 # --- torch's CPU build on a machine without an NVIDIA GPU ---------------------------
 
+
 def test_gpu_detection_reads_proc_dev_and_a_working_nvidia_smi(tmp_path):
     bootstrap = load_bootstrap()
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidiactl").write_text("")  # not a GPU device by itself
+
     def nothing_on_path(name, path=None):
         return None
+
     assert not bootstrap.has_nvidia_gpu({}, str(tmp_path), nothing_on_path)
     assert bootstrap.has_nvidia_gpu({"AMP_LESSONS_GPU": "1"}, str(tmp_path))
     (tmp_path / "dev" / "nvidia0").write_text("")
@@ -518,8 +633,7 @@ def test_gpu_detection_reads_proc_dev_and_a_working_nvidia_smi(tmp_path):
     for status, found in ((0, True), (9, False)):  # 9: on PATH, but no driver
         smi.write_text(f"#!/bin/sh\nexit {status}\n")
         smi.chmod(0o755)
-        assert bootstrap.has_nvidia_gpu({"PATH": str(bin_dir)},
-                                        str(tmp_path)) is found
+        assert bootstrap.has_nvidia_gpu({"PATH": str(bin_dir)}, str(tmp_path)) is found
 
 
 def fake_torch_index(folder, version):
@@ -529,13 +643,19 @@ def fake_torch_index(folder, version):
     with zipfile.ZipFile(folder / "torch" / name, "w") as wheel:
         info = f"torch-{version}.dist-info/"
         wheel.writestr("torch/__init__.py", f"__version__ = {version!r}\n")
-        wheel.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: torch\n"
-                       f"Version: {version}\n")
-        wheel.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
-                       "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(
+            info + "METADATA",
+            f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n",
+        )
+        wheel.writestr(
+            info + "WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\n"
+            "Root-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         wheel.writestr(info + "RECORD", "")
     (folder / "torch" / "index.html").write_text(
-        '<a href="{0}">{0}</a>'.format(name.replace("+", "%2B")))
+        '<a href="{0}">{0}</a>'.format(name.replace("+", "%2B"))
+    )
     return folder / "torch" / name
 
 
@@ -550,9 +670,20 @@ def served(tmp_path, monkeypatch):
     folder = tmp_path / "simple"
     folder.mkdir()
     port = closed_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port),
-                               "--bind", "127.0.0.1", "-d", str(folder)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "-d",
+            str(folder),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(100):
             try:
@@ -567,7 +698,8 @@ def served(tmp_path, monkeypatch):
 
 
 def test_no_gpu_installs_the_cpu_build_with_one_line_and_keeps_it(
-        tmp_path, served, monkeypatch, capsys):
+    tmp_path, served, monkeypatch, capsys
+):
     folder, url = served
     wheel = fake_torch_index(folder, "2.13.0+cpu")
     venv = tmp_path / ".venv"
@@ -579,32 +711,48 @@ def test_no_gpu_installs_the_cpu_build_with_one_line_and_keeps_it(
     bootstrap.install_cpu_torch(gpu=False)
     lines = capsys.readouterr().out.splitlines()
     size = f"{wheel.stat().st_size} bytes"  # pip's own measure, under 1 kB
-    assert lines == ["no NVIDIA GPU found: installed torch 2.13.0+cpu, the CPU build "
-                     f"({size} download), from {url} instead of the CUDA build."], lines
-    version = subprocess.run([str(venv / "bin" / "python"), "-c",
-                              "import torch; print(torch.__version__)"],
-                             capture_output=True, text=True).stdout.strip()
+    assert lines == [
+        "no NVIDIA GPU found: installed torch 2.13.0+cpu, the CPU build "
+        f"({size} download), from {url} instead of the CUDA build."
+    ], lines
+    version = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert version == "2.13.0+cpu"
     # the requirements install keeps it, even with a plain 2.13.0 on the index
     (folder / "torch").rename(folder / "cpu")
     fake_torch_index(folder, "2.13.0")
-    kept = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
-                           "--index-url", url, bootstrap.torch_spec()],
-                          capture_output=True, text=True)
+    kept = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--index-url",
+            url,
+            bootstrap.torch_spec(),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert "Requirement already satisfied: torch" in kept.stdout, kept.stdout
     # torch in range already (as CI pre-installs it): no second try, not a word
     monkeypatch.setenv("AMP_LESSONS_TORCH_INDEX", "http://127.0.0.1:1/")
     calls = []
     real_run = bootstrap.run
-    monkeypatch.setattr(bootstrap, "run",
-                        lambda command: calls.append(command) or real_run(command))
+    monkeypatch.setattr(
+        bootstrap, "run", lambda command: calls.append(command) or real_run(command)
+    )
     bootstrap.install_cpu_torch(gpu=False)
     assert capsys.readouterr().out == ""
     assert not any("install" in command for command in calls), calls
 
 
-def test_no_gpu_and_no_cpu_index_says_so_and_falls_back(venv_with_pip, monkeypatch,
-                                                          capsys):
+def test_no_gpu_and_no_cpu_index_says_so_and_falls_back(
+    venv_with_pip, monkeypatch, capsys
+):
     for name in [k for k in os.environ if k.startswith("PIP_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
@@ -619,12 +767,14 @@ def test_no_gpu_and_no_cpu_index_says_so_and_falls_back(venv_with_pip, monkeypat
     assert capsys.readouterr().out.splitlines() == [
         f"no NVIDIA GPU found, but PyTorch's CPU wheel index ({url}) could not be "
         "reached: installing the default torch build (with CUDA libraries) "
-        "instead."]
+        "instead."
+    ]
 
 
 @pytest.mark.parametrize("machine", ["linux with a GPU", "darwin"])
-def test_a_gpu_or_macos_leaves_torch_to_the_normal_install(machine, monkeypatch,
-                                                           capsys):
+def test_a_gpu_or_macos_leaves_torch_to_the_normal_install(
+    machine, monkeypatch, capsys
+):
     bootstrap = load_bootstrap()
     calls = []
     monkeypatch.setattr(bootstrap, "run", lambda command: calls.append(command))

@@ -60,9 +60,17 @@ def test_fp16_learns_with_each_scaler(scaler):
 
 
 def test_gpt_learns_and_is_causal():
-    config = TrainConfig(task="gpt", precision="fp32", device="cpu", num_steps=60,
-                         lr=1e-2, batch_size=16, block_size=16, n_embd=32,
-                         vocab_size=32)
+    config = TrainConfig(
+        task="gpt",
+        precision="fp32",
+        device="cpu",
+        num_steps=60,
+        lr=1e-2,
+        batch_size=16,
+        block_size=16,
+        n_embd=32,
+        vocab_size=32,
+    )
     result = quiet_train(config)
     assert mean(result.losses[-5:]) < 0.6 * mean(result.losses[:5])
     model = result.model.eval()
@@ -100,14 +108,20 @@ def test_train_step_matches_the_recipe_loop_bit_for_bit():
     ref = models.MLP((2, 16, 3))
     ref.load_state_dict(model.state_dict())
     g = torch.Generator().manual_seed(0)
-    batches = [(torch.randn(32, 2, generator=g), torch.randint(3, (32,), generator=g))
-               for _ in range(5)]
+    batches = [
+        (torch.randn(32, 2, generator=g), torch.randint(3, (32,), generator=g))
+        for _ in range(5)
+    ]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
     precision = PRECISIONS["fp16"]
     scaler = pr.make_scaler(precision, "cpu")
     ctx = pr.autocast_context(precision, "cpu")
-    norms = [tr.train_step(model, optimizer, scaler, ctx, [b], tr.Task.loss_fn,
-                           clip=0.05).grad_norm for b in batches]
+    norms = [
+        tr.train_step(
+            model, optimizer, scaler, ctx, [b], tr.Task.loss_fn, clip=0.05
+        ).grad_norm
+        for b in batches
+    ]
     assert max(norms) > 0.05  # clipping really happened
     reference_loop(ref, batches, clip=0.05, lr=1e-2)
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
@@ -121,12 +135,21 @@ def test_gradient_accumulation_equals_one_big_batch():
     x, y = torch.randn(64, 2), torch.randint(3, (64,))
     precision = PRECISIONS["fp32"]
     stats = []
-    for model, batches in ((model_a, [(x, y)]),
-                           (model_b, [(x[:32], y[:32]), (x[32:], y[32:])])):
+    for model, batches in (
+        (model_a, [(x, y)]),
+        (model_b, [(x[:32], y[:32]), (x[32:], y[32:])]),
+    ):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        stats.append(tr.train_step(model, optimizer, pr.make_scaler(precision, "cpu"),
-                                   pr.autocast_context(precision, "cpu"), batches,
-                                   tr.Task.loss_fn))
+        stats.append(
+            tr.train_step(
+                model,
+                optimizer,
+                pr.make_scaler(precision, "cpu"),
+                pr.autocast_context(precision, "cpu"),
+                batches,
+                tr.Task.loss_fn,
+            )
+        )
     assert torch.allclose(stats[0].loss, stats[1].loss, rtol=1e-6)
     for p, q in zip(model_a.parameters(), model_b.parameters(), strict=True):
         assert torch.allclose(p, q, rtol=1e-5, atol=1e-7)
@@ -145,12 +168,17 @@ def test_accumulation_in_train_records_mean_micro_batch_loss():
 @pytest.mark.parametrize("scaler", ["torch", "ours"])
 def test_overflow_steps_are_skipped_and_counted(scaler):
     # 2**40 times the loss overflows fp16 in backward: the scaler halves until it fits
-    config = TrainConfig(precision="fp16", scaler=scaler, init_scale=2.0**40,
-                         growth_interval=1000, **FAST)
+    config = TrainConfig(
+        precision="fp16",
+        scaler=scaler,
+        init_scale=2.0**40,
+        growth_interval=1000,
+        **FAST,
+    )
     result = quiet_train(config)
     skipped = [r for r in result.records if r.skipped]
     assert 5 <= len(skipped) < 40
-    assert all(r.skipped for r in result.records[:len(skipped)])  # all at the start
+    assert all(r.skipped for r in result.records[: len(skipped)])  # all at the start
     for a, b in pairwise(result.records):
         assert b.scale == (a.scale / 2 if a.skipped else a.scale)
         assert not math.isfinite(a.grad_norm) if a.skipped else True
@@ -170,8 +198,10 @@ def test_fp16_without_a_scaler_is_allowed_for_study():
 
 def bits(records):
     """Each record's numbers as exact bit patterns (so NaN == NaN, 0.0 != -0.0)."""
-    return [(r.step, r.loss.hex(), r.scale.hex(), r.skipped, r.grad_norm.hex())
-            for r in records]
+    return [
+        (r.step, r.loss.hex(), r.scale.hex(), r.skipped, r.grad_norm.hex())
+        for r in records
+    ]
 
 
 def assert_same_run(a, b):
@@ -180,8 +210,9 @@ def assert_same_run(a, b):
     sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
     for key in sa["state"]:
         for name, value in sa["state"][key].items():
-            assert torch.equal(torch.as_tensor(value), torch.as_tensor(
-                sb["state"][key][name]))
+            assert torch.equal(
+                torch.as_tensor(value), torch.as_tensor(sb["state"][key][name])
+            )
     assert a.scaler.state_dict() == b.scaler.state_dict()
     assert bits(a.records) == bits(b.records)
     assert (a.eval_loss, a.eval_accuracy) == (b.eval_loss, b.eval_accuracy)
@@ -191,14 +222,22 @@ def assert_same_run(a, b):
 def test_resume_is_bit_exact_with_scaler_state(tmp_path, scaler):
     # growth_interval=4 and a huge init_scale: skips, backoffs and growths on both
     # sides of the checkpoint, so the scaler's growth tracker must survive it
-    common = dict(precision="fp16", scaler=scaler, init_scale=2.0**30,
-                  growth_interval=4, accum_steps=2, device="cpu", batch_size=32)
+    common = dict(
+        precision="fp16",
+        scaler=scaler,
+        init_scale=2.0**30,
+        growth_interval=4,
+        accum_steps=2,
+        device="cpu",
+        batch_size=32,
+    )
     full = quiet_train(TrainConfig(num_steps=30, **common))
     path = tmp_path / "ckpt.pt"
     quiet_train(TrainConfig(num_steps=13, checkpoint_path=str(path), **common))
     assert tr.load_checkpoint(path)["step"] == 13
-    resumed = quiet_train(TrainConfig(num_steps=30, checkpoint_path=str(path),
-                                      resume=True, **common))
+    resumed = quiet_train(
+        TrainConfig(num_steps=30, checkpoint_path=str(path), resume=True, **common)
+    )
     assert_same_run(full, resumed)
     scales = full.scales
     assert any(b < a for a, b in pairwise(scales))
@@ -207,15 +246,27 @@ def test_resume_is_bit_exact_with_scaler_state(tmp_path, scaler):
 
 
 def test_resume_is_bit_exact_for_gpt_with_periodic_checkpoints(tmp_path):
-    common = dict(task="gpt", precision="bf16", device="cpu", batch_size=4,
-                  block_size=8, n_embd=16, vocab_size=16, n_layer=1)
+    common = dict(
+        task="gpt",
+        precision="bf16",
+        device="cpu",
+        batch_size=4,
+        block_size=8,
+        n_embd=16,
+        vocab_size=16,
+        n_layer=1,
+    )
     full = quiet_train(TrainConfig(num_steps=10, **common))
     path = tmp_path / "gpt.pt"
     # checkpoint every 3 steps, "crash" after 7: the last save is step 6... then 7
-    quiet_train(TrainConfig(num_steps=7, checkpoint_path=str(path),
-                            checkpoint_every=3, **common))
-    resumed = quiet_train(TrainConfig(num_steps=10, checkpoint_path=str(path),
-                                      resume=True, **common))
+    quiet_train(
+        TrainConfig(
+            num_steps=7, checkpoint_path=str(path), checkpoint_every=3, **common
+        )
+    )
+    resumed = quiet_train(
+        TrainConfig(num_steps=10, checkpoint_path=str(path), resume=True, **common)
+    )
     assert_same_run(full, resumed)
 
 
@@ -239,8 +290,9 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 
 
 def test_unknown_precision_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown precision 'fp8'.*fp32, tf32, fp16, "
-                                         "bf16"):
+    with pytest.raises(
+        ValueError, match="unknown precision 'fp8'.*fp32, tf32, fp16, bf16"
+    ):
         train(TrainConfig(precision="fp8", device="cpu"))
 
 
@@ -262,12 +314,17 @@ def test_half_model_with_a_scaler_is_refused_before_training(tmp_path):
     model = models.MLP((2, 64, 64, 3)).half()
     before = [p.clone() for p in model.parameters()]
     path = tmp_path / "never.pt"
-    with pytest.raises(ValueError, match="float16.*Attempting to unscale FP16 "
-                                         "gradients.*float32"):
-        train(TrainConfig(precision="fp16", device="cpu", checkpoint_path=str(path)),
-              model=model)
-    assert all(torch.equal(p, q) and p.dtype is torch.float16
-               for p, q in zip(model.parameters(), before, strict=True))
+    with pytest.raises(
+        ValueError, match="float16.*Attempting to unscale FP16 gradients.*float32"
+    ):
+        train(
+            TrainConfig(precision="fp16", device="cpu", checkpoint_path=str(path)),
+            model=model,
+        )
+    assert all(
+        torch.equal(p, q) and p.dtype is torch.float16
+        for p, q in zip(model.parameters(), before, strict=True)
+    )
     assert not path.exists()
 
 
@@ -306,15 +363,30 @@ def test_resume_errors_leave_the_checkpoint_untouched(tmp_path):
     path = tmp_path / "ckpt.pt"
     with pytest.raises(FileNotFoundError, match="run once without resume=True"):
         train(TrainConfig(device="cpu", checkpoint_path=str(path), resume=True))
-    quiet_train(TrainConfig(num_steps=3, checkpoint_path=str(path), **{
-        k: v for k, v in FAST.items() if k != "num_steps"}))
+    quiet_train(
+        TrainConfig(
+            num_steps=3,
+            checkpoint_path=str(path),
+            **{k: v for k, v in FAST.items() if k != "num_steps"},
+        )
+    )
     before = path.read_bytes()
     with pytest.raises(ValueError, match="precision: checkpoint 'bf16' vs now 'fp32'"):
-        train(TrainConfig(precision="fp32", device="cpu", batch_size=64,
-                          checkpoint_path=str(path), resume=True))
+        train(
+            TrainConfig(
+                precision="fp32",
+                device="cpu",
+                batch_size=64,
+                checkpoint_path=str(path),
+                resume=True,
+            )
+        )
     with pytest.raises(ValueError, match="unknown precision"):
-        train(TrainConfig(precision="fp64", device="cpu", checkpoint_path=str(path),
-                          resume=True))
+        train(
+            TrainConfig(
+                precision="fp64", device="cpu", checkpoint_path=str(path), resume=True
+            )
+        )
     assert path.read_bytes() == before
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="not a readable checkpoint"):
@@ -374,8 +446,9 @@ def test_evaluate_gives_hand_computed_accuracy_and_loss(precision):
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", list(PRECISIONS))
 def test_every_precision_learns_on_cuda(precision):
-    result = quiet_train(TrainConfig(precision=precision, device="cuda",
-                                     num_steps=80, batch_size=64))
+    result = quiet_train(
+        TrainConfig(precision=precision, device="cuda", num_steps=80, batch_size=64)
+    )
     assert mean(result.losses[-10:]) < 0.35 * mean(result.losses[:10])
     assert result.device.startswith("cuda")
 
@@ -386,8 +459,9 @@ def test_resume_on_cuda_reproduces_the_run(tmp_path):
     full = quiet_train(TrainConfig(num_steps=8, **common))
     path = tmp_path / "gpt.pt"
     quiet_train(TrainConfig(num_steps=4, checkpoint_path=str(path), **common))
-    resumed = quiet_train(TrainConfig(num_steps=8, checkpoint_path=str(path),
-                                      resume=True, **common))
+    resumed = quiet_train(
+        TrainConfig(num_steps=8, checkpoint_path=str(path), resume=True, **common)
+    )
     # cuBLAS may pick other kernels run to run; the run must match closely
     for a, b in zip(full.losses, resumed.losses, strict=True):
         assert a == pytest.approx(b, rel=1e-3)
@@ -400,8 +474,10 @@ def test_plot_losses_draws_each_run_and_marks_skipped_steps():
     def record(step, loss, skipped=False):
         return tr.StepRecord(step, loss, 1.0, skipped, 1.0, 1.0)
 
-    runs = {"fp32": [record(1, 1.0), record(2, 0.5), record(3, 0.25)],
-            "fp16": [record(1, 1.1, skipped=True), record(2, 0.6), record(3, 0.3)]}
+    runs = {
+        "fp32": [record(1, 1.0), record(2, 0.5), record(3, 0.25)],
+        "fp16": [record(1, 1.1, skipped=True), record(2, 0.6), record(3, 0.3)],
+    }
     fig = plot_losses(runs)
     ax = fig.axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
@@ -419,18 +495,33 @@ def test_plot_losses_draws_each_run_and_marks_skipped_steps():
 
 
 def test_plot_losses_of_a_real_run():
-    result = quiet_train(TrainConfig(precision="fp16", init_scale=2.0**40,
-                                     device="cpu", num_steps=12, batch_size=16))
+    result = quiet_train(
+        TrainConfig(
+            precision="fp16",
+            init_scale=2.0**40,
+            device="cpu",
+            num_steps=12,
+            batch_size=16,
+        )
+    )
     fig = plot_losses({"fp16": result.records})
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     assert list(lines["fp16"].get_ydata()) == result.losses
     assert len(lines["fp16: skipped step"].get_xdata()) == result.num_skipped > 0
 
 
-@pytest.mark.parametrize("field, value", [
-    ("lr", math.inf), ("lr", math.nan), ("clip", math.inf), ("weight_decay", -0.1),
-    ("weight_decay", math.nan), ("seed", -1), ("seed", 2**64),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("lr", math.inf),
+        ("lr", math.nan),
+        ("clip", math.inf),
+        ("weight_decay", -0.1),
+        ("weight_decay", math.nan),
+        ("seed", -1),
+        ("seed", 2**64),
+    ],
+)
 def test_non_finite_and_out_of_range_numbers_are_refused(field, value):
     # TrainConfig(lr=inf) trained every weight into NaN without a word
     with pytest.raises(ValueError, match=f"{field} must be"):
@@ -448,8 +539,11 @@ def test_resume_with_num_steps_at_the_saved_step_is_refused(tmp_path):
     quiet_train(TrainConfig(device="cpu", num_steps=5, checkpoint_path=path))
     for num_steps in (5, 3):
         with pytest.raises(ValueError, match="already at step 5.*nothing to train"):
-            train(TrainConfig(device="cpu", num_steps=num_steps, checkpoint_path=path,
-                              resume=True))
+            train(
+                TrainConfig(
+                    device="cpu", num_steps=num_steps, checkpoint_path=path, resume=True
+                )
+            )
 
 
 def spy(monkeypatch, owner, name):
@@ -467,8 +561,9 @@ def test_train_checks_once_and_reads_a_resumed_checkpoint_once(tmp_path, monkeyp
     plans = spy(monkeypatch, tr, "plan_training")
     fields = spy(monkeypatch, tr, "validate_config")
     loads = spy(monkeypatch, torch, "load")
-    resumed = quiet_train(TrainConfig(device="cpu", num_steps=5, checkpoint_path=path,
-                                      resume=True))
+    resumed = quiet_train(
+        TrainConfig(device="cpu", num_steps=5, checkpoint_path=path, resume=True)
+    )
     assert len(resumed.records) == 5
     assert (plans.call_count, fields.call_count, loads.call_count) == (1, 1, 1)
     plan = tr.plan_training(TrainConfig(device="cpu", num_steps=2))
@@ -489,6 +584,9 @@ def test_a_plan_keeps_its_own_copy_of_the_config():
 def test_load_checkpoint_names_what_is_missing(tmp_path):
     path = tmp_path / "no_config.pt"
     torch.save({"format": tr.CHECKPOINT_FORMAT, "step": 0}, path)
-    with pytest.raises(ValueError, match="not a checkpoint written by amp_lessons"
-                                         r".core.train \('config' is missing"):
+    with pytest.raises(
+        ValueError,
+        match="not a checkpoint written by amp_lessons"
+        r".core.train \('config' is missing",
+    ):
         tr.load_checkpoint(path)

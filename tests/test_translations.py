@@ -20,14 +20,57 @@ pytest.importorskip("polib")
 ENGLISH = translations.english_notebooks()
 # words far more frequent in one language than the other: a cell left in English
 # shows many of the first and few of the second
-ENGLISH_WORDS = {"the", "and", "of", "is", "are", "with", "this", "that", "which",
-                 "what", "you", "it", "to", "in", "on", "not", "for"}
-SPANISH_WORDS = {"el", "la", "los", "las", "de", "del", "que", "y", "es", "en", "con",
-                 "un", "una", "por", "para", "no", "se", "lo", "su"}
+ENGLISH_WORDS = {
+    "the",
+    "and",
+    "of",
+    "is",
+    "are",
+    "with",
+    "this",
+    "that",
+    "which",
+    "what",
+    "you",
+    "it",
+    "to",
+    "in",
+    "on",
+    "not",
+    "for",
+}
+SPANISH_WORDS = {
+    "el",
+    "la",
+    "los",
+    "las",
+    "de",
+    "del",
+    "que",
+    "y",
+    "es",
+    "en",
+    "con",
+    "un",
+    "una",
+    "por",
+    "para",
+    "no",
+    "se",
+    "lo",
+    "su",
+}
 # synonyms the glossary (notebooks/es/GLOSARIO.md) rules out
-OFF_GLOSSARY = ["retropropagación", "sobreflujo", "subdesbordamiento",
-                "desbordamiento inferior", "núcleos tensoriales", "pase hacia adelante",
-                "escalado de pérdida ", "tú "]
+OFF_GLOSSARY = [
+    "retropropagación",
+    "sobreflujo",
+    "subdesbordamiento",
+    "desbordamiento inferior",
+    "núcleos tensoriales",
+    "pase hacia adelante",
+    "escalado de pérdida ",
+    "tú ",
+]
 
 
 def words(text: str) -> list[str]:
@@ -45,8 +88,9 @@ def left_in_english(text: str) -> bool:
 def code_without_comments(source: str) -> str:
     try:
         tokens = tokenize.generate_tokens(io.StringIO(source).readline)
-        return tokenize.untokenize((t.type, t.string) for t in tokens
-                                   if t.type != tokenize.COMMENT)
+        return tokenize.untokenize(
+            (t.type, t.string) for t in tokens if t.type != tokenize.COMMENT
+        )
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return source
 
@@ -65,8 +109,9 @@ def shown_strings_of(path) -> dict[str, dict[str, str]]:
 @pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.stem)
 def test_every_cell_is_translated_and_none_is_stale(path):
     problems = translations.problems(path)
-    assert not problems, ("run `make translations` and translate:\n"
-                          + "\n".join(problems))
+    assert not problems, "run `make translations` and translate:\n" + "\n".join(
+        problems
+    )
 
 
 @pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.stem)
@@ -75,7 +120,8 @@ def test_the_spanish_notebook_is_generated_from_its_catalogue(path):
     expected = translations.translated(path)
     assert [c.source for c in spanish.cells] == [c.source for c in expected.cells], (
         f"notebooks/es/{path.name} is not what its catalogue gives: run "
-        "`make translations`")
+        "`make translations`"
+    )
     assert [c.metadata for c in spanish.cells] == [c.metadata for c in expected.cells]
 
 
@@ -83,11 +129,15 @@ def test_the_spanish_notebook_is_generated_from_its_catalogue(path):
 def test_no_markdown_cell_is_left_in_english(path):
     spanish = nbformat.read(translations.EDITION / path.name, as_version=4)
     english = nbformat.read(path, as_version=4)
-    left = [i for i, (es, en) in enumerate(zip(spanish.cells, english.cells,
-                                                        strict=True))
-            if es.cell_type == "markdown" and (left_in_english(es.source)
-                                               or (len(words(en.source)) >= 8
-                                                   and es.source == en.source))]
+    left = [
+        i
+        for i, (es, en) in enumerate(zip(spanish.cells, english.cells, strict=True))
+        if es.cell_type == "markdown"
+        and (
+            left_in_english(es.source)
+            or (len(words(en.source)) >= 8 and es.source == en.source)
+        )
+    ]
     assert not left, f"{path.name}: markdown cells {left} are still in English"
 
 
@@ -102,19 +152,26 @@ def test_code_is_the_english_code(path):
         assert es.cell_type == en.cell_type and es.id == en.id
         if es.cell_type == "code":
             source = es.source.replace("\n" + switch, "")
-            english_code = translations._translate_texts(en.source,
-                                                         texts.get(en.id, {}))
+            english_code = translations._translate_texts(
+                en.source, texts.get(en.id, {})
+            )
             assert code_without_comments(source) == code_without_comments(
-                english_code), (f"{path.name}, cell {index}: the Spanish code differs "
-                                "beyond comments and the strings it shows")
+                english_code
+            ), (
+                f"{path.name}, cell {index}: the Spanish code differs "
+                "beyond comments and the strings it shows"
+            )
     assert sum(switch in c.source for c in spanish.cells) == 1
 
 
 def test_pending_lessons_are_exactly_the_untranslated_ones():
     """A lesson leaves PENDING once its catalogue is complete, and only then; every
     other lesson of the edition has its Spanish notebook (today none is pending)."""
-    pending = [p for p in translations.english_notebooks(pending=True)
-               if p.stem in translations.PENDING]
+    pending = [
+        p
+        for p in translations.english_notebooks(pending=True)
+        if p.stem in translations.PENDING
+    ]
     assert sorted(p.stem for p in pending) == sorted(translations.PENDING)
     assert all(translations.problems(p) for p in pending)
     assert not any((translations.EDITION / p.name).exists() for p in pending)
@@ -122,8 +179,11 @@ def test_pending_lessons_are_exactly_the_untranslated_ones():
 
 
 def test_the_glossary_terms_are_used():
-    text = "\n".join(c.source for p in ENGLISH for c in
-                     nbformat.read(translations.EDITION / p.name, 4).cells).lower()
+    text = "\n".join(
+        c.source
+        for p in ENGLISH
+        for c in nbformat.read(translations.EDITION / p.name, 4).cells
+    ).lower()
     found = [term for term in OFF_GLOSSARY if term in text]
     assert not found, f"terms the glossary rules out: {found}"
     assert "propagación hacia atrás" in text and "escalado de la pérdida" in text
@@ -134,10 +194,14 @@ def test_the_glossary_terms_are_used():
 
 def fixture_notebook(first_cell: str):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell(first_cell, id="c000"),
-                nbformat.v4.new_code_cell("x = 1  # one comment for the reader\n"
-                                          "### BEGIN SOLUTION\nimport amp_lessons",
-                                          id="c001")]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(first_cell, id="c000"),
+        nbformat.v4.new_code_cell(
+            "x = 1  # one comment for the reader\n"
+            "### BEGIN SOLUTION\nimport amp_lessons",
+            id="c001",
+        ),
+    ]
     return nb
 
 
@@ -148,25 +212,30 @@ def test_a_changed_cell_is_reported_stale_and_named(tmp_path):
     nbformat.write(fixture_notebook("## A heading\n\nThe first words."), path)
     assert translations.update(path, tmp_path) == (2, 0)
     assert [p.split(":")[0] for p in translations.problems(path, tmp_path)] == [
-        "missing", "missing"]
+        "missing",
+        "missing",
+    ]
     po = polib.pofile(str(tmp_path / "00_fixture.po"))
     for entry in po:
-        entry.msgstr = {"markdown": "## Un título\n\nLas primeras palabras.",
-                        "comment": "un comentario para el lector"}[
-            entry.msgctxt.split()[1]]
+        entry.msgstr = {
+            "markdown": "## Un título\n\nLas primeras palabras.",
+            "comment": "un comentario para el lector",
+        }[entry.msgctxt.split()[1]]
     po.save()
     assert translations.problems(path, tmp_path) == []
     spanish = translations.translated(path, tmp_path)
     assert spanish.cells[0].source == "## Un título\n\nLas primeras palabras."
     assert spanish.cells[1].source.startswith(
         "x = 1  # un comentario para el lector\n### BEGIN SOLUTION\n"
-        "import amp_lessons\nimport amp_lessons\namp_lessons.set_language(\"es\")")
+        'import amp_lessons\nimport amp_lessons\namp_lessons.set_language("es")'
+    )
 
     nbformat.write(fixture_notebook("## A heading\n\nThe first words, changed."), path)
     problems = translations.problems(path, tmp_path)
     assert problems == [
         "stale: 00_fixture, cell 0 (c000, markdown: '## A heading') changed after its "
-        "translation: run `make translations` and translate it again"]
+        "translation: run `make translations` and translate it again"
+    ]
     assert translations.update(path, tmp_path) == (0, 1)  # kept, marked fuzzy
     assert translations.problems(path, tmp_path) == problems
     assert translations.translated(path, tmp_path).cells[0].source.endswith("changed.")
@@ -180,19 +249,22 @@ def test_english_left_in_a_cell_is_caught():
 
 def test_code_changed_beyond_comments_is_caught():
     same = code_without_comments("x = 1  # uno\n") == code_without_comments(
-        "x = 1  # one\n")
+        "x = 1  # one\n"
+    )
     other = code_without_comments("x = 2  # uno\n") == code_without_comments(
-        "x = 1  # one\n")
+        "x = 1  # one\n"
+    )
     assert same and not other
 
 
 def test_tool_comments_stay_as_they_are():
     kept = translations.units(fixture_notebook("# t"))
     assert [u.text for u in kept if u.kind == "comment"] == [
-        "one comment for the reader"]  # not '### BEGIN SOLUTION'
+        "one comment for the reader"
+    ]  # not '### BEGIN SOLUTION'
 
 
-SHOWN = '''%matplotlib inline
+SHOWN = """%matplotlib inline
 print(f"{n:3d} gradients of {total}, {share:.0%} lost")
 ax.set_title("an inf at steps 5 and 11")
 ax.plot(xs, label="clean data")
@@ -200,7 +272,7 @@ ax.set_xlabel("step")
 name = "not shown to anyone"
 print("fp16", 2)
 print("loss {x}".format(x=1))
-'''
+"""
 
 
 def test_the_strings_a_reader_sees_are_catalogued_and_nothing_else():
@@ -208,7 +280,9 @@ def test_the_strings_a_reader_sees_are_catalogued_and_nothing_else():
     nb.cells = [nbformat.v4.new_code_cell(SHOWN, id="c000")]
     assert [u.text for u in translations.units(nb) if u.kind == "text"] == [
         'f"{n:3d} gradients of {total}, {share:.0%} lost"',
-        '"an inf at steps 5 and 11"', '"clean data"']  # one word or none: code
+        '"an inf at steps 5 and 11"',
+        '"clean data"',
+    ]  # one word or none: code
 
 
 def test_a_translated_string_keeps_its_fields_and_is_put_in_place(tmp_path):
@@ -220,10 +294,14 @@ def test_a_translated_string_keeps_its_fields_and_is_put_in_place(tmp_path):
     nbformat.write(nb, path)
     translations.update(path, tmp_path)
     po = polib.pofile(str(tmp_path / "00_fixture.po"))
-    spanish = {'f"{n:3d} gradients of {total}, {share:.0%} lost"':
-               'f"{share:.0%} perdido: {n:3d} gradientes de {total}"',  # reordered
-               '"an inf at steps 5 and 11"': '"un inf en los pasos 5 y 11"',
-               '"clean data"': '"datos limpios"'}
+    spanish = {
+        # reordered
+        'f"{n:3d} gradients of {total}, {share:.0%} lost"': (
+            'f"{share:.0%} perdido: {n:3d} gradientes de {total}"'
+        ),
+        '"an inf at steps 5 and 11"': '"un inf en los pasos 5 y 11"',
+        '"clean data"': '"datos limpios"',
+    }
     for entry in po:
         entry.msgstr = spanish[entry.msgid]
     po.save()
@@ -234,16 +312,22 @@ def test_a_translated_string_keeps_its_fields_and_is_put_in_place(tmp_path):
     assert source.startswith("%matplotlib inline\n")
 
     po = polib.pofile(str(tmp_path / "00_fixture.po"))
-    next(e for e in po if e.msgid.startswith("f")).msgstr = (
-        'f"{share:.0%} perdido: "\n      f"{n:3d} gradientes de {total}"')  # two lines
+    next(
+        e for e in po if e.msgid.startswith("f")
+    ).msgstr = (
+        'f"{share:.0%} perdido: "\n      f"{n:3d} gradientes de {total}"'  # two lines
+    )
     po.save()
     assert translations.problems(path, tmp_path) == []
-    for wrong in ('f"{n:3d} gradientes de {total}"',  # a field lost
-                  'f"{n:3d} gradientes "\n  f"de {total}"',  # over two lines, too
-                  'f"{n:3d} gradientes de {total}, {share:.0%} perdidos',  # no quote
-                  '"{n} gradientes de {total}, {share} perdidos"'):  # not an f-string
+    for wrong in (
+        'f"{n:3d} gradientes de {total}"',  # a field lost
+        'f"{n:3d} gradientes "\n  f"de {total}"',  # over two lines, too
+        'f"{n:3d} gradientes de {total}, {share:.0%} perdidos',  # no quote
+        '"{n} gradientes de {total}, {share} perdidos"',
+    ):  # not an f-string
         po = polib.pofile(str(tmp_path / "00_fixture.po"))
         next(e for e in po if e.msgid.startswith("f")).msgstr = wrong
         po.save()
         assert [p.split(":")[0] for p in translations.problems(path, tmp_path)] == [
-            "broken"], wrong
+            "broken"
+        ], wrong

@@ -33,6 +33,7 @@ def torch_stored(value: float, fmt: str) -> float:
 def same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
+
 pytestmark = pytest.mark.usefixtures("no_pyplot_figures")  # see conftest.py
 
 
@@ -45,7 +46,11 @@ def check_rows(w):
     for row in w.rows:
         d = decompose(w.value, row["format"])
         assert (row["sign"], row["exponent"], row["mantissa"], row["kind"]) == (
-            d.sign, d.exponent, d.mantissa, d.kind)
+            d.sign,
+            d.exponent,
+            d.mantissa,
+            d.kind,
+        )
         assert same(row["stored"], d.value)
         if row["format"] in DTYPE_FORMATS:
             assert same(row["stored"], torch_stored(w.value, row["format"]))
@@ -202,13 +207,17 @@ def test_speed_panel_memory_is_measured_exactly(panel):
     model(x).sum().backward()
     opt.step()
     state = sum(t.nbytes for s in opt.state.values() for t in s.values())
-    for name, dtype in (("fp32", None), ("bf16", torch.bfloat16),
-                        ("fp16", torch.float16)):
+    for name, dtype in (
+        ("fp32", None),
+        ("bf16", torch.bfloat16),
+        ("fp16", torch.float16),
+    ):
         m = rows[name]["memory"]
         assert m["weights"] == m["gradients"] == weights
         assert m["optimizer_state"] == state
         assert m["activations"] + m["weight_copies"] == activation_bytes(
-            model, x, dtype)
+            model, x, dtype
+        )
         assert (m["weight_copies"] > 0) == (dtype is not None)
         assert 1 <= len(rows[name]["times_ms"]) <= w.iters
         assert rows[name]["step_ms"] > 0
@@ -232,19 +241,25 @@ def test_speed_panel_table_shows_what_was_measured():
     w.batch.value = new  # as if the slider were dragged to its end
     for before, after in zip(first, w.results, strict=True):
         assert after["batch"] == new
-        dtype = None if after["precision"] == "fp32" else {
-            "bf16": torch.bfloat16, "fp16": torch.float16}[after["precision"]]
+        dtype = (
+            None
+            if after["precision"] == "fp32"
+            else {"bf16": torch.bfloat16, "fp16": torch.float16}[after["precision"]]
+        )
         model = MLP((after["width"],) * 4)
-        direct = memory_breakdown(model, torch.randn(new, after["width"]), dtype,
-                                  after["optimizer"]).as_dict()
+        direct = memory_breakdown(
+            model, torch.randn(new, after["width"]), dtype, after["optimizer"]
+        ).as_dict()
         assert after["memory"] == direct  # the panel's numbers: a direct count
         assert after["memory"]["weights"] == before["memory"]["weights"]
-        assert after["memory"]["activations"] * old == \
-            before["memory"]["activations"] * new  # linear in the batch
+        assert (
+            after["memory"]["activations"] * old
+            == before["memory"]["activations"] * new
+        )  # linear in the batch
     unit, size = byte_unit(max(r["memory"]["total"] for r in w.results))
     assert f"memory in {unit}," in w.stats.value
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", w.stats.value)
-    shown = [cells[i:i + 9] for i in range(0, len(cells), 9)]
+    shown = [cells[i : i + 9] for i in range(0, len(cells), 9)]
     assert [row[0] for row in shown] == [r["precision"] for r in w.results]
     for row, result in zip(shown, w.results, strict=True):
         assert row[-1] == f"{result['memory']['total'] / size:.3g}"
@@ -264,8 +279,9 @@ def test_speed_panel_controls_redraw(panel):
     assert [r["precision"] for r in w.results] == ["fp32", "bf16"]
     w.time_box.value = False
     assert all(r["step_ms"] is None for r in w.results)
-    assert "not timed" in [t.get_text() for t in
-                           plot_speed_memory(w.results).axes[0].texts]
+    assert "not timed" in [
+        t.get_text() for t in plot_speed_memory(w.results).axes[0].texts
+    ]
     for box in w.precision_boxes.values():
         box.value = False
     assert "Tick at least one precision" in w.message.value
@@ -279,8 +295,9 @@ def test_speed_panel_on_cuda_measures_the_allocator_peak():
     for r in w.results:
         m = r["memory"]
         # the peak holds at least the fp32 weights, gradients and Adam state
-        assert r["peak_mem_bytes"] >= m["weights"] + m["gradients"] + m[
-            "optimizer_state"]
+        assert (
+            r["peak_mem_bytes"] >= m["weights"] + m["gradients"] + m["optimizer_state"]
+        )
         assert r["step_ms"] > 0 and len(r["times_ms"]) >= 1
     picture = w.image.value
     w.batch.value = w.batch.options[-1]

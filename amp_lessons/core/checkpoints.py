@@ -53,28 +53,42 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         raise SettingError(
             f"{path} is a sharded checkpoint (written with `distributed='ddp'` or "
             "`distributed='fsdp2'`): resume it with `distributed='ddp'` or "
-            "`distributed='fsdp2'` (one process works too)")
+            "`distributed='fsdp2'` (one process works too)"
+        )
     if not path.is_file():
-        raise CheckpointNotFound(f"no checkpoint at {path}: run once without "
-                                 "`resume=True` (with `checkpoint_path`) to create it")
+        raise CheckpointNotFound(
+            f"no checkpoint at {path}: run once without "
+            "`resume=True` (with `checkpoint_path`) to create it"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # pickle errors come in many types, some many lines long
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise SettingError(f"{path} is not a readable checkpoint ({reason[:120]}); "
-                           "delete it or point `checkpoint_path` elsewhere") from None
+        raise SettingError(
+            f"{path} is not a readable checkpoint ({reason[:120]}); "
+            "delete it or point `checkpoint_path` elsewhere"
+        ) from None
     problem = _checkpoint_problem(state)
     if problem:
-        raise SettingError(f"{path} is not a checkpoint written by "
-                           f"amp_lessons.core.train ({problem}); point "
-                           "`checkpoint_path` at one, or at a new path to start a "
-                           "new run")
+        raise SettingError(
+            f"{path} is not a checkpoint written by "
+            f"amp_lessons.core.train ({problem}); point "
+            "`checkpoint_path` at one, or at a new path to start a "
+            "new run"
+        )
     return state
 
 
-_CHECKPOINT_PARTS = {"step": int, "config": dict, "model": dict, "optimizer": dict,
-                     "scaler": dict, "data_rng": torch.Tensor,
-                     "torch_rng": torch.Tensor, "records": list}
+_CHECKPOINT_PARTS = {
+    "step": int,
+    "config": dict,
+    "model": dict,
+    "optimizer": dict,
+    "scaler": dict,
+    "data_rng": torch.Tensor,
+    "torch_rng": torch.Tensor,
+    "records": list,
+}
 
 
 def _checkpoint_problem(state: Any) -> str:
@@ -86,8 +100,9 @@ def _checkpoint_problem(state: Any) -> str:
     for key, kind in _CHECKPOINT_PARTS.items():
         if not isinstance(state.get(key), kind):
             return f"{key!r} is missing or not a {kind.__name__}"
-    if "cuda_rng" not in state or not (state["cuda_rng"] is None
-                                       or isinstance(state["cuda_rng"], list)):
+    if "cuda_rng" not in state or not (
+        state["cuda_rng"] is None or isinstance(state["cuda_rng"], list)
+    ):
         return "'cuda_rng' is missing or not a list of states"
     names = {f.name for f in fields(StepRecord)}
     if not all(isinstance(r, dict) and set(r) == names for r in state["records"]):

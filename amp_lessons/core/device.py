@@ -75,21 +75,28 @@ def resolve_device(name: str = "auto") -> torch.device:
         raise ValueError(f"unknown device {name!r}; use one of: {valid}")
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            build = (f"this torch ({torch.__version__}) was built without CUDA"
-                     if torch.version.cuda is None
-                     else "no NVIDIA GPU is visible to this torch")
+            build = (
+                f"this torch ({torch.__version__}) was built without CUDA"
+                if torch.version.cuda is None
+                else "no NVIDIA GPU is visible to this torch"
+            )
             raise SettingUnavailable(
                 f"CUDA was asked for, but torch.cuda.is_available() is False: {build}. "
                 "Fix: use `device='cpu'` (or `device='auto'`), or run on a machine "
-                "with an NVIDIA GPU and a CUDA build of torch.")
+                "with an NVIDIA GPU and a CUDA build of torch."
+            )
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise RuntimeError(f"{name!r} asked for, but only {count} CUDA device(s) "
-                               f"exist: use cuda:0 .. cuda:{count - 1}")
+            raise RuntimeError(
+                f"{name!r} asked for, but only {count} CUDA device(s) "
+                f"exist: use cuda:0 .. cuda:{count - 1}"
+            )
     if device.type == "mps" and not _mps_available():
-        raise SettingUnavailable("MPS (Apple GPU) was asked for, but it is not "
-                                 "available here. Fix: use `device='cpu'` (or "
-                                 "`device='auto'`).")
+        raise SettingUnavailable(
+            "MPS (Apple GPU) was asked for, but it is not "
+            "available here. Fix: use `device='cpu'` (or "
+            "`device='auto'`)."
+        )
     return device
 
 
@@ -150,7 +157,8 @@ EMULATION_NOTE = N_(
     "run the dtype on this CPU (device.cpu_matmul_emulated), a bf16/fp16 matmul "
     "falls back to a generic loop that widens every element to fp32, measured ~150x "
     "slower than fp32 on an AVX2 CPU. CPU runs in these dtypes show the mechanics, "
-    "not the speed; measure speed on a GPU.")
+    "not the speed; measure speed on a GPU."
+)
 """Why CPU runs in bf16/fp16 are slow (in English; ``_(EMULATION_NOTE)`` says it in
 the language of ``amp_lessons.set_language``)."""
 
@@ -169,11 +177,15 @@ def cpu_matmul_emulated(dtype: torch.dtype) -> bool:
     """
     if dtype == torch.float32:
         return False
-    checks = {torch.bfloat16: "_is_mkldnn_bf16_supported",
-              torch.float16: "_is_mkldnn_fp16_supported"}
+    checks = {
+        torch.bfloat16: "_is_mkldnn_bf16_supported",
+        torch.float16: "_is_mkldnn_fp16_supported",
+    }
     if dtype not in checks:
-        raise ValueError(f"cpu_matmul_emulated knows float32, bfloat16 and float16, "
-                         f"not {dtype}; pass one of those")
+        raise ValueError(
+            f"cpu_matmul_emulated knows float32, bfloat16 and float16, "
+            f"not {dtype}; pass one of those"
+        )
     if not torch.backends.mkldnn.is_available():  # a build without oneDNN
         return True
     return not getattr(torch.ops.mkldnn, checks[dtype])()

@@ -81,13 +81,17 @@ def _fsdp2_problem(device_type: str) -> str | None:
     if not torch.distributed.is_available():
         return f"this torch ({torch.__version__}) was built without torch.distributed"
     if version < FSDP2_MIN_TORCH:
-        return ("FSDP2 (torch.distributed.fsdp.fully_shard) is public from torch "
-                f"2.6; this is {torch.__version__}. Upgrade torch, or use "
-                "`distributed='ddp'`.")
+        return (
+            "FSDP2 (torch.distributed.fsdp.fully_shard) is public from torch "
+            f"2.6; this is {torch.__version__}. Upgrade torch, or use "
+            "`distributed='ddp'`."
+        )
     if device_type == "cpu" and version < FSDP2_CPU_MIN_TORCH:
-        return (f"FSDP2 on a CPU needs torch 2.7 or newer (2.6 sets up its streams "
-                f"for GPUs only); this is {torch.__version__}. Upgrade torch, run on "
-                "a GPU, or use `distributed='ddp'`.")
+        return (
+            f"FSDP2 on a CPU needs torch 2.7 or newer (2.6 sets up its streams "
+            f"for GPUs only); this is {torch.__version__}. Upgrade torch, run on "
+            "a GPU, or use `distributed='ddp'`."
+        )
     return None
 
 
@@ -191,10 +195,12 @@ class World:
             raise SettingError(
                 f"`batch_size={batch_size}` is the global batch, split over {n} "
                 f"processes, and {batch_size} is not a multiple of {n}. Fix: use a "
-                f"multiple, e.g. {lower or n} or {lower + n}.")
+                f"multiple, e.g. {lower or n} or {lower + n}."
+            )
 
-    def split(self, x: torch.Tensor, y: torch.Tensor
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+    def split(
+        self, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's equal slice of a global batch (rows rank*b .. rank*b + b - 1)."""
         self.check_batch(len(x))
         b = len(x) // self.world_size
@@ -214,9 +220,13 @@ class World:
         if self.world_size == 1:  # nothing to average, no one to disagree with
             return loss.item(), skipped
         # [sum of losses, ranks that skipped, ranks that stepped]
-        summary = torch.stack([loss.detach().float().reshape(()),
-                               torch.tensor(float(skipped), device=loss.device),
-                               torch.tensor(float(not skipped), device=loss.device)])
+        summary = torch.stack(
+            [
+                loss.detach().float().reshape(()),
+                torch.tensor(float(skipped), device=loss.device),
+                torch.tensor(float(not skipped), device=loss.device),
+            ]
+        )
         torch.distributed.all_reduce(summary)  # SUM: gloo has no AVG
         total, n_skipped, n_stepped = summary.tolist()
         if n_skipped and n_stepped:
@@ -225,7 +235,8 @@ class World:
                 f"{self.world_size} found inf/NaN gradients): their parameters would "
                 "drift apart. Use torch.amp.GradScaler, whose found_inf is the same "
                 "on every rank under DDP (gradients are all-reduced before the check) "
-                "and FSDP2 (DTensor max-reduces it over the shards).")
+                "and FSDP2 (DTensor max-reduces it over the shards)."
+            )
         return total / self.world_size, skipped
 
     def barrier(self) -> None:
@@ -252,32 +263,40 @@ def start_world(mode: str, device: torch.device) -> World:
     Example: ``start_world("none", torch.device("cpu")).world_size == 1``.
     """
     if mode not in MODES:
-        raise ValueError(f"unknown distributed mode {mode!r}; use one of: "
-                         f"{', '.join(MODES)}")
+        raise ValueError(
+            f"unknown distributed mode {mode!r}; use one of: {', '.join(MODES)}"
+        )
     if mode == "none":
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise SettingError(
                 f"{os.environ['WORLD_SIZE']} processes were launched (torchrun?), but "
                 "`distributed='none'`: each would train alone on the whole batch. "
-                "Fix: use `distributed='ddp'` (or `distributed='fsdp2'`).")
+                "Fix: use `distributed='ddp'` (or `distributed='fsdp2'`)."
+            )
         return World("none", device=device)
     if not torch.distributed.is_available():
-        raise SettingUnavailable(f"this torch ({torch.__version__}) was built "
-                                 "without torch.distributed; use "
-                                 "`distributed='none'`")
+        raise SettingUnavailable(
+            f"this torch ({torch.__version__}) was built "
+            "without torch.distributed; use "
+            "`distributed='none'`"
+        )
     if mode == "fsdp2" and (why := _fsdp2_problem(device.type)):
         raise SettingUnavailable(why)
     if device.type not in ("cpu", "cuda"):
-        raise SettingError(f"`distributed={mode!r}` runs on cpu (gloo) or cuda "
-                           f"(nccl), not {device.type}. Fix: use `device='cpu'` or "
-                           "`device='cuda'`.")
+        raise SettingError(
+            f"`distributed={mode!r}` runs on cpu (gloo) or cuda "
+            f"(nccl), not {device.type}. Fix: use `device='cpu'` or "
+            "`device='cuda'`."
+        )
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device.type == "cuda":
         if local_rank >= torch.cuda.device_count():
-            raise RuntimeError(f"local rank {local_rank} has no GPU of its own (this "
-                               f"node has {torch.cuda.device_count()}): start at most "
-                               "that many processes per node (torchrun's "
-                               "nproc_per_node)")
+            raise RuntimeError(
+                f"local rank {local_rank} has no GPU of its own (this "
+                f"node has {torch.cuda.device_count()}): start at most "
+                "that many processes per node (torchrun's "
+                "nproc_per_node)"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -289,10 +308,16 @@ def start_world(mode: str, device: torch.device) -> World:
         # so a collective that cannot complete raises instead of waiting gloo's
         # default 30 minutes.
         store = torch.distributed.HashStore()
-        torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1,
-                                             timeout=ONE_PROCESS_TIMEOUT)
-    return World(mode, torch.distributed.get_rank(), torch.distributed.get_world_size(),
-                 device, owns)
+        torch.distributed.init_process_group(
+            backend, store=store, rank=0, world_size=1, timeout=ONE_PROCESS_TIMEOUT
+        )
+    return World(
+        mode,
+        torch.distributed.get_rank(),
+        torch.distributed.get_world_size(),
+        device,
+        owns,
+    )
 
 
 @contextmanager
@@ -331,13 +356,16 @@ def mixed_precision_policy(precision: Any, root: bool = False):
 
     if not precision.autocast:
         return MixedPrecisionPolicy()
-    return MixedPrecisionPolicy(param_dtype=precision.dtype,
-                                reduce_dtype=torch.float32,
-                                output_dtype=torch.float32 if root else None)
+    return MixedPrecisionPolicy(
+        param_dtype=precision.dtype,
+        reduce_dtype=torch.float32,
+        output_dtype=torch.float32 if root else None,
+    )
 
 
-def wrap_model(model: nn.Module, world: World, precision: Any,
-               autocast_ctx: Any) -> tuple[nn.Module, Any]:
+def wrap_model(
+    model: nn.Module, world: World, precision: Any, autocast_ctx: Any
+) -> tuple[nn.Module, Any]:
     """Wrap a model for ``world.mode``; return it and the context for its forward.
 
     none: the model and autocast, unchanged. ddp: ``DistributedDataParallel`` and
@@ -383,8 +411,9 @@ class Observed:
     output: torch.dtype
 
 
-def observe_dtypes(model: nn.Module, ctx: Any, x: torch.Tensor
-                   ) -> tuple[list[Observed], torch.dtype]:
+def observe_dtypes(
+    model: nn.Module, ctx: Any, x: torch.Tensor
+) -> tuple[list[Observed], torch.dtype]:
     """Run one forward under ``ctx`` and record, for every module that has its own
     ``weight``, the weight's dtype while it ran and the dtypes going in and out;
     return those records and the model output's dtype.
@@ -398,9 +427,12 @@ def observe_dtypes(model: nn.Module, ctx: Any, x: torch.Tensor
     handles = []
     for name, module in unwrap(model).named_modules():
         if isinstance(getattr(module, "weight", None), torch.Tensor):
+
             def record(module, args, output, name=name) -> None:
-                seen.append(Observed(name, module.weight.dtype, args[0].dtype,
-                                     output.dtype))
+                seen.append(
+                    Observed(name, module.weight.dtype, args[0].dtype, output.dtype)
+                )
+
             # prepend: run before FSDP2's own hook frees the unit's low-precision copy
             handles.append(module.register_forward_hook(record, prepend=True))
     try:
@@ -417,9 +449,14 @@ def observe_dtypes(model: nn.Module, ctx: Any, x: torch.Tensor
 # ---------------------------------------------------------------------------
 
 
-def save_sharded(path: str | os.PathLike, world: World, model: nn.Module,
-                 optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
-                 meta: dict) -> None:
+def save_sharded(
+    path: str | os.PathLike,
+    world: World,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tensors: dict[str, torch.Tensor],
+    meta: dict,
+) -> None:
     """Write a DCP checkpoint directory: every rank its shards, rank 0 ``meta``.
 
     ``get_state_dict`` names parameters the same way under DDP, FSDP2 or neither
@@ -441,8 +478,10 @@ def save_sharded(path: str | os.PathLike, world: World, model: nn.Module,
         shutil.rmtree(tmp, ignore_errors=True)
     world.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optim_state, **tensors},
-             checkpoint_id=str(tmp))
+    dcp.save(
+        {"model": model_state, "optimizer": optim_state, **tensors},
+        checkpoint_id=str(tmp),
+    )
     if world.rank == 0:
         (tmp / META_FILE).write_text(json.dumps({"format": CHECKPOINT_FORMAT, **meta}))
         old = path.with_name(path.name + ".old")
@@ -463,23 +502,32 @@ def read_meta(path: str | os.PathLike) -> dict:
     """
     path = Path(path)
     if path.is_file():
-        raise SettingError(f"{path} is a single-file checkpoint (written with "
-                           "`distributed='none'`): resume it with "
-                           "`distributed='none'`, or start a new run with another "
-                           "`checkpoint_path`")
+        raise SettingError(
+            f"{path} is a single-file checkpoint (written with "
+            "`distributed='none'`): resume it with "
+            "`distributed='none'`, or start a new run with another "
+            "`checkpoint_path`"
+        )
     if not (path / META_FILE).is_file():
-        raise CheckpointNotFound(f"no checkpoint at {path}: run once without "
-                                 "`resume=True` (with `checkpoint_path`) to create it")
+        raise CheckpointNotFound(
+            f"no checkpoint at {path}: run once without "
+            "`resume=True` (with `checkpoint_path`) to create it"
+        )
     meta = json.loads((path / META_FILE).read_text())
     if meta.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} was not written by amp_lessons.core.distributed "
-                         f"(expected format {CHECKPOINT_FORMAT!r})")
+        raise ValueError(
+            f"{path} was not written by amp_lessons.core.distributed "
+            f"(expected format {CHECKPOINT_FORMAT!r})"
+        )
     return meta
 
 
-def load_sharded(path: str | os.PathLike, model: nn.Module,
-                 optimizer: torch.optim.Optimizer,
-                 tensors: dict[str, torch.Tensor]) -> None:
+def load_sharded(
+    path: str | os.PathLike,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tensors: dict[str, torch.Tensor],
+) -> None:
     """Read a ``save_sharded`` checkpoint into this run's model, optimizer, tensors.
 
     Each rank reads the pieces its own shards need, whatever the world size that
@@ -492,8 +540,12 @@ def load_sharded(path: str | os.PathLike, model: nn.Module,
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optim_state, **tensors}
     dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"],
-                   optim_state_dict=state["optimizer"])
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+    )
     for name, tensor in tensors.items():
         if state[name] is not tensor:
             tensor.copy_(state[name])
@@ -522,17 +574,30 @@ class Launch:
         if self.returncode == 0:
             return
         lines = self.output.splitlines()
-        own = [line for line in lines if "elastic" not in line and "ChildFailed" not in
-               line and re.search(r"Error|error:|terminate|what\(\)|Abort", line)]
+        own = [
+            line
+            for line in lines
+            if "elastic" not in line
+            and "ChildFailed" not in line
+            and re.search(r"Error|error:|terminate|what\(\)|Abort", line)
+        ]
         own = list(dict.fromkeys(own))  # each rank prints the same error
-        raise RuntimeError(f"the launch failed (exit {self.returncode}): "
-                           + " | ".join(own[:8])[:1500] + "\n... output's end:\n"
-                           + "\n".join(lines[-15:]))
+        raise RuntimeError(
+            f"the launch failed (exit {self.returncode}): "
+            + " | ".join(own[:8])[:1500]
+            + "\n... output's end:\n"
+            + "\n".join(lines[-15:])
+        )
 
 
-def launch(args: Sequence[str], nproc: int = 2, timeout: float = 120,
-           stream: Callable[[str], None] | None = print, module: str = "amp_lessons",
-           cwd: str | os.PathLike | None = None) -> Launch:
+def launch(
+    args: Sequence[str],
+    nproc: int = 2,
+    timeout: float = 120,
+    stream: Callable[[str], None] | None = print,
+    module: str = "amp_lessons",
+    cwd: str | os.PathLike | None = None,
+) -> Launch:
     """Run ``torchrun --standalone --nproc_per_node=nproc -m module *args``, streaming
     its output line by line; return its status and output.
 
@@ -544,20 +609,35 @@ def launch(args: Sequence[str], nproc: int = 2, timeout: float = 120,
     Example: ``launch(["train", "--distributed", "ddp", "--steps", "5"]).returncode``
     -> ``0``.
     """
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={nproc}", "-m", module, *map(str, args)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        module,
+        *map(str, args),
+    ]
     env = dict(os.environ)
     if sys.platform.startswith("linux"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     env.setdefault("OMP_NUM_THREADS", "1")
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (package_root, env.get("PYTHONPATH")) if p)
+        p for p in (package_root, env.get("PYTHONPATH")) if p
+    )
     env["PYTHONUNBUFFERED"] = "1"
     lines: list[str] = []
-    process = subprocess.Popen(command, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     timed_out = threading.Event()
 
     def on_timeout() -> None:
@@ -579,8 +659,10 @@ def launch(args: Sequence[str], nproc: int = 2, timeout: float = 120,
             _kill_group(process)
             process.wait()
     if timed_out.is_set():
-        raise TimeoutError(f"{shlex.join(command)} ran past {timeout:g} s and was "
-                           "killed:\n" + "".join(lines[-20:]))
+        raise TimeoutError(
+            f"{shlex.join(command)} ran past {timeout:g} s and was "
+            "killed:\n" + "".join(lines[-20:])
+        )
     return Launch(returncode, "".join(lines), command)
 
 

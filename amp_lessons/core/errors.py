@@ -22,8 +22,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-__all__ = ["CheckpointNotFound", "NamesSettings", "SettingError", "SettingUnavailable",
-           "in_python_terms"]
+__all__ = [
+    "CheckpointNotFound",
+    "NamesSettings",
+    "SettingError",
+    "SettingUnavailable",
+    "in_python_terms",
+]
 
 # `name` or `name=value`: a setting named in a message
 _MARK = re.compile(r"`(?P<name>[A-Za-z_]\w*)(?:=(?P<value>[^`]*))?`")

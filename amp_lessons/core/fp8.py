@@ -27,9 +27,22 @@ import torch
 from torch import nn
 
 __all__ = [
-    "E4M3", "E5M2", "EPS", "ROWWISE", "TENSORWISE", "Float8Linear", "Fp8Tensor",
-    "ModuleFilter", "Recipe", "amax", "cast_to_fp8", "filter_first_and_last",
-    "scale_from_amax", "scaled_mm", "to_float8", "to_fp8",
+    "E4M3",
+    "E5M2",
+    "EPS",
+    "ROWWISE",
+    "TENSORWISE",
+    "Float8Linear",
+    "Fp8Tensor",
+    "ModuleFilter",
+    "Recipe",
+    "amax",
+    "cast_to_fp8",
+    "filter_first_and_last",
+    "scale_from_amax",
+    "scaled_mm",
+    "to_float8",
+    "to_fp8",
 ]
 
 E4M3 = torch.float8_e4m3fn  # weights and activations: max 448, no inf
@@ -55,8 +68,9 @@ def amax(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     return torch.amax(torch.abs(x), dim=dim, keepdim=True)
 
 
-def scale_from_amax(amax: torch.Tensor, dtype: torch.dtype = E4M3,
-                    power_of_2: bool = False) -> torch.Tensor:
+def scale_from_amax(
+    amax: torch.Tensor, dtype: torch.dtype = E4M3, power_of_2: bool = False
+) -> torch.Tensor:
     """The float32 scale that maps ``amax`` onto the format's max: ``max / amax``.
 
     Computed in float64 and rounded to float32 (what torchao does, so that eager and
@@ -81,8 +95,9 @@ def scale_from_amax(amax: torch.Tensor, dtype: torch.dtype = E4M3,
     return scale
 
 
-def cast_to_fp8(x: torch.Tensor, scale: torch.Tensor,
-                dtype: torch.dtype = E4M3) -> torch.Tensor:
+def cast_to_fp8(
+    x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = E4M3
+) -> torch.Tensor:
     """``x * scale`` in float32, clamped to the format's +-max, cast to ``dtype``.
 
     The clamp matters whenever the scale is not this tensor's own (delayed scaling)
@@ -122,8 +137,12 @@ class Fp8Tensor:
         return Fp8Tensor(self.data.t(), self.scale.t(), self.hp_dtype)
 
 
-def to_fp8(x: torch.Tensor, dtype: torch.dtype = E4M3, dim: int | None = None,
-           power_of_2: bool = False) -> Fp8Tensor:
+def to_fp8(
+    x: torch.Tensor,
+    dtype: torch.dtype = E4M3,
+    dim: int | None = None,
+    power_of_2: bool = False,
+) -> Fp8Tensor:
     """Scale ``x`` by its own amax (one scale, or one per slice along ``dim``) and cast.
 
     Example:
@@ -159,8 +178,10 @@ def scaled_mm(a: Fp8Tensor, b: Fp8Tensor, out_dtype: torch.dtype) -> torch.Tenso
 
 def _check_fp8(dtype: torch.dtype) -> None:
     if dtype not in (E4M3, E5M2):
-        raise ValueError(f"dtype must be torch.float8_e4m3fn (E4M3) or "
-                         f"torch.float8_e5m2 (E5M2), got {dtype}")
+        raise ValueError(
+            f"dtype must be torch.float8_e4m3fn (E4M3) or "
+            f"torch.float8_e5m2 (E5M2), got {dtype}"
+        )
 
 
 # ---- recipes: which dtype and which scale granularity each operand gets --------------
@@ -197,15 +218,21 @@ def _matmul_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
-def _cast(x: torch.Tensor, dtype: torch.dtype, summed_dim: int,
-          recipe: Recipe) -> Fp8Tensor:
+def _cast(
+    x: torch.Tensor, dtype: torch.dtype, summed_dim: int, recipe: Recipe
+) -> Fp8Tensor:
     """``x`` cast to fp8 as the recipe says; a rowwise scale spans ``summed_dim``,
     the dimension the matmul sums over."""
     return to_fp8(x, dtype, summed_dim if recipe.rowwise else None, recipe.power_of_2)
 
 
-def _fp8_mm(a: torch.Tensor, a_dtype: torch.dtype, b: torch.Tensor,
-            b_dtype: torch.dtype, recipe: Recipe) -> torch.Tensor:
+def _fp8_mm(
+    a: torch.Tensor,
+    a_dtype: torch.dtype,
+    b: torch.Tensor,
+    b_dtype: torch.dtype,
+    recipe: Recipe,
+) -> torch.Tensor:
     """``a @ b`` (2-D) with both operands cast to fp8 as the recipe says."""
     a8, b8 = _cast(a, a_dtype, -1, recipe), _cast(b, b_dtype, 0, recipe)
     return scaled_mm(a8, b8, _matmul_dtype(a))
@@ -262,8 +289,9 @@ class Float8Linear(nn.Linear):
         self.recipe = recipe
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, recipe: Recipe = TENSORWISE
-                    ) -> Float8Linear:
+    def from_linear(
+        cls, linear: nn.Linear, recipe: Recipe = TENSORWISE
+    ) -> Float8Linear:
         """A Float8Linear sharing ``linear``'s weight and bias Parameters (an optimizer
         built on the old layer still updates the new one)."""
         with torch.device("meta"):  # no init: no memory, no draw from the RNG
@@ -290,8 +318,11 @@ class Float8Linear(nn.Linear):
 ModuleFilter = Callable[[nn.Module, str], bool]
 
 
-def to_float8(model: nn.Module, module_filter: ModuleFilter | None = None,
-              recipe: Recipe = TENSORWISE) -> nn.Module:
+def to_float8(
+    model: nn.Module,
+    module_filter: ModuleFilter | None = None,
+    recipe: Recipe = TENSORWISE,
+) -> nn.Module:
     """Swap every ``nn.Linear`` in ``model`` for a ``Float8Linear``, in place.
 
     ``module_filter(module, fqn)`` (fqn: the dotted name, e.g. ``"blocks.0.mlp.0"``)
@@ -305,9 +336,13 @@ def to_float8(model: nn.Module, module_filter: ModuleFilter | None = None,
         >>> [type(m).__name__ for m in model]
         ['Float8Linear', 'ReLU', 'Linear']
     """
+
     def wanted(module: nn.Module, fqn: str) -> bool:
-        return (isinstance(module, nn.Linear) and not isinstance(module, Float8Linear)
-                and (module_filter is None or module_filter(module, fqn)))
+        return (
+            isinstance(module, nn.Linear)
+            and not isinstance(module, Float8Linear)
+            and (module_filter is None or module_filter(module, fqn))
+        )
 
     if wanted(model, ""):
         if any(True for _ in model.children()):
@@ -343,7 +378,8 @@ def filter_first_and_last(model: nn.Module) -> ModuleFilter:
 
     def module_filter(module: nn.Module, fqn: str) -> bool:
         if isinstance(module, nn.Linear) and (
-                module.in_features % 16 or module.out_features % 16):
+            module.in_features % 16 or module.out_features % 16
+        ):
             return False
         return fqn not in ends
 

@@ -31,9 +31,16 @@ from amp_lessons.core.fp8 import (
     to_fp8,
 )
 
-__all__ = ["DelayedScaling", "capture_linear_tensors", "compare_scaling",
-           "one_scale_vs_own", "outlier_matrix", "row_errors", "saturated_fraction",
-           "zero_fraction"]
+__all__ = [
+    "DelayedScaling",
+    "capture_linear_tensors",
+    "compare_scaling",
+    "one_scale_vs_own",
+    "outlier_matrix",
+    "row_errors",
+    "saturated_fraction",
+    "zero_fraction",
+]
 
 
 class DelayedScaling:
@@ -54,8 +61,9 @@ class DelayedScaling:
         (tensor([448.]), tensor(44.8000))
     """
 
-    def __init__(self, dtype: torch.dtype = E4M3, history_len: int = 16,
-                 margin: int = 0) -> None:
+    def __init__(
+        self, dtype: torch.dtype = E4M3, history_len: int = 16, margin: int = 0
+    ) -> None:
         if history_len < 1:
             raise ValueError(f"history_len must be at least 1, got {history_len}")
         self.dtype = dtype
@@ -109,8 +117,9 @@ def _relative_error(x: torch.Tensor, q: Fp8Tensor, dim: int | None) -> torch.Ten
     return err / x.float().norm(dim=dim)
 
 
-def capture_linear_tensors(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                           loss_fn: Callable) -> dict[str, torch.Tensor]:
+def capture_linear_tensors(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: Callable
+) -> dict[str, torch.Tensor]:
     """The three operands of every ``nn.Linear`` in one float32 forward and backward:
     ``"<fqn> input"``, ``"<fqn> weight"`` and ``"<fqn> grad_output"``.
 
@@ -126,6 +135,7 @@ def capture_linear_tensors(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
     handles = []
     for fqn, module in model.named_modules():
         if isinstance(module, nn.Linear):
+
             def forward_hook(module, args, output, fqn=fqn):
                 tensors[f"{fqn} input"] = args[0].detach().clone()
                 tensors[f"{fqn} weight"] = module.weight.detach().clone()
@@ -133,8 +143,10 @@ def capture_linear_tensors(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
             def backward_hook(module, grad_input, grad_output, fqn=fqn):
                 tensors[f"{fqn} grad_output"] = grad_output[0].detach().clone()
 
-            handles += [module.register_forward_hook(forward_hook),
-                        module.register_full_backward_hook(backward_hook)]
+            handles += [
+                module.register_forward_hook(forward_hook),
+                module.register_full_backward_hook(backward_hook),
+            ]
     try:
         loss_fn(model(x), y).backward()
     finally:
@@ -144,8 +156,9 @@ def capture_linear_tensors(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
     return tensors
 
 
-def one_scale_vs_own(tensors: dict[str, torch.Tensor],
-                     dtype: torch.dtype = E4M3) -> list[dict]:
+def one_scale_vs_own(
+    tensors: dict[str, torch.Tensor], dtype: torch.dtype = E4M3
+) -> list[dict]:
     """What a cast to fp8 flushes to zero with ONE scale for all ``tensors`` (chosen,
     like a loss scale, so that the largest does not overflow) and with each tensor's
     own scale. One row per tensor: ``name``, ``amax``, ``zeros_one_scale``,
@@ -162,14 +175,23 @@ def one_scale_vs_own(tensors: dict[str, torch.Tensor],
     rows = []
     for name, t in tensors.items():
         one = Fp8Tensor(cast_to_fp8(t, shared, dtype), shared, t.dtype)
-        rows.append({"name": name, "amax": amaxes[name].item(),
-                     "zeros_one_scale": zero_fraction(t, one),
-                     "zeros_own_scale": zero_fraction(t, to_fp8(t, dtype))})
+        rows.append(
+            {
+                "name": name,
+                "amax": amaxes[name].item(),
+                "zeros_one_scale": zero_fraction(t, one),
+                "zeros_own_scale": zero_fraction(t, to_fp8(t, dtype)),
+            }
+        )
     return rows
 
 
-def compare_scaling(amaxes: Sequence[float], history_len: int = 4,
-                    shape: tuple[int, ...] = (64, 64), seed: int = 0) -> list[dict]:
+def compare_scaling(
+    amaxes: Sequence[float],
+    history_len: int = 4,
+    shape: tuple[int, ...] = (64, 64),
+    seed: int = 0,
+) -> list[dict]:
     """Cast a stream of tensors, tensor i rescaled to ``amaxes[i]``, with dynamic and
     with delayed scaling (e4m3); one row per step.
 
@@ -199,8 +221,13 @@ def compare_scaling(amaxes: Sequence[float], history_len: int = 4,
     return rows
 
 
-def outlier_matrix(rows: int = 8, cols: int = 256, outlier_row: int = 3,
-                   factor: float = 1e5, seed: int = 0) -> torch.Tensor:
+def outlier_matrix(
+    rows: int = 8,
+    cols: int = 256,
+    outlier_row: int = 3,
+    factor: float = 1e5,
+    seed: int = 0,
+) -> torch.Tensor:
     """A (rows, cols) matrix of small normal values with one row ``factor`` larger:
     an activation with one outlier token.
 
@@ -232,6 +259,8 @@ def row_errors(x: torch.Tensor, dtype: torch.dtype = E4M3) -> dict[str, list[flo
     for name, dim in (("tensorwise", None), ("rowwise", -1)):
         q = to_fp8(x, dtype, dim)
         out[name] = _relative_error(x, q, -1).tolist()
-        out[f"{name}_zeros"] = [zero_fraction(row, Fp8Tensor(qrow, q.scale, x.dtype))
-                                for row, qrow in zip(x, q.data, strict=True)]
+        out[f"{name}_zeros"] = [
+            zero_fraction(row, Fp8Tensor(qrow, q.scale, x.dtype))
+            for row, qrow in zip(x, q.data, strict=True)
+        ]
     return out

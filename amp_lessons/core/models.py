@@ -46,8 +46,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                   for t in (q, k, v))
+        q, k, v = (
+            t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            for t in (q, k, v)
+        )
         # flash / memory-efficient kernels on CUDA: no T x T matrix is kept
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
@@ -59,8 +61,11 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(n_embd)
         self.attn = CausalSelfAttention(n_embd, n_head)
         self.ln2 = nn.LayerNorm(n_embd)
-        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd, bias=False), nn.GELU(),
-                                 nn.Linear(4 * n_embd, n_embd, bias=False))
+        self.mlp = nn.Sequential(
+            nn.Linear(n_embd, 4 * n_embd, bias=False),
+            nn.GELU(),
+            nn.Linear(4 * n_embd, n_embd, bias=False),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
@@ -74,8 +79,9 @@ class GPT(nn.Module):
     maps token ids of shape (B, T) to logits of shape (B, T, 64).
     """
 
-    def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int,
-                 n_embd: int):
+    def __init__(
+        self, vocab_size: int, block_size: int, n_layer: int, n_head: int, n_embd: int
+    ):
         super().__init__()
         self.block_size = block_size
         self.tok_emb = nn.Embedding(vocab_size, n_embd)
@@ -91,9 +97,12 @@ class GPT(nn.Module):
         return self.head(self.ln_f(self.blocks(x)))
 
 
-def make_spirals(n: int, num_classes: int = 3, noise: float = 0.15,
-                 generator: torch.Generator | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def make_spirals(
+    n: int,
+    num_classes: int = 3,
+    noise: float = 0.15,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` points on ``num_classes`` interleaved spiral arms: x (n, 2), y (n,).
 
     Example: ``x, y = make_spirals(300)`` -> ``x.shape == (300, 2)``, labels 0, 1, 2.
@@ -106,9 +115,13 @@ def make_spirals(n: int, num_classes: int = 3, noise: float = 0.15,
     return x * 2.0, y  # inputs of order 1
 
 
-def make_tokens(batch_size: int, block_size: int, vocab_size: int,
-                generator: torch.Generator | None = None, max_stride: int = 8
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def make_tokens(
+    batch_size: int,
+    block_size: int,
+    vocab_size: int,
+    generator: torch.Generator | None = None,
+    max_stride: int = 8,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Arithmetic sequences mod ``vocab_size``; y is x shifted by one token.
 
     Each row has its own start and stride (1..max_stride), so after two tokens the

@@ -203,8 +203,11 @@ def anomaly_report(step: Callable[[], Any]) -> tuple[str, str] | None:
             found = re.search(r"Function '(\w+)' returned nan", str(error))
             if found is None:
                 raise
-            traces = [str(w.message) for w in caught
-                      if "Traceback of forward call" in str(w.message)]
+            traces = [
+                str(w.message)
+                for w in caught
+                if "Traceback of forward call" in str(w.message)
+            ]
             return found.group(1), (_forward_line(traces[-1]) if traces else "")
     return None
 
@@ -220,9 +223,11 @@ def _forward_line(trace: str) -> str:
     found = ""
     for i, text in enumerate(lines):
         frame = _FRAME.match(text)
-        if frame is None or frame["file"].startswith(
-                ("<", os.path.dirname(torch.__file__))) or any(
-                    folder in frame["file"] for folder in installed):
+        if (
+            frame is None
+            or frame["file"].startswith(("<", os.path.dirname(torch.__file__)))
+            or any(folder in frame["file"] for folder in installed)
+        ):
             continue
         source = lines[i + 1] if i + 1 < len(lines) else ""
         if not source.strip() or _FRAME.match(source) or source.startswith(" ("):

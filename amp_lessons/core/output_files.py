@@ -93,24 +93,29 @@ def validate_output_path(path: str | os.PathLike, what: str = "output file") -> 
     path = Path(path).expanduser()
     if path.is_dir():
         example = path / ("results.json" if "json" in what else "run.pt")
-        raise SettingError(f"{what} {path} is a directory; give a file name inside "
-                           f"it, e.g. {example}")
+        raise SettingError(
+            f"{what} {path} is a directory; give a file name inside it, e.g. {example}"
+        )
     if path.exists() and not path.is_file():
-        raise SettingError(f"{what} {path} exists and is not a regular file; "
-                           "choose another path")
+        raise SettingError(
+            f"{what} {path} exists and is not a regular file; choose another path"
+        )
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent  # the nearest folder that exists
     if not folder.is_dir():
-        raise SettingError(f"{what} {path}: {folder} is a file, not a folder; "
-                           "choose another path")
+        raise SettingError(
+            f"{what} {path}: {folder} is a file, not a folder; choose another path"
+        )
     probe = _temp_name(folder / path.name)
     try:
         os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
         os.unlink(probe)
     except OSError as e:
-        raise SettingError(f"cannot write {what} {path}: {e.strerror} in "
-                           f"{folder}; choose a folder you can write to") from None
+        raise SettingError(
+            f"cannot write {what} {path}: {e.strerror} in "
+            f"{folder}; choose a folder you can write to"
+        ) from None
     remove_stale_temps(path)
     return path
 

@@ -37,14 +37,38 @@ class Precision:
 PRECISIONS: dict[str, Precision] = {
     p.name: p
     for p in (
-        Precision("fp32", torch.float32, False, False, False,
-                  "float32 everywhere, TF32 off: the reference"),
-        Precision("tf32", torch.float32, False, True, False,
-                  "float32 tensors, matmuls on TF32 tensor cores (10-bit mantissa)"),
-        Precision("fp16", torch.float16, True, False, True,
-                  "autocast to float16 + loss scaling, fp32 master weights"),
-        Precision("bf16", torch.bfloat16, True, False, False,
-                  "autocast to bfloat16, fp32 master weights, no scaler needed"),
+        Precision(
+            "fp32",
+            torch.float32,
+            False,
+            False,
+            False,
+            "float32 everywhere, TF32 off: the reference",
+        ),
+        Precision(
+            "tf32",
+            torch.float32,
+            False,
+            True,
+            False,
+            "float32 tensors, matmuls on TF32 tensor cores (10-bit mantissa)",
+        ),
+        Precision(
+            "fp16",
+            torch.float16,
+            True,
+            False,
+            True,
+            "autocast to float16 + loss scaling, fp32 master weights",
+        ),
+        Precision(
+            "bf16",
+            torch.bfloat16,
+            True,
+            False,
+            False,
+            "autocast to bfloat16, fp32 master weights, no scaler needed",
+        ),
     )
 }
 SCALERS = ("auto", "torch", "ours", "none")
@@ -54,8 +78,9 @@ class SlowOnThisDeviceWarning(UserWarning):
     """A precision that works here but runs much slower than fp32 (fp16 on a CPU)."""
 
 
-def resolve_precision(name: str, device: torch.device | str = "cpu",
-                      warn: bool = True) -> Precision:
+def resolve_precision(
+    name: str, device: torch.device | str = "cpu", warn: bool = True
+) -> Precision:
     """Look up a precision and check the device can run it.
 
     Warns (SlowOnThisDeviceWarning) for fp16 on a CPU, where it works but is slow;
@@ -65,8 +90,9 @@ def resolve_precision(name: str, device: torch.device | str = "cpu",
     ``resolve_precision("fp8")`` raises "unknown precision 'fp8'; use one of: ...".
     """
     if name not in PRECISIONS:
-        raise ValueError(f"unknown precision {name!r}; use one of: "
-                         f"{', '.join(PRECISIONS)}")
+        raise ValueError(
+            f"unknown precision {name!r}; use one of: {', '.join(PRECISIONS)}"
+        )
     precision = PRECISIONS[name]
     device = torch.device(device)
     if name == "bf16" and device.type == "cuda":
@@ -77,7 +103,8 @@ def resolve_precision(name: str, device: torch.device | str = "cpu",
                 f"bf16 needs a GPU with native bfloat16 (compute capability 8.0+, "
                 f"Ampere or newer); {gpu} is {capability[0]}.{capability[1]}, where "
                 "torch would emulate it slowly. Fix: use `precision='fp16'` (with its "
-                "loss scaler).")
+                "loss scaler)."
+            )
     note = slow_note(precision, device)
     if warn and note:
         warnings.warn(note, SlowOnThisDeviceWarning, stacklevel=2)
@@ -113,11 +140,16 @@ def tf32_mode(enabled: bool, device_type: str = "cuda") -> Iterator[None]:
     # torch >= 2.9 keeps a legacy flag and a per-backend `fp32_precision` and raises
     # when they disagree. The legacy setters update both, so inside they agree; on
     # the way out every readable setting is put back as it was.
-    per_backend = {obj: obj.fp32_precision
-                   for obj in (b.cuda.matmul, getattr(b.cudnn, "conv", None),
-                               getattr(b.cudnn, "rnn", None),
-                               getattr(b.mkldnn, "matmul", None))
-                   if obj is not None and hasattr(obj, "fp32_precision")}
+    per_backend = {
+        obj: obj.fp32_precision
+        for obj in (
+            b.cuda.matmul,
+            getattr(b.cudnn, "conv", None),
+            getattr(b.cudnn, "rnn", None),
+            getattr(b.mkldnn, "matmul", None),
+        )
+        if obj is not None and hasattr(obj, "fp32_precision")
+    }
     matmul = _read_or_none(torch.get_float32_matmul_precision)
     cudnn = _read_or_none(lambda: b.cudnn.allow_tf32)
     b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = enabled
@@ -151,13 +183,18 @@ def autocast_context(precision: Precision, device: torch.device | str):
             assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype is torch.bfloat16
     """
     device_type = torch.device(device).type
-    return torch.amp.autocast(device_type, dtype=precision.dtype,
-                              enabled=precision.autocast)
+    return torch.amp.autocast(
+        device_type, dtype=precision.dtype, enabled=precision.autocast
+    )
 
 
-def make_scaler(precision: Precision, device: torch.device | str,
-                scaler: str = "auto", init_scale: float = 2.0**16,
-                growth_interval: int = 2000):
+def make_scaler(
+    precision: Precision,
+    device: torch.device | str,
+    scaler: str = "auto",
+    init_scale: float = 2.0**16,
+    growth_interval: int = 2000,
+):
     """The loss scaler for a precision: enabled only for fp16.
 
     ``scaler``: ``"auto"`` (torch's GradScaler for fp16, disabled otherwise),
@@ -174,10 +211,15 @@ def make_scaler(precision: Precision, device: torch.device | str,
     if enabled and scaler == "ours":
         from amp_lessons.core.scaler import LossScaler  # written alongside, lesson 03
 
-        return LossScaler(device_type, init_scale=init_scale,
-                          growth_interval=growth_interval)
-    return torch.amp.GradScaler(device_type, init_scale=init_scale,
-                                growth_interval=growth_interval, enabled=enabled)
+        return LossScaler(
+            device_type, init_scale=init_scale, growth_interval=growth_interval
+        )
+    return torch.amp.GradScaler(
+        device_type,
+        init_scale=init_scale,
+        growth_interval=growth_interval,
+        enabled=enabled,
+    )
 
 
 def validate_scaler_choice(precision: Precision, scaler: str) -> None:
@@ -189,10 +231,14 @@ def validate_scaler_choice(precision: Precision, scaler: str) -> None:
     if scaler not in SCALERS:
         raise ValueError(f"unknown scaler {scaler!r}; use one of: {', '.join(SCALERS)}")
     if scaler in ("torch", "ours") and not precision.needs_scaler:
-        why = ("bf16 has fp32's 8 exponent bits, so gradients do not underflow the "
-               "way they do in fp16" if precision.name == "bf16"
-               else f"{precision.name} gradients are float32")
+        why = (
+            "bf16 has fp32's 8 exponent bits, so gradients do not underflow the "
+            "way they do in fp16"
+            if precision.name == "bf16"
+            else f"{precision.name} gradients are float32"
+        )
         raise SettingError(
             f"a loss scaler is not needed with {precision.name}: {why}. Scaling "
             "would only cost time. Fix: use `scaler='auto'` (or `scaler='none'`), or "
-            "`precision='fp16'` if you want to study loss scaling.")
+            "`precision='fp16'` if you want to study loss scaling."
+        )

@@ -112,9 +112,21 @@ class TrainConfig:
 
 # Changing these between a checkpoint and its resume changes what the saved state
 # means (shapes, scaler state, data stream), so a resume refuses to mix them.
-RESUME_MUST_MATCH = ("task", "precision", "scaler", "seed", "hidden", "num_classes",
-                     "n_layer", "n_head", "n_embd", "block_size", "vocab_size",
-                     "batch_size", "accum_steps")
+RESUME_MUST_MATCH = (
+    "task",
+    "precision",
+    "scaler",
+    "seed",
+    "hidden",
+    "num_classes",
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "block_size",
+    "vocab_size",
+    "batch_size",
+    "accum_steps",
+)
 
 
 @dataclass
@@ -179,11 +191,13 @@ def plan_training(config: TrainConfig, model: nn.Module | None = None) -> TrainP
     precision = resolve_precision(config.precision, device, warn=False)
     validate_scaler_choice(precision, config.scaler)
     if model is not None:
-        validate_model(model, precision,
-                       precision.needs_scaler and config.scaler != "none")
+        validate_model(
+            model, precision, precision.needs_scaler and config.scaler != "none"
+        )
     # under torchrun every rank takes an equal slice of the global batch
-    processes = (int(os.environ.get("WORLD_SIZE", "1"))
-                 if config.distributed != "none" else 1)
+    processes = (
+        int(os.environ.get("WORLD_SIZE", "1")) if config.distributed != "none" else 1
+    )
     World(config.distributed, world_size=processes).check_batch(config.batch_size)
     validate_checkpoint_path(config)
     return TrainPlan(config, device, precision, model, validate_resume(config))
@@ -205,20 +219,49 @@ def _is_scale(x: Any) -> bool:
 # Each numeric field, the test its value must pass, and what it must be: the one rule
 # for each number, whoever builds the config (the command line only converts text).
 _NUMBER_RULES = (
-    (("num_steps", "batch_size", "accum_steps", "growth_interval", "hidden",
-      "num_classes", "n_layer", "n_head", "n_embd", "block_size", "vocab_size"),
-     lambda x: _is_integer(x) and x >= 1, "a positive integer"),
-    (("log_every", "checkpoint_every"), lambda x: _is_integer(x) and x >= 0,
-     "an integer >= 0 (0 turns it off)"),
-    (("lr",), lambda x: x is None or (_is_real(x) and x > 0),
-     "a finite number > 0 (an infinite or NaN learning rate makes every weight NaN)"),
-    (("clip",), lambda x: x is None or (_is_real(x) and x > 0),
-     "a finite number > 0, or `clip=None` for no clipping"),
+    (
+        (
+            "num_steps",
+            "batch_size",
+            "accum_steps",
+            "growth_interval",
+            "hidden",
+            "num_classes",
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "block_size",
+            "vocab_size",
+        ),
+        lambda x: _is_integer(x) and x >= 1,
+        "a positive integer",
+    ),
+    (
+        ("log_every", "checkpoint_every"),
+        lambda x: _is_integer(x) and x >= 0,
+        "an integer >= 0 (0 turns it off)",
+    ),
+    (
+        ("lr",),
+        lambda x: x is None or (_is_real(x) and x > 0),
+        "a finite number > 0 (an infinite or NaN learning rate makes every weight NaN)",
+    ),
+    (
+        ("clip",),
+        lambda x: x is None or (_is_real(x) and x > 0),
+        "a finite number > 0, or `clip=None` for no clipping",
+    ),
     (("weight_decay",), lambda x: _is_real(x) and x >= 0, "a finite number >= 0"),
-    (("init_scale",), _is_scale,
-     "a finite number > 0 that float32 can hold (up to about 3.4e38)"),
-    (("seed",), lambda x: _is_integer(x) and 0 <= x < 2**63,
-     "an integer in [0, 2**63), the seeds torch's generators take"),
+    (
+        ("init_scale",),
+        _is_scale,
+        "a finite number > 0 that float32 can hold (up to about 3.4e38)",
+    ),
+    (
+        ("seed",),
+        lambda x: _is_integer(x) and 0 <= x < 2**63,
+        "an integer in [0, 2**63), the seeds torch's generators take",
+    ),
 )
 
 
@@ -230,27 +273,33 @@ def validate_config(config: TrainConfig) -> None:
     be a positive integer, got 0".
     """
     if config.task not in TASKS:
-        raise SettingError(f"unknown `task` {config.task!r}; use one of: "
-                           f"{', '.join(TASKS)}")
+        raise SettingError(
+            f"unknown `task` {config.task!r}; use one of: {', '.join(TASKS)}"
+        )
     for names, ok, what in _NUMBER_RULES:
         for name in names:
             if not ok(value := getattr(config, name)):
                 raise SettingError(f"`{name}` must be {what}, got {value!r}")
     if config.resume and not config.checkpoint_path:
-        raise SettingError("`resume=True` needs `checkpoint_path`, the checkpoint to "
-                           "continue from")
+        raise SettingError(
+            "`resume=True` needs `checkpoint_path`, the checkpoint to continue from"
+        )
     if config.checkpoint_every and not config.checkpoint_path:
-        raise SettingError("`checkpoint_every` needs `checkpoint_path`, the file to "
-                           "save to")
+        raise SettingError(
+            "`checkpoint_every` needs `checkpoint_path`, the file to save to"
+        )
     if config.distributed not in MODES:
-        raise SettingError(f"unknown `distributed` mode {config.distributed!r}; use "
-                           f"one of: {', '.join(MODES)}")
+        raise SettingError(
+            f"unknown `distributed` mode {config.distributed!r}; use "
+            f"one of: {', '.join(MODES)}"
+        )
     if config.distributed == "fsdp2" and config.scaler == "ours":
         raise SettingError(
             "`scaler='ours'` checks plain tensors, and FSDP2's gradients are DTensor "
             "shards (its inf check would have to be reduced over the ranks). Fix: "
             "`scaler='auto'` (torch's GradScaler) with fsdp2, or 'ours' with "
-            "`distributed='ddp'` or 'none'.")
+            "`distributed='ddp'` or 'none'."
+        )
 
 
 def validate_checkpoint_path(config: TrainConfig) -> None:
@@ -265,13 +314,15 @@ def validate_checkpoint_path(config: TrainConfig) -> None:
         return
     path = Path(config.checkpoint_path).expanduser()
     if config.distributed == "none" and (
-            (path / META_FILE).is_file() or (path / ".metadata").is_file()):
+        (path / META_FILE).is_file() or (path / ".metadata").is_file()
+    ):
         raise SettingError(  # a DCP folder is no mistake: it needs the sharded path
             f"`checkpoint_path` {path} is a sharded checkpoint (a torch.distributed."
             "checkpoint folder written by `distributed='ddp'` or "
             "`distributed='fsdp2'`), not a `distributed='none'` file. Fix: "
             f"{'resume' if config.resume else 'run'} with `distributed='fsdp2'` (or "
-            "`distributed='ddp'`), which also works in one process.")
+            "`distributed='ddp'`), which also works in one process."
+        )
     # one process writes a file; a distributed run a DCP folder with its metadata
     target = path if config.distributed == "none" else path / META_FILE
     validate_output_path(target, "`checkpoint_path`")
@@ -287,19 +338,22 @@ def validate_resume(config: TrainConfig) -> dict | None:
     if not config.resume:
         return None
     path = config.checkpoint_path
-    saved = (load_checkpoint(path) if config.distributed == "none"
-             else read_meta(path))  # a DCP folder: its shards are read by _restore
+    saved = (
+        load_checkpoint(path) if config.distributed == "none" else read_meta(path)
+    )  # a DCP folder: its shards are read by _restore
     _refuse_incompatible_resume(saved["config"], config, path)
     if saved["step"] >= config.num_steps:
         raise SettingError(
             f"{path} is already at step {saved['step']}, and "
             f"`num_steps={config.num_steps}` is the total to reach: nothing to "
-            f"train. Set `num_steps` above {saved['step']} to continue.")
+            f"train. Set `num_steps` above {saved['step']} to continue."
+        )
     return saved
 
 
-def validate_model(model: nn.Module, precision: Precision,
-                   scaler_enabled: bool) -> None:
+def validate_model(
+    model: nn.Module, precision: Precision, scaler_enabled: bool
+) -> None:
     """Refuse a model whose weights cannot train in this precision, before any step.
 
     Example: ``validate_model(nn.Linear(2, 2).half(), PRECISIONS["fp16"], True)`` raises
@@ -315,13 +369,15 @@ def validate_model(model: nn.Module, precision: Precision,
             "scaling needs float32 weights: torch's GradScaler stops with "
             "'Attempting to unscale FP16 gradients', and fp16 weights lose small "
             "updates anyway. Fix: keep the model in float32 (drop .half()) and let "
-            "autocast cast each op to fp16; the fp32 weights are the master copy.")
+            "autocast cast each op to fp16; the fp32 weights are the master copy."
+        )
     if not precision.autocast:
         raise SettingError(
             f"the model's parameters are {', '.join(low)}, but "
             f"`precision={precision.name!r}` computes in float32. Fix: model.float(), "
             "or pick `precision='fp16'` or `precision='bf16'` and keep the weights in "
-            "float32.")
+            "float32."
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -362,8 +418,9 @@ class Task:
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         c = self.config
         if c.task == "spirals":
-            idx = torch.randint(len(self.train_x), (c.batch_size,),
-                                generator=self.generator).to(self.device)
+            idx = torch.randint(
+                len(self.train_x), (c.batch_size,), generator=self.generator
+            ).to(self.device)
             return self.train_x[idx], self.train_y[idx]
         x, y = make_tokens(c.batch_size, c.block_size, c.vocab_size, self.generator)
         return x.to(self.device), y.to(self.device)
@@ -386,10 +443,15 @@ class StepStats:
     skipped: bool
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, ctx,
-               micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
-               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-               clip: float | None = None) -> StepStats:
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: Any,
+    ctx,
+    micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    clip: float | None = None,
+) -> StepStats:
     """One optimizer step over ``len(micro_batches)`` accumulated micro-batches.
 
     The order is the one that works for every precision: scale -> backward (per
@@ -412,7 +474,8 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, 
         total += loss.detach().float()
     scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
     grad_norm = torch.nn.utils.clip_grad_norm_(
-        model.parameters(), clip if clip is not None else math.inf)
+        model.parameters(), clip if clip is not None else math.inf
+    )
     scaler.step(optimizer)  # skips optimizer.step() if any gradient is inf/NaN
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
@@ -420,8 +483,13 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, 
     return StepStats(total, grad_norm.detach(), scale, skipped)
 
 
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx,
-             loss_fn: Callable = Task.loss_fn) -> tuple[float, float]:
+def evaluate(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ctx,
+    loss_fn: Callable = Task.loss_fn,
+) -> tuple[float, float]:
     """Loss and accuracy under autocast, without a scaler and without autograd.
 
     Example: ``evaluate(model, x, y, ctx)`` -> ``(0.08, 0.98)``.
@@ -440,13 +508,19 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx,
 
 def _refuse_incompatible_resume(saved: dict, config: TrainConfig, path) -> None:
     now = asdict(config)
-    diff = [f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}"
-            for k in RESUME_MUST_MATCH if saved.get(k) != now[k]]
+    diff = [
+        f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}"
+        for k in RESUME_MUST_MATCH
+        if saved.get(k) != now[k]
+    ]
     if diff:
-        raise SettingError(f"cannot resume from {path}: the run's settings differ ("
-                           + "; ".join(diff) + "). Fix: resume with the same "
-                           "settings, or start a new run with another "
-                           "`checkpoint_path`.")
+        raise SettingError(
+            f"cannot resume from {path}: the run's settings differ ("
+            + "; ".join(diff)
+            + "). Fix: resume with the same "
+            "settings, or start a new run with another "
+            "`checkpoint_path`."
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -454,8 +528,11 @@ def _refuse_incompatible_resume(saved: dict, config: TrainConfig, path) -> None:
 # ---------------------------------------------------------------------------
 
 
-def train(config: TrainConfig | TrainPlan, model: nn.Module | None = None,
-          log: Callable[[str], None] = print) -> TrainResult:
+def train(
+    config: TrainConfig | TrainPlan,
+    model: nn.Module | None = None,
+    log: Callable[[str], None] = print,
+) -> TrainResult:
     """Train on a built-in synthetic task and return the per-step records.
 
     Everything is checked (``plan_training``; a ``TrainPlan`` is taken as checked)
@@ -484,44 +561,80 @@ def train(config: TrainConfig | TrainPlan, model: nn.Module | None = None,
         device = world.device  # under torchrun on CUDA: this rank's own GPU
         run = _build(plan, world, device)
         task, model, ctx, optimizer, scaler, records = (
-            run.task, run.model, run.ctx, run.optimizer, run.scaler, run.records)
+            run.task,
+            run.model,
+            run.ctx,
+            run.optimizer,
+            run.scaler,
+            run.records,
+        )
         with tf32_mode(plan.precision.tf32, device.type):
             model.train()
             for step in range(len(records) + 1, config.num_steps + 1):
                 t0 = time.perf_counter()
-                batches = [world.split(*task.batch())
-                           for _ in range(config.accum_steps)]
-                stats = train_step(model, optimizer, scaler, ctx, batches,
-                                   task.loss_fn, config.clip)
+                batches = [
+                    world.split(*task.batch()) for _ in range(config.accum_steps)
+                ]
+                stats = train_step(
+                    model, optimizer, scaler, ctx, batches, task.loss_fn, config.clip
+                )
                 # the mean over the global batch; the same skip on every rank
                 loss, skipped = world.combine(stats.loss, stats.skipped)
                 grad_norm = stats.grad_norm.item()  # syncs a GPU
-                records.append(StepRecord(step, loss, stats.scale, skipped, grad_norm,
-                                          1e3 * (time.perf_counter() - t0)))
-                if world.rank == 0 and config.log_every and (
-                        step % config.log_every == 0 or step in (1, config.num_steps)):
+                records.append(
+                    StepRecord(
+                        step,
+                        loss,
+                        stats.scale,
+                        skipped,
+                        grad_norm,
+                        1e3 * (time.perf_counter() - t0),
+                    )
+                )
+                if (
+                    world.rank == 0
+                    and config.log_every
+                    and (step % config.log_every == 0 or step in (1, config.num_steps))
+                ):
                     log(format_record(records[-1], sum(r.skipped for r in records)))
-                if (config.checkpoint_path and config.checkpoint_every
-                        and step % config.checkpoint_every == 0):
+                if (
+                    config.checkpoint_path
+                    and config.checkpoint_every
+                    and step % config.checkpoint_every == 0
+                ):
                     _save(run)
             if config.checkpoint_path:
                 _save(run)
-            eval_loss, eval_accuracy = evaluate(model, task.eval_x, task.eval_y, ctx,
-                                                task.loss_fn)
+            eval_loss, eval_accuracy = evaluate(
+                model, task.eval_x, task.eval_y, ctx, task.loss_fn
+            )
         if world.world_size > 1:
             world.barrier()  # every rank done talking before any ends the group
     finally:
         world.close()
-    return TrainResult(config, records, eval_loss, eval_accuracy, model, optimizer,
-                       scaler, str(device), notes, world.world_size, world.rank)
+    return TrainResult(
+        config,
+        records,
+        eval_loss,
+        eval_accuracy,
+        model,
+        optimizer,
+        scaler,
+        str(device),
+        notes,
+        world.world_size,
+        world.rank,
+    )
 
 
 def _the_plan(config: TrainConfig | TrainPlan, model: nn.Module | None) -> TrainPlan:
     if not isinstance(config, TrainPlan):
         return plan_training(config, model)
     if model is not None:  # the plan checked its own model (or none) already
-        raise TypeError("a TrainPlan carries its model: pass it to plan_training "
-                        "(train(plan_training(config, model))), not to train")
+        raise TypeError(
+            "a TrainPlan carries its model: pass it to plan_training "
+            "(train(plan_training(config, model))), not to train"
+        )
     return config
 
 
@@ -548,13 +661,16 @@ def _build(plan: TrainPlan, world: World, device: torch.device) -> _Run:
     torch.manual_seed(config.seed)  # model init; a checkpoint restores the state
     task = Task(config, device)
     model = plan.model if plan.model is not None else task.make_model()
-    model, ctx = wrap_model(model, world, plan.precision,
-                            autocast_context(plan.precision, device))
+    model, ctx = wrap_model(
+        model, world, plan.precision, autocast_context(plan.precision, device)
+    )
     lr = config.lr if config.lr is not None else task.default_lr
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr,
-                                  weight_decay=config.weight_decay)
-    scaler = make_scaler(plan.precision, device, config.scaler, config.init_scale,
-                         config.growth_interval)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=lr, weight_decay=config.weight_decay
+    )
+    scaler = make_scaler(
+        plan.precision, device, config.scaler, config.init_scale, config.growth_interval
+    )
     run = _Run(config, world, device, task, model, ctx, optimizer, scaler, [])
     if plan.saved is not None:
         try:
@@ -572,10 +688,17 @@ def _build(plan: TrainPlan, world: World, device: torch.device) -> _Run:
 def format_record(record: StepRecord, skipped_so_far: int) -> str:
     """One log line. Example: ``step   10 | loss 0.8123 | scale 65536 | skipped 0 |
     grad_norm 1.234 | 2.1 ms``."""
-    return _("step {step:4d} | loss {loss:.4f} | scale {scale:g} | skipped {skipped} "
-             "| grad_norm {grad_norm:.3g} | {ms:.1f} ms").format(
-        step=record.step, loss=record.loss, scale=record.scale, skipped=skipped_so_far,
-        grad_norm=record.grad_norm, ms=record.time_ms)
+    return _(
+        "step {step:4d} | loss {loss:.4f} | scale {scale:g} | skipped {skipped} "
+        "| grad_norm {grad_norm:.3g} | {ms:.1f} ms"
+    ).format(
+        step=record.step,
+        loss=record.loss,
+        scale=record.scale,
+        skipped=skipped_so_far,
+        grad_norm=record.grad_norm,
+        ms=record.time_ms,
+    )
 
 
 def _save(run: _Run) -> None:
@@ -584,17 +707,28 @@ def _save(run: _Run) -> None:
     if not run.world.distributed:
         save_checkpoint(run.config.checkpoint_path, _snapshot(run))
         return
-    meta = {"step": len(run.records), "config": asdict(run.config),
-            "world_size": run.world.world_size, "scaler": run.scaler.state_dict(),
-            "records": [asdict(r) for r in run.records]}
-    save_sharded(run.config.checkpoint_path, run.world, run.model, run.optimizer,
-                 {"data_rng": run.task.generator.get_state(),
-                  "torch_rng": torch.get_rng_state()}, meta)
+    meta = {
+        "step": len(run.records),
+        "config": asdict(run.config),
+        "world_size": run.world.world_size,
+        "scaler": run.scaler.state_dict(),
+        "records": [asdict(r) for r in run.records],
+    }
+    save_sharded(
+        run.config.checkpoint_path,
+        run.world,
+        run.model,
+        run.optimizer,
+        {
+            "data_rng": run.task.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+        },
+        meta,
+    )
 
 
 def _snapshot(run: _Run) -> dict:
-    cuda_rng = (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
-                else None)
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     return {
         "format": CHECKPOINT_FORMAT,
         "step": len(run.records),

@@ -60,15 +60,27 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")  # memory.OPTIMIZER_STATE'
 # usually emulated (device.EMULATION_NOTE), so these sizes measure mechanics only.
 CPU_SIZES = {
     "mlp": {"width": 256, "layers": 3, "batch": 32},
-    "transformer": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32,
-                    "batch": 4, "vocab_size": 128},
+    "transformer": {
+        "n_layer": 2,
+        "n_head": 2,
+        "n_embd": 64,
+        "block_size": 32,
+        "batch": 4,
+        "vocab_size": 128,
+    },
 }
 # The recipe's MLP as published; a GPT-2-small body (12 x 768, T=1024, vocab 8192 of
 # synthetic tokens). The transformer's batch grows with GPU memory (see default_sizes).
 GPU_SIZES = {
     "mlp": {"width": 4096, "layers": 3, "batch": 512},
-    "transformer": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024,
-                    "batch": 8, "vocab_size": 8192},
+    "transformer": {
+        "n_layer": 12,
+        "n_head": 12,
+        "n_embd": 768,
+        "block_size": 1024,
+        "batch": 8,
+        "vocab_size": 8192,
+    },
 }
 DEFAULT_STEPS = {"cpu": (3, 8), "cuda": (5, 20), "mps": (3, 10)}  # (warmup, iters)
 
@@ -91,8 +103,9 @@ PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
 
 
 def _unknown_config(config: object) -> ValueError:
-    return ValueError(f"unknown bench config {config!r}; use one of: "
-                      f"{', '.join(CONFIGS)}")
+    return ValueError(
+        f"unknown bench config {config!r}; use one of: {', '.join(CONFIGS)}"
+    )
 
 
 def default_sizes(device: torch.device | str) -> dict[str, dict[str, int]]:
@@ -111,9 +124,9 @@ def default_sizes(device: torch.device | str) -> dict[str, dict[str, int]]:
     return sizes
 
 
-def merge_sizes(device: torch.device | str,
-                overrides: dict[str, dict[str, int]] | None = None
-                ) -> dict[str, dict[str, int]]:
+def merge_sizes(
+    device: torch.device | str, overrides: dict[str, dict[str, int]] | None = None
+) -> dict[str, dict[str, int]]:
     """Default sizes with some values replaced; unknown names are refused.
 
     Example: ``merge_sizes("cpu", {"mlp": {"width": 512}})["mlp"]["width"] == 512``.
@@ -124,16 +137,21 @@ def merge_sizes(device: torch.device | str,
             raise _unknown_config(config)
         for key, value in values.items():
             if key not in sizes[config]:
-                raise ValueError(f"unknown size {key!r} for {config}; sizes are: "
-                                 f"{', '.join(sizes[config])}")
+                raise ValueError(
+                    f"unknown size {key!r} for {config}; sizes are: "
+                    f"{', '.join(sizes[config])}"
+                )
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{config} {key} must be a positive integer, got "
-                                 f"{value!r}")
+                raise ValueError(
+                    f"{config} {key} must be a positive integer, got {value!r}"
+                )
             sizes[config][key] = value
     t = sizes["transformer"]
     if t["n_embd"] % t["n_head"]:
-        raise ValueError(f"transformer n_embd={t['n_embd']} must be a multiple of "
-                         f"n_head={t['n_head']}")
+        raise ValueError(
+            f"transformer n_embd={t['n_embd']} must be a multiple of "
+            f"n_head={t['n_head']}"
+        )
     return sizes
 
 
@@ -181,9 +199,13 @@ def synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def time_steps(step: Callable[[], object], device: torch.device | str,
-               warmup: int = 2, iters: int = 5,
-               deadline: float | None = None) -> list[float]:
+def time_steps(
+    step: Callable[[], object],
+    device: torch.device | str,
+    warmup: int = 2,
+    iters: int = 5,
+    deadline: float | None = None,
+) -> list[float]:
     """Milliseconds of each of ``iters`` calls of ``step``, after ``warmup`` calls.
 
     ``deadline``, a ``time.perf_counter()`` reading: once it has passed, stop after
@@ -206,9 +228,13 @@ def time_steps(step: Callable[[], object], device: torch.device | str,
     return times
 
 
-def _time_with_peak(step: Callable[[], object], device: torch.device, warmup: int,
-                    iters: int, deadline: float | None = None
-                    ) -> tuple[list[float], int | None, int | None]:
+def _time_with_peak(
+    step: Callable[[], object],
+    device: torch.device,
+    warmup: int,
+    iters: int,
+    deadline: float | None = None,
+) -> tuple[list[float], int | None, int | None]:
     """``time_steps`` after warm-up, with the CUDA allocator's view of the timed steps:
     (times in ms, bytes allocated before them, their peak); None, None off CUDA."""
     time_steps(step, device, warmup=warmup, iters=0)
@@ -235,8 +261,9 @@ def make_optimizer(name: str, params, lr: float = 1e-3) -> torch.optim.Optimizer
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr)
     if name in ("sgd", "sgd_momentum"):
-        return torch.optim.SGD(params, lr=lr, momentum=0.9 if name == "sgd_momentum"
-                               else 0.0)
+        return torch.optim.SGD(
+            params, lr=lr, momentum=0.9 if name == "sgd_momentum" else 0.0
+        )
     raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
 
 
@@ -257,17 +284,24 @@ def build(config: str, sizes: dict[str, int], device: torch.device, seed: int = 
         return model, x, y, F.mse_loss, make_optimizer("sgd", model.parameters())
     if config == "transformer":
         s = sizes
-        model = GPT(s["vocab_size"], s["block_size"], s["n_layer"], s["n_head"],
-                    s["n_embd"]).to(device)
+        model = GPT(
+            s["vocab_size"], s["block_size"], s["n_layer"], s["n_head"], s["n_embd"]
+        ).to(device)
         x, y = make_tokens(s["batch"], s["block_size"], s["vocab_size"], g)
         optimizer = make_optimizer("adamw", model.parameters(), lr=3e-4)
         return model, x.to(device), y.to(device), Task.loss_fn, optimizer
     raise _unknown_config(config)
 
 
-def bench_one(config: str, precision: str, device: torch.device | str = "cpu",
-              sizes: dict[str, int] | None = None, warmup: int = 2, iters: int = 5,
-              seed: int = 0) -> dict:
+def bench_one(
+    config: str,
+    precision: str,
+    device: torch.device | str = "cpu",
+    sizes: dict[str, int] | None = None,
+    warmup: int = 2,
+    iters: int = 5,
+    seed: int = 0,
+) -> dict:
     """Time and measure training steps of one config in one precision.
 
     Example::
@@ -283,8 +317,9 @@ def bench_one(config: str, precision: str, device: torch.device | str = "cpu",
         raise ValueError(f"need warmup >= 0 and iters >= 1, got {warmup}, {iters}")
     _release(device)
     try:
-        times, peak, resident, act, param_bytes = _measure(config, p, device, sizes,
-                                                           warmup, iters, seed, fp8)
+        times, peak, resident, act, param_bytes = _measure(
+            config, p, device, sizes, warmup, iters, seed, fp8
+        )
     finally:
         _release(device)  # the model is gone: give its memory back before the next
     step_ms = statistics.median(times)
@@ -336,8 +371,10 @@ def _release(device: torch.device) -> None:
 # A row's note, recorded in English (results files keep it so); `format_table` shows
 # it in the student's language (`translated_note`).
 NOTES = (
-    N_("TF32 is an NVIDIA GPU mode: on {device} this is fp32 again, so its time "
-       "differs from fp32's only by measurement noise"),
+    N_(
+        "TF32 is an NVIDIA GPU mode: on {device} this is fp32 again, so its time "
+        "differs from fp32's only by measurement noise"
+    ),
     N_("no TF32 before compute capability 8.0: fp32 again"),
     N_("{precision} on a CPU: {how}; says nothing about GPU speed"),
 )
@@ -363,14 +400,18 @@ def translated_note(note: str) -> str:
     is the same text in English, and "sin TF32 antes de ..." after set_language("es").
     """
     for template in NOTES:
-        pattern = "".join(f"(?P<{part[1:-1]}>.+?)" if part.startswith("{")
-                          else re.escape(part)
-                          for part in re.split(r"(\{\w+\})", template))
+        pattern = "".join(
+            f"(?P<{part[1:-1]}>.+?)" if part.startswith("{") else re.escape(part)
+            for part in re.split(r"(\{\w+\})", template)
+        )
         found = re.fullmatch(pattern, note)
         if found:
-            return gettext(template).format(**{  # a device or precision stays as is
-                key: gettext(value) if value in NOTE_HOWS else value
-                for key, value in found.groupdict().items()})
+            return gettext(template).format(
+                **{  # a device or precision stays as is
+                    key: gettext(value) if value in NOTE_HOWS else value
+                    for key, value in found.groupdict().items()
+                }
+            )
     return gettext(note)
 
 
@@ -386,13 +427,17 @@ def device_name(device: torch.device) -> str:
 # ---- The whole bench -----------------------------------------------------------------
 
 
-def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
-              precisions: Sequence[str] | None = None,
-              sizes: dict[str, dict[str, int]] | None = None,
-              warmup: int | None = None, iters: int | None = None,
-              skipped: list[dict] | None = None,
-              progress: Callable[[str], None] | None = None,
-              threads: int | None = None) -> list[dict]:
+def run_bench(
+    device: str = "auto",
+    configs: Sequence[str] = CONFIGS,
+    precisions: Sequence[str] | None = None,
+    sizes: dict[str, dict[str, int]] | None = None,
+    warmup: int | None = None,
+    iters: int | None = None,
+    skipped: list[dict] | None = None,
+    progress: Callable[[str], None] | None = None,
+    threads: int | None = None,
+) -> list[dict]:
     """Bench every config in every precision on one device; rows with ratios vs fp32.
 
     Precisions (default: ``default_precisions``) the device cannot run (bf16 before
@@ -411,8 +456,9 @@ def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
     precisions = default_precisions(dev) if precisions is None else precisions
     for name in precisions:
         if name not in BENCH_PRECISIONS:
-            raise ValueError(f"unknown precision {name!r}; use one of: "
-                             f"{', '.join(BENCH_PRECISIONS)}")
+            raise ValueError(
+                f"unknown precision {name!r}; use one of: {', '.join(BENCH_PRECISIONS)}"
+            )
     for config in configs:
         if config not in CONFIGS:
             raise _unknown_config(config)
@@ -438,8 +484,9 @@ def run_bench(device: str = "auto", configs: Sequence[str] = CONFIGS,
             for name in usable:
                 if progress:
                     progress(f"{config} {name} ...")
-                rows.append(bench_one(config, name, dev, all_sizes[config], warmup,
-                                      iters))
+                rows.append(
+                    bench_one(config, name, dev, all_sizes[config], warmup, iters)
+                )
     return add_ratios(rows)
 
 
@@ -471,10 +518,12 @@ def add_ratios(rows: list[dict]) -> list[dict]:
     for row in rows:
         ref = base.get(row["config"])
         row["speedup_vs_fp32"] = ref["step_ms"] / row["step_ms"] if ref else None
-        row["peak_mem_ratio_vs_fp32"] = _ratio(row["peak_mem_bytes"],
-                                               ref and ref["peak_mem_bytes"])
-        row["activation_ratio_vs_fp32"] = _ratio(row["activation_bytes"],
-                                                 ref and ref["activation_bytes"])
+        row["peak_mem_ratio_vs_fp32"] = _ratio(
+            row["peak_mem_bytes"], ref and ref["peak_mem_bytes"]
+        )
+        row["activation_ratio_vs_fp32"] = _ratio(
+            row["activation_bytes"], ref and ref["activation_bytes"]
+        )
     return rows
 
 
@@ -521,8 +570,9 @@ def measure_speed_memory(
     _check_panel_args(width, batch, layers, iters, warmup, precisions, optimizer)
     dev = resolve_device(str(device))
     deadline = None if budget_ms is None else time.perf_counter() + budget_ms / 1e3
-    run = _PanelRun(width, batch, layers, optimizer, warmup, iters, time_steps, seed,
-                    deadline)
+    run = _PanelRun(
+        width, batch, layers, optimizer, warmup, iters, time_steps, seed, deadline
+    )
     # one precision at a time: each row's model and optimizer are freed when
     # _panel_row returns, before the next precision's `base` is read (or that base
     # would count them and the peak shrink)
@@ -546,8 +596,12 @@ class _PanelRun:
 
 def _check_panel_args(width, batch, layers, iters, warmup, precisions, optimizer):
     """measure_speed_memory's arguments, or ValueError saying which is wrong."""
-    for name, v in (("width", width), ("batch", batch), ("layers", layers),
-                    ("iters", iters)):
+    for name, v in (
+        ("width", width),
+        ("batch", batch),
+        ("layers", layers),
+        ("iters", iters),
+    ):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
@@ -555,8 +609,9 @@ def _check_panel_args(width, batch, layers, iters, warmup, precisions, optimizer
     if not precisions:
         raise ValueError("no precision chosen: pass e.g. ('fp32', 'bf16')")
     if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
-                         f"{', '.join(OPTIMIZERS)}")
+        raise ValueError(
+            f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}"
+        )
 
 
 def _panel_row(run: _PanelRun, name: str, dev: torch.device) -> dict:
@@ -595,8 +650,9 @@ def _panel_row(run: _PanelRun, name: str, dev: torch.device) -> dict:
     }
 
 
-def _timed_panel_steps(run: _PanelRun, p, dev: torch.device, model, opt,
-                       batch) -> tuple[list[float], int | None]:
+def _timed_panel_steps(
+    run: _PanelRun, p, dev: torch.device, model, opt, batch
+) -> tuple[list[float], int | None]:
     """(times in ms, allocator peak or None) of the course's training step
     (``train.train_step``: autocast, GradScaler for fp16), warm-up first."""
     scaler, ctx = make_scaler(p, dev), autocast_context(p, dev)
@@ -605,8 +661,9 @@ def _timed_panel_steps(run: _PanelRun, p, dev: torch.device, model, opt,
         return train_step(model, opt, scaler, ctx, [batch], F.mse_loss, clip=1.0)
 
     with tf32_mode(p.tf32, dev.type):
-        times, _resident, peak = _time_with_peak(step, dev, run.warmup, run.iters,
-                                                 run.deadline)
+        times, _resident, peak = _time_with_peak(
+            step, dev, run.warmup, run.iters, run.deadline
+        )
     return times, peak
 
 
@@ -635,9 +692,11 @@ def format_table(results: Iterable[dict]) -> str:
         config       prec    step ms  speedup       peak peak/fp32         act ...
         mlp          fp32       1.92    1.00x          -         -   224.0 KiB ...
     """
-    header = (f"{'config':<12} {'prec':<5} {'step ms':>9} {'speedup':>8} "
-              f"{'peak':>10} {'peak/fp32':>9} {'act':>11} {'act/fp32':>8} "
-              f"{'TFLOP/s':>8} {'MFU':>6}")
+    header = (
+        f"{'config':<12} {'prec':<5} {'step ms':>9} {'speedup':>8} "
+        f"{'peak':>10} {'peak/fp32':>9} {'act':>11} {'act/fp32':>8} "
+        f"{'TFLOP/s':>8} {'MFU':>6}"
+    )
     lines = [header, "-" * len(header)]
     notes: list[str] = []
     for r in results:
@@ -653,8 +712,7 @@ def format_table(results: Iterable[dict]) -> str:
             f"{_times(r.get('peak_mem_ratio_vs_fp32')):>9} "
             f"{_bytes(r['activation_bytes']):>11} "
             f"{_times(r.get('activation_ratio_vs_fp32')):>8} "
-            f"{_tflops(r['tflops']):>8} {mfu:>6}{mark}")
+            f"{_tflops(r['tflops']):>8} {mfu:>6}{mark}"
+        )
     lines += [f"[{i}] {translated_note(note)}" for i, note in enumerate(notes, 1)]
     return "\n".join(lines)
-
-

@@ -23,16 +23,27 @@ from amp_lessons.core.precision import PRECISIONS
 from amp_lessons.i18n import N_
 from amp_lessons.measure.fp8_vs_torchao import INSTALL_HINT, import_torchao_float8
 
-__all__ = ["BASE_PRECISION", "BENCH_PRECISIONS", "FP8", "FP8_NOTE", "MIN_CAPABILITY",
-           "base_precision", "default_precisions", "fp8_unavailable", "prepare_fp8",
-           "scaled_mm_shape_error"]
+__all__ = [
+    "BASE_PRECISION",
+    "BENCH_PRECISIONS",
+    "FP8",
+    "FP8_NOTE",
+    "MIN_CAPABILITY",
+    "base_precision",
+    "default_precisions",
+    "fp8_unavailable",
+    "prepare_fp8",
+    "scaled_mm_shape_error",
+]
 
 FP8 = "fp8"
 BENCH_PRECISIONS = (*PRECISIONS, FP8)
 BASE_PRECISION = "bf16"  # what the layers torchao leaves alone run in
 MIN_CAPABILITY = (8, 9)  # the first GPUs with fp8 tensor cores: Ada (sm_89), Hopper
-FP8_NOTE = N_("torchao Float8Linear (tensorwise, dynamic), first/last Linear and the "
-               "rest in bf16, torch.compile; no MFU: PEAK_TFLOPS lists no fp8 peak")
+FP8_NOTE = N_(
+    "torchao Float8Linear (tensorwise, dynamic), first/last Linear and the "
+    "rest in bf16, torch.compile; no MFU: PEAK_TFLOPS lists no fp8 peak"
+)
 
 
 def fp8_unavailable(device: torch.device | str) -> str | None:
@@ -43,16 +54,20 @@ def fp8_unavailable(device: torch.device | str) -> str | None:
     """
     device = torch.device(device)
     if device.type != "cuda":
-        return (f"fp8 training needs an NVIDIA GPU with compute capability "
-                f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer (Ada such as L4 or "
-                f"RTX 4090, Hopper H100/H200, Blackwell); this run is on "
-                f"{device.type}. Lesson 11 runs the same numerics emulated on a CPU "
-                "(amp_lessons.core.fp8).")
+        return (
+            f"fp8 training needs an NVIDIA GPU with compute capability "
+            f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer (Ada such as L4 or "
+            f"RTX 4090, Hopper H100/H200, Blackwell); this run is on "
+            f"{device.type}. Lesson 11 runs the same numerics emulated on a CPU "
+            "(amp_lessons.core.fp8)."
+        )
     capability = torch.cuda.get_device_capability(device)
     if capability < MIN_CAPABILITY:
-        return (f"{torch.cuda.get_device_name(device)} has compute capability "
-                f"{capability[0]}.{capability[1]}; fp8 tensor cores start at "
-                f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} (Ada, Hopper, Blackwell)")
+        return (
+            f"{torch.cuda.get_device_name(device)} has compute capability "
+            f"{capability[0]}.{capability[1]}; fp8 tensor cores start at "
+            f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} (Ada, Hopper, Blackwell)"
+        )
     if import_torchao_float8() is None:
         return f"the fp8 row uses torchao, which is not installed: {INSTALL_HINT}"
     return None
@@ -92,8 +107,9 @@ def default_precisions(device: torch.device | str) -> tuple[str, ...]:
     return BENCH_PRECISIONS if fp8_unavailable(device) is None else tuple(PRECISIONS)
 
 
-def prepare_fp8(model: nn.Module, *, emulate: bool = False,
-                compile: bool = True) -> nn.Module:
+def prepare_fp8(
+    model: nn.Module, *, emulate: bool = False, compile: bool = True
+) -> nn.Module:
     """Convert ``model``'s Linears (the ends kept) with torchao, then compile it.
 
     ``emulate=True`` and ``compile=False`` give torchao's CPU emulation, eager: what
@@ -103,6 +119,8 @@ def prepare_fp8(model: nn.Module, *, emulate: bool = False,
     if float8 is None:
         raise ModuleNotFoundError(f"the fp8 row needs torchao: {INSTALL_HINT}")
     float8.convert_to_float8_training(
-        model, module_filter_fn=filter_first_and_last(model),
-        config=float8.Float8LinearConfig(emulate=emulate))
+        model,
+        module_filter_fn=filter_first_and_last(model),
+        config=float8.Float8LinearConfig(emulate=emulate),
+    )
     return torch.compile(model) if compile else model

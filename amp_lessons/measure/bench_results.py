@@ -55,13 +55,17 @@ def find_results_dir() -> Path:
 RESULTS_DIR = find_results_dir()
 
 
-def bench_report(device: str = "auto", configs: Sequence[str] = CONFIGS,
-                 precisions: Sequence[str] | None = None,
-                 sizes: dict[str, dict[str, int]] | None = None,
-                 warmup: int | None = None, iters: int | None = None,
-                 command: str | None = None,
-                 progress: Callable[[str], None] | None = None,
-                 threads: int | None = None) -> dict:
+def bench_report(
+    device: str = "auto",
+    configs: Sequence[str] = CONFIGS,
+    precisions: Sequence[str] | None = None,
+    sizes: dict[str, dict[str, int]] | None = None,
+    warmup: int | None = None,
+    iters: int | None = None,
+    command: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    threads: int | None = None,
+) -> dict:
     """``run_bench`` plus the provenance a results file needs.
 
     Example: ``bench_report("cpu")["results"][0]["config"] == "mlp"``.
@@ -74,20 +78,26 @@ def bench_report(device: str = "auto", configs: Sequence[str] = CONFIGS,
     skipped: list[dict] = []
     if threads is None and dev.type == "cpu":
         threads = 1  # see run_bench
-    results = run_bench(str(dev), configs, precisions, sizes, warmup, iters, skipped,
-                        progress, threads)
+    results = run_bench(
+        str(dev), configs, precisions, sizes, warmup, iters, skipped, progress, threads
+    )
     name = device_name(dev)
     notes = [FLOPS_NOTE]
     if dev.type != "cuda":
-        notes.append(f"peak_mem_bytes is None on {dev.type}: torch tracks allocations "
-                     "on CUDA only. activation_bytes is exact on every device.")
+        notes.append(
+            f"peak_mem_bytes is None on {dev.type}: torch tracks allocations "
+            "on CUDA only. activation_bytes is exact on every device."
+        )
     return {
         "schema": SCHEMA,
         "device": dev.type,
         "device_name": name,
         "gpu": name if dev.type == "cuda" else None,
-        "compute_capability": (".".join(map(str, torch.cuda.get_device_capability(dev)))
-                               if dev.type == "cuda" else None),
+        "compute_capability": (
+            ".".join(map(str, torch.cuda.get_device_capability(dev)))
+            if dev.type == "cuda"
+            else None
+        ),
         "cuda": torch.version.cuda,
         "torch": torch.__version__,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -122,12 +132,23 @@ def save_results(report: dict, path: str | os.PathLike) -> Path:
     return write_atomically(path, lambda f: f.write(text.encode()))
 
 
-REQUIRED_TOP = {"device": str, "torch": str, "date": str, "command": str,
-                "results": list}
-REQUIRED_ROW = {"config": str, "precision": str, "step_ms": float,
-                "peak_mem_bytes": (int, None), "activation_bytes": int,
-                "tflops": float, "mfu": (float, None),
-                "speedup_vs_fp32": (float, None)}
+REQUIRED_TOP = {
+    "device": str,
+    "torch": str,
+    "date": str,
+    "command": str,
+    "results": list,
+}
+REQUIRED_ROW = {
+    "config": str,
+    "precision": str,
+    "step_ms": float,
+    "peak_mem_bytes": (int, None),
+    "activation_bytes": int,
+    "tflops": float,
+    "mfu": (float, None),
+    "speedup_vs_fp32": (float, None),
+}
 
 
 def load_results(path: str | os.PathLike) -> dict:
@@ -152,12 +173,15 @@ def load_results(path: str | os.PathLike) -> dict:
 def validate_report(report, where: str = "report") -> None:
     """Check a report's keys and types. Example: ``validate_report({})`` raises."""
     if not isinstance(report, dict):
-        raise ValueError(f"{where}: expected a JSON object, got "
-                         f"{type(report).__name__}")
+        raise ValueError(
+            f"{where}: expected a JSON object, got {type(report).__name__}"
+        )
     for key, kind in REQUIRED_TOP.items():
         if key not in report:
-            raise ValueError(f"{where}: missing top-level key {key!r}; a bench results "
-                             "file comes from `python -m amp_lessons bench --json`")
+            raise ValueError(
+                f"{where}: missing top-level key {key!r}; a bench results "
+                "file comes from `python -m amp_lessons bench --json`"
+            )
         if not isinstance(report[key], kind):
             raise ValueError(f"{where}: {key!r} should be a {kind.__name__}")
     if not report["results"]:
@@ -169,11 +193,14 @@ def validate_report(report, where: str = "report") -> None:
             if key not in row:
                 raise ValueError(f"{where}: results[{i}] lacks {key!r}")
             if not _is(row[key], kind):
-                raise ValueError(f"{where}: results[{i}][{key!r}] = {row[key]!r} is "
-                                 "not of the expected type")
+                raise ValueError(
+                    f"{where}: results[{i}][{key!r}] = {row[key]!r} is "
+                    "not of the expected type"
+                )
         if row["precision"] not in BENCH_PRECISIONS:
-            raise ValueError(f"{where}: results[{i}] has unknown precision "
-                             f"{row['precision']!r}")
+            raise ValueError(
+                f"{where}: results[{i}] has unknown precision {row['precision']!r}"
+            )
         if not (row["step_ms"] > 0 and math.isfinite(row["step_ms"])):
             raise ValueError(f"{where}: results[{i}] step_ms must be > 0")
 
@@ -183,8 +210,11 @@ def _is(value, kind) -> bool:
     for k in kinds:
         if k is None and value is None:
             return True
-        if k is float and isinstance(value, int | float) and not isinstance(value,
-                                                                          bool):
+        if (
+            k is float
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+        ):
             return True
         if k is int and isinstance(value, int) and not isinstance(value, bool):
             return True
@@ -211,20 +241,27 @@ def validate_recorded(report: dict, where: str = "report") -> None:
     the command that made them, and no ``"synthetic": true`` (what tests write).
     """
     if report.get("synthetic"):
-        raise ValueError(f"{where}: a synthetic report (made-up numbers from a test) "
-                         "never goes into the recorded results; write it elsewhere")
+        raise ValueError(
+            f"{where}: a synthetic report (made-up numbers from a test) "
+            "never goes into the recorded results; write it elsewhere"
+        )
     if report.get("device") != "cuda" or not report.get("gpu"):
-        raise ValueError(f"{where}: recorded results come from a CUDA GPU, this one "
-                         f"from device {report.get('device')!r}; record with "
-                         "`python -m amp_lessons gpu-check` on a GPU")
+        raise ValueError(
+            f"{where}: recorded results come from a CUDA GPU, this one "
+            f"from device {report.get('device')!r}; record with "
+            "`python -m amp_lessons gpu-check` on a GPU"
+        )
     try:
         dt.datetime.fromisoformat(str(report.get("date")))
     except ValueError:
-        raise ValueError(f"{where}: date {report.get('date')!r} is not an ISO date"
-                         ) from None
+        raise ValueError(
+            f"{where}: date {report.get('date')!r} is not an ISO date"
+        ) from None
     if "amp_lessons" not in str(report.get("command")):
-        raise ValueError(f"{where}: command {report.get('command')!r} does not name "
-                         "the amp_lessons command that produced it")
+        raise ValueError(
+            f"{where}: command {report.get('command')!r} does not name "
+            "the amp_lessons command that produced it"
+        )
 
 
 def _is_inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:

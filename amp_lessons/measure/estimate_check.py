@@ -69,8 +69,11 @@ def measured_vs_estimated(report: dict) -> list[dict]:
     for row in report["results"]:
         precision = row["precision"]
         sizes = report.get("sizes", {}).get(row["config"])
-        if row.get("step_ms") is None or sizes is None or not GPUS[gpu].supports(
-                precision):
+        if (
+            row.get("step_ms") is None
+            or sizes is None
+            or not GPUS[gpu].supports(precision)
+        ):
             continue
         w = bench_workload(row["config"], sizes)
         e = estimate_step(w.model, w.inputs, gpu, precision, w.optimizer, w.loss_fn)

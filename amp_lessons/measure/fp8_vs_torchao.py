@@ -27,8 +27,14 @@ from torch import nn
 from amp_lessons.core.formats import same_bits
 from amp_lessons.core.fp8 import ROWWISE, TENSORWISE, ModuleFilter, Recipe, to_float8
 
-__all__ = ["INSTALL_HINT", "TORCHAO_REQUIREMENT", "compare_with_torchao",
-           "convert_with_torchao", "import_torchao_float8", "torchao_missing"]
+__all__ = [
+    "INSTALL_HINT",
+    "TORCHAO_REQUIREMENT",
+    "compare_with_torchao",
+    "convert_with_torchao",
+    "import_torchao_float8",
+    "torchao_missing",
+]
 
 TORCHAO_REQUIREMENT = "torchao>=0.18,<0.19"  # the twin matches 0.18, bit for bit
 INSTALL_HINT = f"pip install '{TORCHAO_REQUIREMENT}'"
@@ -73,12 +79,16 @@ def _config(recipe: Recipe):
     if recipe == ROWWISE:
         config = float8.Float8LinearConfig.from_recipe_name("rowwise")
         return dataclasses.replace(config, emulate=True)
-    raise ValueError(f"torchao has no recipe matching {recipe}; use TENSORWISE or "
-                     "ROWWISE")
+    raise ValueError(
+        f"torchao has no recipe matching {recipe}; use TENSORWISE or ROWWISE"
+    )
 
 
-def convert_with_torchao(model: nn.Module, recipe: Recipe = TENSORWISE,
-                         module_filter: ModuleFilter | None = None) -> nn.Module:
+def convert_with_torchao(
+    model: nn.Module,
+    recipe: Recipe = TENSORWISE,
+    module_filter: ModuleFilter | None = None,
+) -> nn.Module:
     """torchao's ``convert_to_float8_training`` with ``emulate=True``, in place.
 
     Raises ModuleNotFoundError (with the install line) when torchao is absent.
@@ -86,14 +96,17 @@ def convert_with_torchao(model: nn.Module, recipe: Recipe = TENSORWISE,
     float8 = import_torchao_float8()
     config = _config(recipe)
     return float8.convert_to_float8_training(
-        model, module_filter_fn=module_filter, config=config)
+        model, module_filter_fn=module_filter, config=config
+    )
 
 
-def _forward_backward(model: nn.Module, x: torch.Tensor,
-                      autocast_dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+def _forward_backward(
+    model: nn.Module, x: torch.Tensor, autocast_dtype: torch.dtype | None
+) -> dict[str, torch.Tensor]:
     x = x.detach().clone().requires_grad_(x.is_floating_point())
-    with torch.autocast(x.device.type, dtype=autocast_dtype,
-                        enabled=autocast_dtype is not None):
+    with torch.autocast(
+        x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
+    ):
         y = model(x)
     # a fixed, uneven weight per output element: every gradient differs
     weight = torch.linspace(-1.0, 1.0, y.numel(), device=y.device).reshape(y.shape)
@@ -101,15 +114,23 @@ def _forward_backward(model: nn.Module, x: torch.Tensor,
     tensors = {"output": y.detach()}
     if x.grad is not None:
         tensors["input grad"] = x.grad
-    tensors.update({f"{name} grad": p.grad for name, p in model.named_parameters()
-                    if p.grad is not None})
+    tensors.update(
+        {
+            f"{name} grad": p.grad
+            for name, p in model.named_parameters()
+            if p.grad is not None
+        }
+    )
     return tensors
 
 
-def compare_with_torchao(model: nn.Module, x: torch.Tensor,
-                         recipe: Recipe = TENSORWISE,
-                         autocast_dtype: torch.dtype | None = None,
-                         module_filter: ModuleFilter | None = None) -> list[dict]:
+def compare_with_torchao(
+    model: nn.Module,
+    x: torch.Tensor,
+    recipe: Recipe = TENSORWISE,
+    autocast_dtype: torch.dtype | None = None,
+    module_filter: ModuleFilter | None = None,
+) -> list[dict]:
     """Convert two copies of ``model`` (ours: ``to_float8``; theirs: torchao), run
     ``model(x)`` and one backward under the same autocast, and compare bits.
 
@@ -128,5 +149,11 @@ def compare_with_torchao(model: nn.Module, x: torch.Tensor,
     b = _forward_backward(ours, x, autocast_dtype)
     if a.keys() != b.keys():
         raise AssertionError(f"different tensors: {sorted(a)} vs {sorted(b)}")
-    return [{"tensor": name, "dtype": str(b[name].dtype).removeprefix("torch."),
-             "same_bits": same_bits(a[name], b[name])} for name in a]
+    return [
+        {
+            "tensor": name,
+            "dtype": str(b[name].dtype).removeprefix("torch."),
+            "same_bits": same_bits(a[name], b[name]),
+        }
+        for name in a
+    ]

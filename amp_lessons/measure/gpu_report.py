@@ -58,8 +58,11 @@ class TestCounts:
 
     @property
     def ok(self) -> bool:
-        return self.source != "none" and self.failed == self.errors == 0 and (
-            self.passed > 0)
+        return (
+            self.source != "none"
+            and self.failed == self.errors == 0
+            and (self.passed > 0)
+        )
 
 
 @dataclass(frozen=True)
@@ -104,51 +107,95 @@ def evaluate_goals(report: dict) -> list[Goal]:
     hopper = bool(H100_CLASS.search(gpu))
     amp = amp_precision(rows, "transformer")
     goals = [
-        _speed_goal(rows, "fp32", SPEEDUP_VS_FP32, hopper, gpu,
-                    "transformer: bf16 speed-up vs strict fp32 (TF32 off)"),
-        _speed_goal(rows, "tf32", SPEEDUP_VS_TF32, hopper, gpu,
-                    "transformer: bf16 speed-up vs TF32"),
+        _speed_goal(
+            rows,
+            "fp32",
+            SPEEDUP_VS_FP32,
+            hopper,
+            gpu,
+            "transformer: bf16 speed-up vs strict fp32 (TF32 off)",
+        ),
+        _speed_goal(
+            rows,
+            "tf32",
+            SPEEDUP_VS_TF32,
+            hopper,
+            gpu,
+            "transformer: bf16 speed-up vs TF32",
+        ),
     ]
     ratio = _peak_ratio(rows, "transformer", amp)
-    goals.append(_judge(
-        f"transformer (activation-heavy): {amp} AMP peak memory vs fp32",
-        f"<= {PEAK_RATIO_MAX:.2f}x ({100 * (1 - PEAK_RATIO_MAX):.0f}% lower)",
-        ratio, None if ratio is None else ratio <= PEAK_RATIO_MAX, required=True))
+    goals.append(
+        _judge(
+            f"transformer (activation-heavy): {amp} AMP peak memory vs fp32",
+            f"<= {PEAK_RATIO_MAX:.2f}x ({100 * (1 - PEAK_RATIO_MAX):.0f}% lower)",
+            ratio,
+            None if ratio is None else ratio <= PEAK_RATIO_MAX,
+            required=True,
+        )
+    )
     mlp_amp = amp_precision(rows, "mlp")
     ratio = _peak_ratio(rows, "mlp", mlp_amp)
-    goals.append(_judge(
-        f"mlp (weight-heavy): {mlp_amp} AMP peak memory vs fp32, expected to RISE",
-        "> 1.00x (reported, not required)", ratio,
-        None if ratio is None else ratio > 1, required=False,
-        note="autocast keeps low-precision copies of the fp32 weights"))
+    goals.append(
+        _judge(
+            f"mlp (weight-heavy): {mlp_amp} AMP peak memory vs fp32, expected to RISE",
+            "> 1.00x (reported, not required)",
+            ratio,
+            None if ratio is None else ratio > 1,
+            required=False,
+            note="autocast keeps low-precision copies of the fp32 weights",
+        )
+    )
     return goals
 
 
-def _speed_goal(rows, base: str, threshold: float, hopper: bool, gpu: str,
-                name: str) -> Goal:
+def _speed_goal(
+    rows, base: str, threshold: float, hopper: bool, gpu: str, name: str
+) -> Goal:
     bf16, ref = rows.get(("transformer", "bf16")), rows.get(("transformer", base))
     measured = ref["step_ms"] / bf16["step_ms"] if bf16 and ref else None
     target = f">= {threshold:.1f}x on H100/H200"
     if not hopper:
-        return Goal(name, target, measured, NOT_APPLICABLE, False,
-                    f"the target is for H100/H200; this GPU is {gpu or 'unknown'}")
-    return _judge(name, target, measured,
-                  None if measured is None else measured >= threshold, required=True)
+        return Goal(
+            name,
+            target,
+            measured,
+            NOT_APPLICABLE,
+            False,
+            f"the target is for H100/H200; this GPU is {gpu or 'unknown'}",
+        )
+    return _judge(
+        name,
+        target,
+        measured,
+        None if measured is None else measured >= threshold,
+        required=True,
+    )
 
 
 def _peak_ratio(rows, config: str, precision: str) -> float | None:
     row = rows.get((config, precision))
     ref = rows.get((config, "fp32"))
-    if not row or not ref or not row.get("peak_mem_bytes") or not ref.get(
-            "peak_mem_bytes"):
+    if (
+        not row
+        or not ref
+        or not row.get("peak_mem_bytes")
+        or not ref.get("peak_mem_bytes")
+    ):
         return None
     return row["peak_mem_bytes"] / ref["peak_mem_bytes"]
 
 
 def _judge(name, target, measured, passed, required, note="") -> Goal:
     if passed is None:
-        return Goal(name, target, None, NO_DATA, required,
-                    note or "a row it needs was not measured (see the bench table)")
+        return Goal(
+            name,
+            target,
+            None,
+            NO_DATA,
+            required,
+            note or "a row it needs was not measured (see the bench table)",
+        )
     return Goal(name, target, measured, PASS if passed else FAIL, required, note)
 
 
@@ -203,8 +250,14 @@ def count_log(lines: Iterable[str]) -> TestCounts:
                 failing.append(m.group(1))
     if not any(counts.values()):
         return TestCounts()
-    return TestCounts(counts["PASSED"], counts["FAILED"], counts["ERROR"],
-                      counts["SKIPPED"], tuple(failing), source="log")
+    return TestCounts(
+        counts["PASSED"],
+        counts["FAILED"],
+        counts["ERROR"],
+        counts["SKIPPED"],
+        tuple(failing),
+        source="log",
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -230,11 +283,14 @@ def bench_section(report: dict, filename: str) -> str:
     lines = [f"## Speed and memory (`{filename}`)", ""]
     for config, sizes in report.get("sizes", {}).items():
         lines.append(f"- {config}: " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
-    lines += [f"- {report.get('warmup')} warm-up + {report.get('iters')} timed steps, "
-              "median step time; peak = `torch.cuda.max_memory_allocated`", "",
-              "| config | precision | step ms | vs fp32 | vs TF32 | peak MiB | "
-              "peak vs fp32 | TFLOP/s | MFU |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        f"- {report.get('warmup')} warm-up + {report.get('iters')} timed steps, "
+        "median step time; peak = `torch.cuda.max_memory_allocated`",
+        "",
+        "| config | precision | step ms | vs fp32 | vs TF32 | peak MiB | "
+        "peak vs fp32 | TFLOP/s | MFU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in report.get("results", []):
         tf32 = rows.get((r["config"], "tf32"))
         vs_tf32 = tf32["step_ms"] / r["step_ms"] if tf32 else None
@@ -244,16 +300,22 @@ def bench_section(report: dict, filename: str) -> str:
             f"{_x(r.get('speedup_vs_fp32'))} | {_x(vs_tf32)} | "
             f"{_mib(r.get('peak_mem_bytes'))} | "
             f"{_x(r.get('peak_mem_ratio_vs_fp32'))} | "
-            f"{r['tflops']:.1f} | {mfu} |")
+            f"{r['tflops']:.1f} | {mfu} |"
+        )
     for skip in report.get("skipped", []):
         where = f"{skip['config']} " if skip.get("config") else ""
         lines.append(f"\nNot measured: {where}{skip['precision']}: {skip['reason']}")
     return "\n".join(lines)
 
 
-def summary_markdown(report: dict | None, bench_file: str | None, tests: TestCounts,
-                     steps: Sequence[StepResult], goals: Sequence[Goal],
-                     context: dict) -> str:
+def summary_markdown(
+    report: dict | None,
+    bench_file: str | None,
+    tests: TestCounts,
+    steps: Sequence[StepResult],
+    goals: Sequence[Goal],
+    context: dict,
+) -> str:
     """The one-page summary of a GPU check, as Markdown.
 
     ``context`` holds what the report does not: ``gpu``, ``command``, ``date``,
@@ -262,21 +324,32 @@ def summary_markdown(report: dict | None, bench_file: str | None, tests: TestCou
     r = report or {}
     lines = [f"# GPU check: {context['gpu']}", ""]
     if r.get("synthetic"):
-        lines += ["> **SYNTHETIC**: made-up numbers written by a test, never a "
-                  "measurement. Such a file is refused in `notebooks/results/`.", ""]
+        lines += [
+            "> **SYNTHETIC**: made-up numbers written by a test, never a "
+            "measurement. Such a file is refused in `notebooks/results/`.",
+            "",
+        ]
     lines += [
         f"Run by `{context['command']}` on {context['date']}: {context['gpu']}"
-        + (f", compute capability {r['compute_capability']}"
-           if r.get("compute_capability") else "")
+        + (
+            f", compute capability {r['compute_capability']}"
+            if r.get("compute_capability")
+            else ""
+        )
         + f"; torch {r.get('torch', context.get('torch', '?'))}, CUDA "
-          f"{r.get('cuda', context.get('cuda', '?'))}. It took "
-          f"{context['wall_s']:.0f} s of its {context['budget_s']:.0f} s budget; "
-          f"exit status {context['exit_status']}.", "",
-        "## Goals", "",
-        "| goal | target | measured | result |", "|---|---|---:|---|"]
+        f"{r.get('cuda', context.get('cuda', '?'))}. It took "
+        f"{context['wall_s']:.0f} s of its {context['budget_s']:.0f} s budget; "
+        f"exit status {context['exit_status']}.",
+        "",
+        "## Goals",
+        "",
+        "| goal | target | measured | result |",
+        "|---|---|---:|---|",
+    ]
     for g in goals:
-        verdict = g.status + ("" if g.required or g.status == NOT_APPLICABLE
-                              else " (reported)")
+        verdict = g.status + (
+            "" if g.required or g.status == NOT_APPLICABLE else " (reported)"
+        )
         note = f" ({g.note})" if g.note and g.status != PASS else ""
         lines.append(f"| {g.name} | {g.target} | {_x(g.measured)} | {verdict}{note} |")
     lines.append("")
@@ -291,26 +364,42 @@ def summary_markdown(report: dict | None, bench_file: str | None, tests: TestCou
     lines += ["", "## Tests: `pytest -m gpu`", "", _tests_line(tests)]
     lessons = [s for s in steps if s.name.startswith("lesson ")]
     if lessons:
-        lines += ["", "## Lessons executed on the GPU, asserts included", "",
-                  "| lesson | result | seconds | executed copy |", "|---|---|---:|---|"]
+        lines += [
+            "",
+            "## Lessons executed on the GPU, asserts included",
+            "",
+            "| lesson | result | seconds | executed copy |",
+            "|---|---|---:|---|",
+        ]
         for s in lessons:
             copy = f"`{s.output}`" if s.output else "-"
             detail = f": {s.detail}" if s.detail and not s.ok else ""
-            lines.append(f"| {s.name.removeprefix('lesson ')} | {s.status}{detail} | "
-                         f"{s.seconds:.0f} | {copy} |")
-    lines += ["", "## Steps", "", "| step | result | seconds | time limit | detail |",
-              "|---|---|---:|---:|---|"]
+            lines.append(
+                f"| {s.name.removeprefix('lesson ')} | {s.status}{detail} | "
+                f"{s.seconds:.0f} | {copy} |"
+            )
+    lines += [
+        "",
+        "## Steps",
+        "",
+        "| step | result | seconds | time limit | detail |",
+        "|---|---|---:|---:|---|",
+    ]
     for s in steps:
-        lines.append(f"| {s.name} | {s.status} | {s.seconds:.0f} | {s.timeout_s:.0f} | "
-                     f"{s.detail.replace('|', '/')} |")
+        lines.append(
+            f"| {s.name} | {s.status} | {s.seconds:.0f} | {s.timeout_s:.0f} | "
+            f"{s.detail.replace('|', '/')} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def _tests_line(t: TestCounts) -> str:
     if t.source == "none":
         return "No test result was recorded (see Steps)."
-    line = (f"{t.passed} passed, {t.failed} failed, {t.errors} errors, {t.skipped} "
-            f"skipped, of {t.total}")
+    line = (
+        f"{t.passed} passed, {t.failed} failed, {t.errors} errors, {t.skipped} "
+        f"skipped, of {t.total}"
+    )
     if t.source == "log":
         line += " (the run was cut short: counted from its log)"
     if t.failing:
@@ -326,11 +415,16 @@ def verify_summary(summary: str | Path, report: dict, bench_file: str) -> None:
     """
     text = Path(summary).read_text() if isinstance(summary, Path) else summary
     if bench_section(report, bench_file) not in text:
-        raise ValueError(f"the summary's speed and memory table does not match "
-                         f"{bench_file}: regenerate it with `python -m amp_lessons "
-                         "gpu-check` instead of editing it")
+        raise ValueError(
+            f"the summary's speed and memory table does not match "
+            f"{bench_file}: regenerate it with `python -m amp_lessons "
+            "gpu-check` instead of editing it"
+        )
     for goal in evaluate_goals(report):
-        if f"| {goal.name} | {goal.target} | {_x(goal.measured)} | {goal.status}" \
-                not in text:
-            raise ValueError(f"the summary's goal {goal.name!r} does not match "
-                             f"{bench_file}")
+        if (
+            f"| {goal.name} | {goal.target} | {_x(goal.measured)} | {goal.status}"
+            not in text
+        ):
+            raise ValueError(
+                f"the summary's goal {goal.name!r} does not match {bench_file}"
+            )

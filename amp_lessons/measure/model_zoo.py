@@ -201,9 +201,11 @@ def transformer(
     ``predictions`` positions a sequence (default: all). ``memory`` > 0 makes each
     layer attend over that many earlier states too (Transformer-XL)."""
     _require(width % heads == 0, f"width {width} must be a multiple of heads {heads}")
-    _require(predictions <= seq and memory <= seq,
-             f"predictions ({predictions}) and memory ({memory}) must not exceed "
-             f"seq ({seq})")
+    _require(
+        predictions <= seq and memory <= seq,
+        f"predictions ({predictions}) and memory ({memory}) must not exceed "
+        f"seq ({seq})",
+    )
     outputs = vocab if outputs is None else outputs
     with META:
         model = Encoder(
@@ -292,9 +294,11 @@ def resnet50(
     ``blocks``, ``groups`` and ``width_per_group`` make ResNet-101 or ResNeXt
     (ResNeXt101-32x4d: ``blocks="3-4-23-3", groups=32, width_per_group=4``)."""
     # the last stage sees image / 32 pixels a side; batch norm needs 2 values a channel
-    _require(image >= 64 or (batch > 1 and image >= 32),
-             f"image {image} px is too small for ResNet-50's 32x downsampling at batch "
-             f"{batch}: use at least 64 (or 32 with a batch above 1)")
+    _require(
+        image >= 64 or (batch > 1 and image >= 32),
+        f"image {image} px is too small for ResNet-50's 32x downsampling at batch "
+        f"{batch}: use at least 64 (or 32 with a batch above 1)",
+    )
     layers: list[nn.Module] = []
     with META:
         layers += [

@@ -322,8 +322,11 @@ class Fit:
     def at_grid_bounds(self) -> list[str]:
         """The efficiencies the fit left at the edge of ``GRID``: the data pull them
         further, so each row's leave-one-out fit often lands on the same point."""
-        return [name for name, value in asdict(self.efficiency).items()
-                if value in (GRID[name][0], GRID[name][-1])]
+        return [
+            name
+            for name, value in asdict(self.efficiency).items()
+            if value in (GRID[name][0], GRID[name][-1])
+        ]
 
     def throughput_range(self) -> tuple[float, float]:
         """The smallest and largest estimated / published throughput, both precisions
@@ -334,13 +337,18 @@ class Fit:
     def summary(self) -> str:
         """One sentence of the fit's quality, as the README states it."""
         misses = [r for r in self.rows if abs(r.error) > 0.35]
-        return _("median error {median:.0%} over the {fitted} fitted rows "
-                 "(leave-one-out {loo:.0%}); {within} of {total} rows within 35% "
-                 "(misses: {misses})").format(
-            median=self.median_error(), fitted=len(self.errors()),
-            loo=self.median_error(loo=True), within=len(self.rows) - len(misses),
+        return _(
+            "median error {median:.0%} over the {fitted} fitted rows "
+            "(leave-one-out {loo:.0%}); {within} of {total} rows within 35% "
+            "(misses: {misses})"
+        ).format(
+            median=self.median_error(),
+            fitted=len(self.errors()),
+            loo=self.median_error(loo=True),
+            within=len(self.rows) - len(misses),
             total=len(self.rows),
-            misses=", ".join(r.id for r in misses) or _("none"))
+            misses=", ".join(r.id for r in misses) or _("none"),
+        )
 
 
 def _parts(e: Estimate) -> dict:
@@ -386,8 +394,10 @@ def fit(rows: list[Row] | None = None) -> Fit:
                 amp.regime,
                 _parts(full),
                 _parts(amp),
-                (t.full.items / full.seconds / rows[i].full_throughput,
-                 t.amp.items / amp.seconds / rows[i].amp_throughput),
+                (
+                    t.full.items / full.seconds / rows[i].full_throughput,
+                    t.amp.items / amp.seconds / rows[i].amp_throughput,
+                ),
             )
         )
     return Fit(best, report)
@@ -398,10 +408,16 @@ def format_fit(result: Fit) -> str:
     names its GPU; "LOO": the fit without that row; check rows are marked *)."""
     e = result.efficiency
     lines = [
-        _("fitted: tensor {tensor:.0%}, fp32 {fp32:.0%}, memory {memory:.0%} of "
-          "peak; {kernel_us:g} us a kernel, {cpu_us:g} us a CPU op").format(
-            tensor=e.tensor, fp32=e.fp32, memory=e.memory, kernel_us=e.kernel_us,
-            cpu_us=e.cpu_us),
+        _(
+            "fitted: tensor {tensor:.0%}, fp32 {fp32:.0%}, memory {memory:.0%} of "
+            "peak; {kernel_us:g} us a kernel, {cpu_us:g} us a CPU op"
+        ).format(
+            tensor=e.tensor,
+            fp32=e.fp32,
+            memory=e.memory,
+            kernel_us=e.kernel_us,
+            cpu_us=e.cpu_us,
+        ),
         f"{_('row'):31} {_('published'):>9} {_('estimate'):>8} {_('error'):>6} "
         f"{'LOO':>6}  " + _("regime full/AMP"),
     ]
@@ -415,20 +431,27 @@ def format_fit(result: Fit) -> str:
     lines.append(_("* a check row, never fitted"))
     lines += textwrap.wrap(result.summary(), 80)
     if result.at_grid_bounds():
-        lines.append(_("at the grid's bound: {names}").format(
-            names=", ".join(result.at_grid_bounds())))
+        lines.append(
+            _("at the grid's bound: {names}").format(
+                names=", ".join(result.at_grid_bounds())
+            )
+        )
     return "\n".join(lines)
 
 
 def markdown_table(result: Fit) -> str:
     """Every row's published and estimated speed-up, as the README shows it."""
-    lines = ["| row | GPU | published | estimate | error | leave-one-out |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "| row | GPU | published | estimate | error | leave-one-out |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for r in result.rows:
         loo = "-" if r.loo_error is None else f"{r.loo_error:+.1%}"
         check = "" if r.role == "fit" else " (check)"
-        lines.append(f"| {r.id}{check} | {r.gpu} | {r.published:.2f}x | "
-                     f"{r.predicted:.2f}x | {r.error:+.1%} | {loo} |")
+        lines.append(
+            f"| {r.id}{check} | {r.gpu} | {r.published:.2f}x | "
+            f"{r.predicted:.2f}x | {r.error:+.1%} | {loo} |"
+        )
     return "\n".join(lines)
 
 

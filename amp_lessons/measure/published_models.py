@@ -132,9 +132,10 @@ def unet(
     _require(len(sides) in (1, dims), f"patch {patch!r} must give 1 or {dims} sides")
     patch = sides if len(sides) == dims else sides * dims
     step = 2 ** (depth - 1)  # each stage halves the patch, the way up doubles it
-    _require(all(side % step == 0 for side in patch),
-             f"each patch side must be a multiple of 2**(depth - 1) = {step}, got "
-             f"{patch}")
+    _require(
+        all(side % step == 0 for side in patch),
+        f"each patch side must be a multiple of 2**(depth - 1) = {step}, got {patch}",
+    )
     cap = 320 if dims == 3 else 512
     filters = [min(32 * 2**i, cap) for i in range(depth)]
     with META:
@@ -213,8 +214,9 @@ def fastpitch(
     optimizer: str = "lamb",
 ) -> Workload:
     """FastPitch on ``text`` characters a sample; one step's items are mel frames."""
-    _require(kernel % 2 == 1, f"kernel must be odd (same-length convolutions), got "
-             f"{kernel}")
+    _require(
+        kernel % 2 == 1, f"kernel must be odd (same-length convolutions), got {kernel}"
+    )
     with META:
         model = FastPitch(
             symbols, width, layers, heads, ffn, kernel, mels, frames_per_symbol
@@ -272,8 +274,10 @@ def dlrm(
     optimizer: str = "sgd",
 ) -> Workload:
     """DLRM on Criteo-like features; ``bottom`` and ``top`` are hidden widths."""
-    _require(int(str(bottom).split("-")[-1]) == dim,
-             f"the bottom MLP must end at the embedding width dim={dim}, got {bottom}")
+    _require(
+        int(str(bottom).split("-")[-1]) == dim,
+        f"the bottom MLP must end at the embedding width dim={dim}, got {bottom}",
+    )
     with META:
         model = DLRM(
             dense,

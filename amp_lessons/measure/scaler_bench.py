@@ -27,8 +27,12 @@ from amp_lessons.measure import bench
 
 OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]] = {
     label: partial(bench.make_optimizer, name, lr=1e-6)
-    for label, name in (("SGD", "sgd"), ("SGD(momentum=0.9)", "sgd_momentum"),
-                        ("Adam", "adam"), ("AdamW", "adamw"))
+    for label, name in (
+        ("SGD", "sgd"),
+        ("SGD(momentum=0.9)", "sgd_momentum"),
+        ("Adam", "adam"),
+        ("AdamW", "adamw"),
+    )
 }
 
 

@@ -123,8 +123,9 @@ FP32_OPS = frozenset(
 # Among them, ops CUDA autocast runs in fp32 by passing dtype=float32 rather than
 # casting the input (its fp32_set_opt_dtype policy): a softmax reads fp16 and writes
 # fp32 in one kernel (found by comparing with CUDA's own autocast, kernel by kernel).
-SET_OPT_DTYPE_OPS = frozenset({"softmax", "log_softmax", "sum", "prod", "cumsum",
-                               "cumprod"})
+SET_OPT_DTYPE_OPS = frozenset(
+    {"softmax", "log_softmax", "sum", "prod", "cumsum", "cumprod"}
+)
 PROMOTE_OPS = frozenset(
     {
         "addcdiv",
@@ -143,9 +144,22 @@ PROMOTE_OPS = frozenset(
 LOW_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
 # Ops that only write their output (reading no input), and ops that read only the
 # rows their indices pick (an embedding reads a batch's rows, not the whole table)
-_WRITE_ONLY_OPS = frozenset({"zeros_like", "ones_like", "full_like", "zeros", "ones",
-                             "full", "new_zeros", "new_ones", "new_full", "zero_",
-                             "fill_", "arange"})
+_WRITE_ONLY_OPS = frozenset(
+    {
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "zeros",
+        "ones",
+        "full",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "zero_",
+        "fill_",
+        "arange",
+    }
+)
 _GATHER_OPS = frozenset({"embedding", "index_select", "gather", "index"})
 _FREE_OPS = frozenset(
     {
@@ -276,7 +290,8 @@ class KernelRecorder(TorchDispatchMode):
         if flops:
             dtype = inputs[0].dtype
             math = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
-                dtype, "tf32" if self.tf32 else "fp32")
+                dtype, "tf32" if self.tf32 else "fp32"
+            )
         written = sum(t.numel() * t.element_size() for t in outputs)
         read = self.read_bytes(name, inputs, written)
         self.add(
@@ -335,8 +350,9 @@ class AutocastPolicy(TorchFunctionMode):
             # the fp32 master weight is cast to fp8 directly; the input and bias as
             # autocast casts them
             x, weight, bias = (*args, *kwargs.values(), None)[:3]
-            return Fp8Linear.apply(self.recorder, self.cast(x, self.low), weight,
-                                   self.cast(bias, self.low))
+            return Fp8Linear.apply(
+                self.recorder, self.cast(x, self.low), weight, self.cast(bias, self.low)
+            )
         if name in LOWER_PRECISION_OPS:
             args, kwargs = torch.utils._pytree.tree_map(
                 lambda t: self.cast(t, self.low), (args, kwargs)
@@ -345,8 +361,11 @@ class AutocastPolicy(TorchFunctionMode):
                 return fused_attention(self.recorder, *args, **kwargs)
         elif name in SET_OPT_DTYPE_OPS:
             tensors = _tensors((args, kwargs))
-            if (tensors and tensors[0].dtype in (torch.float16, torch.bfloat16)
-                    and kwargs.get("dtype") is None):
+            if (
+                tensors
+                and tensors[0].dtype in (torch.float16, torch.bfloat16)
+                and kwargs.get("dtype") is None
+            ):
                 kwargs = {**kwargs, "dtype": torch.float32}
         elif name in FP32_OPS:
             args, kwargs = torch.utils._pytree.tree_map(
@@ -428,11 +447,19 @@ def _amax(recorder: KernelRecorder, t: torch.Tensor) -> None:
     recorder.add(Kernel("amax", "pointwise", 0, _read_bytes(t) + 4))
 
 
-def _fp8_matmul(recorder: KernelRecorder, m: int, n: int, k: int,
-                out_bytes: int) -> None:
+def _fp8_matmul(
+    recorder: KernelRecorder, m: int, n: int, k: int, out_bytes: int
+) -> None:
     # torch._scaled_mm: both operands at 1 byte an element, the result in 16 or 32 bits
-    recorder.add(Kernel("_scaled_mm", "matmul", 2 * m * n * k,
-                        m * k + n * k + m * n * out_bytes, "fp8"))
+    recorder.add(
+        Kernel(
+            "_scaled_mm",
+            "matmul",
+            2 * m * n * k,
+            m * k + n * k + m * n * out_bytes,
+            "fp8",
+        )
+    )
 
 
 class Fp8Linear(torch.autograd.Function):

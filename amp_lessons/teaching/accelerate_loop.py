@@ -38,8 +38,10 @@ def _require_accelerate():
     try:
         import accelerate
     except ImportError:
-        raise ImportError("Hugging Face Accelerate is not installed: pip install "
-                          "accelerate (it is in requirements.txt)") from None
+        raise ImportError(
+            "Hugging Face Accelerate is not installed: pip install "
+            "accelerate (it is in requirements.txt)"
+        ) from None
     return accelerate
 
 
@@ -62,10 +64,13 @@ def accelerator_for(precision: str, device: torch.device) -> Iterator:
     from accelerate.state import AcceleratorState
 
     if precision not in MIXED_PRECISION:
-        raise ValueError(f"Accelerate runs fp32, bf16 or fp16 (its mixed_precision "
-                         f"'no', 'bf16', 'fp16'), not {precision!r}")
-    accelerator = Accelerator(mixed_precision=MIXED_PRECISION[precision],
-                              cpu=device.type == "cpu")
+        raise ValueError(
+            f"Accelerate runs fp32, bf16 or fp16 (its mixed_precision "
+            f"'no', 'bf16', 'fp16'), not {precision!r}"
+        )
+    accelerator = Accelerator(
+        mixed_precision=MIXED_PRECISION[precision], cpu=device.type == "cpu"
+    )
     try:
         yield accelerator
     finally:
@@ -96,50 +101,63 @@ def train_with_accelerate(config: TrainConfig) -> AccelerateResult:
         result.losses == [r.loss for r in train(config).records]  # True on one process
     """
     if config.accum_steps != 1:
-        raise ValueError("train_with_accelerate runs one micro-batch per step "
-                         "(accum_steps=1); Accelerate's own accumulate() is not "
-                         "covered here")
+        raise ValueError(
+            "train_with_accelerate runs one micro-batch per step "
+            "(accum_steps=1); Accelerate's own accumulate() is not "
+            "covered here"
+        )
     device = resolve_device(config.device)
     with accelerator_for(config.precision, device) as accelerator:
         n, rank = accelerator.num_processes, accelerator.process_index
         if config.batch_size % n:
-            raise ValueError(f"--batch-size {config.batch_size} (the global batch) "
-                             f"must be a multiple of the {n} processes")
+            raise ValueError(
+                f"--batch-size {config.batch_size} (the global batch) "
+                f"must be a multiple of the {n} processes"
+            )
         torch.manual_seed(config.seed)  # the same order as train(): data, then model
         task = Task(config, accelerator.device)
         model = task.make_model().to(accelerator.device)
         lr = config.lr if config.lr is not None else task.default_lr
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr,
-                                      weight_decay=config.weight_decay)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=lr, weight_decay=config.weight_decay
+        )
         model, optimizer = accelerator.prepare(model, optimizer)
         model.train()
         losses, skipped = [], []
         b = config.batch_size // n
         for _ in range(config.num_steps):
             x, y = task.batch()
-            x, y = x[rank * b:(rank + 1) * b], y[rank * b:(rank + 1) * b]
+            x, y = x[rank * b : (rank + 1) * b], y[rank * b : (rank + 1) * b]
             output = model(x)  # autocast inside; output converted to fp32
             loss = task.loss_fn(output, y)
             accelerator.backward(loss)  # scaler.scale(loss).backward() for fp16 (GPU)
-            accelerator.clip_grad_norm_(model.parameters(),
-                                        config.clip if config.clip else float("inf"))
+            accelerator.clip_grad_norm_(
+                model.parameters(), config.clip if config.clip else float("inf")
+            )
             optimizer.step()  # scaler.step + update when there is a scaler
             optimizer.zero_grad(set_to_none=True)
             losses.append(accelerator.reduce(loss.detach(), "mean").item())
             skipped.append(accelerator.optimizer_step_was_skipped)
         scaler = accelerator.scaler
-        return AccelerateResult(losses, skipped,
-                                scaler.get_scale() if scaler is not None else None,
-                                {"processes": n, **_facts(accelerator, model)})
+        return AccelerateResult(
+            losses,
+            skipped,
+            scaler.get_scale() if scaler is not None else None,
+            {"processes": n, **_facts(accelerator, model)},
+        )
 
 
 def _facts(accelerator, model: nn.Module) -> dict:
-    return {"mixed_precision": accelerator.mixed_precision,
-            "autocast": bool(accelerator.native_amp),
-            "scaler": type(accelerator.scaler).__name__
-            if accelerator.scaler is not None else None,
-            "forward_wrapped": hasattr(accelerator.unwrap_model(model),
-                                       "_original_forward")}
+    return {
+        "mixed_precision": accelerator.mixed_precision,
+        "autocast": bool(accelerator.native_amp),
+        "scaler": type(accelerator.scaler).__name__
+        if accelerator.scaler is not None
+        else None,
+        "forward_wrapped": hasattr(
+            accelerator.unwrap_model(model), "_original_forward"
+        ),
+    }
 
 
 def under_the_hood(precision: str = "bf16", device: str = "cpu") -> dict:
@@ -168,10 +186,14 @@ def under_the_hood(precision: str = "bf16", device: str = "cpu") -> dict:
             returned = model(torch.randn(2, 4, device=accelerator.device)).dtype
         finally:
             handle.remove()
-        return {"precision": precision, "inside": seen["inside"],
-                "returned": returned, "parameters": next(model.parameters()).dtype,
-                "optimizer": type(optimizer).__name__,
-                **_facts(accelerator, model)}
+        return {
+            "precision": precision,
+            "inside": seen["inside"],
+            "returned": returned,
+            "parameters": next(model.parameters()).dtype,
+            "optimizer": type(optimizer).__name__,
+            **_facts(accelerator, model),
+        }
 
 
 def skipped_step_demo(init_scale: float = 4.0) -> dict:
@@ -191,12 +213,16 @@ def skipped_step_demo(init_scale: float = 4.0) -> dict:
 
         model = nn.Linear(2, 3)
         scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
-        optimizer = AcceleratedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                         scaler=scaler)
+        optimizer = AcceleratedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1), scaler=scaler
+        )
         before = model.weight.detach().clone()
         scaler.scale(model(torch.randn(4, 2)).sum()).backward()
         model.weight.grad[0, 0] = float("inf")  # an overflow in one gradient
         optimizer.step()  # scaler.step (skips) + scaler.update (halves the scale)
-        return {"skipped": optimizer.step_was_skipped,
-                "weights_unchanged": torch.equal(before, model.weight),
-                "scale_before": init_scale, "scale_after": scaler.get_scale()}
+        return {
+            "skipped": optimizer.step_was_skipped,
+            "weights_unchanged": torch.equal(before, model.weight),
+            "scale_before": init_scale,
+            "scale_after": scaler.get_scale(),
+        }

@@ -330,8 +330,9 @@ def compare_tables(
     ]
 
 
-def format_autocast_table(rows: list[AutocastRow],
-                          dtype: torch.dtype | None = None) -> str:
+def format_autocast_table(
+    rows: list[AutocastRow], dtype: torch.dtype | None = None
+) -> str:
     """A plain-text table of ``rows`` (errors listed under it, first line only)."""
     low = short_dtype(dtype) if dtype is not None else "low"
     header = ("op", "inputs", "output", f"{low} inputs ->", "category")

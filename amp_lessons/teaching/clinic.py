@@ -90,18 +90,22 @@ class RunInFp32(nn.Module):
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
         device_type = args[0].device.type
         with torch.amp.autocast(device_type, enabled=False):
-            return self.module(*(a.float() if a.is_floating_point() else a
-                                 for a in args))
+            return self.module(
+                *(a.float() if a.is_floating_point() else a for a in args)
+            )
 
 
 def _autocast(device_type: str, dtype: torch.dtype | None):
     """autocast to fp16/bf16, or a disabled region for None / float32."""
     if dtype not in (None, torch.float32, torch.float16, torch.bfloat16):
-        raise ValueError(f"dtype must be torch.float16, torch.bfloat16, or None (or "
-                         f"torch.float32) for plain fp32; got {dtype}")
+        raise ValueError(
+            f"dtype must be torch.float16, torch.bfloat16, or None (or "
+            f"torch.float32) for plain fp32; got {dtype}"
+        )
     low = dtype in (torch.float16, torch.bfloat16)
-    return torch.amp.autocast(device_type, dtype=dtype if low else torch.bfloat16,
-                              enabled=low)
+    return torch.amp.autocast(
+        device_type, dtype=dtype if low else torch.bfloat16, enabled=low
+    )
 
 
 # ---- where a forward pass leaves fp16's range --------------------------------------
@@ -143,9 +147,15 @@ def activation_report(
     def hook(module: nn.Module, _inputs, output: torch.Tensor) -> None:
         finite = torch.isfinite(output)
         values = output.detach()[finite].float().abs()
-        rows.append(LayerOutput(names[module], type(module).__name__, output.dtype,
-                                values.max().item() if values.numel() else 0.0,
-                                bool(finite.all())))
+        rows.append(
+            LayerOutput(
+                names[module],
+                type(module).__name__,
+                output.dtype,
+                values.max().item() if values.numel() else 0.0,
+                bool(finite.all()),
+            )
+        )
 
     leaves = [m for m in model.modules() if not list(m.children())]
     handles = [m.register_forward_hook(hook) for m in leaves]
@@ -208,8 +218,10 @@ def train_amp(
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
         raise ValueError(f"num_steps must be a positive int, got {num_steps!r}")
     if clip_before_unscale and (clip is None or scaler is None):
-        raise ValueError("clip_before_unscale=True needs both clip= and scaler=: it "
-                         "reproduces clipping the scaled gradients")
+        raise ValueError(
+            "clip_before_unscale=True needs both clip= and scaler=: it "
+            "reproduces clipping the scaled gradients"
+        )
     ctx = _autocast(x.device.type, dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -306,8 +318,11 @@ def run_calls(calls: Sequence[str], half: bool = False) -> CallsResult:
             else:
                 actions[call]()
         except Exception as exc:  # the message is the result
-            return CallsResult(tuple(done), f"{call} (iteration {iteration})",
-                               f"{type(exc).__name__}: {exc}")
+            return CallsResult(
+                tuple(done),
+                f"{call} (iteration {iteration})",
+                f"{type(exc).__name__}: {exc}",
+            )
         done.append(call)
     return CallsResult(tuple(done), None, "")
 
@@ -340,28 +355,41 @@ def zero_grad_fraction(
 # ---- the diagnosis exercise: symptoms, causes and clues ---------------------------
 
 CAUSES: dict[str, str] = {
-    "fp16_overflow": N_("an activation or the loss exceeds fp16's max 65504 in the "
-    "forward pass"),
-    "nan_in_forward": N_("the forward pass itself makes nan or inf (bad data, log(0), "
-    "0/0), whatever the precision"),
-    "no_loss_scaling": N_("small gradients underflow to zero in fp16 because the loss "
-    "is not scaled"),
-    "clip_before_unscale": N_("gradients are clipped while they are still multiplied "
-    "by the scale"),
+    "fp16_overflow": N_(
+        "an activation or the loss exceeds fp16's max 65504 in the forward pass"
+    ),
+    "nan_in_forward": N_(
+        "the forward pass itself makes nan or inf (bad data, log(0), "
+        "0/0), whatever the precision"
+    ),
+    "no_loss_scaling": N_(
+        "small gradients underflow to zero in fp16 because the loss is not scaled"
+    ),
+    "clip_before_unscale": N_(
+        "gradients are clipped while they are still multiplied by the scale"
+    ),
     "missing_update": N_("scaler.update() is not called at the end of each iteration"),
-    "model_half_with_scaler": N_("the model was converted with model.half(), so its "
-    "grads are fp16, which GradScaler refuses to unscale"),
-    "use_bce_with_logits": N_("BCELoss after a sigmoid under CUDA autocast; "
-    "BCEWithLogitsLoss is the autocast-safe form"),
-    "no_tensor_cores": N_("the hardware has no fast fp16/bf16 matrix units (a CPU, or "
-                          "a "
-    "GPU older than Volta)"),
-    "weight_copies_small_batch": N_("autocast caches low-precision copies of the "
-                                    "weights "
-    "next to the fp32 ones, and small activations cannot pay for them"),
-    "scaler_with_bf16": N_("a GradScaler used with bf16, which has fp32's range and "
-                           "needs "
-    "no loss scaling"),
+    "model_half_with_scaler": N_(
+        "the model was converted with model.half(), so its "
+        "grads are fp16, which GradScaler refuses to unscale"
+    ),
+    "use_bce_with_logits": N_(
+        "BCELoss after a sigmoid under CUDA autocast; "
+        "BCEWithLogitsLoss is the autocast-safe form"
+    ),
+    "no_tensor_cores": N_(
+        "the hardware has no fast fp16/bf16 matrix units (a CPU, or "
+        "a "
+        "GPU older than Volta)"
+    ),
+    "weight_copies_small_batch": N_(
+        "autocast caches low-precision copies of the "
+        "weights "
+        "next to the fp32 ones, and small activations cannot pay for them"
+    ),
+    "scaler_with_bf16": N_(
+        "a GradScaler used with bf16, which has fp32's range and needs no loss scaling"
+    ),
 }
 """Cause keys `diagnose(symptom)` may return, with what each one means."""
 

@@ -27,35 +27,62 @@ class EstimateExplorer(widgets.VBox):
         def width(px):
             return widgets.Layout(width=f"{px}px")
 
-        self.gpu = widgets.Dropdown(options=list(GPUS), value=gpu, description="GPU",
-                                    layout=width(330))
-        self.model = widgets.Dropdown(options=["transformer", "gpt", "mlp"],
-                                      value="transformer", description="model",
-                                      layout=width(250))
+        self.gpu = widgets.Dropdown(
+            options=list(GPUS), value=gpu, description="GPU", layout=width(330)
+        )
+        self.model = widgets.Dropdown(
+            options=["transformer", "gpt", "mlp"],
+            value="transformer",
+            description="model",
+            layout=width(250),
+        )
         self.width = widgets.SelectionSlider(
-            options=[256, 512, 768, 1024, 2048, 4096], value=1024, description="width",
-            continuous_update=False, layout=width(285))
-        self.layers = widgets.IntSlider(value=12, min=1, max=48, description="depth",
-                                        continuous_update=False, layout=width(285))
+            options=[256, 512, 768, 1024, 2048, 4096],
+            value=1024,
+            description="width",
+            continuous_update=False,
+            layout=width(285),
+        )
+        self.layers = widgets.IntSlider(
+            value=12,
+            min=1,
+            max=48,
+            description="depth",
+            continuous_update=False,
+            layout=width(285),
+        )
         self.batch = widgets.SelectionSlider(
-            options=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=32, description="batch",
-            continuous_update=False, layout=width(285))
-        self.image = widgets.Image(format="png", layout=widgets.Layout(
-            max_width="100%", height="auto"))
+            options=[1, 2, 4, 8, 16, 32, 64, 128, 256],
+            value=32,
+            description="batch",
+            continuous_update=False,
+            layout=width(285),
+        )
+        self.image = widgets.Image(
+            format="png", layout=widgets.Layout(max_width="100%", height="auto")
+        )
         self.message = widgets.HTML()
         self.estimates: list[Estimate] = []
         self._traces: dict[tuple, tuple] = {}
         for w in (self.gpu, self.model, self.width, self.layers, self.batch):
             w.observe(lambda _change: self.update(), names="value")
-        super().__init__([widgets.HBox([self.gpu, self.model]),
-                          widgets.HBox([self.width, self.layers, self.batch]),
-                          self.message, self.image],
-                         layout=widgets.Layout(max_width="900px"))
+        super().__init__(
+            [
+                widgets.HBox([self.gpu, self.model]),
+                widgets.HBox([self.width, self.layers, self.batch]),
+                self.message,
+                self.image,
+            ],
+            layout=widgets.Layout(max_width="900px"),
+        )
         self.update()
 
     def sizes(self) -> dict:
-        sizes = {"layers": self.layers.value, "width": self.width.value,
-                 "batch": self.batch.value}
+        sizes = {
+            "layers": self.layers.value,
+            "width": self.width.value,
+            "batch": self.batch.value,
+        }
         if self.model.value != "mlp":
             sizes["seq"] = 512
         return sizes
@@ -70,10 +97,16 @@ class EstimateExplorer(widgets.VBox):
             w = build(self.model.value, **self.sizes())
             self._traces[key] = (trace_step(w.model, w.inputs, traced_as, w.loss_fn), w)
         trace, w = self._traces[key]
-        kernels = [replace(k, math=precision) if k.math == traced_as else k
-                   for k in trace.kernels]
-        return price(Trace(kernels, trace.dispatched_ops), GPUS[self.gpu.value],
-                     precision, extra=step_kernels(w.model, precision, w.optimizer))
+        kernels = [
+            replace(k, math=precision) if k.math == traced_as else k
+            for k in trace.kernels
+        ]
+        return price(
+            Trace(kernels, trace.dispatched_ops),
+            GPUS[self.gpu.value],
+            precision,
+            extra=step_kernels(w.model, precision, w.optimizer),
+        )
 
     def update(self) -> None:
         gpu = GPUS[self.gpu.value]
@@ -83,7 +116,8 @@ class EstimateExplorer(widgets.VBox):
             f"<b>{gpu.name}</b>: fp32 {self.estimates[0].seconds * 1e3:.1f} ms a step; "
             f"fastest {fastest.precision}, {fastest.seconds * 1e3:.1f} ms "
             f"({self.estimates[0].seconds / fastest.seconds:.1f}x), "
-            f"dominated by <b>{fastest.regime}</b>. Estimated, not measured.")
+            f"dominated by <b>{fastest.regime}</b>. Estimated, not measured."
+        )
         self.image.value = figure_png(self.figure())
 
     def figure(self):
@@ -93,11 +127,11 @@ class EstimateExplorer(widgets.VBox):
             left = 0.0
             for regime, color in REGIME_COLORS.items():
                 width = getattr(e, f"{regime}_s") * 1e3
-                ax.barh(i, width, left=left, color=color,
-                        label=regime if i == 0 else None)
+                ax.barh(
+                    i, width, left=left, color=color, label=regime if i == 0 else None
+                )
                 left += width
-        ax.set_yticks(range(len(self.estimates)),
-                      [e.precision for e in self.estimates])
+        ax.set_yticks(range(len(self.estimates)), [e.precision for e in self.estimates])
         ax.invert_yaxis()
         ax.set(xlabel="estimated step time (ms)")
         ax.legend(loc="lower right", fontsize=8)

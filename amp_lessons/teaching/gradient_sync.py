@@ -36,8 +36,9 @@ CPU = torch.device("cpu")
 
 def lesson_task(seed: int = 0) -> Task:
     """The lesson's task: lesson 05's spirals MLP (2 -> 64 -> 64 -> 3), batch 64."""
-    return Task(TrainConfig(device="cpu", precision="bf16", batch_size=64, seed=seed),
-                CPU)
+    return Task(
+        TrainConfig(device="cpu", precision="bf16", batch_size=64, seed=seed), CPU
+    )
 
 
 def rounds_to(tensors: list[torch.Tensor], dtype: torch.dtype) -> bool:
@@ -82,8 +83,9 @@ def ddp_gradients(seed: int = 0) -> dict[str, Any]:
         facts: dict[str, Any] = {"world_size": world.world_size}
         for hook in (recording_hook, default_hooks.fp16_compress_hook):
             torch.manual_seed(seed)
-            model, ctx = wrap_model(task.make_model(), world, bf16,
-                                    autocast_context(bf16, CPU))
+            model, ctx = wrap_model(
+                task.make_model(), world, bf16, autocast_context(bf16, CPU)
+            )
             model.register_comm_hook(state=None, hook=hook)
             step(model, ctx)
             grads = [p.grad for p in model.parameters()]
@@ -105,8 +107,9 @@ def ddp_gradients(seed: int = 0) -> dict[str, Any]:
     return facts
 
 
-def fsdp2_accumulate(policy: Any, sync_every: bool, micro_batches: int = 4,
-                     seed: int = 0) -> dict[str, Any]:
+def fsdp2_accumulate(
+    policy: Any, sync_every: bool, micro_batches: int = 4, seed: int = 0
+) -> dict[str, Any]:
     """``micro_batches`` backward passes of the lesson's MLP under FSDP2, every unit
     and the root under ``policy``; return the whole gradient the optimizer would get.
 
@@ -167,12 +170,16 @@ def fsdp2_clip(max_norm: float = 0.1, seed: int = 0) -> dict[str, Any]:
         whole = torch.cat([g.full_tensor().flatten() for g in grads]).norm().item()
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         after = torch.cat([g.full_tensor().flatten() for g in grads]).norm().item()
-        facts = {"gradient_type": type(grads[0]).__name__,
-                 "gradient_placements": str(getattr(grads[0], "placements", None)),
-                 "norm_type": type(norm).__name__,
-                 "norm_placements": str(getattr(norm, "placements", None)),
-                 "norm": norm.full_tensor().item(), "whole_norm": whole,
-                 "norm_after": after, "max_norm": max_norm}
+        facts = {
+            "gradient_type": type(grads[0]).__name__,
+            "gradient_placements": str(getattr(grads[0], "placements", None)),
+            "norm_type": type(norm).__name__,
+            "norm_placements": str(getattr(norm, "placements", None)),
+            "norm": norm.full_tensor().item(),
+            "whole_norm": whole,
+            "norm_after": after,
+            "max_norm": max_norm,
+        }
         scaler.step(optimizer)
         scaler.update()
         del model, optimizer
@@ -203,13 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     world = start_world("fsdp2", CPU)  # the functions below join this group
     try:
         bare = MixedPrecisionPolicy(param_dtype=torch.bfloat16)  # reduce_dtype None
-        policies = {"course": mixed_precision_policy(PRECISIONS["bf16"]),
-                    "param_dtype only": bare}
+        policies = {
+            "course": mixed_precision_policy(PRECISIONS["bf16"]),
+            "param_dtype only": bare,
+        }
         mine = {"rank": world.rank, "clip": fsdp2_clip()}
         for name, policy in policies.items():
             run = fsdp2_accumulate(policy, sync_every=True, micro_batches=1)
-            mine[f"{name}: reduced in bf16"] = rounds_to([run["gradient"]],
-                                                         torch.bfloat16)
+            mine[f"{name}: reduced in bf16"] = rounds_to(
+                [run["gradient"]], torch.bfloat16
+            )
         gathered: list = [None] * world.world_size
         dist.all_gather_object(gathered, mine)
         world.barrier()

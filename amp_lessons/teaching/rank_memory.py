@@ -42,9 +42,14 @@ def shard_rows(rows: int, world_size: int, rank: int) -> int:
     return max(0, min(chunk, rows - rank * chunk))
 
 
-def expected_bytes(shapes: Iterable[Sequence[int]], mode: str, world_size: int = 1,
-                   rank: int = 0, dtype_bytes: int = 4,
-                   adam_step: bool = True) -> dict[str, int]:
+def expected_bytes(
+    shapes: Iterable[Sequence[int]],
+    mode: str,
+    world_size: int = 1,
+    rank: int = 0,
+    dtype_bytes: int = 4,
+    adam_step: bool = True,
+) -> dict[str, int]:
     """Bytes of parameters, gradients and AdamW state on ``rank`` at optimizer.step().
 
     ``mode``: ``"ddp"`` (or ``"none"``) keeps whole tensors; ``"fsdp2"`` keeps padded
@@ -87,6 +92,7 @@ def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, 
     Example: ``held_bytes(nn.Linear(2, 3), AdamW(...))`` after one step ->
     ``{'parameters': 36, 'gradients': 36, 'optimizer': 80}``.
     """
+
     def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
         seen: dict[int, int] = {}
         for t in tensors:
@@ -96,11 +102,17 @@ def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, 
         return sum(seen.values())
 
     params = list(model.parameters())
-    states = [v for p in params for v in optimizer.state.get(p, {}).values()
-              if isinstance(v, torch.Tensor)]
-    return {"parameters": storage_bytes(params),
-            "gradients": storage_bytes(p.grad for p in params if p.grad is not None),
-            "optimizer": storage_bytes(states)}
+    states = [
+        v
+        for p in params
+        for v in optimizer.state.get(p, {}).values()
+        if isinstance(v, torch.Tensor)
+    ]
+    return {
+        "parameters": storage_bytes(params),
+        "gradients": storage_bytes(p.grad for p in params if p.grad is not None),
+        "optimizer": storage_bytes(states),
+    }
 
 
 def llama_7b_shapes() -> list[tuple[int, ...]]:
@@ -131,8 +143,9 @@ class MemoryRow:
         return self.parameters + self.gradients + self.optimizer
 
 
-def paper_table(shapes: Sequence[Sequence[int]], world_sizes: Sequence[int] = (8, 64)
-                ) -> list[MemoryRow]:
+def paper_table(
+    shapes: Sequence[Sequence[int]], world_sizes: Sequence[int] = (8, 64)
+) -> list[MemoryRow]:
     """Per-rank bytes on paper for DDP and FSDP2 at each world size (rank 0, the
     largest shard), fp32 and bf16 alike: the policy does not change stored state.
 
@@ -143,18 +156,23 @@ def paper_table(shapes: Sequence[Sequence[int]], world_sizes: Sequence[int] = (8
     for n in world_sizes:
         for mode in ("ddp", "fsdp2"):
             for precision in ("fp32", "bf16"):
-                rows.append(MemoryRow(mode, precision, n, 0,
-                                      **expected_bytes(shapes, mode, n, 0)))
+                rows.append(
+                    MemoryRow(
+                        mode, precision, n, 0, **expected_bytes(shapes, mode, n, 0)
+                    )
+                )
     return rows
 
 
-def format_table(rows: Sequence[MemoryRow], unit: float = 1.0,
-                 budget: float | None = None) -> str:
+def format_table(
+    rows: Sequence[MemoryRow], unit: float = 1.0, budget: float | None = None
+) -> str:
     """The rows as an aligned text table; ``unit=1e9`` prints GB, ``budget`` (in the
     same unit) adds a "fits" column.
 
     Example: ``print(format_table(paper_table(llama_7b_shapes()), 1e9, budget=80))``.
     """
+
     def number(value: int) -> str:
         return f"{value:,}" if unit == 1 else f"{value / unit:,.2f}"
 
@@ -163,19 +181,25 @@ def format_table(rows: Sequence[MemoryRow], unit: float = 1.0,
         header.append("fits")
     lines = [header]
     for r in rows:
-        line = [r.mode, r.precision, str(r.world_size), str(r.rank),
-                 *(number(getattr(r, k)) for k in STATE_KINDS), number(r.total)]
+        line = [
+            r.mode,
+            r.precision,
+            str(r.world_size),
+            str(r.rank),
+            *(number(getattr(r, k)) for k in STATE_KINDS),
+            number(r.total),
+        ]
         if budget is not None:
             line.append("yes" if r.total / unit <= budget else "no")
         lines.append(line)
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths,
-                                                                strict=True))
-                     for line in lines)
+    return "\n".join(
+        "  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True))
+        for line in lines
+    )
 
 
-def measure_ranks(sizes: Sequence[int] = (2, 64, 64, 3), seed: int = 0
-                  ) -> list[dict]:
+def measure_ranks(sizes: Sequence[int] = (2, 64, 64, 3), seed: int = 0) -> list[dict]:
     """Run one AdamW step of an MLP under DDP and FSDP2, fp32 and bf16, on this rank;
     return, per configuration, what the rank holds and what ``expected_bytes`` says.
 
@@ -199,25 +223,35 @@ def measure_ranks(sizes: Sequence[int] = (2, 64, 64, 3), seed: int = 0
             shapes = [tuple(p.shape) for p in model.parameters()]
             precision = PRECISIONS[name]
             world = World(mode, rank, world_size, device)
-            model, ctx = wrap_model(model, world, precision,
-                                    autocast_context(precision, device))
+            model, ctx = wrap_model(
+                model, world, precision, autocast_context(precision, device)
+            )
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
             x = torch.randn(8, sizes[0], generator=torch.Generator().manual_seed(seed))
             with ctx:
                 loss = model(x).float().pow(2).mean()
             loss.backward()
             optimizer.step()
-            rows.append({"mode": mode, "precision": name, "world_size": world_size,
-                         "rank": rank, "held": held_bytes(model, optimizer),
-                         "expected": expected_bytes(shapes, mode, world_size, rank)})
+            rows.append(
+                {
+                    "mode": mode,
+                    "precision": name,
+                    "world_size": world_size,
+                    "rank": rank,
+                    "held": held_bytes(model, optimizer),
+                    "expected": expected_bytes(shapes, mode, world_size, rank),
+                }
+            )
             optimizer.zero_grad(set_to_none=True)
     return rows
 
 
 def rows_from(measured: Sequence[dict], key: str = "held") -> list[MemoryRow]:
     """``MemoryRow``s from ``measure_ranks`` results (``key``: held or expected)."""
-    return [MemoryRow(m["mode"], m["precision"], m["world_size"], m["rank"],
-                      **m[key]) for m in measured]
+    return [
+        MemoryRow(m["mode"], m["precision"], m["world_size"], m["rank"], **m[key])
+        for m in measured
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -244,14 +278,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     end_groups()  # destroyed here, not at interpreter exit (issue 21)
     if world.rank:
         return 0
-    measured = sorted((m for ms in gathered for m in ms),
-                      key=lambda m: (m["mode"], m["precision"], m["rank"]))
+    measured = sorted(
+        (m for ms in gathered for m in ms),
+        key=lambda m: (m["mode"], m["precision"], m["rank"]),
+    )
     print(f"bytes each rank holds after one AdamW step ({world.world_size} ranks):")
     print(format_table(rows_from(measured)))
     wrong = [m for m in measured if m["held"] != m["expected"]]
     for m in wrong:
-        print(f"MISMATCH {m['mode']} {m['precision']} rank {m['rank']}: held "
-              f"{m['held']}, expected {m['expected']}")
+        print(
+            f"MISMATCH {m['mode']} {m['precision']} rank {m['rank']}: held "
+            f"{m['held']}, expected {m['expected']}"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"measured": measured, "torch": torch.__version__}, f, indent=1)
@@ -264,4 +302,3 @@ if __name__ == "__main__":
     code = main()
     exit_rank(code)  # under torchrun: leaves here, past finalization (issue 21)
     raise SystemExit(code)
-

@@ -72,7 +72,7 @@ def reproduce_mask_nan(fixed: bool) -> Outcome:
 
 
 def reproduce_half_model(fixed: bool) -> Outcome:
-    """"Attempting to unscale FP16 gradients" after ``model.half()``. Fix: keep the
+    """ "Attempting to unscale FP16 gradients" after ``model.half()``. Fix: keep the
     model fp32; autocast makes the fp16 copies."""
     calls = clinic.MISUSES["model.half() with a GradScaler"][0]
     with torch.random.fork_rng(devices=[]):  # run_calls draws its model's weights
@@ -89,7 +89,7 @@ def _tiny_regression(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tens
 
 
 def reproduce_accumulation_unscale(fixed: bool) -> Outcome:
-    """"unscale_() has already been called" with gradient accumulation: unscale_ and
+    """ "unscale_() has already been called" with gradient accumulation: unscale_ and
     clip after every micro-batch. Fix: only once, before the step."""
     model, x, y = _tiny_regression()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -129,8 +129,11 @@ def reproduce_scheduler_warning(fixed: bool) -> Outcome:
     run = practice.scheduled_run(torch.amp.GradScaler("cpu", init_scale=2.0**17),
                                  only_after_real_steps=fixed)  # fmt: skip
     warned = [w for w in run.warnings if "lr_scheduler.step()" in w]
-    return Outcome(bool(warned), f"{run.num_skipped} skipped steps; "
-                   + (warned[0][:70] + "..." if warned else "no warning"))
+    return Outcome(
+        bool(warned),
+        f"{run.num_skipped} skipped steps; "
+        + (warned[0][:70] + "..." if warned else "no warning"),
+    )
 
 
 def reproduce_gan_two_updates(fixed: bool) -> Outcome:
@@ -205,8 +208,10 @@ def reproduce_autocast_thread(fixed: bool) -> Outcome:
         thread = threading.Thread(target=worker)
         thread.start()
         thread.join()
-    return Outcome(seen["thread"] != torch.float16,
-                   f"main thread: {seen['main']}, worker thread: {seen['thread']}")
+    return Outcome(
+        seen["thread"] != torch.float16,
+        f"main thread: {seen['main']}, worker thread: {seen['thread']}",
+    )
 
 
 def _steps_skipped(scalers: Iterable[torch.amp.GradScaler]) -> int:
@@ -249,9 +254,12 @@ def reproduce_compiled_disabled_region(fixed: bool) -> Outcome:
     without it, this torch's own setting (``compiled.backward_pass_autocast()``)."""
     setting = "off" if fixed else compiled.backward_pass_autocast()
     same = compiled.disabled_region_grads(setting)
-    return Outcome(not same, "compiled gradients "
-                   + ("equal eager's" if same else "differ from eager's")
-                   + f" (backward_pass_autocast={setting!r})")
+    return Outcome(
+        not same,
+        "compiled gradients "
+        + ("equal eager's" if same else "differ from eager's")
+        + f" (backward_pass_autocast={setting!r})",
+    )
 
 
 def reproduce_scaler_in_loop(fixed: bool) -> Outcome:

@@ -57,8 +57,10 @@ def scripted_run(
     _check_script(data, inject)
     model = _seeded_model(*data[0], seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    return [_scripted_step(scaler, model, optimizer, x, y, inject.get(step))
-            for step, (x, y) in enumerate(data, start=1)]
+    return [
+        _scripted_step(scaler, model, optimizer, x, y, inject.get(step))
+        for step, (x, y) in enumerate(data, start=1)
+    ]
 
 
 def _check_script(data: Sequence, inject: dict[int, float]) -> None:
@@ -81,9 +83,14 @@ def _seeded_model(x: torch.Tensor, y: torch.Tensor, seed: int) -> nn.Sequential:
         ).to(x.device)
 
 
-def _scripted_step(scaler: Any, model: nn.Sequential, optimizer: torch.optim.Optimizer,
-                   x: torch.Tensor, y: torch.Tensor,
-                   bad: float | None) -> dict[str, Any]:
+def _scripted_step(
+    scaler: Any,
+    model: nn.Sequential,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    bad: float | None,
+) -> dict[str, Any]:
     """One fp16-autocast step through ``scaler`` (``bad``, when given, written into a
     weight gradient after ``backward()``) and the snapshot scripted_run keeps."""
     with torch.amp.autocast(x.device.type, dtype=torch.float16):
@@ -140,4 +147,3 @@ def first_difference(
             if not same:
                 return step, key
     return None
-

@@ -67,12 +67,15 @@ class _Panel(widgets.VBox):
     """A VBox whose picture is an Image of PNG bytes, redrawn by ``redraw()``."""
 
     def __init__(self, children: Sequence[widgets.Widget]) -> None:
-        self.image = widgets.Image(format="png", layout=widgets.Layout(
-            max_width="100%", height="auto"))
+        self.image = widgets.Image(
+            format="png", layout=widgets.Layout(max_width="100%", height="auto")
+        )
         self.message = widgets.HTML()
         self.last_redraw_ms = self.last_redraw_cpu_ms = math.nan
-        super().__init__([*children, self.message, self.image],
-                         layout=widgets.Layout(max_width="900px"))
+        super().__init__(
+            [*children, self.message, self.image],
+            layout=widgets.Layout(max_width="900px"),
+        )
 
     def redraw(self) -> None:
         """Recompute what the widget shows and time it.
@@ -92,8 +95,9 @@ class _Panel(widgets.VBox):
     def _say(self, text: str, error: bool = False) -> None:
         color = "#b00020" if error else "#555"
         body = html.escape(text, quote=False)
-        self.message.value = (f'<span style="color:{color}">{body}</span>' if text
-                              else "")
+        self.message.value = (
+            f'<span style="color:{color}">{body}</span>' if text else ""
+        )
 
 
 # ---- widget 1: the FP16 range explorer ---------------------------------------------
@@ -115,8 +119,10 @@ def parse_value(text: str) -> float:
     try:
         return float(s)
     except ValueError:
-        message = _("could not read {text} as a number: type e.g. 1e-4, -3.5, 65504, "
-                    "2^-24 or inf").format(text=repr(text))
+        message = _(
+            "could not read {text} as a number: type e.g. 1e-4, -3.5, 65504, "
+            "2^-24 or inf"
+        ).format(text=repr(text))
         raise ValueError(message) from None
 
 
@@ -132,31 +138,48 @@ def format_rows(value: float, names: Iterable[str] = EXPLORER_FORMATS) -> list[d
     for name in names:
         f = resolve_format(name)
         d = decompose(value, f)
-        rows.append({"format": f.name, "sign": d.sign, "exponent": d.exponent,
-                     "mantissa": d.mantissa, "stored": d.value, "kind": d.kind,
-                     "rel_error": relative_error(value, f),
-                     "zone": _zone_note(value, f)})
+        rows.append(
+            {
+                "format": f.name,
+                "sign": d.sign,
+                "exponent": d.exponent,
+                "mantissa": d.mantissa,
+                "stored": d.value,
+                "kind": d.kind,
+                "rel_error": relative_error(value, f),
+                "zone": _zone_note(value, f),
+            }
+        )
     return rows
 
 
 def _bits_html(row: dict) -> str:
     return "&nbsp;".join(
         f'<span style="color:{BIT_COLORS[k]}">{row[k]}</span>'
-        for k in ("sign", "exponent", "mantissa"))
+        for k in ("sign", "exponent", "mantissa")
+    )
 
 
 def rows_html(rows: list[dict], highlight: str | None = None) -> str:
     """An HTML table of ``format_rows``: bits coloured sign | exponent | mantissa."""
     pad = "padding:2px 12px 2px 4px;text-align:left"  # columns never touch
     mono = f"{pad};font-family:monospace"
-    titles = [_("format"), _("bits: ") + " | ".join(
-        f'<span style="color:{c}">{k}</span>' for k, c in BIT_COLORS.items()),
-        _("stored value"), _("relative error"), _("what it is")]
+    titles = [
+        _("format"),
+        _("bits: ")
+        + " | ".join(
+            f'<span style="color:{c}">{k}</span>' for k, c in BIT_COLORS.items()
+        ),
+        _("stored value"),
+        _("relative error"),
+        _("what it is"),
+    ]
     head = "<tr>" + "".join(f'<th style="{pad}">{t}</th>' for t in titles) + "</tr>"
     body = []
     for r in rows:
-        shade = ("font-weight:bold;background:#eef3fb" if r["format"] == highlight
-                 else "")
+        shade = (
+            "font-weight:bold;background:#eef3fb" if r["format"] == highlight else ""
+        )
         rel = r["rel_error"]
         rel_text = "-" if math.isnan(rel) else f"{rel:.2e}" if rel else "0 (exact)"
         body.append(
@@ -164,9 +187,14 @@ def rows_html(rows: list[dict], highlight: str | None = None) -> str:
             f'<td style="{mono}">{_bits_html(r)}</td>'
             f'<td style="{mono}">{r["stored"]:.9g}</td>'
             f'<td style="{pad}">{rel_text}</td>'
-            f'<td style="{pad}">{html.escape(r["zone"])}</td></tr>')
-    return ('<table style="border-collapse:collapse;font-size:13px">'
-            + head + "".join(body) + "</table>")
+            f'<td style="{pad}">{html.escape(r["zone"])}</td></tr>'
+        )
+    return (
+        '<table style="border-collapse:collapse;font-size:13px">'
+        + head
+        + "".join(body)
+        + "</table>"
+    )
 
 
 class RangeExplorer(_Panel):
@@ -192,31 +220,49 @@ class RangeExplorer(_Panel):
         resolve_format(fmt)
         self._syncing = False
         self.slider = widgets.FloatLogSlider(
-            value=1e-4, base=10, min=-9, max=6, step=0.05, readout_format=".3g",
-            description="|x|", continuous_update=False,
-            layout=widgets.Layout(width="430px"))
+            value=1e-4,
+            base=10,
+            min=-9,
+            max=6,
+            step=0.05,
+            readout_format=".3g",
+            description="|x|",
+            continuous_update=False,
+            layout=widgets.Layout(width="430px"),
+        )
         self.sign = widgets.ToggleButtons(
-            options=[("+", 1), ("\u2212", -1)], value=1, description=_("sign"),
+            options=[("+", 1), ("\u2212", -1)],
+            value=1,
+            description=_("sign"),
             style={"button_width": "34px", "description_width": "40px"},
             # JupyterLab shows ToggleButtons as a block: label above the buttons
-            layout=widgets.Layout(display="flex", flex_flow="row",
-                                  align_items="center"))
+            layout=widgets.Layout(
+                display="flex", flex_flow="row", align_items="center"
+            ),
+        )
         self.text = widgets.Text(
-            description=_("type x"), continuous_update=False,
+            description=_("type x"),
+            continuous_update=False,
             placeholder="1e-4, 65504, 2^-24, inf",
-            layout=widgets.Layout(width="230px"))
+            layout=widgets.Layout(width="230px"),
+        )
         self.fmt = widgets.Dropdown(
-            options=list(EXPLORER_FORMATS), value=fmt, description=_("number line"),
-            layout=widgets.Layout(width="230px"))
+            options=list(EXPLORER_FORMATS),
+            value=fmt,
+            description=_("number line"),
+            layout=widgets.Layout(width="230px"),
+        )
         self.table = widgets.HTML()
         self.value = value
         self.rows: list[dict] = []
         self._lines: dict[tuple, _NumberLine] = {}  # static number lines, rendered
-        super().__init__([
-            widgets.HBox([self.slider, self.sign]),
-            widgets.HBox([self.text, self.fmt]),
-            self.table,
-        ])
+        super().__init__(
+            [
+                widgets.HBox([self.slider, self.sign]),
+                widgets.HBox([self.text, self.fmt]),
+                self.table,
+            ]
+        )
         self.slider.observe(self._on_slider, "value")
         self.sign.observe(self._on_sign, "value")
         self.text.observe(self._on_text, "value")
@@ -247,11 +293,17 @@ class RangeExplorer(_Panel):
                 self.slider.value = size
             elif not math.isnan(size):
                 self.slider.value = lo if size < lo else hi
-                where = (_("0 has no place on a log scale") if size == 0 else
-                         _("{value} is beyond the slider's {lo} to {hi}").format(
-                             value=f"{self.value:g}", lo=f"{lo:g}", hi=f"{hi:g}"))
-                note = _("{where}: the slider waits at its end; the table and the "
-                         "plot show the typed value.").format(where=where)
+                where = (
+                    _("0 has no place on a log scale")
+                    if size == 0
+                    else _("{value} is beyond the slider's {lo} to {hi}").format(
+                        value=f"{self.value:g}", lo=f"{lo:g}", hi=f"{hi:g}"
+                    )
+                )
+                note = _(
+                    "{where}: the slider waits at its end; the table and the "
+                    "plot show the typed value."
+                ).format(where=where)
         finally:
             self._syncing = False
         self._say(note)
@@ -326,24 +378,35 @@ class GradientHistogramExplorer(_Panel):
         0.0
     """
 
-    def __init__(self, grads: torch.Tensor, fmt: str = "fp16",
-                 scale: float = 1.0) -> None:
+    def __init__(
+        self, grads: torch.Tensor, fmt: str = "fp16", scale: float = 1.0
+    ) -> None:
         cast_outcome(grads, 1.0, fmt)  # checks grads and fmt before building anything
         if fmt not in HISTOGRAM_FORMATS:
-            raise ValueError(f"fmt must be one of {', '.join(HISTOGRAM_FORMATS)}, "
-                             f"got {fmt!r}")
+            raise ValueError(
+                f"fmt must be one of {', '.join(HISTOGRAM_FORMATS)}, got {fmt!r}"
+            )
         self.grads = grads.detach().flatten().float().cpu()
         options = [(f"2^{k} = {2.0**k:g}", 2.0**k) for k in SCALE_EXPONENTS]
         if scale not in [v for _label, v in options]:
-            raise ValueError(f"scale must be a power of two from 2^"
-                             f"{SCALE_EXPONENTS[0]} to 2^{SCALE_EXPONENTS[-1]}, got "
-                             f"{scale!r}")
+            raise ValueError(
+                f"scale must be a power of two from 2^"
+                f"{SCALE_EXPONENTS[0]} to 2^{SCALE_EXPONENTS[-1]}, got "
+                f"{scale!r}"
+            )
         self.slider = widgets.SelectionSlider(
-            options=options, value=scale, description=_("loss scale"),
-            continuous_update=False, layout=widgets.Layout(width="560px"))
-        self.fmt = widgets.Dropdown(options=list(HISTOGRAM_FORMATS), value=fmt,
-                                    description=_("format"),
-                                    layout=widgets.Layout(width="200px"))
+            options=options,
+            value=scale,
+            description=_("loss scale"),
+            continuous_update=False,
+            layout=widgets.Layout(width="560px"),
+        )
+        self.fmt = widgets.Dropdown(
+            options=list(HISTOGRAM_FORMATS),
+            value=fmt,
+            description=_("format"),
+            layout=widgets.Layout(width="200px"),
+        )
         self.stats = widgets.HTML()
         self.outcome: CastOutcome | None = None
         # a power-of-two scale shifts the binades and keeps their counts: one y axis
@@ -375,14 +438,20 @@ class GradientHistogramExplorer(_Panel):
         if fmt not in self._plots:
             self._plots[fmt] = _Histogram(FORMATS[fmt], self.xlim, self._ymax)
         self.outcome = o = self._plots[fmt].show(self.grads, scale)
-        cells = [(_("flush to 0"), o.zero, "zero"), (_("subnormal"), o.subnormal,
-                 "subnormal"), (_("normal"), o.normal, "normal"),
-                 (_("overflow"), o.overflow, "overflow")]
-        self.stats.value = (
-            _("<b>{nonzero}</b> nonzero gradients x {scale} cast to <b>{fmt}</b>: "
-              ).format(nonzero=f"{o.nonzero:,}", scale=f"{scale:g}", fmt=fmt)
-            + " &nbsp; ".join(f'<span style="color:{ZONE_COLORS[z]}"><b>{p:.1%}</b>'
-                              f"</span> {name}" for name, p, z in cells))
+        cells = [
+            (_("flush to 0"), o.zero, "zero"),
+            (_("subnormal"), o.subnormal, "subnormal"),
+            (_("normal"), o.normal, "normal"),
+            (_("overflow"), o.overflow, "overflow"),
+        ]
+        self.stats.value = _(
+            "<b>{nonzero}</b> nonzero gradients x {scale} cast to <b>{fmt}</b>: "
+        ).format(
+            nonzero=f"{o.nonzero:,}", scale=f"{scale:g}", fmt=fmt
+        ) + " &nbsp; ".join(
+            f'<span style="color:{ZONE_COLORS[z]}"><b>{p:.1%}</b></span> {name}'
+            for name, p, z in cells
+        )
         self.image.value = self._plots[fmt].blit.png()
 
 
@@ -430,8 +499,9 @@ class SpeedMemoryExplorer(_Panel):
         [64, 64, 64]
     """
 
-    def __init__(self, device: str | torch.device | None = None,
-                 budget_ms: float | None = None) -> None:
+    def __init__(
+        self, device: str | torch.device | None = None, budget_ms: float | None = None
+    ) -> None:
         from amp_lessons.core.device import resolve_device
         from amp_lessons.core.precision import PRECISIONS, resolve_precision
 
@@ -440,20 +510,29 @@ class SpeedMemoryExplorer(_Panel):
         self.budget_ms = budget_ms if budget_ms is not None else (1000 if gpu else 150)
         self.iters = 5 if gpu else 3
         self.warmup = 2 if gpu else 1
-        widths, batches = (GPU_WIDTHS, GPU_BATCHES) if gpu else (CPU_WIDTHS,
-                                                                 CPU_BATCHES)
+        widths, batches = (
+            (GPU_WIDTHS, GPU_BATCHES) if gpu else (CPU_WIDTHS, CPU_BATCHES)
+        )
         self.width = widgets.SelectionSlider(
-            options=list(widths), value=widths[-2 if gpu else 2],
+            options=list(widths),
+            value=widths[-2 if gpu else 2],
             description=_("width"),
-            continuous_update=False, layout=widgets.Layout(width="330px"))
+            continuous_update=False,
+            layout=widgets.Layout(width="330px"),
+        )
         self.batch = widgets.SelectionSlider(
-            options=list(batches), value=batches[1 if gpu else 2],
-            description=_("batch"), continuous_update=False,
-            layout=widgets.Layout(width="330px"))
+            options=list(batches),
+            value=batches[1 if gpu else 2],
+            description=_("batch"),
+            continuous_update=False,
+            layout=widgets.Layout(width="330px"),
+        )
         self.optimizer = widgets.Dropdown(
-            options=list(EXPLORER_OPTIMIZERS), value="adam",
+            options=list(EXPLORER_OPTIMIZERS),
+            value="adam",
             description=_("optimizer"),
-            layout=widgets.Layout(width="190px"))
+            layout=widgets.Layout(width="190px"),
+        )
         self.precision_boxes: dict[str, widgets.Checkbox] = {}
         self.unavailable: dict[str, str] = {}
         for name in PRECISIONS:
@@ -466,26 +545,44 @@ class SpeedMemoryExplorer(_Panel):
                 self.unavailable[name] = str(e)
                 continue
             self.precision_boxes[name] = widgets.Checkbox(
-                value=True, description=name, indent=False,
-                layout=widgets.Layout(width="70px"))
-        self.time_box = widgets.Checkbox(value=True, description=_("time steps"),
-                                         indent=False,
-                                         layout=widgets.Layout(width="110px"))
+                value=True,
+                description=name,
+                indent=False,
+                layout=widgets.Layout(width="70px"),
+            )
+        self.time_box = widgets.Checkbox(
+            value=True,
+            description=_("time steps"),
+            indent=False,
+            layout=widgets.Layout(width="110px"),
+        )
         self.stats = widgets.HTML()
         # the picture's words, drawn by the browser (see _draw_speed_memory)
         self.caption, self.legend = widgets.HTML(), widgets.HTML()
         self.results: list[dict] = []
         self._figures: dict[tuple, tuple] = {}
-        super().__init__([
-            widgets.HBox([self.width, self.batch, self.optimizer]),
-            widgets.HBox([widgets.Label(_("precisions:")),
-                          *self.precision_boxes.values(), self.time_box]),
-            self.stats,
-        ])
+        super().__init__(
+            [
+                widgets.HBox([self.width, self.batch, self.optimizer]),
+                widgets.HBox(
+                    [
+                        widgets.Label(_("precisions:")),
+                        *self.precision_boxes.values(),
+                        self.time_box,
+                    ]
+                ),
+                self.stats,
+            ]
+        )
         *controls, image = self.children
         self.children = (*controls, self.caption, image, self.legend)
-        for control in (self.width, self.batch, self.optimizer, self.time_box,
-                        *self.precision_boxes.values()):
+        for control in (
+            self.width,
+            self.batch,
+            self.optimizer,
+            self.time_box,
+            *self.precision_boxes.values(),
+        ):
             control.observe(lambda _: self.redraw(), "value")
         self.redraw()
 
@@ -499,16 +596,25 @@ class SpeedMemoryExplorer(_Panel):
             self._say(_("Tick at least one precision to measure."), error=True)
             return
         self.results = measure_speed_memory(
-            self.width.value, self.batch.value, chosen, self.device,
-            self.optimizer.value, warmup=self.warmup, iters=self.iters,
-            time_steps=self.time_box.value, budget_ms=self.budget_ms)
+            self.width.value,
+            self.batch.value,
+            chosen,
+            self.device,
+            self.optimizer.value,
+            warmup=self.warmup,
+            iters=self.iters,
+            time_steps=self.time_box.value,
+            budget_ms=self.budget_ms,
+        )
         self.stats.value = self._table()
         note = ""
         if self.device.type == "cpu" and ({"fp16", "bf16"} & set(chosen)):
-            note = (_("CPU: no tensor cores, so fp16/bf16 do not get the GPU's "
-                    "speed-up (most CPUs emulate them, slower than fp32); tiny steps "
-                    "time noisily, the dots show each one. The memory bars are exact "
-                    "on every device."))
+            note = _(
+                "CPU: no tensor cores, so fp16/bf16 do not get the GPU's "
+                "speed-up (most CPUs emulate them, slower than fp32); tiny steps "
+                "time noisily, the dots show each one. The memory bars are exact "
+                "on every device."
+            )
         self._say(note)
         self.image.value = self._render(self.results)
 
@@ -533,29 +639,65 @@ class SpeedMemoryExplorer(_Panel):
     def _table(self) -> str:
         base = next((r for r in self.results if r["precision"] == "fp32"), None)
         unit, size = byte_unit(max(r["memory"]["total"] for r in self.results))
-        cols = [_("precision"), _("step ms"), _("speed vs fp32"), _("weights"),
-                _("grads"), _("optimizer"), _("activations"), _("weight copies"),
-                _("total")]
+        cols = [
+            _("precision"),
+            _("step ms"),
+            _("speed vs fp32"),
+            _("weights"),
+            _("grads"),
+            _("optimizer"),
+            _("activations"),
+            _("weight copies"),
+            _("total"),
+        ]
         cell = "padding:1px 9px;text-align:right"
-        out = ['<table style="font-size:12px;border-collapse:collapse"><tr>'
-               + "".join(f'<th style="{cell}">{c}</th>' for c in cols) + "</tr>"]
+        out = [
+            '<table style="font-size:12px;border-collapse:collapse"><tr>'
+            + "".join(f'<th style="{cell}">{c}</th>' for c in cols)
+            + "</tr>"
+        ]
         for r in self.results:
             m, ms = r["memory"], r["step_ms"]
-            speed = (f"{base['step_ms'] / ms:.2f}x" if ms and base and base["step_ms"]
-                     else "-")
-            cells = [r["precision"], "-" if ms is None else f"{ms:.3g}", speed,
-                     *(f"{m[k] / size:.3g}" for k in ("weights", "gradients",
-                       "optimizer_state", "activations", "weight_copies", "total"))]
-            out.append("<tr>" + "".join(f'<td style="{cell}">{c}</td>' for c in cells)
-                       + "</tr>")
+            speed = (
+                f"{base['step_ms'] / ms:.2f}x"
+                if ms and base and base["step_ms"]
+                else "-"
+            )
+            cells = [
+                r["precision"],
+                "-" if ms is None else f"{ms:.3g}",
+                speed,
+                *(
+                    f"{m[k] / size:.3g}"
+                    for k in (
+                        "weights",
+                        "gradients",
+                        "optimizer_state",
+                        "activations",
+                        "weight_copies",
+                        "total",
+                    )
+                ),
+            ]
+            out.append(
+                "<tr>"
+                + "".join(f'<td style="{cell}">{c}</td>' for c in cells)
+                + "</tr>"
+            )
         return "".join(out) + (
-            "</table><small>" + _("memory in {unit}, exact (saved-tensor hooks); step "
-                                  "time: median of the steps timed after warm-up, in "
-                                  "this redraw").format(unit=unit) + "</small>")
+            "</table><small>"
+            + _(
+                "memory in {unit}, exact (saved-tensor hooks); step "
+                "time: median of the steps timed after warm-up, in "
+                "this redraw"
+            ).format(unit=unit)
+            + "</small>"
+        )
 
 
-def speed_memory_explorer(device: str | torch.device | None = None
-                          ) -> SpeedMemoryExplorer:
+def speed_memory_explorer(
+    device: str | torch.device | None = None,
+) -> SpeedMemoryExplorer:
     """The speed/memory panel of notebook 06 (see ``SpeedMemoryExplorer``).
 
     `device` None picks CUDA when present, else the CPU (tiny sizes there).
@@ -570,7 +712,13 @@ def speed_memory_explorer(device: str | torch.device | None = None
 
 
 __all__ = [
-    "GradientHistogramExplorer", "RangeExplorer", "SpeedMemoryExplorer",
-    "format_rows", "fp16_range_explorer", "gradient_histogram_explorer", "parse_value",
-    "rows_html", "speed_memory_explorer",
+    "GradientHistogramExplorer",
+    "RangeExplorer",
+    "SpeedMemoryExplorer",
+    "format_rows",
+    "fp16_range_explorer",
+    "gradient_histogram_explorer",
+    "parse_value",
+    "rows_html",
+    "speed_memory_explorer",
 ]

@@ -37,15 +37,28 @@ REMOVE = "Remove it (`rm -rf .venv`) and run the command again: it is made afres
 
 # modules the commands run besides the requirements' own: `make lab` runs
 # `python -m jupyter lab`, and everything imports the course's package
-COMMAND_MODULES = {"": ["jupyter", "amp_lessons"], "dev": ["pytest", "nbval"],
-                   "instructor": ["nbgrader"], "site": ["myst_nb", "sphinx_book_theme"]}
+COMMAND_MODULES = {
+    "": ["jupyter", "amp_lessons"],
+    "dev": ["pytest", "nbval"],
+    "instructor": ["nbgrader"],
+    "site": ["myst_nb", "sphinx_book_theme"],
+}
 
 # what pip prints when it cannot reach the index at all
-OFFLINE_SIGNS = ("NewConnectionError", "Failed to establish a new connection",
-                 "Temporary failure in name resolution", "Name or service not known",
-                 "nodename nor servname", "Network is unreachable", "No route to host",
-                 "Connection refused", "ConnectTimeoutError", "Read timed out",
-                 "ProxyError", "Max retries exceeded")
+OFFLINE_SIGNS = (
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "nodename nor servname",
+    "Network is unreachable",
+    "No route to host",
+    "Connection refused",
+    "ConnectTimeoutError",
+    "Read timed out",
+    "ProxyError",
+    "Max retries exceeded",
+)
 
 
 def fail(message):
@@ -73,8 +86,13 @@ def venv_python():
 def run(command):
     """(exit status, output) of a command; status None if it could not start."""
     try:
-        result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, universal_newlines=True)
+        result = subprocess.run(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            universal_newlines=True,
+        )
     except OSError as error:
         return None, str(error)
     return result.returncode, result.stdout
@@ -86,29 +104,45 @@ def check_venv():
     if not os.path.lexists(VENV):
         return False
     if not os.path.isdir(VENV):
-        fail("`.venv` is a file, not a virtual environment. Move it away or delete it "
-             "(`rm .venv`), then run the command again.")
+        fail(
+            "`.venv` is a file, not a virtual environment. Move it away or delete it "
+            "(`rm .venv`), then run the command again."
+        )
     python = venv_python()
     if not os.path.lexists(python):
-        fail("`.venv` has no {}: it is not a virtual environment, or a broken one. "
-             "{}".format(os.path.relpath(python, ROOT), REMOVE))
-    status, output = run([python, "-c", "import sys; print('%d.%d' % "
-                                        "sys.version_info[:2])"])
+        fail(
+            "`.venv` has no {}: it is not a virtual environment, or a broken one. "
+            "{}".format(os.path.relpath(python, ROOT), REMOVE)
+        )
+    status, output = run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]
+    )
     found = re.match(r"(\d+)\.(\d+)$", output.strip()) if status == 0 else None
     if found is None:
-        fail("`.venv` is broken: its python does not run (the Python it was made "
-             "from was probably removed or upgraded). " + REMOVE)
+        fail(
+            "`.venv` is broken: its python does not run (the Python it was made "
+            "from was probably removed or upgraded). " + REMOVE
+        )
     version = (int(found.group(1)), int(found.group(2)))
     if version < MIN_PYTHON:
-        fail("`.venv` was made with Python {}.{}, and this course needs Python {}.{} "
-             "or newer. {} (with `{}`, Python {})".format(
-                 version[0], version[1], MIN_PYTHON[0], MIN_PYTHON[1],
-                 REMOVE.rstrip("."), sys.executable, platform.python_version()))
+        fail(
+            "`.venv` was made with Python {}.{}, and this course needs Python {}.{} "
+            "or newer. {} (with `{}`, Python {})".format(
+                version[0],
+                version[1],
+                MIN_PYTHON[0],
+                MIN_PYTHON[1],
+                REMOVE.rstrip("."),
+                sys.executable,
+                platform.python_version(),
+            )
+        )
     status, _ = run([python, "-m", "pip", "--version"])
     if status != 0:
-        fail("`.venv` has no pip (it was made with --without-pip, or by a Python "
-             "without ensurepip; on Debian/Ubuntu install python3-venv first). "
-             + REMOVE)
+        fail(
+            "`.venv` has no pip (it was made with --without-pip, or by a Python "
+            "without ensurepip; on Debian/Ubuntu install python3-venv first). " + REMOVE
+        )
     return True
 
 
@@ -142,17 +176,21 @@ def requirements(extras):
         lines = [line.split("#")[0].strip() for line in f]
     with open(os.path.join(ROOT, "pyproject.toml")) as f:
         pyproject = f.read()
-    section = re.search(r"^\[project\.optional-dependencies\]\n(.*?)(?=^\[)",
-                        pyproject, re.M | re.S)
-    listed = dict(re.findall(r"^(\w+)\s*=\s*\[(.*?)\]", section.group(1) if section
-                             else "", re.M | re.S))
+    section = re.search(
+        r"^\[project\.optional-dependencies\]\n(.*?)(?=^\[)", pyproject, re.M | re.S
+    )
+    listed = dict(
+        re.findall(
+            r"^(\w+)\s*=\s*\[(.*?)\]", section.group(1) if section else "", re.M | re.S
+        )
+    )
     for extra in extras:
         lines += re.findall(r'"([^"]+)"', listed.get(extra, ""))
     return [line for line in lines if line]
 
 
 # Run by .venv's Python (3.10+): each requirement installed, in range, importable.
-VERIFY = r'''
+VERIFY = r"""
 import importlib.metadata as md, importlib.util, json, os, sys
 try:
     from packaging.requirements import Requirement
@@ -188,23 +226,36 @@ if spec is not None and not os.path.realpath(spec.origin or "").startswith(here)
     problems.append("amp_lessons is installed from %s, not from this folder"
                     % os.path.dirname(spec.origin or "?"))
 print(json.dumps(problems))
-'''
+"""
 
 
 def installed_problems(extras):
     """What is wrong with the packages in .venv ([] when every one is importable and
     in range), checked by .venv's own Python."""
-    modules = [m for extra in [""] + list(extras) for m in COMMAND_MODULES.get(extra,
-                                                                              [])]
-    status, output = run([venv_python(), "-I", "-c", VERIFY, ROOT,
-                          json.dumps(requirements(extras)), json.dumps(modules)])
+    modules = [
+        m for extra in [""] + list(extras) for m in COMMAND_MODULES.get(extra, [])
+    ]
+    status, output = run(
+        [
+            venv_python(),
+            "-I",
+            "-c",
+            VERIFY,
+            ROOT,
+            json.dumps(requirements(extras)),
+            json.dumps(modules),
+        ]
+    )
     try:
         problems = json.loads(output.strip().splitlines()[-1]) if status == 0 else None
     except (ValueError, IndexError):
         problems = None
     if problems is None:
-        return ["the installed packages could not be checked ({})".format(
-            (output.strip().splitlines() or ["no output"])[-1])]
+        return [
+            "the installed packages could not be checked ({})".format(
+                (output.strip().splitlines() or ["no output"])[-1]
+            )
+        ]
     return problems
 
 
@@ -224,10 +275,14 @@ def index_unreachable(index=None):
     url = urlsplit(index or index_url())
     if url.scheme not in ("http", "https"):
         return False  # a local index: no network involved
-    proxy = (os.environ.get(url.scheme.upper() + "_PROXY")
-             or os.environ.get(url.scheme + "_proxy"))
-    target = urlsplit(proxy if "//" in (proxy or "") else "//" + (proxy or "")) \
-        if proxy else url
+    proxy = os.environ.get(url.scheme.upper() + "_PROXY") or os.environ.get(
+        url.scheme + "_proxy"
+    )
+    target = (
+        urlsplit(proxy if "//" in (proxy or "") else "//" + (proxy or ""))
+        if proxy
+        else url
+    )
     port = target.port or (443 if url.scheme == "https" and not proxy else 80)
     try:
         socket.create_connection((target.hostname, port), timeout=10).close()
@@ -252,8 +307,9 @@ def has_nvidia_gpu(environ=None, root="/", which=None):
     if os.path.exists(os.path.join(root, "proc", "driver", "nvidia", "version")):
         return True
     dev = os.path.join(root, "dev")
-    if os.path.isdir(dev) and any(re.match(r"nvidia\d+$", name)
-                                  for name in os.listdir(dev)):
+    if os.path.isdir(dev) and any(
+        re.match(r"nvidia\d+$", name) for name in os.listdir(dev)
+    ):
         return True
     if which is None:
         import shutil  # here, not at the top: Python 2's shutil has no which
@@ -272,7 +328,7 @@ def torch_spec():
 
 
 # Run by .venv's Python: prints whether torch is installed within the given range.
-TORCH_IN_RANGE = r'''
+TORCH_IN_RANGE = r"""
 import importlib.metadata as md, sys
 try:
     from packaging.requirements import Requirement
@@ -283,7 +339,7 @@ try:
 except md.PackageNotFoundError:
     sys.exit(1)
 sys.exit(0 if Requirement(sys.argv[1]).specifier.contains(version, True) else 1)
-'''
+"""
 
 
 def install_cpu_torch(gpu=None):
@@ -300,31 +356,60 @@ def install_cpu_torch(gpu=None):
         return
     url = os.environ.get("AMP_LESSONS_TORCH_INDEX", CPU_TORCH_INDEX)
     # one quick try: an unreachable index must not cost pip's minutes of retries
-    status, output = run([venv_python(), "-m", "pip", "install",
-                          "--disable-pip-version-check", "--timeout", "10",
-                          "--retries", "0", "--index-url", url, spec])
+    status, output = run(
+        [
+            venv_python(),
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--timeout",
+            "10",
+            "--retries",
+            "0",
+            "--index-url",
+            url,
+            spec,
+        ]
+    )
     if status == 0:
         version = re.search(r"Successfully installed .*?\btorch-(\S+)", output)
-        size = re.search(r"(?:Downloading|Using cached) \S*torch-\S+ \(([^)]+)\)",
-                         output)
-        print("no NVIDIA GPU found: installed torch {}, the CPU build ({}), from "
-              "{} instead of the CUDA build.".format(
-                  version.group(1) if version else "",
-                  (size.group(1) + " download") if size else "size not reported",
-                  url))
+        size = re.search(
+            r"(?:Downloading|Using cached) \S*torch-\S+ \(([^)]+)\)", output
+        )
+        print(
+            "no NVIDIA GPU found: installed torch {}, the CPU build ({}), from "
+            "{} instead of the CUDA build.".format(
+                version.group(1) if version else "",
+                (size.group(1) + " download") if size else "size not reported",
+                url,
+            )
+        )
         return
     # with --retries 0 pip may only say "No matching distribution": ask the network
     offline = any(sign in output for sign in OFFLINE_SIGNS) or index_unreachable(url)
-    why = ("could not be reached" if offline
-           else "had no {} for this machine".format(spec))
-    print("no NVIDIA GPU found, but PyTorch's CPU wheel index ({}) {}: installing "
-          "the default torch build (with CUDA libraries) instead.".format(url, why))
+    why = (
+        "could not be reached" if offline else "had no {} for this machine".format(spec)
+    )
+    print(
+        "no NVIDIA GPU found, but PyTorch's CPU wheel index ({}) {}: installing "
+        "the default torch build (with CUDA libraries) instead.".format(url, why)
+    )
 
 
 def pip_install(extras):
     target = "." + ("[" + ",".join(sorted(extras)) + "]" if extras else "")
-    command = [venv_python(), "-m", "pip", "install", "--disable-pip-version-check",
-               "-r", "requirements.txt", "-e", target]
+    command = [
+        venv_python(),
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "-r",
+        "requirements.txt",
+        "-e",
+        target,
+    ]
     print("installing: " + " ".join(command[3:]))
     status, output = run(command)
     if status == 0:
@@ -344,8 +429,9 @@ def pip_install(extras):
             "pip found no ready-made torch wheel for Python {} on {} {}.\n"
             "PyTorch publishes wheels for a few Python versions only: use Python "
             "3.10-3.13 (e.g. `make lab PYTHON=python3.12`), or the conda path in the "
-            "README.".format(platform.python_version(), platform.system(),
-                             platform.machine())
+            "README.".format(
+                platform.python_version(), platform.system(), platform.machine()
+            )
         )
     missing = re.search(r"No matching distribution found for (\S+)", output)
     if missing or "Failed building wheel" in output:
@@ -354,10 +440,15 @@ def pip_install(extras):
             "build one (see pip's lines above).\nUse Python 3.10-3.13, or the conda "
             "path in the README.".format(
                 missing.group(1) if missing else "a package",
-                platform.python_version(), platform.system(), platform.machine())
+                platform.python_version(),
+                platform.system(),
+                platform.machine(),
+            )
         )
-    fail("pip failed (its last lines are above). Fix that, then run the command "
-         "again; nothing else was changed.")
+    fail(
+        "pip failed (its last lines are above). Fix that, then run the command "
+        "again; nothing else was changed."
+    )
 
 
 def main(argv):
@@ -375,15 +466,20 @@ def main(argv):
             problems = installed_problems(extras)
             if not problems:
                 return
-            print("the set-up stamp says .venv is ready, but " + "; ".join(problems[:4])
-                  + ": installing again ...")
+            print(
+                "the set-up stamp says .venv is ready, but "
+                + "; ".join(problems[:4])
+                + ": installing again ..."
+            )
     install_cpu_torch()
     pip_install(extras)
     problems = installed_problems(extras)
     if problems:
-        fail("pip finished, but " + "; ".join(problems[:4]) + ". Remove .venv "
-             "(`rm -rf .venv`) and run the command again; if that does not fix it, "
-             "report it with the lines above.")
+        fail(
+            "pip finished, but " + "; ".join(problems[:4]) + ". Remove .venv "
+            "(`rm -rf .venv`) and run the command again; if that does not fix it, "
+            "report it with the lines above."
+        )
     with open(STAMP, "w") as f:
         f.write(fingerprint() + "\n" + ",".join(sorted(extras)))
     print("set-up done: .venv is ready.")

@@ -39,7 +39,7 @@ BADGE_START = "Run it without installing:"
 
 # The cell stays tiny and collapsed: outside Colab it tests one dict key and prints
 # nothing; in Colab it installs the course, or says in one line how to.
-CELL_TEMPLATE = '''\
+CELL_TEMPLATE = """\
 # In Google Colab this installs the course; anywhere else it does nothing.
 import os
 import subprocess
@@ -51,8 +51,7 @@ if "google.colab" in sys.modules and not source:
 elif "google.colab" in sys.modules:
     print(f"Colab: installing the course (amp_lessons) from {{source}}")
     {install}
-'''
-
+"""
 
 
 def _toml(path: Path) -> dict:
@@ -85,8 +84,12 @@ def github_url(slug: str) -> str:
     return f"https://github.com/{slug}"
 
 
-def colab_url(notebook: str, repository: str | None,
-              folder: str = "notebooks", branch: str = "main") -> str | None:
+def colab_url(
+    notebook: str,
+    repository: str | None,
+    folder: str = "notebooks",
+    branch: str = "main",
+) -> str | None:
     """The "Open in Colab" address of ``<folder>/<notebook>`` on ``branch``
     (``folder="notebooks/es"`` for the Spanish edition), None without a GitHub
     repository (Colab opens notebooks from GitHub only)."""
@@ -95,8 +98,10 @@ def colab_url(notebook: str, repository: str | None,
         return None
     owner, repo = match.groups()
     name = Path(notebook).name
-    return ("https://colab.research.google.com/github/"
-            f"{owner}/{repo}/blob/{branch}/{folder}/{name}")
+    return (
+        "https://colab.research.google.com/github/"
+        f"{owner}/{repo}/blob/{branch}/{folder}/{name}"
+    )
 
 
 def install_source(repository: str | None, ref: str | None = None) -> str:
@@ -108,50 +113,74 @@ def install_source(repository: str | None, ref: str | None = None) -> str:
 
 
 # The cell's two long lines (a notebook may pass 88 columns; this module may not)
-NOT_CONFIGURED = ("The course's repository is not configured ([project.urls] "
-                  "Repository in pyproject.toml), so Colab cannot install it: upload "
-                  "the course folder and run `pip install -e <folder>`.")
-INSTALL = ('subprocess.run([sys.executable, "-m", "pip", "install", "-q", '
-           'f"amp_lessons @ {source}"], check=True)')
+NOT_CONFIGURED = (
+    "The course's repository is not configured ([project.urls] "
+    "Repository in pyproject.toml), so Colab cannot install it: upload "
+    "the course folder and run `pip install -e <folder>`."
+)
+INSTALL = (
+    'subprocess.run([sys.executable, "-m", "pip", "install", "-q", '
+    'f"amp_lessons @ {source}"], check=True)'
+)
 
 
 def setup_cell_source(repository: str | None, ref: str | None = None) -> str:
     """The text of every lesson's first code cell for this repository URL."""
-    return CELL_TEMPLATE.format(env=INSTALL_ENV, source=install_source(repository, ref),
-                                not_configured=NOT_CONFIGURED, install=INSTALL)
+    return CELL_TEMPLATE.format(
+        env=INSTALL_ENV,
+        source=install_source(repository, ref),
+        not_configured=NOT_CONFIGURED,
+        install=INSTALL,
+    )
 
 
-def badge_line(notebook: str, repository: str | None, folder: str = "notebooks",
-               branch: str = "main") -> str | None:
+def badge_line(
+    notebook: str,
+    repository: str | None,
+    folder: str = "notebooks",
+    branch: str = "main",
+) -> str | None:
     url = colab_url(notebook, repository, folder, branch)
     return f"{BADGE_START} [open this lesson in Colab]({url})." if url else None
 
 
 def _with_badge(markdown: str, line: str | None) -> str:
-    kept = [ln for ln in markdown.rstrip("\n").split("\n")
-            if not ln.startswith(BADGE_START)]
+    kept = [
+        ln for ln in markdown.rstrip("\n").split("\n") if not ln.startswith(BADGE_START)
+    ]
     while kept and not kept[-1].strip():
         kept.pop()
     return "\n".join(kept + (["", line] if line else []))
 
 
-def refresh_notebook(nb, name: str, repository: str | None, ref: str | None = None,
-                     folder: str = "notebooks", branch: str = "main") -> bool:
+def refresh_notebook(
+    nb,
+    name: str,
+    repository: str | None,
+    ref: str | None = None,
+    folder: str = "notebooks",
+    branch: str = "main",
+) -> bool:
     """Put the set-up cell first among the code cells and the Colab line at the end of
     the first markdown cell, both as ``repository`` says; True when ``nb`` changed."""
     before = nbformat.writes(nb)
     cells = [c for c in nb.cells if c.get("id") != CELL_ID]
     cell = nbformat.v4.new_code_cell(setup_cell_source(repository, ref))
     cell.id = CELL_ID
-    cell.metadata = {"jupyter": {"source_hidden": True},  # set-up, not the lesson
-                     "slideshow": {"slide_type": "skip"}, "tags": [TAG]}
+    cell.metadata = {
+        "jupyter": {"source_hidden": True},  # set-up, not the lesson
+        "slideshow": {"slide_type": "skip"},
+        "tags": [TAG],
+    }
     # right after the title cell: the first code cell, outside any section
-    first_code = next((i for i, c in enumerate(cells) if c.cell_type == "code"),
-                      len(cells))
+    first_code = next(
+        (i for i, c in enumerate(cells) if c.cell_type == "code"), len(cells)
+    )
     cells.insert(min(first_code, 1 if cells[0].cell_type == "markdown" else 0), cell)
     if cells[0].cell_type == "markdown":
-        cells[0].source = _with_badge(cells[0].source,
-                                      badge_line(name, repository, folder, branch))
+        cells[0].source = _with_badge(
+            cells[0].source, badge_line(name, repository, folder, branch)
+        )
     nb.cells = cells
     return nbformat.writes(nb) != before
 
@@ -177,8 +206,9 @@ def lesson_notebooks(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
 COLAB_BRANCH = "colab"  # where the site workflow publishes the Colab edition
 
 
-def write_colab_edition(out: Path, repository: str, ref: str,
-                        notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
+def write_colab_edition(
+    out: Path, repository: str, ref: str, notebooks_dir: Path = NOTEBOOKS_DIR
+) -> list[Path]:
     """The lessons as Colab should open them, in ``out/notebooks`` (and
     ``out/notebooks/es``): each set-up cell installs ``repository`` at ``ref``, each
     Colab line points at the branch ``COLAB_BRANCH``. Returns the files written.
@@ -202,15 +232,26 @@ def write_colab_edition(out: Path, repository: str, ref: str,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m amp_lessons.tooling.colab",
-        description="Write each lesson's Colab cell and link from pyproject.toml.")
-    parser.add_argument("--check", action="store_true",
-                        help="change nothing; exit 1 if a lesson disagrees")
-    parser.add_argument("--edition", type=Path, metavar="DIR",
-                        help="write the Colab edition of every lesson into DIR "
-                             f"(for the branch {COLAB_BRANCH}) instead; needs "
-                             "--repository and --ref")
-    parser.add_argument("--repository", metavar="OWNER/NAME",
-                        help="the GitHub repository the Colab edition installs")
+        description="Write each lesson's Colab cell and link from pyproject.toml.",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if a lesson disagrees",
+    )
+    parser.add_argument(
+        "--edition",
+        type=Path,
+        metavar="DIR",
+        help="write the Colab edition of every lesson into DIR "
+        f"(for the branch {COLAB_BRANCH}) instead; needs "
+        "--repository and --ref",
+    )
+    parser.add_argument(
+        "--repository",
+        metavar="OWNER/NAME",
+        help="the GitHub repository the Colab edition installs",
+    )
     parser.add_argument("--ref", help="the commit it installs")
     parser.add_argument("notebooks", nargs="*", type=Path)
     args = parser.parse_args(argv)
@@ -218,12 +259,15 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.repository and args.ref):
             parser.error("--edition needs --repository OWNER/NAME and --ref COMMIT")
         try:
-            written = write_colab_edition(args.edition, github_url(args.repository),
-                                          args.ref)
+            written = write_colab_edition(
+                args.edition, github_url(args.repository), args.ref
+            )
         except ValueError as error:
             parser.error(str(error))
-        print(f"wrote {len(written)} lessons into {args.edition}: they install "
-              f"{args.repository} at {args.ref}")
+        print(
+            f"wrote {len(written)} lessons into {args.edition}: they install "
+            f"{args.repository} at {args.ref}"
+        )
         return 0
     repository = repository_url()
     paths = args.notebooks or lesson_notebooks()

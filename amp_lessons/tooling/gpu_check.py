@@ -59,9 +59,14 @@ MIN_STEP_S = 10.0  # a step offered less than this is skipped, not started
 GRACE_S = 5.0  # a worker stops itself this long before its hard limit
 # Each step's share of the budget. A step that ends early leaves its time to the
 # steps after it: each one gets remaining * share / (shares still to run).
-SHARES = {"bench": 3.0, "tests": 2.2, "lesson 00_welcome": 0.5,
-          "lesson 04_autocast": 1.0, "lesson 06_speed_memory": 2.3,
-          "lesson 07_clinic": 1.2}
+SHARES = {
+    "bench": 3.0,
+    "tests": 2.2,
+    "lesson 00_welcome": 0.5,
+    "lesson 04_autocast": 1.0,
+    "lesson 06_speed_memory": 2.3,
+    "lesson 07_clinic": 1.2,
+}
 DEADLINE_ENV = "AMP_LESSONS_DEADLINE"  # epoch seconds a worker must end by
 
 
@@ -96,28 +101,37 @@ def gpu_info() -> dict | None:
 
     if not torch.cuda.is_available():
         return None
-    return {"name": torch.cuda.get_device_name(0),
-            "capability": tuple(torch.cuda.get_device_capability(0)),
-            "memory_bytes": torch.cuda.get_device_properties(0).total_memory,
-            "torch": torch.__version__, "cuda": torch.version.cuda}
+    return {
+        "name": torch.cuda.get_device_name(0),
+        "capability": tuple(torch.cuda.get_device_capability(0)),
+        "memory_bytes": torch.cuda.get_device_properties(0).total_memory,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
 
 
 def refusal() -> str:
     """The one line printed where there is no CUDA GPU."""
     import torch
 
-    why = (" (this torch is a CPU-only build)" if torch.version.cuda is None
-           else f" (torch built for CUDA {torch.version.cuda})")
-    return (f"gpu-check needs a CUDA GPU and torch {torch.__version__} sees none{why}; "
-            "nothing was run or written. Run it on a machine with an NVIDIA GPU "
-            "(see notebooks/results/README.md).")
+    why = (
+        " (this torch is a CPU-only build)"
+        if torch.version.cuda is None
+        else f" (torch built for CUDA {torch.version.cuda})"
+    )
+    return (
+        f"gpu-check needs a CUDA GPU and torch {torch.__version__} sees none{why}; "
+        "nothing was run or written. Run it on a machine with an NVIDIA GPU "
+        "(see notebooks/results/README.md)."
+    )
 
 
 def gpu_test_files(tests_dir: Path = TESTS) -> list[Path]:
     """The test files holding ``gpu``-marked tests: only these are collected, so a
     module that cannot import here (a missing browser, say) cannot stop the run."""
-    return sorted(p for p in tests_dir.glob("test_*.py")
-                  if "pytest.mark.gpu" in p.read_text())
+    return sorted(
+        p for p in tests_dir.glob("test_*.py") if "pytest.mark.gpu" in p.read_text()
+    )
 
 
 def result_names(gpu_name: str) -> tuple[str, str]:
@@ -129,34 +143,84 @@ def result_names(gpu_name: str) -> tuple[str, str]:
     return bench_file, f"gpu_check_{slug}.md"
 
 
-def plan_steps(info: dict, out_dir: Path, work_dir: Path,
-               command: str = "python -m amp_lessons gpu-check",
-               python: str = sys.executable) -> list[Step]:
+def plan_steps(
+    info: dict,
+    out_dir: Path,
+    work_dir: Path,
+    command: str = "python -m amp_lessons gpu-check",
+    python: str = sys.executable,
+) -> list[Step]:
     """Every step the check runs on this GPU, in order (nothing is run here).
 
     Example: ``[s.name for s in plan_steps(info, out, tmp)]`` -> ``["bench", "tests",
     "lesson 00_welcome", "lesson 04_autocast", "lesson 06_speed_memory",
     "lesson 07_clinic"]``.
     """
-    env = {"PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+        )
+    }
     me = (python, "-m", "amp_lessons.tooling.gpu_check")
-    steps = [Step("bench", (*me, "bench-worker", str(work_dir / "bench.json"),
-                            "--command", command, "--configs", *CONFIGS,
-                            "--precisions", *WANTED_PRECISIONS),
-                  SHARES["bench"], ("torch",), work_dir / "bench.json", env)]
+    steps = [
+        Step(
+            "bench",
+            (
+                *me,
+                "bench-worker",
+                str(work_dir / "bench.json"),
+                "--command",
+                command,
+                "--configs",
+                *CONFIGS,
+                "--precisions",
+                *WANTED_PRECISIONS,
+            ),
+            SHARES["bench"],
+            ("torch",),
+            work_dir / "bench.json",
+            env,
+        )
+    ]
     junit = work_dir / "junit.xml"
-    steps.append(Step("tests", (
-        python, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-m", "gpu",
-        "-v", "-rfE", "--continue-on-collection-errors", f"--junitxml={junit}",
-        *map(str, gpu_test_files())), SHARES["tests"], ("pytest",), junit, env))
+    steps.append(
+        Step(
+            "tests",
+            (
+                python,
+                "-m",
+                "pytest",
+                "-o",
+                "addopts=",
+                "-p",
+                "no:cacheprovider",
+                "-m",
+                "gpu",
+                "-v",
+                "-rfE",
+                "--continue-on-collection-errors",
+                f"--junitxml={junit}",
+                *map(str, gpu_test_files()),
+            ),
+            SHARES["tests"],
+            ("pytest",),
+            junit,
+            env,
+        )
+    )
     for lesson in LESSONS:
         src = NOTEBOOKS / f"{lesson}.ipynb"
         dest = out_dir / "executed" / f"{lesson}.ipynb"
-        steps.append(Step(
-            f"lesson {lesson}", (*me, "lesson-worker", str(src), str(dest)),
-            SHARES[f"lesson {lesson}"],
-            ("nbclient", "nbformat", "ipykernel", "ipywidgets"), dest, env))
+        steps.append(
+            Step(
+                f"lesson {lesson}",
+                (*me, "lesson-worker", str(src), str(dest)),
+                SHARES[f"lesson {lesson}"],
+                ("nbclient", "nbformat", "ipykernel", "ipywidgets"),
+                dest,
+                env,
+            )
+        )
     return steps
 
 
@@ -174,8 +238,9 @@ def format_plan(steps: Sequence[Step], budget_s: float = BUDGET_S) -> str:
     for i, step in enumerate(steps):
         limit = step_timeout(left, step.share, sum(s.share for s in steps[i:]))
         left -= limit
-        lines.append(f"{i + 1}. {step.name} (at most {limit:.0f} s): "
-                     + " ".join(step.command))
+        lines.append(
+            f"{i + 1}. {step.name} (at most {limit:.0f} s): " + " ".join(step.command)
+        )
     return "\n".join(lines)
 
 
@@ -184,20 +249,32 @@ def format_plan(steps: Sequence[Step], budget_s: float = BUDGET_S) -> str:
 # ---------------------------------------------------------------------------
 
 
-def run_step(step: Step, timeout_s: float, echo: Callable[[str], None] = print
-             ) -> tuple[gr.StepResult, list[str]]:
+def run_step(
+    step: Step, timeout_s: float, echo: Callable[[str], None] = print
+) -> tuple[gr.StepResult, list[str]]:
     """Run one step's process under a hard time limit; its lines are echoed live.
 
     The process gets its own session, so a timeout kills it and its children (a
     notebook's kernel) together. Returns the result and the last 400 lines.
     """
     deadline = time.time() + timeout_s - GRACE_S
-    env = {**os.environ, **step.env, DEADLINE_ENV: str(deadline),
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        **step.env,
+        DEADLINE_ENV: str(deadline),
+        "PYTHONUNBUFFERED": "1",
+    }
     start = time.monotonic()
-    proc = subprocess.Popen(step.command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace",
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        step.command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     lines: deque[str] = deque(maxlen=400)
 
     def pump():
@@ -237,10 +314,13 @@ def _kill(proc: subprocess.Popen) -> None:
 # ---------------------------------------------------------------------------
 
 
-def run_gpu_check(out_dir: str | os.PathLike | None = None, budget_s: float = BUDGET_S,
-                  command: str = "python -m amp_lessons gpu-check",
-                  runner: Callable = run_step, echo: Callable[[str], None] = print
-                  ) -> int:
+def run_gpu_check(
+    out_dir: str | os.PathLike | None = None,
+    budget_s: float = BUDGET_S,
+    command: str = "python -m amp_lessons gpu-check",
+    runner: Callable = run_step,
+    echo: Callable[[str], None] = print,
+) -> int:
     """Run every step on this machine's GPU and write the results; the exit status.
 
     Raises NoCudaError, before anything is written, where torch sees no CUDA GPU.
@@ -256,10 +336,12 @@ def run_gpu_check(out_dir: str | os.PathLike | None = None, budget_s: float = BU
 
     out_dir = Path(out_dir) if out_dir is not None else bench_results.RESULTS_DIR
     bench_file, summary_file = result_names(info["name"])
-    echo(f"gpu-check on {info['name']} (compute capability "
-         f"{'.'.join(map(str, info['capability']))}, "
-         f"{info['memory_bytes'] / 2**30:.0f} GiB), torch {info['torch']}, CUDA "
-         f"{info['cuda']}; budget {budget_s:.0f} s; results -> {out_dir}")
+    echo(
+        f"gpu-check on {info['name']} (compute capability "
+        f"{'.'.join(map(str, info['capability']))}, "
+        f"{info['memory_bytes'] / 2**30:.0f} GiB), torch {info['torch']}, CUDA "
+        f"{info['cuda']}; budget {budget_s:.0f} s; results -> {out_dir}"
+    )
     results: list[gr.StepResult] = []
     report, tests = None, gr.TestCounts()
     with tempfile.TemporaryDirectory(prefix="amp_gpu_check_") as tmp:
@@ -269,22 +351,31 @@ def run_gpu_check(out_dir: str | os.PathLike | None = None, budget_s: float = BU
             limit = step_timeout(left, step.share, sum(s.share for s in steps[i:]))
             missing = [m for m in step.needs if importlib.util.find_spec(m) is None]
             if missing:
-                results.append(gr.StepResult(
-                    step.name, "skipped", 0, limit,
-                    f"needs {', '.join(missing)}: install them (make setup-dev)"))
-                echo(f"[{i + 1}/{len(steps)}] {step.name}: skipped, "
-                     f"{results[-1].detail}")
+                results.append(
+                    gr.StepResult(
+                        step.name,
+                        "skipped",
+                        0,
+                        limit,
+                        f"needs {', '.join(missing)}: install them (make setup-dev)",
+                    )
+                )
+                echo(
+                    f"[{i + 1}/{len(steps)}] {step.name}: skipped, {results[-1].detail}"
+                )
                 continue
             if limit < MIN_STEP_S:
-                results.append(gr.StepResult(step.name, "skipped", 0, limit,
-                                             "no time left in the budget"))
+                results.append(
+                    gr.StepResult(
+                        step.name, "skipped", 0, limit, "no time left in the budget"
+                    )
+                )
                 echo(f"[{i + 1}/{len(steps)}] {step.name}: skipped, no time left")
                 continue
             echo(f"[{i + 1}/{len(steps)}] {step.name} (at most {limit:.0f} s)")
             result, lines = runner(step, limit)
             if step.name == "bench":
-                report, result = _finish_bench(step, result, out_dir / bench_file,
-                                               echo)
+                report, result = _finish_bench(step, result, out_dir / bench_file, echo)
             elif step.name == "tests":
                 tests = gr.count_junit(step.output)
                 if tests.source == "none":
@@ -294,18 +385,30 @@ def run_gpu_check(out_dir: str | os.PathLike | None = None, budget_s: float = BU
                     result = _with(result, result.detail, "failed")
             else:
                 result = _finish_lesson(step, result, lines, out_dir)
-            echo(f"    -> {result.status} in {result.seconds:.0f} s"
-                 + (f": {result.detail}" if result.detail else ""))
+            echo(
+                f"    -> {result.status} in {result.seconds:.0f} s"
+                + (f": {result.detail}" if result.detail else "")
+            )
             results.append(result)
     goals = gr.evaluate_goals(report or {})
-    exit_status = 0 if (all(r.ok for r in results) and tests.ok
-                        and all(g.met for g in goals)) else 1
-    context = {"gpu": info["name"], "command": command, "torch": info["torch"],
-               "cuda": info["cuda"], "wall_s": time.monotonic() - start,
-               "budget_s": budget_s, "exit_status": exit_status,
-               "date": (report or {}).get("date") or _now()}
-    page = gr.summary_markdown(report, bench_file if report else None, tests, results,
-                               goals, context)
+    exit_status = (
+        0
+        if (all(r.ok for r in results) and tests.ok and all(g.met for g in goals))
+        else 1
+    )
+    context = {
+        "gpu": info["name"],
+        "command": command,
+        "torch": info["torch"],
+        "cuda": info["cuda"],
+        "wall_s": time.monotonic() - start,
+        "budget_s": budget_s,
+        "exit_status": exit_status,
+        "date": (report or {}).get("date") or _now(),
+    }
+    page = gr.summary_markdown(
+        report, bench_file if report else None, tests, results, goals, context
+    )
     write_summary(page, out_dir / summary_file, report or {})
     for g in goals:
         echo(f"goal {g.status:7s} {g.name}: {gr._x(g.measured)} (target {g.target})")
@@ -334,37 +437,62 @@ def _finish_bench(step, result, dest: Path, echo):
         return None, _with(result, detail, "failed")
     echo(format_table(report["results"]))
     for skip in report.get("skipped", []):
-        echo(f"not measured: {skip.get('config', '')} {skip['precision']}: "
-             f"{skip['reason']}")
+        echo(
+            f"not measured: {skip.get('config', '')} {skip['precision']}: "
+            f"{skip['reason']}"
+        )
     save_results(report, dest)
     # an OOM, a crash or no time, as opposed to a dtype this GPU or bench lacks
     failed = [s for s in report.get("skipped", []) if s.get("error")]
-    detail = "; ".join(d for d in (
-        result.detail, f"{len(report['results'])} rows -> {dest.name}",
-        f"{len(failed)} rows failed" if failed else "") if d)
+    detail = "; ".join(
+        d
+        for d in (
+            result.detail,
+            f"{len(report['results'])} rows -> {dest.name}",
+            f"{len(failed)} rows failed" if failed else "",
+        )
+        if d
+    )
     status = "failed" if failed and result.status == "ok" else result.status
     return report, _with(result, detail, status, dest.name)
 
 
 def _finish_lesson(step, result, lines, out_dir: Path):
-    failure = next((ln.removeprefix("LESSON FAILED: ") for ln in reversed(lines)
-                    if ln.startswith("LESSON FAILED: ")), "")
-    output = (str(step.output.relative_to(out_dir)) if step.output.exists() else None)
+    failure = next(
+        (
+            ln.removeprefix("LESSON FAILED: ")
+            for ln in reversed(lines)
+            if ln.startswith("LESSON FAILED: ")
+        ),
+        "",
+    )
+    output = str(step.output.relative_to(out_dir)) if step.output.exists() else None
     return _with(result, failure or result.detail, output=output)
 
 
 def _tests_detail(t: gr.TestCounts, result) -> str:
     if t.source == "none":
         return result.detail or "no test result was recorded"
-    text = (f"{t.passed} passed, {t.failed} failed, {t.errors} errors, "
-            f"{t.skipped} skipped")
+    text = (
+        f"{t.passed} passed, {t.failed} failed, {t.errors} errors, {t.skipped} skipped"
+    )
     return f"{result.detail}; {text}" if result.status == "timed out" else text
 
 
-def _with(result: gr.StepResult, detail: str, status: str | None = None,
-          output: str | None = None) -> gr.StepResult:
-    return gr.StepResult(result.name, status or result.status, result.seconds,
-                         result.timeout_s, detail, output or result.output)
+def _with(
+    result: gr.StepResult,
+    detail: str,
+    status: str | None = None,
+    output: str | None = None,
+) -> gr.StepResult:
+    return gr.StepResult(
+        result.name,
+        status or result.status,
+        result.seconds,
+        result.timeout_s,
+        detail,
+        output or result.output,
+    )
 
 
 def _now() -> str:
@@ -384,10 +512,18 @@ def deadline_from_env(default_s: float = 600.0) -> float:
     return float(value) if value else time.time() + default_s
 
 
-def bench_rows(partial: Path, configs: Sequence[str], precisions: Sequence[str],
-               command: str, deadline: float, device: str = "cuda",
-               sizes: dict | None = None, warmup: int | None = None,
-               iters: int | None = None, row_margin_s: float = 15.0) -> dict | None:
+def bench_rows(
+    partial: Path,
+    configs: Sequence[str],
+    precisions: Sequence[str],
+    command: str,
+    deadline: float,
+    device: str = "cuda",
+    sizes: dict | None = None,
+    warmup: int | None = None,
+    iters: int | None = None,
+    row_margin_s: float = 15.0,
+) -> dict | None:
     """Bench each (config, precision) row on its own; rewrite ``partial`` after each.
 
     A CUDA OOM, an unsupported dtype or a missing precision ends that row only and is
@@ -402,8 +538,9 @@ def bench_rows(partial: Path, configs: Sequence[str], precisions: Sequence[str],
     from amp_lessons.measure.bench_fp8 import BENCH_PRECISIONS
     from amp_lessons.measure.bench_results import bench_report
 
-    report = bench_report(device, configs, [], sizes, warmup, iters,
-                                command=command)  # provenance, no rows yet
+    report = bench_report(
+        device, configs, [], sizes, warmup, iters, command=command
+    )  # provenance, no rows yet
     known = list(BENCH_PRECISIONS)  # fp8 too: skipped with its reason where it
     # cannot run (before compute capability 8.9, without torchao)
     rows, skipped = [], []
@@ -411,23 +548,45 @@ def bench_rows(partial: Path, configs: Sequence[str], precisions: Sequence[str],
         for precision in precisions:
             skip = {"config": config, "precision": precision}
             if precision not in known:
-                skipped.append({**skip, "reason": f"this version of the bench has no "
-                                f"{precision} precision (it has {', '.join(known)})"})
+                skipped.append(
+                    {
+                        **skip,
+                        "reason": f"this version of the bench has no "
+                        f"{precision} precision (it has {', '.join(known)})",
+                    }
+                )
                 continue
             if time.time() > deadline - row_margin_s:
-                skipped.append({**skip, "reason": "not run: the bench's time limit "
-                                "was spent", "error": True})
+                skipped.append(
+                    {
+                        **skip,
+                        "reason": "not run: the bench's time limit was spent",
+                        "error": True,
+                    }
+                )
                 continue
             print(f"bench {config} {precision} ...", flush=True)
             try:
-                one = bench_report(device, [config], [precision], sizes, warmup,
-                                   iters, command=command)
+                one = bench_report(
+                    device, [config], [precision], sizes, warmup, iters, command=command
+                )
             except torch.OutOfMemoryError as e:
-                skipped.append({**skip, "reason": "CUDA out of memory: "
-                                + str(e).splitlines()[0], "error": True})
+                skipped.append(
+                    {
+                        **skip,
+                        "reason": "CUDA out of memory: " + str(e).splitlines()[0],
+                        "error": True,
+                    }
+                )
             except (RuntimeError, TypeError, NotImplementedError) as e:
-                skipped.append({**skip, "reason": f"{type(e).__name__}: "
-                                + (str(e).splitlines() or [""])[0], "error": True})
+                skipped.append(
+                    {
+                        **skip,
+                        "reason": f"{type(e).__name__}: "
+                        + (str(e).splitlines() or [""])[0],
+                        "error": True,
+                    }
+                )
             else:
                 rows += one["results"]
                 skipped += [{"config": config, **s} for s in one["skipped"]]
@@ -468,8 +627,10 @@ def execute_lesson(src: Path, dest: Path, deadline: float) -> str:
 
     class ThisPython(KernelSpecManager):  # "python3" is this venv's Python, always
         def get_kernel_spec(self, kernel_name):
-            return self.kernel_spec_class(resource_dir=ipykernel.kernelspec.RESOURCES,
-                                          **ipykernel.kernelspec.get_kernel_dict())
+            return self.kernel_spec_class(
+                resource_dir=ipykernel.kernelspec.RESOURCES,
+                **ipykernel.kernelspec.get_kernel_dict(),
+            )
 
     class ThisPythonKernel(AsyncKernelManager):
         @default("kernel_spec_manager")
@@ -478,9 +639,13 @@ def execute_lesson(src: Path, dest: Path, deadline: float) -> str:
 
     nb = nbformat.read(src, as_version=4)
     client = NotebookClient(
-        nb, kernel_name="python3", kernel_manager_class=ThisPythonKernel,
+        nb,
+        kernel_name="python3",
+        kernel_manager_class=ThisPythonKernel,
         timeout_func=lambda cell: max(1, int(deadline - time.time())),
-        startup_timeout=60, resources={"metadata": {"path": str(src.parent)}})
+        startup_timeout=60,
+        resources={"metadata": {"path": str(src.parent)}},
+    )
     error = ""
     try:
         client.execute()  # starts the kernel, runs every cell, shuts the kernel down
@@ -522,8 +687,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     deadline = deadline_from_env()
     if args.worker == "bench-worker":
-        report = bench_rows(args.partial, args.configs, args.precisions, args.command,
-                            deadline, args.device)
+        report = bench_rows(
+            args.partial,
+            args.configs,
+            args.precisions,
+            args.command,
+            deadline,
+            args.device,
+        )
         return 0 if report else 1
     error = execute_lesson(args.src, args.dest, deadline)
     if error:

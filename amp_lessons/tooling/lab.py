@@ -46,10 +46,14 @@ def lab_command(
     lets the browser test serve a scratch folder with the same settings.
     """
     if token is not None and not token:
-        raise ValueError("an empty token disables authentication; pass None for a "
-                         "random one")
+        raise ValueError(
+            "an empty token disables authentication; pass None for a random one"
+        )
     command = [
-        sys.executable, "-m", "jupyter", "lab",
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
         "--ServerApp.ip=127.0.0.1",  # loopback only: unreachable from the network
         f"--ServerApp.root_dir={NOTEBOOKS if root_dir is None else root_dir}",
         "--LabApp.news_url=None",  # no network needed: no news feed ...
@@ -102,13 +106,18 @@ def run_lab(command: Sequence[str]) -> int:
 
     def stop(signum, frame) -> None:
         if not asked:
-            print("\nstopping JupyterLab: it closes its kernels and removes its "
-                  "runtime files ...", file=sys.stderr, flush=True)
+            print(
+                "\nstopping JupyterLab: it closes its kernels and removes its "
+                "runtime files ...",
+                file=sys.stderr,
+                flush=True,
+            )
             process.send_signal(signal.SIGTERM)
             asked.append(time.monotonic())
 
     signals = [signal.SIGINT, signal.SIGTERM] + (
-        [signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+        [signal.SIGHUP] if hasattr(signal, "SIGHUP") else []
+    )
     previous = {sig: signal.signal(sig, stop) for sig in signals}
     try:
         while True:
@@ -117,8 +126,12 @@ def run_lab(command: Sequence[str]) -> int:
                 break
             except subprocess.TimeoutExpired:
                 if asked and time.monotonic() - asked[0] > SHUTDOWN_TIMEOUT_S:
-                    print(f"JupyterLab did not shut down within {SHUTDOWN_TIMEOUT_S}"
-                          " s; killing it", file=sys.stderr, flush=True)
+                    print(
+                        f"JupyterLab did not shut down within {SHUTDOWN_TIMEOUT_S}"
+                        " s; killing it",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     process.kill()
     finally:
         for sig, handler in previous.items():
@@ -129,9 +142,11 @@ def run_lab(command: Sequence[str]) -> int:
     return code
 
 
-USAGE = ("usage: python -m amp_lessons.tooling.lab [--edition en|es | FOLDER]  "
-         "(--edition es: the Spanish lessons, notebooks/es/; FOLDER: a directory of "
-         "notebooks; default: the course's notebooks/)")
+USAGE = (
+    "usage: python -m amp_lessons.tooling.lab [--edition en|es | FOLDER]  "
+    "(--edition es: the Spanish lessons, notebooks/es/; FOLDER: a directory of "
+    "notebooks; default: the course's notebooks/)"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,22 +52,49 @@ TRANSLATED = re.compile(r"^(00|01|02|03|04|05|06|07|08|09|10|11)_.*\.ipynb$")
 PENDING: frozenset[str] = frozenset()  # none today: every lesson is in Spanish
 # lessons whose printed strings (the "text" units) are catalogued but not translated
 # yet: `problems` does not count them missing (a stale or broken one still counts)
-TEXTS_PENDING: frozenset[str] = frozenset({
-    "09_amp_in_practice", "10_distributed_amp", "11_fp8"})
+TEXTS_PENDING: frozenset[str] = frozenset(
+    {"09_amp_in_practice", "10_distributed_amp", "11_fp8"}
+)
 # comments that are instructions to a tool, not prose for a reader
-KEEP = re.compile(r"^(#+ (BEGIN|END) (SOLUTION|HIDDEN TESTS)|# ?(noqa|type:|fmt:|ruff:|"
-                  r"pragma)|#!|# YOUR CODE HERE)")
+KEEP = re.compile(
+    r"^(#+ (BEGIN|END) (SOLUTION|HIDDEN TESTS)|# ?(noqa|type:|fmt:|ruff:|"
+    r"pragma)|#!|# YOUR CODE HERE)"
+)
 PRAGMA = re.compile(r"\s+# ?(noqa|type:)\S*.*$")  # a pragma after a comment's prose
 # Where a string literal is text a reader sees: any literal argument of print(), the
 # keyword arguments below of any call, and the first literal argument of these methods.
-SHOWN_KEYWORDS = frozenset({"title", "label", "xlabel", "ylabel", "description",
-                            "placeholder", "tooltip", "text", "suptitle"})
-SHOWN_METHODS = frozenset({"set_title", "set_xlabel", "set_ylabel", "suptitle",
-                           "set_text", "annotate", "text", "title", "xlabel",
-                           "ylabel"})
+SHOWN_KEYWORDS = frozenset(
+    {
+        "title",
+        "label",
+        "xlabel",
+        "ylabel",
+        "description",
+        "placeholder",
+        "tooltip",
+        "text",
+        "suptitle",
+    }
+)
+SHOWN_METHODS = frozenset(
+    {
+        "set_title",
+        "set_xlabel",
+        "set_ylabel",
+        "suptitle",
+        "set_text",
+        "annotate",
+        "text",
+        "title",
+        "xlabel",
+        "ylabel",
+    }
+)
 PROSE = re.compile(r"[^\W\d_]{2,}[^\w{]+[^\W\d_]{2,}")  # two words, at least
-SWITCH = ('import amp_lessons\n'
-          'amp_lessons.set_language("{lang}")  # pistas y gráficos en español')
+SWITCH = (
+    "import amp_lessons\n"
+    'amp_lessons.set_language("{lang}")  # pistas y gráficos en español'
+)
 
 
 @dataclass(frozen=True)
@@ -91,8 +118,11 @@ class Unit:
 def english_notebooks(pending: bool = False) -> list[Path]:
     """The lessons of the Spanish edition (with ``pending``: those still being
     translated too, whose catalogues `update` keeps current)."""
-    return sorted(p for p in NOTEBOOKS.glob("*.ipynb") if TRANSLATED.match(p.name)
-                  and (pending or p.stem not in PENDING))
+    return sorted(
+        p
+        for p in NOTEBOOKS.glob("*.ipynb")
+        if TRANSLATED.match(p.name) and (pending or p.stem not in PENDING)
+    )
 
 
 def _comments(source: str) -> list[tuple[int, int, str]]:
@@ -103,8 +133,9 @@ def _comments(source: str) -> list[tuple[int, int, str]]:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return []
-    return [(t.start[0], t.start[1], t.string) for t in tokens
-            if t.type == tokenize.COMMENT]
+    return [
+        (t.start[0], t.start[1], t.string) for t in tokens if t.type == tokenize.COMMENT
+    ]
 
 
 def _prose(comment: str) -> str | None:
@@ -119,8 +150,10 @@ def _prose(comment: str) -> str | None:
 def _parsed(source: str) -> ast.Module | None:
     """The cell's syntax tree, its IPython magics and shell lines read as comments
     (one character added at the start of those lines: no string sits there)."""
-    python = "\n".join("#" + line if line.lstrip().startswith(("%", "!")) else line
-                       for line in source.split("\n"))
+    python = "\n".join(
+        "#" + line if line.lstrip().startswith(("%", "!")) else line
+        for line in source.split("\n")
+    )
     try:
         return ast.parse(python)
     except SyntaxError:
@@ -131,13 +164,15 @@ def _literal_text(node: ast.expr) -> str:
     """The fixed text of a string literal (an f-string's parts between fields)."""
     if isinstance(node, ast.Constant):
         return node.value
-    return " ".join(part.value for part in node.values
-                    if isinstance(part, ast.Constant))
+    return " ".join(
+        part.value for part in node.values if isinstance(part, ast.Constant)
+    )
 
 
 def _is_prose(node: ast.AST) -> bool:
     literal = isinstance(node, ast.JoinedStr) or (
-        isinstance(node, ast.Constant) and isinstance(node.value, str))
+        isinstance(node, ast.Constant) and isinstance(node.value, str)
+    )
     return literal and bool(PROSE.search(_literal_text(node)))
 
 
@@ -154,10 +189,17 @@ def _shown_literals(tree: ast.Module) -> list[ast.expr]:
         for node in candidates:
             if _is_prose(node):
                 found.setdefault(id(node), node)
-    nested = {id(v) for n in found.values() if isinstance(n, ast.JoinedStr)
-              for v in ast.walk(n) if v is not n}
-    return sorted((n for k, n in found.items() if k not in nested),
-                  key=lambda n: (n.lineno, n.col_offset))
+    nested = {
+        id(v)
+        for n in found.values()
+        if isinstance(n, ast.JoinedStr)
+        for v in ast.walk(n)
+        if v is not n
+    }
+    return sorted(
+        (n for k, n in found.items() if k not in nested),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
 
 
 def _span(source: str, node: ast.expr) -> tuple[int, int]:
@@ -171,8 +213,10 @@ def _span(source: str, node: ast.expr) -> tuple[int, int]:
     def offset(row: int, col: int) -> int:
         return starts[row - 1] + len(lines[row - 1].encode()[:col].decode())
 
-    return (offset(node.lineno, node.col_offset),
-            offset(node.end_lineno, node.end_col_offset))
+    return (
+        offset(node.lineno, node.col_offset),
+        offset(node.end_lineno, node.end_col_offset),
+    )
 
 
 def _texts(source: str) -> list[tuple[int, int, str]]:
@@ -192,8 +236,11 @@ def _placeholders(literal: str) -> list[str] | None:
     except SyntaxError:
         return None
     if isinstance(node, ast.JoinedStr):
-        return sorted(ast.unparse(v.value) for v in node.values
-                      if isinstance(v, ast.FormattedValue))
+        return sorted(
+            ast.unparse(v.value)
+            for v in node.values
+            if isinstance(v, ast.FormattedValue)
+        )
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return sorted(re.findall(r"\{[^{}]*\}", node.value))
     return None
@@ -209,8 +256,10 @@ def units(nb) -> list[Unit]:
                 text = _prose(comment)
                 if text is not None:
                     found.append(Unit(cell.id, index, "comment", text))
-            found += [Unit(cell.id, index, "text", literal)
-                      for _, _, literal in _texts(cell.source)]
+            found += [
+                Unit(cell.id, index, "text", literal)
+                for _, _, literal in _texts(cell.source)
+            ]
     return found
 
 
@@ -224,9 +273,12 @@ def _load(path: Path):
     if path.exists():
         return polib.pofile(str(path), wrapwidth=0)
     po = polib.POFile(wrapwidth=0)
-    po.metadata = {"Project-Id-Version": "amp_lessons", "Language": LANGUAGE,
-                   "Content-Type": "text/plain; charset=UTF-8",
-                   "Content-Transfer-Encoding": "8bit"}
+    po.metadata = {
+        "Project-Id-Version": "amp_lessons",
+        "Language": LANGUAGE,
+        "Content-Type": "text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding": "8bit",
+    }
     return po
 
 
@@ -278,17 +330,23 @@ def problems(path: Path, catalogues: Path = CATALOGUES) -> list[str]:
     for unit in units(nbformat.read(path, as_version=4)):
         entry = entries.get((unit.context, unit.text))
         if entry is not None and entry.msgstr and "fuzzy" not in entry.flags:
-            if unit.kind == "text" and (_placeholders(entry.msgstr)
-                                        != _placeholders(unit.text)):
-                found.append(f"broken: {unit.where(path.stem)}: the translation must "
-                             "be one string literal with the same placeholders")
+            if unit.kind == "text" and (
+                _placeholders(entry.msgstr) != _placeholders(unit.text)
+            ):
+                found.append(
+                    f"broken: {unit.where(path.stem)}: the translation must "
+                    "be one string literal with the same placeholders"
+                )
             continue
         if unit.kind == "text" and path.stem in TEXTS_PENDING:
             continue  # printed strings not translated yet: see TEXTS_PENDING
         if (entry is not None and "fuzzy" in entry.flags) or (
-                entry is None and unit.context in contexts):
-            found.append(f"stale: {unit.where(path.stem)} changed after its "
-                         "translation: run `make translations` and translate it again")
+            entry is None and unit.context in contexts
+        ):
+            found.append(
+                f"stale: {unit.where(path.stem)} changed after its "
+                "translation: run `make translations` and translate it again"
+            )
         else:
             found.append(f"missing: {unit.where(path.stem)} has no translation")
     return found
@@ -303,9 +361,13 @@ def _translate_comments(source: str, table: dict[str, str]) -> str:
         line = lines[row - 1]
         prefix = re.match(r"#+\s*", comment).group(0)
         pragma = PRAGMA.search(comment)
-        lines[row - 1] = (line[:col] + prefix + table[text]
-                          + (pragma.group(0) if pragma else "")
-                          + line[col + len(comment):])
+        lines[row - 1] = (
+            line[:col]
+            + prefix
+            + table[text]
+            + (pragma.group(0) if pragma else "")
+            + line[col + len(comment) :]
+        )
     return "\n".join(lines)
 
 
@@ -334,22 +396,32 @@ def _with_switch(source: str, switch: str) -> str:
 def translate(nb, po, lang: str = LANGUAGE):
     """The Spanish notebook: ``nb`` with its markdown and comments from ``po`` (an
     entry that is missing or fuzzy leaves the English, which `problems` reports)."""
-    done = {(e.msgctxt, e.msgid): e.msgstr for e in po
-            if e.msgstr and "fuzzy" not in e.flags}
+    done = {
+        (e.msgctxt, e.msgid): e.msgstr
+        for e in po
+        if e.msgstr and "fuzzy" not in e.flags
+    }
     out = copy.deepcopy(nb)
     switched = False
     for cell in out.cells:
         if cell.cell_type == "markdown":
             cell.source = done.get((f"{cell.id} markdown", cell.source), cell.source)
         elif cell.cell_type == "code":
-            texts = {msgid: msgstr for (ctx, msgid), msgstr in done.items()
-                     if ctx == f"{cell.id} text"}
+            texts = {
+                msgid: msgstr
+                for (ctx, msgid), msgstr in done.items()
+                if ctx == f"{cell.id} text"
+            }
             cell.source = _translate_texts(cell.source, texts)
-            comments = {msgid: msgstr for (ctx, msgid), msgstr in done.items()
-                        if ctx == f"{cell.id} comment"}
+            comments = {
+                msgid: msgstr
+                for (ctx, msgid), msgstr in done.items()
+                if ctx == f"{cell.id} comment"
+            }
             cell.source = _translate_comments(cell.source, comments)
-            if not switched and re.search(r"^\s*(from|import) amp_lessons", cell.source,
-                                          re.M):
+            if not switched and re.search(
+                r"^\s*(from|import) amp_lessons", cell.source, re.M
+            ):
                 cell.source = _with_switch(cell.source, SWITCH.format(lang=lang))
                 switched = True
     out.metadata["language"] = lang
@@ -380,16 +452,20 @@ def translated(path: Path, catalogues: Path = CATALOGUES):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m amp_lessons.tooling.translations",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m amp_lessons.tooling.translations",
+        description=__doc__.splitlines()[0],
+    )
     parser.add_argument("command", choices=["update", "build", "check"])
     args = parser.parse_args(argv)
     found = []
     for path in english_notebooks(pending=args.command == "update"):
         if args.command == "update":
             new, changed = update(path)
-            print(f"{catalogue_path(path.stem).relative_to(ROOT)}: {new} new, "
-                  f"{changed} changed (fuzzy)")
+            print(
+                f"{catalogue_path(path.stem).relative_to(ROOT)}: {new} new, "
+                f"{changed} changed (fuzzy)"
+            )
         elif args.command == "build":
             print(f"wrote {build(path).relative_to(ROOT)}")
             link_results()

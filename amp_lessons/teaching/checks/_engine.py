@@ -129,8 +129,7 @@ class Raised:
             ).format(name=name, message=self.message)
         if isinstance(self.exc, SystemExit):
             return _(
-                "your function called exit() or sys.exit(): return the answer "
-                "instead"
+                "your function called exit() or sys.exit(): return the answer instead"
             )
         if isinstance(self.exc, StopIteration):
             return _(
@@ -138,7 +137,8 @@ class Raised:
                 "found no item (give next a default, or make sure one matches)"
             )
         return _("your function raised {name}: {message}").format(
-            name=name, message=self.message)
+            name=name, message=self.message
+        )
 
 
 class AnswerCalled(BaseException):
@@ -191,12 +191,12 @@ def _at_call(fn: Callable, exc: BaseException) -> bool:
     # a TypeError that never entered the student's function: the arguments did not
     # fit its parameters
     code = getattr(fn, "__code__", None)
-    return (isinstance(exc, TypeError) and code is not None
-            and code not in _frames(exc))
+    return isinstance(exc, TypeError) and code is not None and code not in _frames(exc)
 
 
-def _tripwire(*args: Any, _amp_answer_called: Callable[[], None],
-              **kwargs: Any) -> None:
+def _tripwire(
+    *args: Any, _amp_answer_called: Callable[[], None], **kwargs: Any
+) -> None:
     # The code a package answer runs while the student's function runs (see
     # `_tripwires`): its keyword default, set on the answer, records and raises.
     _amp_answer_called()
@@ -229,8 +229,9 @@ def _tripwires(answers: Sequence[Callable]) -> Iterator[list[AnswerCalled]]:
     saved = [(f, f.__code__, f.__kwdefaults__) for f in answers]
     try:
         for answer, _code, _defaults in saved:
-            wire = functools.partial(trip, AnswerCalled(answer.__module__,
-                                                        answer.__name__))
+            wire = functools.partial(
+                trip, AnswerCalled(answer.__module__, answer.__name__)
+            )
             answer.__kwdefaults__ = {"_amp_answer_called": wire}
             answer.__code__ = _tripwire.__code__
         yield called
@@ -239,8 +240,9 @@ def _tripwires(answers: Sequence[Callable]) -> Iterator[list[AnswerCalled]]:
             answer.__code__, answer.__kwdefaults__ = code, defaults
 
 
-def call_student(fn: Callable, *args: Any, answers: Sequence[Callable] = (),
-                 **kwargs: Any) -> Any:
+def call_student(
+    fn: Callable, *args: Any, answers: Sequence[Callable] = (), **kwargs: Any
+) -> Any:
     """The student's return value, or `Raised` if it raised (the stub aborts).
 
     Any exception is a failed case, SystemExit and StopIteration included; only
@@ -285,8 +287,13 @@ def cut(text: str, width: int) -> str:
 def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
     """Print one line per case and, under each failing one, its hint (and under any
     row, its note)."""
-    print((_("{title}: {total} hidden cases") if hidden else
-           _("{title}: {total} cases")).format(title=title, total=len(rows)))
+    print(
+        (
+            _("{title}: {total} hidden cases")
+            if hidden
+            else _("{title}: {total} cases")
+        ).format(title=title, total=len(rows))
+    )
     head = (_("case"), _("expected"), _("got"))
     # the expected cell of a choice item is NOT_SHOWN, said in the table's language
     expected = [_(r.expected) if r.expected == NOT_SHOWN else r.expected for r in rows]
@@ -298,14 +305,17 @@ def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
     print(
         "  "
         + "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
-        + "  " + _("result")
+        + "  "
+        + _("result")
     )
     for row, shown in zip(rows, expected, strict=True):
         cells = (row.case, shown, row.got)
         line = "  ".join(cut(c, w).ljust(w) for c, w in zip(cells, widths, strict=True))
         print(f"  {line}  {_('ok') if row.ok else _('FAIL')}")
-        for label, text in ((_("hint"), "" if row.ok else row.hint),
-                            (_("note"), row.note)):
+        for label, text in (
+            (_("hint"), "" if row.ok else row.hint),
+            (_("note"), row.note),
+        ):
             if text:
                 print(
                     textwrap.fill(
@@ -326,12 +336,15 @@ def _could_not_grade(exc: BaseException) -> Row:
     # a safety net: a grader that meets an answer it did not foresee still fails the
     # case with a table (tests/test_checks_fuzz.py makes sure no answer gets here)
     return Row(
-        _("grading your answer"), _("a gradable answer"),
-        _("check raised {name}").format(name=type(exc).__name__), False,
-        _("the check could not grade what your function returned; return what the "
-          "exercise asks for (see its docstring). If your answer has that form, tell "
-          "your instructor: {name}: {message}").format(
-            name=type(exc).__name__, message=Raised(exc).message),
+        _("grading your answer"),
+        _("a gradable answer"),
+        _("check raised {name}").format(name=type(exc).__name__),
+        False,
+        _(
+            "the check could not grade what your function returned; return what the "
+            "exercise asks for (see its docstring). If your answer has that form, tell "
+            "your instructor: {name}: {message}"
+        ).format(name=type(exc).__name__, message=Raised(exc).message),
     )
 
 
@@ -373,9 +386,14 @@ def _run_rows(
     stderr sent to stdout (nbgrader zeroes a cell that writes to stderr)."""
     if not callable(fn):
         row = Row(
-            _("the function you wrote"), _("a function"), show_value(fn, 22), False,
-            _("{title} expects the function itself, e.g. {title}(my_function), not "
-              "its result; run your solution cell first").format(title=title),
+            _("the function you wrote"),
+            _("a function"),
+            show_value(fn, 22),
+            False,
+            _(
+                "{title} expects the function itself, e.g. {title}(my_function), not "
+                "its result; run your solution cell first"
+            ).format(title=title),
         )
         rows = [row]
     else:
@@ -404,10 +422,18 @@ def _run_rows(
     print_table(title, rows, hidden)
     failed = sum(not row.ok for row in rows)
     if failed:
-        raise AssertionError(_("{failed} of {total} cases failed — see hints above")
-                             .format(failed=failed, total=len(rows)))
-    print((_("all {total} hidden cases passed") if hidden else
-           _("all {total} cases passed")).format(total=len(rows)))
+        raise AssertionError(
+            _("{failed} of {total} cases failed — see hints above").format(
+                failed=failed, total=len(rows)
+            )
+        )
+    print(
+        (
+            _("all {total} hidden cases passed")
+            if hidden
+            else _("all {total} cases passed")
+        ).format(total=len(rows))
+    )
 
 
 def _safe_repr(value: Any) -> str:
@@ -437,8 +463,11 @@ def show_value(value: Any, width: int | None = None) -> str:
         text = str(value).removeprefix("torch.")
     elif type(value) is int and value.bit_length() > 64:
         digits = len(str(value)) if value.bit_length() < 14000 else None
-        text = (_("an int of {digits} digits").format(digits=digits) if digits
-                else _("an int of many digits"))
+        text = (
+            _("an int of {digits} digits").format(digits=digits)
+            if digits
+            else _("an int of many digits")
+        )
     else:
         text = _safe_repr(value)
     return text if width is None else cut(text, width)
@@ -511,9 +540,11 @@ def type_hint(got: Any, want: str = N_("a Python float")) -> str:
     want = _(want)
     if isinstance(got, int) and not isinstance(got, bool) and as_float(got) is None:
         return _("return {want}; got an int too large for any float ({value})").format(
-            want=want, value=show_value(got))
+            want=want, value=show_value(got)
+        )
     return _("return {want}; got {kind} {value}").format(
-        want=want, kind=type(got).__name__, value=show_value(got, 40))
+        want=want, kind=type(got).__name__, value=show_value(got, 40)
+    )
 
 
 def float_row(
@@ -542,14 +573,20 @@ def answer_of_type(fn: Callable, kind: Any, label: str, want: str) -> Any:
     if not isinstance(got, kind):
         hint = type_hint(got, want)
         raise WrongKind(
-            Row(_("returns a {label}").format(label=label), label,
-                show_value(got, 22), False, hint)
+            Row(
+                _("returns a {label}").format(label=label),
+                label,
+                show_value(got, 22),
+                False,
+                hint,
+            )
         )
     if isinstance(got, dict):
         return dict.copy(got)
     if isinstance(got, list | tuple):
-        return list(list.__iter__(got) if isinstance(got, list) else
-                    tuple.__iter__(got))
+        return list(
+            list.__iter__(got) if isinstance(got, list) else tuple.__iter__(got)
+        )
     return got
 
 

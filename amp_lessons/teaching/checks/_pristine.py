@@ -39,8 +39,14 @@ import sys
 import types
 from pathlib import Path
 
-__all__ = ["CHECK_DONE", "CHECK_START", "SEAL_ENV", "seal", "tampering",
-           "verify_pristine"]
+__all__ = [
+    "CHECK_DONE",
+    "CHECK_START",
+    "SEAL_ENV",
+    "seal",
+    "tampering",
+    "verify_pristine",
+]
 
 PACKAGE = Path(__file__).resolve().parent  # amp_lessons/teaching/checks
 SEAL_ENV = "AMP_LESSONS_SEAL"
@@ -48,12 +54,51 @@ SEAL_ENV = "AMP_LESSONS_SEAL"
 CHECK_START = "amp_lessons.check.start"  # (title,)
 CHECK_DONE = "amp_lessons.check"  # (title, hidden, passed)
 # builtins the checks call; each must be the interpreter's own C function or type
-_BUILTINS = ("__import__", "callable", "getattr", "isinstance", "issubclass", "len",
-             "print", "repr", "sorted", "sum", "any", "all", "abs", "min", "max",
-             "hasattr", "setattr", "iter", "next", "round", "vars", "id", "zip",
-             "type", "str", "int", "float", "bool", "dict", "list", "tuple", "set",
-             "range", "enumerate", "map", "filter", "object", "super", "property",
-             "Exception", "AssertionError", "NotImplementedError", "BaseException")
+_BUILTINS = (
+    "__import__",
+    "callable",
+    "getattr",
+    "isinstance",
+    "issubclass",
+    "len",
+    "print",
+    "repr",
+    "sorted",
+    "sum",
+    "any",
+    "all",
+    "abs",
+    "min",
+    "max",
+    "hasattr",
+    "setattr",
+    "iter",
+    "next",
+    "round",
+    "vars",
+    "id",
+    "zip",
+    "type",
+    "str",
+    "int",
+    "float",
+    "bool",
+    "dict",
+    "list",
+    "tuple",
+    "set",
+    "range",
+    "enumerate",
+    "map",
+    "filter",
+    "object",
+    "super",
+    "property",
+    "Exception",
+    "AssertionError",
+    "NotImplementedError",
+    "BaseException",
+)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set on every class defined in Python
 # captured at import, before any solution cell can rebind the builtins
 _type, _builtin_type = type, types.BuiltinFunctionType
@@ -64,8 +109,10 @@ def seal(folder: Path = PACKAGE) -> dict[str, str]:
 
     Example: ``seal()["quiz.py"]`` is 64 hex digits.
     """
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(folder).glob("*.py"))}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(folder).glob("*.py"))
+    }
 
 
 def _module_name(path: Path) -> str:
@@ -85,9 +132,11 @@ def _compiled(path: Path, digest: str) -> tuple[dict, set, dict]:
         codes.setdefault(code.co_qualname, code)
         stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
     body = ast.parse(source).body
-    top = {node.name for node in body
-           if isinstance(node, ast.FunctionDef | ast.ClassDef)
-           and not node.decorator_list}
+    top = {
+        node.name
+        for node in body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.decorator_list
+    }
     imports = {}  # name bound at the top -> (module, attribute or None)
     for node in body:
         if isinstance(node, ast.Import):
@@ -97,8 +146,12 @@ def _compiled(path: Path, digest: str) -> tuple[dict, set, dict]:
                 else:
                     top_name = alias.name.split(".")[0]
                     imports[top_name] = (top_name, None)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level \
-                and node.module != "__future__":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and not node.level
+            and node.module != "__future__"
+        ):
             for alias in node.names:
                 imports[alias.asname or alias.name] = (node.module, alias.name)
     return codes, top, imports
@@ -114,8 +167,10 @@ def _import_problems(module: types.ModuleType, imports: dict) -> list[str]:
             continue
         expected = origin if attr is None else vars(origin).get(attr, namespace)
         if expected is not namespace and dict.get(namespace, name) is not expected:
-            problems.append(f"{module.__name__}.{name} is not {source}"
-                            + (f".{attr}" if attr else ""))
+            problems.append(
+                f"{module.__name__}.{name} is not {source}"
+                + (f".{attr}" if attr else "")
+            )
     return problems
 
 
@@ -125,16 +180,20 @@ def _function_problems(module: types.ModuleType, codes: dict, top: set) -> list[
     for attr in sorted(top):
         value = namespace.get(attr)
         if isinstance(value, types.FunctionType):
-            if value.__code__ != codes.get(value.__qualname__) or \
-                    value.__qualname__ != attr or value.__globals__ is not namespace:
+            if (
+                value.__code__ != codes.get(value.__qualname__)
+                or value.__qualname__ != attr
+                or value.__globals__ is not namespace
+            ):
                 problems.append(f"{name}.{attr} is not the function in the file")
         elif isinstance(value, type):
             if value.__module__ != name or value.__qualname__ != attr:
                 problems.append(f"{name}.{attr} is not the class in the file")
                 continue
             for key, member in vars(value).items():
-                if isinstance(member, types.FunctionType) and \
-                        member.__code__ != codes.get(member.__qualname__):
+                if isinstance(
+                    member, types.FunctionType
+                ) and member.__code__ != codes.get(member.__qualname__):
                     problems.append(f"{name}.{attr}.{key} was replaced")
         else:
             problems.append(f"{name}.{attr} was replaced by {type(value).__name__}")
@@ -158,8 +217,11 @@ def _builtin_problems() -> list[str]:
         if _type(value) is _builtin_type:
             genuine = value.__self__ is builtins and value.__name__ == attr
         else:  # a C type such as zip or dict: Python code cannot make one
-            genuine = _type(value) is _type and not value.__flags__ & _HEAPTYPE \
+            genuine = (
+                _type(value) is _type
+                and not value.__flags__ & _HEAPTYPE
                 and value.__name__ == attr
+            )
         if not genuine:
             problems.append(f"builtins.{attr} was replaced")
     audit = dict.get(sys.__dict__, "audit")
@@ -181,9 +243,11 @@ def _seal_problems(digests: dict[str, str]) -> list[str]:
         sealed = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         return [f"the seal {path} cannot be read ({exc})"]
-    return [f"checks/{name} differs from the grader's seal"
-            for name in sorted(set(sealed) | set(digests))
-            if sealed.get(name) != digests.get(name)]
+    return [
+        f"checks/{name} differs from the grader's seal"
+        for name in sorted(set(sealed) | set(digests))
+        if sealed.get(name) != digests.get(name)
+    ]
 
 
 def tampering() -> list[str]:
@@ -203,8 +267,11 @@ def tampering() -> list[str]:
         if module is None:
             continue  # not loaded: nothing of it can run
         where = getattr(module, "__file__", None)
-        if not isinstance(module, types.ModuleType) or where is None or \
-                Path(where).resolve() != path:
+        if (
+            not isinstance(module, types.ModuleType)
+            or where is None
+            or Path(where).resolve() != path
+        ):
             problems.append(f"sys.modules[{name!r}] is not loaded from {path}")
             continue
         codes, top, imports = _compiled(path, digests[path.name])
@@ -222,9 +289,12 @@ def verify_pristine() -> None:
     """
     problems = tampering()
     if problems:
-        message = ("the grading code in this kernel was changed (" +
-                   "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "") +
-                   "): restart the kernel, remove the code that does this, and run "
-                   "all cells again")
+        message = (
+            "the grading code in this kernel was changed ("
+            + "; ".join(problems[:5])
+            + (" ..." if len(problems) > 5 else "")
+            + "): restart the kernel, remove the code that does this, and run "
+            "all cells again"
+        )
         print(message)
         raise AssertionError(message)

@@ -37,8 +37,10 @@ def fixed_torch_state(seed: int | None = 0) -> Iterator[None]:
     """
     dtype, device = torch.get_default_dtype(), torch.get_default_device()
     matmul = torch.get_float32_matmul_precision()
-    deterministic = (torch.are_deterministic_algorithms_enabled(),
-                     torch.is_deterministic_algorithms_warn_only_enabled())
+    deterministic = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     cudnn = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
     flush = _flushes_denormals()
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
@@ -67,7 +69,8 @@ def fixed_torch_state(seed: int | None = 0) -> Iterator[None]:
             if device != torch.get_default_device():
                 torch.set_default_device(device)
             torch.set_float32_matmul_precision(matmul)
-            torch.use_deterministic_algorithms(deterministic[0],
-                                               warn_only=deterministic[1])
+            torch.use_deterministic_algorithms(
+                deterministic[0], warn_only=deterministic[1]
+            )
             torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
             torch.set_flush_denormal(flush)

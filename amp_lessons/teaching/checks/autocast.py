@@ -101,13 +101,16 @@ def _autocast_hint(
         return _("use dtype objects (torch.bfloat16, torch.float32), not strings")
     if got is None:
         return _("add an entry for {name} under {device}").format(
-            name=repr(name), device=repr(device))
+            name=repr(name), device=repr(device)
+        )
     if not isinstance(got, torch.dtype):
-        return _("give a torch.dtype for {name} under {device}, e.g. torch.float32"
-                 ).format(name=repr(name), device=repr(device))
+        return _(
+            "give a torch.dtype for {name} under {device}, e.g. torch.float32"
+        ).format(name=repr(name), device=repr(device))
     if got in AUTOCAST_DEVICES.values() and got is not low:
         return _("this is {where}'s {low} autocast: it never produces {got}").format(
-            where=where, low=low_name, got=show_value(got))
+            where=where, low=low_name, got=show_value(got)
+        )
     said, op = show_value(got), name.split("(")[0]
     if why == "low":
         return _(
@@ -159,10 +162,12 @@ def _autocast_rows(predict_autocast_dtypes: Callable, hidden: bool) -> list[Row]
         hint = _(
             "return {want}, a torch.dtype for every name in AUTOCAST_OPS on "
             "both devices; missing or not a dtype: {names}"
-        ).format(want=_(want),
-                 names=", ".join(bad[:6]) + (", ..." if len(bad) > 6 else ""))
+        ).format(
+            want=_(want), names=", ".join(bad[:6]) + (", ..." if len(bad) > 6 else "")
+        )
         case = _("all {total} ops answered on both devices").format(
-            total=len(AUTOCAST_OPS))
+            total=len(AUTOCAST_OPS)
+        )
         rows.append(answered_row(case, bad, hint))
     for device in AUTOCAST_DEVICES:
         for name in AUTOCAST_OPS:

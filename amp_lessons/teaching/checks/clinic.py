@@ -25,13 +25,16 @@ def _clinic_rows(diagnose: Callable, hidden: bool) -> list[Row]:
     rows = []
     if not hidden:
         bad = [s for s, a in answers.items() if as_choice(a, CAUSES) is None]
-        hint = _("return one of the keys of CAUSES for every symptom in SYMPTOMS; "
-                 "not a key: {answers}").format(answers="; ".join(
-            f"#{SYMPTOMS.index(s) + 1} -> {show_value(answers[s], 30)}" for s in bad
-        ))
+        hint = _(
+            "return one of the keys of CAUSES for every symptom in SYMPTOMS; "
+            "not a key: {answers}"
+        ).format(
+            answers="; ".join(
+                f"#{SYMPTOMS.index(s) + 1} -> {show_value(answers[s], 30)}" for s in bad
+            )
+        )
         case = _("all {total} symptoms answered").format(total=len(SYMPTOMS))
-        rows.append(answered_row(case, bad, hint, N_("keys of CAUSES"),
-                                 N_("not keys")))
+        rows.append(answered_row(case, bad, hint, N_("keys of CAUSES"), N_("not keys")))
     chosen = DIAGNOSES[5:] if hidden else DIAGNOSES[:5]
     first = 6 if hidden else 1
     for number, (symptom, cause, clue) in enumerate(chosen, start=first):
@@ -42,9 +45,10 @@ def _clinic_rows(diagnose: Callable, hidden: bool) -> list[Row]:
                 answers[symptom],
                 CAUSES,
                 # the chosen cause's meaning, and the clue: never the right key
-                lambda key, clue=clue: _("{key} means {meaning}: that does not "
-                                         "produce this symptom. Clue: {clue}").format(
-                    key=repr(key), meaning=_(CAUSES[key]), clue=_(clue)),
+                lambda key, clue=clue: _(
+                    "{key} means {meaning}: that does not "
+                    "produce this symptom. Clue: {clue}"
+                ).format(key=repr(key), meaning=_(CAUSES[key]), clue=_(clue)),
                 _("not a key of CAUSES. Clue: {clue}").format(clue=_(clue)),
             )
         )

@@ -27,13 +27,20 @@ __all__ = ["check_rank_bytes"]
 
 # (shape, mode, world_size, rank): uneven shards, empty shards, 1-D tensors
 _CASES = [
-    ((5, 2), "ddp", 2, 0), ((5, 2), "fsdp2", 2, 0), ((5, 2), "fsdp2", 2, 1),
-    ((3, 64), "ddp", 8, 5), ((3, 64), "fsdp2", 2, 1), ((64, 2), "fsdp2", 2, 1),
+    ((5, 2), "ddp", 2, 0),
+    ((5, 2), "fsdp2", 2, 0),
+    ((5, 2), "fsdp2", 2, 1),
+    ((3, 64), "ddp", 8, 5),
+    ((3, 64), "fsdp2", 2, 1),
+    ((64, 2), "fsdp2", 2, 1),
     ((3,), "fsdp2", 4, 3),
 ]
 _HIDDEN = [
-    ((7, 3), "fsdp2", 4, 3), ((4096, 4096), "fsdp2", 8, 7), ((1,), "fsdp2", 2, 1),
-    ((50257, 768), "fsdp2", 64, 63), ((50257, 768), "ddp", 64, 63),
+    ((7, 3), "fsdp2", 4, 3),
+    ((4096, 4096), "fsdp2", 8, 7),
+    ((1,), "fsdp2", 2, 1),
+    ((50257, 768), "fsdp2", 64, 63),
+    ((50257, 768), "ddp", 64, 63),
     ((11008, 4096), "fsdp2", 64, 0),
 ]
 
@@ -54,34 +61,53 @@ def _hint(shape, mode: str, world_size: int, rank: int, got: float) -> str:
     # off-by-4 or a forgotten moment on small shapes
     if got == want * 8:
         return "count bytes, not bits (a float32 is 4 bytes)"
-    if mode == "ddp" and got != want and got in (
-            want / world_size, _expected(shape, "fsdp2", world_size, rank)):
-        return "DDP keeps a whole copy of every parameter, gradient and moment on " \
-               f"every rank: 16 bytes x {numel} values, whatever the world size"
+    if (
+        mode == "ddp"
+        and got != want
+        and got in (want / world_size, _expected(shape, "fsdp2", world_size, rank))
+    ):
+        return (
+            "DDP keeps a whole copy of every parameter, gradient and moment on "
+            f"every rank: 16 bytes x {numel} values, whatever the world size"
+        )
     if mode == "fsdp2" and got == 16 * numel / world_size:
-        return "FSDP2 shards whole rows (torch.chunk on dim 0), not numel / N: " \
-               f"{rows} rows on {world_size} ranks are chunks of " \
-               f"ceil({rows}/{world_size}) = {math.ceil(rows / world_size)} row(s)"
+        return (
+            "FSDP2 shards whole rows (torch.chunk on dim 0), not numel / N: "
+            f"{rows} rows on {world_size} ranks are chunks of "
+            f"ceil({rows}/{world_size}) = {math.ceil(rows / world_size)} row(s)"
+        )
     if got == want + 4:
-        return "leave out AdamW's 4-byte `step` counter: count the parameter, its " \
-               "gradient and the two moments"
+        return (
+            "leave out AdamW's 4-byte `step` counter: count the parameter, its "
+            "gradient and the two moments"
+        )
     if got == want - moments:
-        return "AdamW keeps two fp32 moments per parameter (exp_avg and " \
-               "exp_avg_sq): 8 more bytes for each value this rank optimizes"
+        return (
+            "AdamW keeps two fp32 moments per parameter (exp_avg and "
+            "exp_avg_sq): 8 more bytes for each value this rank optimizes"
+        )
     if mode == "ddp":
-        return "DDP keeps a whole copy of every parameter, gradient and moment on " \
-               f"every rank: 16 bytes x {numel} values, whatever the world size"
+        return (
+            "DDP keeps a whole copy of every parameter, gradient and moment on "
+            f"every rank: 16 bytes x {numel} values, whatever the world size"
+        )
     if got == 16 * held:
-        return "the parameter and gradient shards are padded to ceil(rows / N) rows " \
-               "on every rank (so the all-gather buffers line up); only Adam's " \
-               "moments follow the rows this rank really has"
+        return (
+            "the parameter and gradient shards are padded to ceil(rows / N) rows "
+            "on every rank (so the all-gather buffers line up); only Adam's "
+            "moments follow the rows this rank really has"
+        )
     if got == 16 * padded:
-        return "Adam's moments are zeros_like(the shard): they follow the rows this " \
-               "rank really has, without the padding"
+        return (
+            "Adam's moments are zeros_like(the shard): they follow the rows this "
+            "rank really has, without the padding"
+        )
     if got == 16 * numel:
         return "under FSDP2 a rank keeps only its shard of each tensor, not all of it"
-    return f"parameter + gradient ({padded} padded values each) + two moments " \
-           f"({held} values each), 4 bytes per value"
+    return (
+        f"parameter + gradient ({padded} padded values each) + two moments "
+        f"({held} values each), 4 bytes per value"
+    )
 
 
 def _rows(rank_bytes: Callable, hidden: bool) -> list[Row]:
@@ -94,19 +120,37 @@ def _rows(rank_bytes: Callable, hidden: bool) -> list[Row]:
         expected = f"{want:_}" if hidden else NOT_SHOWN
         value = None if isinstance(got, Raised) else as_float(got)
         if value is None or type(got) not in (int, float):  # no int/float look-alikes
-            rows.append(Row(case, expected, show_value(got, 22), False,
-                            type_hint(got, "an int number of bytes")))
+            rows.append(
+                Row(
+                    case,
+                    expected,
+                    show_value(got, 22),
+                    False,
+                    type_hint(got, "an int number of bytes"),
+                )
+            )
             continue
         ok = value == want
-        shown = (f"{int(value):_}" if math.isfinite(value) and value == int(value)
-                 else repr(value))
-        rows.append(Row(case, expected, shown, ok,
-                        "" if ok else _hint(shape, mode, world_size, rank, value)))
+        shown = (
+            f"{int(value):_}"
+            if math.isfinite(value) and value == int(value)
+            else repr(value)
+        )
+        rows.append(
+            Row(
+                case,
+                expected,
+                shown,
+                ok,
+                "" if ok else _hint(shape, mode, world_size, rank, value),
+            )
+        )
     return rows
 
 
-def check_rank_bytes(rank_bytes: Callable[[tuple, str, int, int], Any],
-                     hidden: bool = False) -> None:
+def check_rank_bytes(
+    rank_bytes: Callable[[tuple, str, int, int], Any], hidden: bool = False
+) -> None:
     """Check ``rank_bytes(shape, mode, world_size, rank) -> int``: the bytes ``rank``
     holds at ``optimizer.step()`` for one fp32 parameter of ``shape`` trained with
     AdamW under ``mode`` (``"ddp"`` or ``"fsdp2"``): the parameter, its gradient and

@@ -153,11 +153,15 @@ def _step_hint(case: _StepCase, got: Any) -> str:
         if _same_run(got, _run(_mistaken_step(mistake), case)):
             return _(hint)
     if any(not torch.isfinite(p).all() for p in got[0]):
-        return _("a parameter is inf or NaN: a step with inf/NaN gradients was not "
-                 "skipped; scaler.step(optimizer) skips it")
-    return _("write the two lines the lesson names: scaler.scale(loss).backward(), "
-             "then scaler.step(optimizer); zero_grad, the forward pass and "
-             "scaler.update() are given")
+        return _(
+            "a parameter is inf or NaN: a step with inf/NaN gradients was not "
+            "skipped; scaler.step(optimizer) skips it"
+        )
+    return _(
+        "write the two lines the lesson names: scaler.scale(loss).backward(), "
+        "then scaler.step(optimizer); zero_grad, the forward pass and "
+        "scaler.update() are given"
+    )
 
 
 def _describe(run: Any) -> str:
@@ -174,8 +178,15 @@ def _step_rows(amp_step: Callable, hidden: bool) -> list[Row]:
         shown = _describe(got)
         if not ok and not isinstance(got, Raised) and got[1:] == expected[1:]:
             shown = _("params differ")
-        rows.append(Row(_(case.name), _describe(expected), shown, ok,
-                        "" if ok else _step_hint(case, got)))
+        rows.append(
+            Row(
+                _(case.name),
+                _describe(expected),
+                shown,
+                ok,
+                "" if ok else _step_hint(case, got),
+            )
+        )
     return rows
 
 
@@ -210,25 +221,47 @@ def _quiz_rows(quiz_answers: Callable, hidden: bool) -> list[Row]:
     got = answer_of_type(quiz_answers, dict, "dict", N_("a dict {question id: letter}"))
     choices = {q: as_choice(got.get(q), c) for q, c in ENTRY_QUESTIONS.items()}
     bad = [q for q, choice in choices.items() if choice is None]
-    rows = [answered_row(
-        _("both questions answered"), bad,
-        _("answer each question id with one of its letters; missing or invalid: "
-          "{ids}").format(ids=", ".join(bad)))]
+    rows = [
+        answered_row(
+            _("both questions answered"),
+            bad,
+            _(
+                "answer each question id with one of its letters; missing or invalid: "
+                "{ids}"
+            ).format(ids=", ".join(bad)),
+        )
+    ]
     if bad:
         return rows
     right = all(choices[q] == _RIGHT[q] for q in ENTRY_QUESTIONS)
-    rows.append(Row(_("both answers right"), NOT_SHOWN,
-                    _("yes") if right else _("no"), right,
-                    _("at least one answer is wrong (the check does not say which): "
-                      "reread {where}").format(where=_(_WHERE))))
+    rows.append(
+        Row(
+            _("both answers right"),
+            NOT_SHOWN,
+            _("yes") if right else _("no"),
+            right,
+            _(
+                "at least one answer is wrong (the check does not say which): "
+                "reread {where}"
+            ).format(where=_(_WHERE)),
+        )
+    )
     if hidden:  # the instructor's grade: each question on its own
-        rows += [Row(q, NOT_SHOWN, _("right") if choices[q] == _RIGHT[q] else
-                     _("wrong"), choices[q] == _RIGHT[q]) for q in ENTRY_QUESTIONS]
+        rows += [
+            Row(
+                q,
+                NOT_SHOWN,
+                _("right") if choices[q] == _RIGHT[q] else _("wrong"),
+                choices[q] == _RIGHT[q],
+            )
+            for q in ENTRY_QUESTIONS
+        ]
     return rows
 
 
-def check_entry_quiz(quiz_answers: Callable[[], dict[str, str]],
-                     hidden: bool = False) -> None:
+def check_entry_quiz(
+    quiz_answers: Callable[[], dict[str, str]], hidden: bool = False
+) -> None:
     """Check `quiz_answers() -> {question id: letter}` for ENTRY_QUESTIONS.
 
     The table says whether both answers are right, never which one is wrong, so

@@ -77,8 +77,9 @@ def _decode_hint(bits: int, got: float) -> str:
             (sign * 2.0**-14 * (1 + m / 1024), _("exponent bits 00000 mean subnormal: "
              "no implicit 1, value = m * 2^-24")),
         ]  # fmt: skip
-    known.append((abs(_fp16_from_bits(bits)),
-                  _("bit 15 is the sign: 1 means negative")))
+    known.append(
+        (abs(_fp16_from_bits(bits)), _("bit 15 is the sign: 1 means negative"))
+    )
     for value, hint in known:
         if same_float(got, value):
             return hint
@@ -129,24 +130,24 @@ def _round_hint(x: float, expected: float, got: float) -> str:
     if same_float(got, x) or same_float(
         got, float(torch.tensor(x, dtype=torch.float32))
     ):
-        return (
-            _("you returned x unchanged (as stored in float32); fp16 keeps only 11 "
-            "significant bits")
+        return _(
+            "you returned x unchanged (as stored in float32); fp16 keeps only 11 "
+            "significant bits"
         )
     if abs(x) >= 65504 and math.isinf(expected) and math.isfinite(got):
-        return (
-            _("65520 = 65504 + half a step (the step at the top is 32) is a tie that "
-            "rounds to the even neighbour 65536, which overflows: inf")
+        return _(
+            "65520 = 65504 + half a step (the step at the top is 32) is a tie that "
+            "rounds to the even neighbour 65536, which overflows: inf"
         )
     if math.isinf(got) and math.isfinite(expected) and abs(x) > 65504:
-        return (
-            _("not every value above 65504 overflows: anything below 65520 rounds "
-            "down to 65504; only >= 65520 becomes inf")
+        return _(
+            "not every value above 65504 overflows: anything below 65520 rounds "
+            "down to 65504; only >= 65520 becomes inf"
         )
     if got == 0 and expected != 0:
-        return (
-            _("fp16 has subnormals down to 2^-24 (5.96e-08): below 2^-14 the values "
-            "keep a fixed step of 2^-24; only |x| <= 2^-25 rounds to 0")
+        return _(
+            "fp16 has subnormals down to 2^-24 (5.96e-08): below 2^-14 the values "
+            "keep a fixed step of 2^-24; only |x| <= 2^-25 rounds to 0"
         )
     if got == 0 and expected == 0:
         return _("the sign survives underflow: a tiny negative number becomes -0.0")
@@ -220,9 +221,9 @@ def _spacing_hint(x: float, expected: float, got: float) -> str:
     h = _fp16(x)
     e = max(_log2_floor(h), -14) if h != 0 else -14
     if 0 < abs(h) < 2**-14 and got == 2.0 ** (_log2_floor(h) - 10):
-        return (
-            _("below 2^-14 fp16 is subnormal: the spacing stops shrinking and stays "
-            "2^-24 all the way down to 0")
+        return _(
+            "below 2^-14 fp16 is subnormal: the spacing stops shrinking and stays "
+            "2^-24 all the way down to 0"
         )
     moved = h != 0 and x != 0 and _log2_floor(h) != _log2_floor(x)
     if moved and got == 2.0 ** (_log2_floor(x) - 10):
@@ -233,8 +234,9 @@ def _spacing_hint(x: float, expected: float, got: float) -> str:
     if same_float(got, h + expected):
         return _("return the gap (next fp16 minus fp16(x)), not the next number itself")
     if x == 0:
-        return _("fp16(0) = 0 and the next fp16 above it is the smallest subnormal, "
-                 "2^-24")
+        return _(
+            "fp16(0) = 0 and the next fp16 above it is the smallest subnormal, 2^-24"
+        )
     known = {
         2.0 ** (e - 23): _("that is fp32's spacing (23 mantissa bits); fp16 has 10"),
         2.0 ** (e - 7): _("that is bf16's spacing (7 mantissa bits); fp16 has 10"),
@@ -244,9 +246,9 @@ def _spacing_hint(x: float, expected: float, got: float) -> str:
     if got in known:
         return known[got]
     if got == abs(h) * 2**-10:
-        return (
-            _("the spacing is a power of two, 2^(floor(log2|x|) - 10); x * 2^-10 is "
-            "right only when x is itself a power of two")
+        return _(
+            "the spacing is a power of two, 2^(floor(log2|x|) - 10); x * 2^-10 is "
+            "right only when x is itself a power of two"
         )
     return _(
         "spacing = 2^(e - 10) with e = floor(log2 fp16(x)) (e = -14 for subnormals); "

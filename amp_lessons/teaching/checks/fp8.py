@@ -38,15 +38,23 @@ def _cases(hidden: bool) -> list[tuple[str, torch.Tensor, torch.dtype, Any]]:
             ("largest |x| is negative", torch.tensor([-3.0, 0.5, 1.0]), E4M3, None),
             ("all zeros", torch.zeros(4), E4M3, None),
             ("gradients ~1e-4, e5m2", randn(16) * 1e-4, E5M2, None),
-            ("stale amax 1.0, e5m2", torch.tensor([0.5, -4.0, 2.0]), E5M2,
-             torch.tensor(1.0)),
+            (
+                "stale amax 1.0, e5m2",
+                torch.tensor([0.5, -4.0, 2.0]),
+                E5M2,
+                torch.tensor(1.0),
+            ),
         ]
     return [
         ("2-D, ~30, e4m3", randn(4, 8) * 30, E4M3, None),
         ("bf16 input, e4m3", (randn(8) * 0.01).bfloat16(), E4M3, None),
         ("negative max, e5m2", torch.tensor([-100.0, 3.0, 7.0]), E5M2, None),
-        ("stale amax 2.0, e4m3", torch.tensor([10.0, 1.0, -0.5]), E4M3,
-         torch.tensor(2.0)),
+        (
+            "stale amax 2.0, e4m3",
+            torch.tensor([10.0, 1.0, -0.5]),
+            E4M3,
+            torch.tensor(2.0),
+        ),
         ("stale amax 0.5, e5m2", randn(6) * 4, E5M2, torch.tensor(0.5)),
         ("all zeros, e5m2", torch.zeros(2, 3), E5M2, None),
     ]
@@ -54,8 +62,9 @@ def _cases(hidden: bool) -> list[tuple[str, torch.Tensor, torch.dtype, Any]]:
 
 def _show(x_fp8: torch.Tensor, scale: float) -> str:
     values = x_fp8.float().flatten().tolist()
-    shown = ", ".join(f"{v:g}" for v in values[:3]) + (", ..." if len(values) > 3
-                                                          else "")
+    shown = ", ".join(f"{v:g}" for v in values[:3]) + (
+        ", ..." if len(values) > 3 else ""
+    )
     return f"scale {scale:.6g}, [{shown}]"
 
 
@@ -63,42 +72,65 @@ def _near(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 * abs(b)
 
 
-def _hint(x: torch.Tensor, dtype: torch.dtype, given: Any, data: torch.Tensor,
-          scale: float, expected_scale: float) -> str:
+def _hint(
+    x: torch.Tensor,
+    dtype: torch.dtype,
+    given: Any,
+    data: torch.Tensor,
+    scale: float,
+    expected_scale: float,
+) -> str:
     big, other = torch.finfo(dtype).max, torch.finfo(E5M2 if dtype is E4M3 else E4M3)
     used = max(float(given if given is not None else amax(x)), 1e-12)
     if data.dtype != dtype:
-        return (f"cast to the dtype asked for, {dtype} ({_NAMES[dtype]}): e4m3 for "
-                f"weights and activations, e5m2 for gradients; got {data.dtype}")
+        return (
+            f"cast to the dtype asked for, {dtype} ({_NAMES[dtype]}): e4m3 for "
+            f"weights and activations, e5m2 for gradients; got {data.dtype}"
+        )
     if data.float().isnan().any() and not x.float().isnan().any():
         if not x.any():
-            return ("an all-zero tensor has amax 0, so max / amax is inf and 0 * inf "
-                    "is nan: floor amax first, torch.clamp(amax, min=1e-12), as "
-                    "torchao does")
-        return ("x * scale went past the format's max and became nan (e4m3fn in "
-                "torch before April 2026): clamp to +-torch.finfo(dtype).max before "
-                ".to(dtype)")
+            return (
+                "an all-zero tensor has amax 0, so max / amax is inf and 0 * inf "
+                "is nan: floor amax first, torch.clamp(amax, min=1e-12), as "
+                "torchao does"
+            )
+        return (
+            "x * scale went past the format's max and became nan (e4m3fn in "
+            "torch before April 2026): clamp to +-torch.finfo(dtype).max before "
+            ".to(dtype)"
+        )
     if data.float().isinf().any():
-        return ("x * scale went past the format's max and the cast made inf: clamp "
-                "it to +-torch.finfo(dtype).max before .to(dtype) (saturate). With a "
-                "stale amax, as in delayed scaling, values can exceed it")
+        return (
+            "x * scale went past the format's max and the cast made inf: clamp "
+            "it to +-torch.finfo(dtype).max before .to(dtype) (saturate). With a "
+            "stale amax, as in delayed scaling, values can exceed it"
+        )
     if _near(scale, used / big):
-        return ("the scale is inverted: it multiplies x up to the format's range, "
-                "max / amax; amax / max is the inverse scale, applied after the matmul")
+        return (
+            "the scale is inverted: it multiplies x up to the format's range, "
+            "max / amax; amax / max is the inverse scale, applied after the matmul"
+        )
     if given is None and x.max() > 0 and _near(scale, big / float(x.max())):
-        return ("amax is the largest magnitude, x.abs().max(); x.max() misses a large "
-                "negative value")
+        return (
+            "amax is the largest magnitude, x.abs().max(); x.max() misses a large "
+            "negative value"
+        )
     if _near(scale, other.max / used):
-        return (f"use the max of the format you cast to: torch.finfo(dtype).max is "
-                f"{big:g} for {_NAMES[dtype]}, not {other.max:g}")
+        return (
+            f"use the max of the format you cast to: torch.finfo(dtype).max is "
+            f"{big:g} for {_NAMES[dtype]}, not {other.max:g}"
+        )
     if given is not None and _near(scale, big / float(amax(x).clamp(min=1e-12))):
-        return ("amax was given (delayed scaling: it comes from earlier steps): use "
-                "it instead of x's own amax")
+        return (
+            "amax was given (delayed scaling: it comes from earlier steps): use "
+            "it instead of x's own amax"
+        )
     if _near(scale, expected_scale):
-        return ("the scale is right but the fp8 values are not: multiply x (as "
-                "float32) by the scale, clamp to +-max, then .to(dtype)")
-    return (f"expected scale {expected_scale:.6g} = {big:g} / amax (amax "
-            f"{used:g})")
+        return (
+            "the scale is right but the fp8 values are not: multiply x (as "
+            "float32) by the scale, clamp to +-max, then .to(dtype)"
+        )
+    return f"expected scale {expected_scale:.6g} = {big:g} / amax (amax {used:g})"
 
 
 def _rows(fn: Callable, hidden: bool) -> list[Row]:
@@ -120,8 +152,11 @@ def _rows(fn: Callable, hidden: bool) -> list[Row]:
             got_text = str(got) if isinstance(got, Raised) else type(got).__name__
             rows.append(Row(label, shown, got_text, False, hint))
             continue
-        ok = (data.shape == x.shape and same_bits(data, expected)
-              and _near(scale, expected_scale.item()))
+        ok = (
+            data.shape == x.shape
+            and same_bits(data, expected)
+            and _near(scale, expected_scale.item())
+        )
         hint = "" if ok else _hint(x, dtype, given, data, scale, expected_scale.item())
         rows.append(Row(label, shown, _show(data, scale), ok, hint))
     return rows

@@ -69,24 +69,31 @@ def _memory_hint(n: int, regime: str, part: str, expected: int, got: Any) -> str
         return _("count bytes, not bits (a float32 is 4 bytes)")
     if regime == "amp" and got * 2 == expected:
         return {
-            "weights": _("AMP keeps fp32 master weights: autocast makes fp16 copies "
-            "on the fly for the forward, the stored weights stay float32"),
-            "grads": _("param.grad has the parameter's dtype: the weights are float32, "
-            "so their grads are float32 too, even with AMP"),
-            "adam_state": _("Adam's moments live next to the float32 master weights: "
-            "still float32 with AMP"),
+            "weights": _(
+                "AMP keeps fp32 master weights: autocast makes fp16 copies "
+                "on the fly for the forward, the stored weights stay float32"
+            ),
+            "grads": _(
+                "param.grad has the parameter's dtype: the weights are float32, "
+                "so their grads are float32 too, even with AMP"
+            ),
+            "adam_state": _(
+                "Adam's moments live next to the float32 master weights: "
+                "still float32 with AMP"
+            ),
         }[part]
     if regime == "amp" and part == "weights" and got == expected * 3 // 2:
-        return (
-            _("autocast's fp16 weight copies last only for the forward pass (the "
-            "cache is cleared when autocast exits): not kept after the step")
+        return _(
+            "autocast's fp16 weight copies last only for the forward pass (the "
+            "cache is cleared when autocast exits): not kept after the step"
         )
     if part == "adam_state" and got * 2 == expected:
         return _("Adam keeps TWO moments per parameter (exp_avg and exp_avg_sq)")
     if part == "adam_state" and got == expected * 3 // 2:
         return _("adam_state is the two moments only: do not count the weights again")
     return _("{part}: {n} parameters x bytes per value x values per parameter").format(
-        part=part, n=f"{n:_}")
+        part=part, n=f"{n:_}"
+    )
 
 
 def _part(got: Any, regime: str, part: str) -> Any:
@@ -132,7 +139,8 @@ def _memory_rows(memory_budget: Callable, hidden: bool) -> list[Row]:
                 if answer is None:
                     hint = _("return {example}, each with keys {keys}").format(
                         example="{'fp32': {...}, 'amp': {...}}",
-                        keys=", ".join(_BUDGET_PARTS))
+                        keys=", ".join(_BUDGET_PARTS),
+                    )
                 elif not ok:
                     hint = _memory_hint(n, regime, part, want, answer)
                 rows.append(

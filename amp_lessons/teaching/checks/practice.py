@@ -126,9 +126,11 @@ class _Broken(Raised):
 
     @property
     def hint(self) -> str:
-        return (f"after your step the models or optimizers could not be read "
-                f"({type(self.exc).__name__}: {self.exc}); change only what a step "
-                "changes: gradients, parameters through the optimizers, the scaler")
+        return (
+            f"after your step the models or optimizers could not be read "
+            f"({type(self.exc).__name__}: {self.exc}); change only what a step "
+            "changes: gradients, parameters through the optimizers, the scaler"
+        )
 
 
 class _Stop(Exception):
@@ -165,8 +167,9 @@ def _run_gan(step: Callable, case: _GanCase, student: bool) -> Any:
     def guarded(*args: Any) -> tuple[float, float]:
         # a student's step that calls the package's own gan_step (by any name) is no
         # answer: call_student makes that case a failure with its hint
-        got = (_call(step, *args, answers=(practice.gan_step,)) if student
-               else step(*args))
+        got = (
+            _call(step, *args, answers=(practice.gan_step,)) if student else step(*args)
+        )
         if isinstance(got, Raised):
             raise _Stop(got)
         pair = _pair(got)
@@ -179,8 +182,13 @@ def _run_gan(step: Callable, case: _GanCase, student: bool) -> Any:
                  growth_interval=case.growth_interval)  # fmt: skip
     with _fixed_state(), torch.random.fork_rng(devices=[]):
         try:
-            return practice.train_gan(scaler, case.num_steps, step_fn=guarded,
-                                      fused=case.fused, overflow=case.overflow)
+            return practice.train_gan(
+                scaler,
+                case.num_steps,
+                step_fn=guarded,
+                fused=case.fused,
+                overflow=case.overflow,
+            )
         except _Stop as stop:
             return stop.got
         except NotAttempted:
@@ -432,27 +440,35 @@ def _overflow_rows(first_overflow: Callable, hidden: bool) -> list[Row]:
         if ok:
             hint = ""
         elif used is not None:
-            hint = (f"your function called amp_lessons.core.{used}: the course's "
-                    "detector is this exercise's answer, so it may not be used. "
-                    "Write the hook yourself: model.named_modules() gives "
-                    "(name, module); module.register_forward_hook(fn) calls "
-                    "fn(module, inputs, output) as each module finishes; note the "
-                    "first name whose output holds inf/nan under fp16 autocast, and "
-                    "remove the hooks")
+            hint = (
+                f"your function called amp_lessons.core.{used}: the course's "
+                "detector is this exercise's answer, so it may not be used. "
+                "Write the hook yourself: model.named_modules() gives "
+                "(name, module); module.register_forward_hook(fn) calls "
+                "fn(module, inputs, output) as each module finishes; note the "
+                "first name whose output holds inf/nan under fp16 autocast, and "
+                "remove the hooks"
+            )
         elif isinstance(got, Raised):
             hint = got.hint
         elif not named:
-            hint = ("return the module's name (a str from model.named_modules()), "
-                    f"or None when nothing overflows; got {_show(got, 40)}")
+            hint = (
+                "return the module's name (a str from model.named_modules()), "
+                f"or None when nothing overflows; got {_show(got, 40)}"
+            )
         elif got == expected:
-            hint = (f"right module, but {left} forward hook(s) are still on the "
-                    "model: keep the handles register_forward_hook returns and "
-                    "call handle.remove() (in a finally: block)")
+            hint = (
+                f"right module, but {left} forward hook(s) are still on the "
+                "model: keep the handles register_forward_hook returns and "
+                "call handle.remove() (in a finally: block)"
+            )
         elif got is None:
-            hint = ("nothing found, yet an output overflows: hook every module and "
-                    "run the forward under fp16 autocast")
+            hint = (
+                "nothing found, yet an output overflows: hook every module and "
+                "run the forward under fp16 autocast"
+            )
         elif expected is None:
-            hint = ("no output overflows here (every output is finite): return None")
+            hint = "no output overflows here (every output is finite): return None"
         else:
             wrong = [k for k, v in answers.items() if k != "right" and v == got]
             hint = " Or: ".join(_OVERFLOW_HINTS[k] for k in wrong) or (

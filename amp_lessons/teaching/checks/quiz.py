@@ -43,10 +43,15 @@ def _answered_row(qid: str, got: dict) -> Row:
     answer = got.get(qid)
     ok = as_choice(answer, choices) is not None
     hint = _("answer {qid} with one of {letters}").format(
-        qid=qid, letters=", ".join(choices))
+        qid=qid, letters=", ".join(choices)
+    )
     return Row(
-        _("{qid} answered").format(qid=qid), _("a letter"), show_value(answer, 22), ok,
-        "" if ok else hint, _("right or wrong is for the hidden tests to say"),
+        _("{qid} answered").format(qid=qid),
+        _("a letter"),
+        show_value(answer, 22),
+        ok,
+        "" if ok else hint,
+        _("right or wrong is for the hidden tests to say"),
     )
 
 
@@ -61,10 +66,15 @@ def _quiz_rows(question: str | None) -> Callable[[Callable, bool], list[Row]]:
             return [_answered_row(question, got)]
         rows = []
         if not hidden:
-            bad = [q for q, (_text, choices) in QUESTIONS.items()
-                   if as_choice(got.get(q), choices) is None]
-            hint = _("answer every question id of QUICK_CHECK with one of its "
-                     "letters; missing or invalid: {ids}").format(ids=", ".join(bad))
+            bad = [
+                q
+                for q, (_text, choices) in QUESTIONS.items()
+                if as_choice(got.get(q), choices) is None
+            ]
+            hint = _(
+                "answer every question id of QUICK_CHECK with one of its "
+                "letters; missing or invalid: {ids}"
+            ).format(ids=", ".join(bad))
             case = _("all {total} questions answered").format(total=len(QUESTIONS))
             rows.append(answered_row(case, bad, hint))
         return rows + [

@@ -72,9 +72,9 @@ def _update_hint(case: tuple, got_scale: float, got_tracker: int) -> str:
     gf, bf, gi = (settings[k] for k in _DEFAULTS)
     got = (round_to_float32(got_scale), got_tracker)
     if factors and got == next_scale(scale, tracker, found_inf, **_DEFAULTS):
-        return (
-            _("use the growth_factor, backoff_factor and growth_interval arguments, "
-            "not the default values")
+        return _(
+            "use the growth_factor, backoff_factor and growth_interval arguments, "
+            "not the default values"
         )
     if found_inf:
         if got[0] != round_to_float32(scale * bf):
@@ -82,8 +82,9 @@ def _update_hint(case: tuple, got_scale: float, got_tracker: int) -> str:
                 "an inf/nan was found: multiply the scale by backoff_factor ({bf}); "
                 "never grow on an overflow step"
             ).format(bf=bf)
-        return _("an inf/nan was found: growth_tracker goes back to 0 (the streak "
-                 "broke)")
+        return _(
+            "an inf/nan was found: growth_tracker goes back to 0 (the streak broke)"
+        )
     grows = tracker + 1 == gi
     if grows and math.isinf(round_to_float32(scale * gf)):
         if got[0] == scale:
@@ -107,9 +108,9 @@ def _update_hint(case: tuple, got_scale: float, got_tracker: int) -> str:
         return _("after growing, reset growth_tracker to 0 to count a new streak")
     if not grows and got_tracker != tracker + 1:
         return _("a step without inf/nan adds 1 to growth_tracker")
-    return (
-        _("on inf: scale *= backoff_factor, tracker = 0; otherwise tracker += 1, and "
-        "when it reaches growth_interval: scale *= growth_factor, tracker = 0")
+    return _(
+        "on inf: scale *= backoff_factor, tracker = 0; otherwise tracker += 1, and "
+        "when it reaches growth_interval: scale *= growth_factor, tracker = 0"
     )
 
 
@@ -156,7 +157,8 @@ def _update_rows(update_scale: Callable, hidden: bool) -> list[Row]:
         pair = _as_pair(got)
         if pair is None:
             hint = type_hint(
-                got, N_("a tuple (new_scale, new_tracker): a float, an int"))
+                got, N_("a tuple (new_scale, new_tracker): a float, an int")
+            )
             rows.append(Row(label, shown, show_value(got, 24), False, hint))
             continue
         got_scale, got_tracker = pair
@@ -201,8 +203,11 @@ def _unscale_cases(hidden: bool) -> list[tuple[str, list[torch.Tensor], float]]:
         return [
             (_("1 tensor, scale 2**16"), [rand(6)], 2.0**16),
             (_("2 tensors, scale 3.0"), [rand(64), rand(4, 4)], 3.0),
-            (_("inf in 2nd, scale 1024"), [rand(5), torch.tensor([1.0, inf, -3])],
-             1024.0),
+            (
+                _("inf in 2nd, scale 1024"),
+                [rand(5), torch.tensor([1.0, inf, -3])],
+                1024.0,
+            ),
             (
                 _("nan only, scale 2**16"),
                 [torch.tensor([2.0, nan, 7.0]), rand(3)],
@@ -234,10 +239,10 @@ def _torch_unscale(
     return unscaled, scaler.get_scale() < scale
 
 
-_BIT_IDENTITY = (
-    N_("Bit-identity is the point of this exercise: LossScaler is a drop-in for "
+_BIT_IDENTITY = N_(
+    "Bit-identity is the point of this exercise: LossScaler is a drop-in for "
     "GradScaler that must train to the very same bits (lesson 03 checks it step by "
-    "step), and one differing last bit in a gradient changes every later step.")
+    "step), and one differing last bit in a gradient changes every later step."
 )
 
 
@@ -250,19 +255,20 @@ def _unscale_hint(
         nans = any(torch.isnan(g).any() for g in grads)
         if ref_found and nans and not any(torch.isinf(g).any() for g in grads):
             return _(
-                "nan counts too: check with torch.isfinite (false for inf and nan)")
+                "nan counts too: check with torch.isfinite (false for inf and nan)"
+            )
         if ref_found:
             return _("found_inf must be True if ANY grad tensor has an inf or nan")
         return _("found_inf is True only when some grad is inf or nan")
     if all(same_bits(a, g) for a, g in zip(after, grads, strict=True)):
         if ref_found:
-            return (
-                _("unscale the grads in place even when an inf/nan is found: torch "
-                "multiplies every grad and only skips the optimizer step")
+            return _(
+                "unscale the grads in place even when an inf/nan is found: torch "
+                "multiplies every grad and only skips the optimizer step"
             )
-        return (
-            _("the grads did not change: unscale IN PLACE (g.mul_(inv_scale)); "
-            "g = g * inv_scale only rebinds a local name")
+        return _(
+            "the grads did not change: unscale IN PLACE (g.mul_(inv_scale)); "
+            "g = g * inv_scale only rebinds a local name"
         )
     if all(
         same_bits(a, g / round_to_float32(scale))
@@ -313,9 +319,11 @@ def _unscale_rows(unscale_grads: Callable, hidden: bool) -> list[Row]:
         found = _as_found(got)
         ok_type = found is not None
         ok = ok_type and found == ref_found and all(same)
-        got_text = (_("found_inf={found}, exact") if all(same) else
-                    _("found_inf={found}, {differ} differ")).format(
-            found=found, differ=differ)
+        got_text = (
+            _("found_inf={found}, exact")
+            if all(same)
+            else _("found_inf={found}, {differ} differ")
+        ).format(found=found, differ=differ)
         if not ok_type:
             hint = type_hint(got, N_("a bool (True if any inf/nan)"))
         else:

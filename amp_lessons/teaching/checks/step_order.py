@@ -77,30 +77,39 @@ def _order_rules() -> list[tuple[str, str, str]]:
     ]  # fmt: skip
 
 
-def _read_order(fn: Callable, steps: Sequence[str], wanted: str, not_in: str,
-                case: str) -> tuple[list[str], Row]:
+def _read_order(
+    fn: Callable, steps: Sequence[str], wanted: str, not_in: str, case: str
+) -> tuple[list[str], Row]:
     """The step names ``fn`` returns, and the row that says whether each of ``steps``
     is there once and nothing else (``wanted``: the type hint's words; ``not_in``,
     ``case``: the row's labels, translated by the caller)."""
     got = answer_of_type(fn, list | tuple, "list", wanted)
     # each name as a plain str, compared by its characters; anything else is unknown
     order = [as_choice(s, steps) for s in got]
-    unknown = [show_value(s, 30) for s, name in zip(got, order, strict=True)
-               if name is None]
+    unknown = [
+        show_value(s, 30) for s, name in zip(got, order, strict=True) if name is None
+    ]
     order = [name for name in order if name is not None]
     missing = [repr(s) for s in steps if s not in order]
     twice = [repr(s) for s in steps if order.count(s) > 1]
-    problems = ((not_in, unknown), (_("missing"), missing),
-                (_("more than once"), twice))
+    problems = (
+        (not_in, unknown),
+        (_("missing"), missing),
+        (_("more than once"), twice),
+    )
     hint = "; ".join(f"{what}: {', '.join(items)}" for what, items in problems if items)
     complete = not hint
     return order, Row(case, _("yes"), _("yes") if complete else _("no"), complete, hint)
 
 
 def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
-    order, row = _read_order(amp_step_order, AMP_STEPS,
-                             N_("a list of the names in AMP_STEPS"),
-                             _("not in AMP_STEPS"), _("each of the 7 steps once"))
+    order, row = _read_order(
+        amp_step_order,
+        AMP_STEPS,
+        N_("a list of the names in AMP_STEPS"),
+        _("not in AMP_STEPS"),
+        _("each of the 7 steps once"),
+    )
     complete = row.ok
     rows = [row]
     if hidden:
@@ -119,17 +128,22 @@ def _order_rows(amp_step_order: Callable, hidden: bool) -> list[Row]:
         and _STEP in order
         and order.index(_BWD) < order.index(_ZERO) < order.index(_STEP)
     )
-    where = _("missing") if _ZERO not in order else _("position {n}").format(
-        n=order.index(_ZERO) + 1)
+    where = (
+        _("missing")
+        if _ZERO not in order
+        else _("position {n}").format(n=order.index(_ZERO) + 1)
+    )
     rows.append(
         Row(
             _("where zero_grad goes"),
             NOT_SHOWN,
             where,
             ok,
-            _("zero_grad between backward and step wipes the grads you just "
-              "computed. Put it first (the seed's loop) or last with "
-              "set_to_none=True (nanoGPT's): both are fine"),
+            _(
+                "zero_grad between backward and step wipes the grads you just "
+                "computed. Put it first (the seed's loop) or last with "
+                "set_to_none=True (nanoGPT's): both are fine"
+            ),
         )
     )
     return rows
@@ -204,8 +218,10 @@ def _order_run_rows(order: list[str] | None) -> list[Row]:
                 same,
                 same if ok else _("differ"),
                 ok,
-                _("your order trains the model differently from scale -> "
-                  "backward -> unscale_ -> clip -> step -> update"),
+                _(
+                    "your order trains the model differently from scale -> "
+                    "backward -> unscale_ -> clip -> step -> update"
+                ),
             )
         )
     return rows

@@ -98,32 +98,52 @@ def _wrong_step(mistake: str) -> Callable:
 
 
 _TRAIN_MISTAKES = {
-    "no_unscale": N_("clip_grad_norm_ ran on the SCALED grads: call "
-    "scaler.unscale_(optimizer) right before clipping"),
-    "optimizer_step": N_("optimizer.step() ran on inf/nan grads: call "
-    "scaler.step(optimizer), which skips the step when an inf/nan was found"),
-    "no_update": N_("the scale never changed: call scaler.update() at the end of the "
-                    "step"),
-    "unscaled_backward": N_("call backward on the SCALED loss, "
-    "scaler.scale(loss).backward(); unscale_ then divides unscaled grads by the scale"),
-    "no_autocast": N_("run the forward pass (model and loss) inside "
-    "torch.amp.autocast(x.device.type, dtype=torch.float16)"),
-    "no_zero_grad": N_("grads accumulated across steps: call "
-    "optimizer.zero_grad(set_to_none=True) each step"),
+    "no_unscale": N_(
+        "clip_grad_norm_ ran on the SCALED grads: call "
+        "scaler.unscale_(optimizer) right before clipping"
+    ),
+    "optimizer_step": N_(
+        "optimizer.step() ran on inf/nan grads: call "
+        "scaler.step(optimizer), which skips the step when an inf/nan was found"
+    ),
+    "no_update": N_(
+        "the scale never changed: call scaler.update() at the end of the step"
+    ),
+    "unscaled_backward": N_(
+        "call backward on the SCALED loss, "
+        "scaler.scale(loss).backward(); unscale_ then divides unscaled grads by the "
+        "scale"
+    ),
+    "no_autocast": N_(
+        "run the forward pass (model and loss) inside "
+        "torch.amp.autocast(x.device.type, dtype=torch.float16)"
+    ),
+    "no_zero_grad": N_(
+        "grads accumulated across steps: call "
+        "optimizer.zero_grad(set_to_none=True) each step"
+    ),
     "scaled_loss": N_("return the loss itself (loss.item()), not the scaled loss"),
 }
 _TRAIN_ERRORS = {
-    "has already been called on this optimizer since the last update": N_("unscale_ "
-    "ran twice before update(): call scaler.update() once at the end of every step"),
-    "is being called after step": N_("the previous step's scaler.step() was never "
-    "followed by scaler.update(): call it at the end of every step (and unscale_ "
-    "before step)"),
-    "No inf checks were recorded": N_("call scaler.step(optimizer) before "
-                                      "scaler.update()"),
-    "_scale is None": N_("call backward on the SCALED loss, "
-    "scaler.scale(loss).backward(); the scaler is set up by its first scale() call"),
-    "Attempting to unscale FP16 gradients": N_("keep the model in float32 (no "
-    "model.half()): autocast makes the fp16 copies"),
+    "has already been called on this optimizer since the last update": N_(
+        "unscale_ "
+        "ran twice before update(): call scaler.update() once at the end of every step"
+    ),
+    "is being called after step": N_(
+        "the previous step's scaler.step() was never "
+        "followed by scaler.update(): call it at the end of every step (and unscale_ "
+        "before step)"
+    ),
+    "No inf checks were recorded": N_(
+        "call scaler.step(optimizer) before scaler.update()"
+    ),
+    "_scale is None": N_(
+        "call backward on the SCALED loss, "
+        "scaler.scale(loss).backward(); the scaler is set up by its first scale() call"
+    ),
+    "Attempting to unscale FP16 gradients": N_(
+        "keep the model in float32 (no model.half()): autocast makes the fp16 copies"
+    ),
 }
 
 
@@ -135,8 +155,9 @@ def _run_train_case(amp_train_step: Callable, case: _StepCase) -> Any:
         layers += [nn.Linear(n_in, n_out), nn.ReLU()]
     model = nn.Sequential(*layers[:-1])
     name = {"momentum": "sgd_momentum"}.get(case.optimizer, case.optimizer)
-    optimizer = make_optimizer(name, model.parameters(),
-                               lr=1e-2 if name == "adam" else 0.1)
+    optimizer = make_optimizer(
+        name, model.parameters(), lr=1e-2 if name == "adam" else 0.1
+    )
     scaler = torch.amp.GradScaler(
         "cpu", init_scale=case.init_scale, growth_interval=case.growth_interval
     )
@@ -181,11 +202,11 @@ def _train_hint(case: _StepCase, got: Any) -> str:
     for mistake, hint in _TRAIN_MISTAKES.items():
         if _same_run(got, _run_train_case(_wrong_step(mistake), case)):
             return _(hint)
-    return (
-        _("the reference order: zero_grad, forward + mse_loss under autocast (fp16), "
+    return _(
+        "the reference order: zero_grad, forward + mse_loss under autocast (fp16), "
         "scaler.scale(loss).backward(), scaler.unscale_(optimizer), "
         "clip_grad_norm_(model.parameters(), max_norm), scaler.step(optimizer), "
-        "scaler.update(); return loss.item()")
+        "scaler.update(); return loss.item()"
     )
 
 

@@ -85,9 +85,9 @@ def _underflow_hint(
             return hint
     if not nz.any():
         return _("no grad is nonzero, so none can underflow: the fraction is 0.0")
-    return (
-        _("fraction = (number of nonzero g with fp16(g * scale) == 0) / "
-        "(number of nonzero g)")
+    return _(
+        "fraction = (number of nonzero g with fp16(g * scale) == 0) / "
+        "(number of nonzero g)"
     )
 
 
@@ -101,8 +101,12 @@ def _underflow_rows(student: Callable, hidden: bool) -> list[Row]:
                 expected,
                 # the package's own answer (cast_outcome(...).zero is the same
                 # number) may not be called: that case fails with its hint
-                call_student(student, grads.clone(), scale,
-                             answers=(underflow_fraction, cast_outcome)),
+                call_student(
+                    student,
+                    grads.clone(),
+                    scale,
+                    answers=(underflow_fraction, cast_outcome),
+                ),
                 lambda a, b: math.isclose(a, b, abs_tol=1e-6),
                 lambda got, g=grads, s=scale, want=expected: _underflow_hint(
                     g, s, want, got
@@ -157,10 +161,10 @@ def _loss_scale_cases(hidden: bool) -> list[tuple[str, torch.Tensor]]:
 def _loss_scale_hint(grads: torch.Tensor, expected: float, got: float) -> str:
     peak = grads.abs().max().item()
     if got <= 0 or not math.isfinite(got) or math.frexp(got)[0] != 0.5:
-        return (
-            _("S must be a power of two (2**k): multiplying by a power of two is "
-              "exact, "
-            "so scaling changes no bits except the exponent")
+        return _(
+            "S must be a power of two (2**k): multiplying by a power of two is "
+            "exact, "
+            "so scaling changes no bits except the exponent"
         )
     if got == expected / 2 and 65504 < peak * expected < 65520:
         return _(

@@ -33,9 +33,19 @@ from amp_lessons.teaching.plots.speed_memory import MEMORY_PARTS, plot_speed_mem
 from amp_lessons.teaching.plots.training import plot_losses
 
 __all__ = [
-    "DPI", "MEMORY_PARTS", "WIDTH_IN", "ZONE_COLORS", "figure_png", "plot_breakdowns",
+    "DPI",
+    "MEMORY_PARTS",
+    "WIDTH_IN",
+    "ZONE_COLORS",
+    "figure_png",
+    "plot_breakdowns",
     "plot_published_vs_estimate",
-    "plot_format_ranges", "plot_gradient_histogram", "plot_losses", "plot_number_line",
-    "plot_row_errors", "plot_scale_trajectory", "plot_scaling_stream",
+    "plot_format_ranges",
+    "plot_gradient_histogram",
+    "plot_losses",
+    "plot_number_line",
+    "plot_row_errors",
+    "plot_scale_trajectory",
+    "plot_scaling_stream",
     "plot_speed_memory",
 ]

@@ -20,16 +20,25 @@ WIDTH_IN = 8.6  # inches at DPI: 860 px, inside a notebook cell at 1280 x 800
 DPI = 100
 
 
-def _figure(height_in: float, left: float = 0.75, right: float = 0.25,
-            top: float = 0.45, bottom: float = 0.55) -> Figure:
+def _figure(
+    height_in: float,
+    left: float = 0.75,
+    right: float = 0.25,
+    top: float = 0.45,
+    bottom: float = 0.55,
+) -> Figure:
     """A Figure WIDTH_IN wide with fixed margins in inches.
 
     Fixed margins rather than constrained layout: the layout pass measures every
     text twice and would double each widget redraw (~150 ms more on 2 cores).
     """
     fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
-    fig.subplots_adjust(left=left / WIDTH_IN, right=1 - right / WIDTH_IN,
-                        top=1 - top / height_in, bottom=bottom / height_in)
+    fig.subplots_adjust(
+        left=left / WIDTH_IN,
+        right=1 - right / WIDTH_IN,
+        top=1 - top / height_in,
+        bottom=bottom / height_in,
+    )
     return fig
 
 
@@ -51,7 +60,8 @@ def _encode_png(rgba, size: tuple[int, int]) -> bytes:
 
     buf = io.BytesIO()
     Image.frombuffer("RGBA", size, rgba, "raw", "RGBA", 0, 1).save(
-        buf, format="png", compress_level=1)
+        buf, format="png", compress_level=1
+    )
     return buf.getvalue()
 
 

@@ -24,20 +24,31 @@ def plot_published_vs_estimate(fit) -> Figure:
     top = max(max(r.published, r.predicted) for r in fit.rows) * 1.15
     line = [0.9, top]
     ax.plot(line, line, color="black", lw=1)
-    ax.fill_between(line, [v / 1.35 for v in line], [v * 1.35 for v in line],
-                    color="#dddddd", label=_("within 35%"))
+    ax.fill_between(
+        line,
+        [v / 1.35 for v in line],
+        [v * 1.35 for v in line],
+        color="#dddddd",
+        label=_("within 35%"),
+    )
     ax.set(xscale="log", yscale="log", xlim=line, ylim=line)
     for role, marker in (("fit", "o"), ("check", "s")):
         rows = [r for r in fit.rows if r.role == role]
-        ax.scatter([r.published for r in rows], [r.predicted for r in rows],
-                   marker=marker, zorder=3,
-                   label=_("fitted row") if role == "fit"
-                   else _("check row (not fitted)"))
-    _label_points(ax, [(r.id.replace("_", " "), r.published, r.predicted)
-                       for r in fit.rows])
-    ax.set(xlabel=_("published AMP speed-up (NVIDIA, Hugging Face)"),
-           ylabel=_("estimated speed-up"),
-           title=_("AMP speed-up on one GPU: published vs first-principles estimate"))
+        ax.scatter(
+            [r.published for r in rows],
+            [r.predicted for r in rows],
+            marker=marker,
+            zorder=3,
+            label=_("fitted row") if role == "fit" else _("check row (not fitted)"),
+        )
+    _label_points(
+        ax, [(r.id.replace("_", " "), r.published, r.predicted) for r in fit.rows]
+    )
+    ax.set(
+        xlabel=_("published AMP speed-up (NVIDIA, Hugging Face)"),
+        ylabel=_("estimated speed-up"),
+        title=_("AMP speed-up on one GPU: published vs first-principles estimate"),
+    )
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(ScalarFormatter())
         axis.set_minor_formatter(NullFormatter())
@@ -56,12 +67,20 @@ def _label_points(ax, points: list[tuple[str, float, float]]) -> None:
         width, height = 3.6 * len(text), 8.0  # pixels of 6-point text at 100 dpi
         for dy in (2, -9, 11, -18, 20, -27, 29, -36, 38, -45):
             box = (px + 5, py + dy, px + 5 + width, py + dy + height)
-            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3]
-                       and b[1] < box[3] for b in placed):
+            if not any(
+                box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
+                for b in placed
+            ):
                 break
         placed.append(box)
-        ax.annotate(text, (x, y), fontsize=6, xytext=(5, box[1] - py),
-                    textcoords="offset pixels", annotation_clip=False)
+        ax.annotate(
+            text,
+            (x, y),
+            fontsize=6,
+            xytext=(5, box[1] - py),
+            textcoords="offset pixels",
+            annotation_clip=False,
+        )
 
 
 def plot_breakdowns(fit) -> Figure:
@@ -74,21 +93,33 @@ def plot_breakdowns(fit) -> Figure:
     labels = []
     for i, r in enumerate(rows):
         amp_share = 1 / r.predicted / r.amp["seconds"]  # AMP's bar ends at 1/speed-up
-        for j, (parts, scale) in enumerate(((r.full, 1 / r.full["seconds"]),
-                                            (r.amp, amp_share))):
+        for j, (parts, scale) in enumerate(
+            ((r.full, 1 / r.full["seconds"]), (r.amp, amp_share))
+        ):
             y, left = 2 * i + j * 0.8, 0.0
             for regime, color in REGIME_COLORS.items():
                 width = parts[f"{regime}_s"] * scale
-                ax.barh(y, width, left=left, height=0.75, color=color,
-                        label=regime if i == 0 and j == 0 else None)
+                ax.barh(
+                    y,
+                    width,
+                    left=left,
+                    height=0.75,
+                    color=color,
+                    label=regime if i == 0 and j == 0 else None,
+                )
                 left += width
         labels.append((2 * i + 0.4, f"{r.id.replace('_', ' ')}  {r.predicted:.2f}x"))
     ax.set_yticks([y for y, _text in labels], [t for _y, t in labels], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel(_("estimated time per sample, full precision's = 1 "
-                    "(upper bar: full precision, lower: AMP)"))
+    ax.set_xlabel(
+        _(
+            "estimated time per sample, full precision's = 1 "
+            "(upper bar: full precision, lower: AMP)"
+        )
+    )
     ax.set_title(_("Where a step's time goes"), loc="left")
     # above the bars, right of the title: inside, it would hide the last row
-    ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize=8,
-              frameon=False)
+    ax.legend(
+        loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize=8, frameon=False
+    )
     return fig

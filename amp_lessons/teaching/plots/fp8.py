@@ -35,19 +35,39 @@ def plot_scaling_stream(rows: Sequence[dict]) -> Figure:
     top.plot(steps, [r["amax"] for r in rows], "k.-", lw=1, label="tensor's amax")
     for name in ("dynamic", "delayed"):
         planned = [448.0 / r[f"{name}_scale"] for r in rows]  # e4m3's max / scale
-        top.step(steps, planned, where="mid", color=COLORS[name], lw=1.2,
-                 label=f"{name}: amax the scale fits (448 / scale)")
-        bottom.plot(steps, [r[f"{name}_error"] for r in rows], ".-", lw=1.2,
-                    color=COLORS[name], label=name)
+        top.step(
+            steps,
+            planned,
+            where="mid",
+            color=COLORS[name],
+            lw=1.2,
+            label=f"{name}: amax the scale fits (448 / scale)",
+        )
+        bottom.plot(
+            steps,
+            [r[f"{name}_error"] for r in rows],
+            ".-",
+            lw=1.2,
+            color=COLORS[name],
+            label=name,
+        )
         hit = [r for r in rows if r[f"{name}_saturated"] > 0]
         if hit:
-            bottom.plot([r["step"] for r in hit], [r[f"{name}_error"] for r in hit],
-                        "x", ms=9, color=COLORS[name], label=f"{name}: saturated")
+            bottom.plot(
+                [r["step"] for r in hit],
+                [r[f"{name}_error"] for r in hit],
+                "x",
+                ms=9,
+                color=COLORS[name],
+                label=f"{name}: saturated",
+            )
     top.set_yscale("log")
     top.set_ylabel("amax (log scale)")
     top.legend(fontsize=8, loc="upper right")
-    top.set_title("Dynamic scaling reads each tensor; delayed scaling predicts from "
-                  "its history", fontsize=11)
+    top.set_title(
+        "Dynamic scaling reads each tensor; delayed scaling predicts from its history",
+        fontsize=11,
+    )
     bottom.set_yscale("log")
     bottom.set_ylabel("relative error")
     bottom.set_xlabel("step")
@@ -55,8 +75,9 @@ def plot_scaling_stream(rows: Sequence[dict]) -> Figure:
     return fig
 
 
-def plot_row_errors(errors: dict[str, list[float]], outlier_row: int | None = None
-                    ) -> Figure:
+def plot_row_errors(
+    errors: dict[str, list[float]], outlier_row: int | None = None
+) -> Figure:
     """Round-trip error per row with one scale per tensor and one per row
     (``row_errors``), on a log axis; ``outlier_row`` is labelled.
 
@@ -67,16 +88,25 @@ def plot_row_errors(errors: dict[str, list[float]], outlier_row: int | None = No
         'row of the matrix'
     """
     if "tensorwise" not in errors or "rowwise" not in errors:
-        raise ValueError("errors must be row_errors(...)'s dict, with 'tensorwise' "
-                         "and 'rowwise' lists")
+        raise ValueError(
+            "errors must be row_errors(...)'s dict, with 'tensorwise' "
+            "and 'rowwise' lists"
+        )
     n = len(errors["tensorwise"])
     fig = _figure(3.2, left=0.9, right=0.25, top=0.4, bottom=0.6)
     ax = fig.add_subplot()
     width = 0.4
-    for offset, name, what in ((-width / 2, "tensorwise", "one scale"),
-                               (width / 2, "rowwise", "a scale per row")):
-        ax.bar([i + offset for i in range(n)], errors[name], width,
-               color=COLORS[name], label=f"{name}: {what}")
+    for offset, name, what in (
+        (-width / 2, "tensorwise", "one scale"),
+        (width / 2, "rowwise", "a scale per row"),
+    ):
+        ax.bar(
+            [i + offset for i in range(n)],
+            errors[name],
+            width,
+            color=COLORS[name],
+            label=f"{name}: {what}",
+        )
     ax.set_yscale("log")
     top = max(errors["tensorwise"] + errors["rowwise"])
     ax.set_ylim(top=top * 4)  # room above the bars for the legend

@@ -36,30 +36,42 @@ def _nonzero_float(grads: torch.Tensor) -> torch.Tensor:
 class _Histogram:
     """The static zones of one format over a fixed axis, and the moving bars."""
 
-    def __init__(self, fmt: Format, xlim: tuple[float, float],
-                 ymax: float | None = None) -> None:
+    def __init__(
+        self, fmt: Format, xlim: tuple[float, float], ymax: float | None = None
+    ) -> None:
         self.fmt, (lo, hi) = fmt, xlim
         self.fig = fig = _figure(3.5, left=0.75, right=0.2, top=0.35, bottom=0.95)
         self.ax = ax = fig.add_subplot()
         sub, normal = _power_label(fmt.min_subnormal), _power_label(fmt.min_normal)
         half = _power_label(fmt.min_subnormal / 2)  # ties at it round to even: 0
-        words = {"zero": _("flush to 0 (up to {half})").format(half=half),
-                 "subnormal": _("subnormal ({sub} to {normal})").format(
-                     sub=sub, normal=normal),
-                 "normal": _("normal ({normal} to {max})").format(
-                     normal=normal, max=f"{fmt.max:g}"),
-                 "overflow": f"{_('overflow')} {_overflow_word(fmt)}"}
+        words = {
+            "zero": _("flush to 0 (up to {half})").format(half=half),
+            "subnormal": _("subnormal ({sub} to {normal})").format(
+                sub=sub, normal=normal
+            ),
+            "normal": _("normal ({normal} to {max})").format(
+                normal=normal, max=f"{fmt.max:g}"
+            ),
+            "overflow": f"{_('overflow')} {_overflow_word(fmt)}",
+        }
         for name, a, b in _zone_spans(fmt, lo, hi):
-            ax.axvspan(a, b, color=ZONE_COLORS[name], alpha=0.2, lw=0,
-                       label=words[name])
+            ax.axvspan(
+                a, b, color=ZONE_COLORS[name], alpha=0.2, lw=0, label=words[name]
+            )
         # the legend names the zones and never changes; the shares go in the title
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4,
-                  fontsize=8, frameon=False,
-                  title=_("{name} zones").format(name=fmt.name),
-                  title_fontsize=8)
+        ax.legend(
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.2),
+            ncol=4,
+            fontsize=8,
+            frameon=False,
+            title=_("{name} zones").format(name=fmt.name),
+            title_fontsize=8,
+        )
         self.bars = ax.stairs([0], [lo, lo + 1], fill=True, color="0.3", alpha=0.85)
-        self.off = ax.text(0.99, 0.97, "", ha="right", va="top", fontsize=8,
-                           transform=ax.transAxes)
+        self.off = ax.text(
+            0.99, 0.97, "", ha="right", va="top", fontsize=8, transform=ax.transAxes
+        )
         ax.set_xlim(lo, hi)
         if ymax is not None:
             ax.set_ylim(0, ymax)
@@ -79,15 +91,23 @@ class _Histogram:
         self.bars.set_visible(bool(counts.size))
         lo, hi = self.ax.get_xlim()
         off = int(counts[(edges[:-1] < lo) | (edges[1:] > hi)].sum())
-        self.off.set_text(_("{off} values off this axis").format(off=off) if off
-                          else "")
-        self.title.set_text(_(
-            "{nonzero} gradients x {scale} cast to {fmt}: {zero} flush to 0 | "
-            "{subnormal} subnormal | {normal} normal | {overflow} overflow").format(
-            nonzero=f"{outcome.nonzero:,}", scale=_power_label(scale),
-            fmt=self.fmt.name, zero=f"{outcome.zero:.1%}",
-            subnormal=f"{outcome.subnormal:.1%}", normal=f"{outcome.normal:.1%}",
-            overflow=f"{outcome.overflow:.1%}"))
+        self.off.set_text(
+            _("{off} values off this axis").format(off=off) if off else ""
+        )
+        self.title.set_text(
+            _(
+                "{nonzero} gradients x {scale} cast to {fmt}: {zero} flush to 0 | "
+                "{subnormal} subnormal | {normal} normal | {overflow} overflow"
+            ).format(
+                nonzero=f"{outcome.nonzero:,}",
+                scale=_power_label(scale),
+                fmt=self.fmt.name,
+                zero=f"{outcome.zero:.1%}",
+                subnormal=f"{outcome.subnormal:.1%}",
+                normal=f"{outcome.normal:.1%}",
+                overflow=f"{outcome.overflow:.1%}",
+            )
+        )
         return outcome
 
 
@@ -116,8 +136,10 @@ def plot_gradient_histogram(
         edges = log2_histogram(_nonzero_float(grads) * float(scale)).edges
         xlim = (_log2(f.min_subnormal) - 4, _log2(f.max) + 4)
         if edges.numel() > 1:
-            xlim = (min(xlim[0], edges[0].item() - 1),
-                    max(xlim[1], edges[-1].item() + 1))
+            xlim = (
+                min(xlim[0], edges[0].item() - 1),
+                max(xlim[1], edges[-1].item() + 1),
+            )
     hist = _Histogram(f, xlim)
     hist.show(grads, scale)
     hist.ax.relim()
@@ -138,14 +160,18 @@ def _skipped_mask(skipped, n: int) -> list[bool]:
     items = list(skipped)
     if items and all(isinstance(s, bool) for s in items):
         if len(items) != n:
-            raise ValueError(f"skipped has {len(items)} flags for {n} scales: pass "
-                             "one bool per step, or the step numbers (1-based)")
+            raise ValueError(
+                f"skipped has {len(items)} flags for {n} scales: pass "
+                "one bool per step, or the step numbers (1-based)"
+            )
         return items
     mask = [False] * n
     for s in items:
         if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= n:
-            raise ValueError(f"skipped step {s!r} is not a step number in 1..{n} "
-                             "(or pass one bool per step)")
+            raise ValueError(
+                f"skipped step {s!r} is not a step number in 1..{n} "
+                "(or pass one bool per step)"
+            )
         mask[s - 1] = True
     return mask
 
@@ -174,8 +200,10 @@ def plot_scale_trajectory(
         if skipped is None:
             skipped = [r.skipped for r in scales.records]
         scales = scales.scales
-    values = [float(s) for s in (scales.tolist() if isinstance(scales, torch.Tensor)
-                                 else scales)]
+    values = [
+        float(s)
+        for s in (scales.tolist() if isinstance(scales, torch.Tensor) else scales)
+    ]
     if not values:
         raise ValueError("scales is empty: pass the scale of each step")
     if not all(s > 0 and math.isfinite(s) for s in values):
@@ -187,20 +215,39 @@ def plot_scale_trajectory(
     ax.step(steps, values, where="post", color="tab:blue", lw=2, label=_(label))
     if reference is not None:
         ref = [float(s) for s in reference]
-        ax.step(range(1, len(ref) + 1), ref, where="post", color="black", lw=1,
-                ls="--", label=reference_label)
+        ax.step(
+            range(1, len(ref) + 1),
+            ref,
+            where="post",
+            color="black",
+            lw=1,
+            ls="--",
+            label=reference_label,
+        )
     bad = [(s, v) for s, v, m in zip(steps, values, mask, strict=True) if m]
     if bad:
-        ax.plot(*zip(*bad, strict=True), "x", color="tab:red", ms=8, mew=2,
-                label=_("skipped step (inf/nan gradients): {n}").format(n=len(bad)))
+        ax.plot(
+            *zip(*bad, strict=True),
+            "x",
+            color="tab:red",
+            ms=8,
+            mew=2,
+            label=_("skipped step (inf/nan gradients): {n}").format(n=len(bad)),
+        )
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _power_label(y)))
     ax.set_xlabel(_("optimizer step"))
     ax.set_ylabel(_("loss scale (log2 axis)"))
     ax.set_xlim(0.5, len(values) + 0.5)
     ax.legend(loc="best", fontsize=8)
-    ax.set_title(title or _("Loss scale over {n} steps: {first} -> {last}, "
-                            "{skipped} skipped").format(
-        n=len(values), first=_power_label(values[0]), last=_power_label(values[-1]),
-        skipped=len(bad)), fontsize=11)
+    ax.set_title(
+        title
+        or _("Loss scale over {n} steps: {first} -> {last}, {skipped} skipped").format(
+            n=len(values),
+            first=_power_label(values[0]),
+            last=_power_label(values[-1]),
+            skipped=len(bad),
+        ),
+        fontsize=11,
+    )
     return fig

@@ -47,10 +47,13 @@ def _zone_note(value: float, fmt: Format) -> str:
     if zone == "zero":
         return _("zero") if value == 0 else _("flushed to 0")
     if zone == "overflow":
-        return {"inf": _("overflow: inf"), "nan": _("overflow: nan"),
-                "saturate": _("overflow: saturated to {max}").format(
-                    max=f"{fmt.max:g}")}[fmt.overflow]
+        return {
+            "inf": _("overflow: inf"),
+            "nan": _("overflow: nan"),
+            "saturate": _("overflow: saturated to {max}").format(max=f"{fmt.max:g}"),
+        }[fmt.overflow]
     return {"subnormal": _("subnormal"), "normal": _("normal")}.get(zone, zone)
+
 
 def _short(value: float) -> str:
     """4 significant digits when they give the value back exactly, else all of them."""
@@ -71,7 +74,8 @@ def _zone_spans(fmt: Format, lo: float, hi: float) -> list[tuple[str, float, flo
 
 def _overflow_word(fmt: Format) -> str:
     return {"inf": "-> inf", "nan": "-> nan", "saturate": f"-> {fmt.max:g}"}[
-        fmt.overflow]
+        fmt.overflow
+    ]
 
 
 def _line_limits(f: Format, value: float) -> tuple[float, float]:
@@ -99,34 +103,56 @@ class _NumberLine:
         ax.set_yticks([])
         ax.set_xlabel(_("log2 |x|   (the negative half is its mirror image)"))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=14))
-        top = ax.secondary_xaxis("top", functions=(lambda t: t * math.log10(2),
-                                                   lambda t: t / math.log10(2)))
+        top = ax.secondary_xaxis(
+            "top", functions=(lambda t: t * math.log10(2), lambda t: t / math.log10(2))
+        )
         top.set_xlabel("log10 |x|", fontsize=8, labelpad=2)
         top.tick_params(labelsize=8)
         top.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=12))
         # the marker: moved by mark(), redrawn alone in the explorer
         xaxis = ax.get_xaxis_transform()
         self.line = ax.vlines(lo, 0.3, 1, color="black", lw=2.2, transform=xaxis)
-        (self.tip,) = ax.plot([lo], [0.34], marker="v", color="black", ms=9,
-                              transform=xaxis)
-        self.label = ax.text(lo, 0.4, "", fontsize=9, va="bottom", transform=xaxis,
-                             bbox={"boxstyle": "round,pad=0.3", "fc": "white",
-                                   "ec": "0.5", "alpha": 0.92})
+        (self.tip,) = ax.plot(
+            [lo], [0.34], marker="v", color="black", ms=9, transform=xaxis
+        )
+        self.label = ax.text(
+            lo,
+            0.4,
+            "",
+            fontsize=9,
+            va="bottom",
+            transform=xaxis,
+            bbox={
+                "boxstyle": "round,pad=0.3",
+                "fc": "white",
+                "ec": "0.5",
+                "alpha": 0.92,
+            },
+        )
         self.title = ax.set_title(" ", fontsize=11)
         self.blit = _Blit(fig, [self.line, self.tip, self.label, self.title])
 
     def _zones(self) -> None:
         f, ax, lo, hi = self.fmt, self.ax, self.lo, self.hi
         fig = self.fig
-        axes_px = fig.get_figwidth() * DPI * (fig.subplotpars.right
-                                              - fig.subplotpars.left)
+        axes_px = (
+            fig.get_figwidth() * DPI * (fig.subplotpars.right - fig.subplotpars.left)
+        )
         for name, a, b in _zone_spans(f, lo, hi):
             ax.axvspan(a, b, color=ZONE_COLORS[name], alpha=0.22, lw=0)
-            label = {"zero": _("flush to 0"), "subnormal": _("subnormal"),
-                     "normal": _("normal"),
-                     "overflow": f"{_('overflow')} {_overflow_word(f)}"}[name]
-            style = {"ha": "center", "fontsize": 9, "color": ZONE_COLORS[name],
-                     "fontweight": "bold", "transform": ax.get_xaxis_transform()}
+            label = {
+                "zero": _("flush to 0"),
+                "subnormal": _("subnormal"),
+                "normal": _("normal"),
+                "overflow": f"{_('overflow')} {_overflow_word(f)}",
+            }[name]
+            style = {
+                "ha": "center",
+                "fontsize": 9,
+                "color": ZONE_COLORS[name],
+                "fontweight": "bold",
+                "transform": ax.get_xaxis_transform(),
+            }
             if (b - a) / (hi - lo) * axes_px > 7.5 * len(label):
                 ax.text((a + b) / 2, 0.9, label, va="center", **style)
             else:  # a narrow zone (fp8's subnormals, bf16's): written upright
@@ -135,15 +161,28 @@ class _NumberLine:
     def _edges(self) -> None:
         f, ax = self.fmt, self.ax
         # each label on the side away from its neighbour, so they never overlap
-        edges = [(f.min_subnormal, "right",
-                  (_power_label(f.min_subnormal), _("min subnormal"))),
-                 (f.min_normal, "left", (_power_label(f.min_normal), _("min normal"))),
-                 (f.max, "right", (f"{f.max:g}", _("max")))]
+        edges = [
+            (
+                f.min_subnormal,
+                "right",
+                (_power_label(f.min_subnormal), _("min subnormal")),
+            ),
+            (f.min_normal, "left", (_power_label(f.min_normal), _("min normal"))),
+            (f.max, "right", (f"{f.max:g}", _("max"))),
+        ]
         for x, side, lines in edges:
             ax.axvline(_log2(x), color="0.3", lw=0.8, ls=":")
             text = "\n".join(f" {t}" if side == "left" else f"{t} " for t in lines)
-            ax.text(_log2(x), 0.03, text, fontsize=8, va="bottom", ha=side,
-                    color="0.2", transform=ax.get_xaxis_transform())
+            ax.text(
+                _log2(x),
+                0.03,
+                text,
+                fontsize=8,
+                va="bottom",
+                ha=side,
+                color="0.2",
+                transform=ax.get_xaxis_transform(),
+            )
 
     def mark(self, value: float) -> None:
         """Move the marker to `value` and say what the format stores for it."""
@@ -164,10 +203,17 @@ class _NumberLine:
         self.label.set_horizontalalignment("left" if left_half else "right")
         stored = _("stored {value}").format(value=f"{decompose(value, f).value:.6g}")
         self.label.set_text(f"{text}\n{stored}\n{zone}")
-        self.title.set_text(_("{name} ({exponent} exponent, {mantissa} mantissa bits): "
-                              "{x} is {zone}").format(
-            name=f.name, exponent=f.exponent_bits, mantissa=f.mantissa_bits, x=text,
-            zone=zone))
+        self.title.set_text(
+            _(
+                "{name} ({exponent} exponent, {mantissa} mantissa bits): {x} is {zone}"
+            ).format(
+                name=f.name,
+                exponent=f.exponent_bits,
+                mantissa=f.mantissa_bits,
+                x=text,
+                zone=zone,
+            )
+        )
 
 
 def plot_number_line(value: float, fmt: str | Format = "fp16") -> Figure:
@@ -209,23 +255,50 @@ def plot_format_ranges(
     formats = [resolve_format(n) for n in names]
     if not formats:
         raise ValueError("names is empty: pass format names such as ('fp16', 'bf16')")
-    fig = _figure(1.0 + 0.55 * len(formats), left=1.65, right=0.2, top=0.35,
-                  bottom=0.5)
+    fig = _figure(1.0 + 0.55 * len(formats), left=1.65, right=0.2, top=0.35, bottom=0.5)
     ax = fig.add_subplot()
     for i, f in enumerate(formats):
-        sub_lo, normal_lo, top = (_log2(f.min_subnormal), _log2(f.min_normal),
-                                  _log2(f.max))
-        ax.barh(i, normal_lo - sub_lo, left=sub_lo, color=ZONE_COLORS["subnormal"],
-                alpha=0.75, height=0.6, label=_("subnormal") if i == 0 else None)
-        ax.barh(i, top - normal_lo, left=normal_lo, color=ZONE_COLORS["normal"],
-                alpha=0.75, height=0.6, label=_("normal") if i == 0 else None)
-        ax.text(sub_lo - 1.5, i, _power_label(f.min_subnormal), ha="right",
-                va="center", fontsize=8)
+        sub_lo, normal_lo, top = (
+            _log2(f.min_subnormal),
+            _log2(f.min_normal),
+            _log2(f.max),
+        )
+        ax.barh(
+            i,
+            normal_lo - sub_lo,
+            left=sub_lo,
+            color=ZONE_COLORS["subnormal"],
+            alpha=0.75,
+            height=0.6,
+            label=_("subnormal") if i == 0 else None,
+        )
+        ax.barh(
+            i,
+            top - normal_lo,
+            left=normal_lo,
+            color=ZONE_COLORS["normal"],
+            alpha=0.75,
+            height=0.6,
+            label=_("normal") if i == 0 else None,
+        )
+        ax.text(
+            sub_lo - 1.5,
+            i,
+            _power_label(f.min_subnormal),
+            ha="right",
+            va="center",
+            fontsize=8,
+        )
         ax.text(top + 1.5, i, f"{f.max:g}", ha="left", va="center", fontsize=8)
     ax.axvline(0, color="0.3", lw=0.8, ls=":")
-    ax.set_yticks(range(len(formats)), [
-        f"{f.name}\n1+{f.exponent_bits}+{f.mantissa_bits} {_('bits')}, eps "
-        f"{_power_label(f.eps)}" for f in formats])
+    ax.set_yticks(
+        range(len(formats)),
+        [
+            f"{f.name}\n1+{f.exponent_bits}+{f.mantissa_bits} {_('bits')}, eps "
+            f"{_power_label(f.eps)}"
+            for f in formats
+        ],
+    )
     ax.invert_yaxis()
     ax.tick_params(axis="y", labelsize=8)
     lo = min(_log2(f.min_subnormal) for f in formats)
@@ -234,6 +307,8 @@ def plot_format_ranges(
     ax.set_xlim(lo, hi)
     ax.set_xlabel(_("log2 |x|   (dotted line: 1.0)"))
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(_("Positive range of each format: subnormals, then normals up to "
-                   "max"), fontsize=11)
+    ax.set_title(
+        _("Positive range of each format: subnormals, then normals up to max"),
+        fontsize=11,
+    )
     return fig

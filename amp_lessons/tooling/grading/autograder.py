@@ -55,10 +55,12 @@ from amp_lessons.tooling.grading.course import (
 from amp_lessons.tooling.grading.sandbox import NOTEBOOK_TIMEOUT_S
 from amp_lessons.tooling.grading.testcells import check_calls
 
-UNSAFE_WARNING = ("WARNING: grading WITHOUT a sandbox (--unsafe-no-sandbox): each "
-                  "submission runs with your rights and can read, change or delete "
-                  "anything you can, the gradebook and the course included. Scores "
-                  "and flags are still checked; your files are not protected.")
+UNSAFE_WARNING = (
+    "WARNING: grading WITHOUT a sandbox (--unsafe-no-sandbox): each "
+    "submission runs with your rights and can read, change or delete "
+    "anything you can, the gradebook and the course included. Scores "
+    "and flags are still checked; your files are not protected."
+)
 SEAL_NAME = "checks.seal.json"  # the checks' sources at `make student` (release)
 # Runs of nbgrader that found the gradebook locked by another job's write (SQLite
 # waits 5 s for it) and are run again
@@ -73,10 +75,12 @@ class SandboxExecute(NbGraderPreprocessor):
     course folder is sandboxed too.
     """
 
-    sandbox = Bool(True, help="run in bwrap; False only with --unsafe-no-sandbox"
-                   ).tag(config=True)
-    notebook_timeout = Float(NOTEBOOK_TIMEOUT_S, help="seconds per notebook"
-                             ).tag(config=True)
+    sandbox = Bool(True, help="run in bwrap; False only with --unsafe-no-sandbox").tag(
+        config=True
+    )
+    notebook_timeout = Float(NOTEBOOK_TIMEOUT_S, help="seconds per notebook").tag(
+        config=True
+    )
     timeout = Integer(CELL_TIMEOUT_S, help="seconds per cell").tag(config=True)
 
     def preprocess(self, nb, resources):
@@ -84,16 +88,25 @@ class SandboxExecute(NbGraderPreprocessor):
         course_dir = Path(info["db_url"].removeprefix("sqlite:///"))
         course_dir = course_dir.parent
         lesson, student = info["assignment"], info["student"]
-        source_nb = nbformat.read(course_dir / "source" / lesson /
-                                  f"{info['notebook']}.ipynb", as_version=4)
-        test_cells = {i: c.source for i, c in enumerate(nb.cells)
-                      if is_test_cell(c) and check_calls(c.source)}
+        source_nb = nbformat.read(
+            course_dir / "source" / lesson / f"{info['notebook']}.ipynb", as_version=4
+        )
+        test_cells = {
+            i: c.source
+            for i, c in enumerate(nb.cells)
+            if is_test_cell(c) and check_calls(c.source)
+        }
         course_cells = [c.source for c in source_nb.cells if c.cell_type == "code"]
         run = sandbox.run_notebook(
-            nb, Path(resources["metadata"]["path"]), test_cells=test_cells,
-            course_cells=course_cells, sandbox=self.sandbox,
-            timeout=self.notebook_timeout, cell_timeout=self.timeout,
-            protected=[str(course_dir.resolve()), str(ROOT)])
+            nb,
+            Path(resources["metadata"]["path"]),
+            test_cells=test_cells,
+            course_cells=course_cells,
+            sandbox=self.sandbox,
+            timeout=self.notebook_timeout,
+            cell_timeout=self.timeout,
+            protected=[str(course_dir.resolve()), str(ROOT)],
+        )
         flags = [run.reason] if run.reason else []
         executed = run.notebook if run.notebook is not None else nb
         if run.notebook is None:
@@ -104,8 +117,9 @@ class SandboxExecute(NbGraderPreprocessor):
         flags += review.runtime_flags(executed, run.records, run.forged)
         flags += review.cross_check(executed, run.records, run.reason)
         review.write_review(course_dir, student, lesson, flags)
-        self.log.info("%s/%s ran in %.0f s; %d flag(s)", student, lesson, run.seconds,
-                      len(flags))
+        self.log.info(
+            "%s/%s ran in %.0f s; %d flag(s)", student, lesson, run.seconds, len(flags)
+        )
         return executed, resources
 
 
@@ -121,8 +135,10 @@ class Outcome:
 
 def nbgrader_overrides(sandboxed: bool, timeout: float) -> list[str]:
     """Command-line config that every autograde run gets."""
-    return [f"--SandboxExecute.sandbox={sandboxed}",
-            f"--SandboxExecute.notebook_timeout={timeout}"]
+    return [
+        f"--SandboxExecute.sandbox={sandboxed}",
+        f"--SandboxExecute.notebook_timeout={timeout}",
+    ]
 
 
 def _zero(course_dir: Path, student: str, lesson: str) -> bool:
@@ -159,26 +175,39 @@ def _readable(path: Path) -> str | None:
 def _corrupt_files(course_dir: Path, student: str, lesson: str) -> list[str]:
     """A flag for each submitted notebook of this lesson that cannot be read."""
     flags = []
-    for path in sorted((Path(course_dir) / "submitted" / student / lesson).glob(
-            "*.ipynb")):
+    for path in sorted(
+        (Path(course_dir) / "submitted" / student / lesson).glob("*.ipynb")
+    ):
         problem = _readable(path)
         if problem:
-            flags.append(f"corrupt: {path.name} cannot be read as a notebook "
-                         f"({problem}); scored 0")
+            flags.append(
+                f"corrupt: {path.name} cannot be read as a notebook "
+                f"({problem}); scored 0"
+            )
     return flags
 
 
-def _run_nbgrader(course_dir: Path, student: str, lesson: str, sandboxed: bool,
-                  timeout: float) -> str | None:
+def _run_nbgrader(
+    course_dir: Path, student: str, lesson: str, sandboxed: bool, timeout: float
+) -> str | None:
     """One ``nbgrader autograde`` of this submission: None when it succeeded, else
     its last error line. Raises subprocess.TimeoutExpired."""
     command = nbgrader_main.command(
-        "autograde", lesson, f"--student={student}", "--force",
-        *nbgrader_overrides(sandboxed, timeout))
+        "autograde",
+        lesson,
+        f"--student={student}",
+        "--force",
+        *nbgrader_overrides(sandboxed, timeout),
+    )
     for _ in range(1 + LOCKED_RETRIES):
-        done = subprocess.run(command, cwd=course_dir, env=jupyter_env(course_dir),
-                              capture_output=True, text=True,
-                              timeout=timeout * 2 + 120)
+        done = subprocess.run(
+            command,
+            cwd=course_dir,
+            env=jupyter_env(course_dir),
+            capture_output=True,
+            text=True,
+            timeout=timeout * 2 + 120,
+        )
         log = done.stdout + done.stderr
         if done.returncode == 0:
             return None
@@ -188,9 +217,15 @@ def _run_nbgrader(course_dir: Path, student: str, lesson: str, sandboxed: bool,
     return (errors or log.splitlines() or ["?"])[-1][-200:]
 
 
-def grade_one(course_dir: Path, student: str, lesson: str, *, sandboxed: bool = True,
-              timeout: float = NOTEBOOK_TIMEOUT_S,
-              stopping: threading.Event | None = None) -> Outcome:
+def grade_one(
+    course_dir: Path,
+    student: str,
+    lesson: str,
+    *,
+    sandboxed: bool = True,
+    timeout: float = NOTEBOOK_TIMEOUT_S,
+    stopping: threading.Event | None = None,
+) -> Outcome:
     """Autograde one submitted lesson; a failure becomes a 0 with its reason.
 
     ``stopping``: set when grading was interrupted (Ctrl-C, which stops nbgrader
@@ -201,14 +236,20 @@ def grade_one(course_dir: Path, student: str, lesson: str, *, sandboxed: bool = 
         try:
             error = _run_nbgrader(course_dir, student, lesson, sandboxed, timeout)
             if error is None:
-                return Outcome(student, lesson, True,
-                               review.read_review(course_dir, student, lesson))
+                return Outcome(
+                    student,
+                    lesson,
+                    True,
+                    review.read_review(course_dir, student, lesson),
+                )
             # nbgrader failed before or after our preprocessor: nothing to keep
-            flags.append(f"error: nbgrader failed on this submission ({error}); "
-                         "scored 0")
+            flags.append(
+                f"error: nbgrader failed on this submission ({error}); scored 0"
+            )
         except subprocess.TimeoutExpired:
-            flags.append(f"timeout: nbgrader did not finish in {timeout * 2 + 120:g} "
-                         "s; scored 0")
+            flags.append(
+                f"timeout: nbgrader did not finish in {timeout * 2 + 120:g} s; scored 0"
+            )
         if stopping is not None and stopping.is_set():
             raise KeyboardInterrupt(f"grading stopped during {student}/{lesson}")
     _zero(course_dir, student, lesson)
@@ -219,8 +260,9 @@ def grade_one(course_dir: Path, student: str, lesson: str, *, sandboxed: bool = 
 def submissions(course_dir: Path, student: str = "*") -> list[tuple[str, str]]:
     """(student, lesson) for every submitted lesson folder, sorted."""
     folder = Path(course_dir) / "submitted"
-    return sorted((p.parent.name, p.name) for p in folder.glob(f"{student}/*")
-                  if p.is_dir())
+    return sorted(
+        (p.parent.name, p.name) for p in folder.glob(f"{student}/*") if p.is_dir()
+    )
 
 
 def check_package(course_dir: Path) -> list[str]:
@@ -234,9 +276,11 @@ def check_package(course_dir: Path) -> list[str]:
     changed = sorted(n for n in set(sealed) | set(now) if sealed.get(n) != now.get(n))
     if not changed:
         return []
-    return [f"WARNING: amp_lessons/teaching/checks changed since `make student` "
-            f"({', '.join(changed)}): edited on purpose, or by a submission graded "
-            "without a sandbox? Grading uses the files as they are now."]
+    return [
+        f"WARNING: amp_lessons/teaching/checks changed since `make student` "
+        f"({', '.join(changed)}): edited on purpose, or by a submission graded "
+        "without a sandbox? Grading uses the files as they are now."
+    ]
 
 
 def write_seal(course_dir: Path) -> Path:
@@ -270,8 +314,9 @@ def _add_students(course_dir: Path, students: list[str]) -> None:
             gb.update_or_create_student(student)
 
 
-def _grade_all(course_dir: Path, todo: list[tuple[str, str]], jobs: int,
-               **options) -> list[Outcome]:
+def _grade_all(
+    course_dir: Path, todo: list[tuple[str, str]], jobs: int, **options
+) -> list[Outcome]:
     """``grade_one`` for each (student, lesson), ``jobs`` at a time, in submission
     order; a line for each as it ends. Each run is its own nbgrader process and
     sandbox: the threads here only wait for them. A change on disk to the course's
@@ -284,8 +329,9 @@ def _grade_all(course_dir: Path, todo: list[tuple[str, str]], jobs: int,
     def grade(who: str, lesson: str) -> Outcome:
         outcome = grade_one(course_dir, who, lesson, stopping=stopping, **options)
         if seal(checks) != before:
-            outcome.flags.append("runtime: the course's checks changed on disk while "
-                                 "this submission ran")
+            outcome.flags.append(
+                "runtime: the course's checks changed on disk while this submission ran"
+            )
             review.write_review(course_dir, who, lesson, outcome.flags)
         return outcome
 
@@ -294,10 +340,16 @@ def _grade_all(course_dir: Path, todo: list[tuple[str, str]], jobs: int,
         futures = {pool.submit(grade, *pair): pair for pair in todo}
         for future in as_completed(futures):
             (who, lesson), outcome = futures[future], future.result()
-            print(f"graded {who}/{lesson}" + (
-                "" if outcome.ok else ": not run, scored 0") + (
-                f" ({len(outcome.flags)} flag(s) to review)" if outcome.flags else ""),
-                flush=True)
+            print(
+                f"graded {who}/{lesson}"
+                + ("" if outcome.ok else ": not run, scored 0")
+                + (
+                    f" ({len(outcome.flags)} flag(s) to review)"
+                    if outcome.flags
+                    else ""
+                ),
+                flush=True,
+            )
             outcomes[(who, lesson)] = outcome
     except BaseException:
         stopping.set()  # the runs the interrupt stopped record nothing
@@ -307,9 +359,14 @@ def _grade_all(course_dir: Path, todo: list[tuple[str, str]], jobs: int,
     return [outcomes[pair] for pair in todo]
 
 
-def autograde(course_dir: Path = COURSE_DIR, student: str = "*", *,
-              sandboxed: bool = True, timeout: float = NOTEBOOK_TIMEOUT_S,
-              jobs: int | None = None) -> list[Outcome]:
+def autograde(
+    course_dir: Path = COURSE_DIR,
+    student: str = "*",
+    *,
+    sandboxed: bool = True,
+    timeout: float = NOTEBOOK_TIMEOUT_S,
+    jobs: int | None = None,
+) -> list[Outcome]:
     """Grade each submission on its own (see module docstring), ``jobs`` at a time
     (default: ``default_jobs()``), each in its own sandbox; print progress, then how
     many a minute. The outcomes and the gradebook are the same whatever ``jobs``.
@@ -323,9 +380,11 @@ def autograde(course_dir: Path = COURSE_DIR, student: str = "*", *,
         raise ValueError(f"jobs must be 1 or more, not {jobs}")
     todo = submissions(course_dir, student)
     if not todo:
-        raise RuntimeError(f"nothing submitted in {Path(course_dir) / 'submitted'}: "
-                           "file notebooks with `python -m amp_lessons.grading submit "
-                           "STUDENT FILES...`")
+        raise RuntimeError(
+            f"nothing submitted in {Path(course_dir) / 'submitted'}: "
+            "file notebooks with `python -m amp_lessons.grading submit "
+            "STUDENT FILES...`"
+        )
     if sandboxed:
         problem = sandbox.sandbox_problem()
         if problem:
@@ -337,18 +396,27 @@ def autograde(course_dir: Path = COURSE_DIR, student: str = "*", *,
     if jobs > 1 and (Path(course_dir) / "gradebook.db").exists():
         _add_students(course_dir, sorted({who for who, _ in todo}))
     start = time.perf_counter()
-    outcomes = _grade_all(course_dir, todo, min(jobs, len(todo)),
-                          sandboxed=sandboxed, timeout=timeout)
+    outcomes = _grade_all(
+        course_dir, todo, min(jobs, len(todo)), sandboxed=sandboxed, timeout=timeout
+    )
     seconds = time.perf_counter() - start
-    print(f"graded {len(todo)} submission(s) in {seconds:.0f} s, "
-          f"{len(todo) * 60 / seconds:.1f} a minute (--jobs {jobs})", flush=True)
+    print(
+        f"graded {len(todo)} submission(s) in {seconds:.0f} s, "
+        f"{len(todo) * 60 / seconds:.1f} a minute (--jobs {jobs})",
+        flush=True,
+    )
     return outcomes
 
 
 def grades(course_dir: Path = COURSE_DIR) -> list[dict]:
     """The gradebook with each submission's flags: what ``grades --json`` prints."""
-    return [{"student": s.student, "lesson": s.notebook, "score": s.score,
-             "max_score": s.max_score,
-             "flags": review.read_review(course_dir, s.student, s.notebook)}
-            for s in read_scores(course_dir)]
-
+    return [
+        {
+            "student": s.student,
+            "lesson": s.notebook,
+            "score": s.score,
+            "max_score": s.max_score,
+            "flags": review.read_review(course_dir, s.student, s.notebook),
+        }
+        for s in read_scores(course_dir)
+    ]

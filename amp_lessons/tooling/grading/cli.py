@@ -31,8 +31,12 @@ def _report(problems: list[str], ok: str) -> int:
 
 def _table(course_dir: Path) -> str:
     scores = course.read_scores(course_dir)
-    flags = {(s.student, s.notebook): review.short(review.read_review(
-        course_dir, s.student, s.notebook)) for s in scores}
+    flags = {
+        (s.student, s.notebook): review.short(
+            review.read_review(course_dir, s.student, s.notebook)
+        )
+        for s in scores
+    }
     return course.format_scores(scores, {k: v for k, v in flags.items() if v})
 
 
@@ -46,9 +50,13 @@ def _positive(text: str) -> int:
 def _autograde(args) -> int:
     """Grade, then always print the whole table (and every flag in full)."""
     try:
-        outcomes = autograder.autograde(args.course, args.student,
-                                       sandboxed=not args.unsafe_no_sandbox,
-                                       timeout=args.timeout, jobs=args.jobs)
+        outcomes = autograder.autograde(
+            args.course,
+            args.student,
+            sandboxed=not args.unsafe_no_sandbox,
+            timeout=args.timeout,
+            jobs=args.jobs,
+        )
     except RuntimeError as exc:
         print(f"autograde: {exc}", file=sys.stderr)
         return 2
@@ -63,44 +71,82 @@ def _autograde(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m amp_lessons.grading",
-        description="Student edition, autograding, lint and offline slides.")
-    parser.add_argument("--notebooks", type=Path, default=course.NOTEBOOKS_DIR,
-                        help="the lesson notebooks (default: notebooks/)")
-    parser.add_argument("--course", type=Path, default=course.COURSE_DIR,
-                        help="the nbgrader course folder (default: build/course)")
+        description="Student edition, autograding, lint and offline slides.",
+    )
+    parser.add_argument(
+        "--notebooks",
+        type=Path,
+        default=course.NOTEBOOKS_DIR,
+        help="the lesson notebooks (default: notebooks/)",
+    )
+    parser.add_argument(
+        "--course",
+        type=Path,
+        default=course.COURSE_DIR,
+        help="the nbgrader course folder (default: build/course)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("student", help="generate the student edition")
     p.add_argument("--out", type=Path, default=course.STUDENT_DIR)
     p = sub.add_parser("submit", help="file a student's returned notebooks")
     p.add_argument("student")
     p.add_argument("files", nargs="+", type=Path)
-    p = sub.add_parser("autograde", help="autograde every submission, each in its own "
-                       "bubblewrap sandbox; print the scores and what to review")
+    p = sub.add_parser(
+        "autograde",
+        help="autograde every submission, each in its own "
+        "bubblewrap sandbox; print the scores and what to review",
+    )
     p.add_argument("--student", default="*")
-    p.add_argument("--timeout", type=float, default=autograder.NOTEBOOK_TIMEOUT_S,
-                   help="seconds each notebook may run (default %(default)g)")
-    p.add_argument("--jobs", type=_positive, default=autograder.default_jobs(),
-                   help="submissions graded at once, each in its own sandbox "
-                   "(default: one a core, %(default)s here)")
-    p.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="run submissions with YOUR rights (no bwrap): only for a "
-                   "machine you do not mind student code touching")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=autograder.NOTEBOOK_TIMEOUT_S,
+        help="seconds each notebook may run (default %(default)g)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=_positive,
+        default=autograder.default_jobs(),
+        help="submissions graded at once, each in its own sandbox "
+        "(default: one a core, %(default)s here)",
+    )
+    p.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run submissions with YOUR rights (no bwrap): only for a "
+        "machine you do not mind student code touching",
+    )
     p = sub.add_parser("grades", help="print the gradebook")
-    p.add_argument("--json", action="store_true", help="as JSON: [{student, lesson, "
-                   "score, max_score, flags}]")
-    p = sub.add_parser("rehearse", help="solved -> full marks, blank -> zero, in a "
-                       "scratch course (never --course)")
-    p.add_argument("--dir", type=Path, default=None,
-                   help="the scratch course (default: a new build/rehearsal-*)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="as JSON: [{student, lesson, score, max_score, flags}]",
+    )
+    p = sub.add_parser(
+        "rehearse",
+        help="solved -> full marks, blank -> zero, in a "
+        "scratch course (never --course)",
+    )
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="the scratch course (default: a new build/rehearsal-*)",
+    )
     sub.add_parser("lint", help="nbgrader and slideshow metadata of every notebook")
-    p = sub.add_parser("fix-tests", help="rewrite graded test cells into the one "
-                       "tamper-evident form")
-    p.add_argument("paths", nargs="*", type=Path,
-                   help="notebooks (default: every course notebook)")
+    p = sub.add_parser(
+        "fix-tests", help="rewrite graded test cells into the one tamper-evident form"
+    )
+    p.add_argument(
+        "paths", nargs="*", type=Path, help="notebooks (default: every course notebook)"
+    )
     p = sub.add_parser("slides", help="offline reveal.js decks into build/slides")
     p.add_argument("--out", type=Path, default=slides.SLIDES_DIR)
-    p.add_argument("--no-execute", action="store_true",
-                   help="export the code only, without running the lessons first")
+    p.add_argument(
+        "--no-execute",
+        action="store_true",
+        help="export the code only, without running the lessons first",
+    )
     args = parser.parse_args(argv)
     notebooks = course.course_notebooks(args.notebooks)
     if not notebooks:
@@ -133,8 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "fix-tests":
         for path in args.paths or notebooks:
             changed = testcells.fix_test_cells(path)
-            print(f"{path}: {changed} cell(s) rewritten" if changed else
-                  f"{path}: already in the one form")
+            print(
+                f"{path}: {changed} cell(s) rewritten"
+                if changed
+                else f"{path}: already in the one form"
+            )
         return 0
     if args.command == "rehearse":
         if not course.graded_notebooks(args.notebooks):
@@ -144,8 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_table(result.course_dir))
         if not result.sandboxed:
             print("(graded without a sandbox: bwrap is not usable here)")
-        print(f"({result.seconds:.0f} s; executed notebooks in "
-              f"{result.course_dir / 'autograded'})")
+        print(
+            f"({result.seconds:.0f} s; executed notebooks in "
+            f"{result.course_dir / 'autograded'})"
+        )
         return _report(result.problems, "solved: full marks; blank: zero; all good")
     if args.command == "lint":
         problems = lint.lint_course(notebooks)
@@ -155,8 +206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "slides":
         decks = slides.export_slides(notebooks, args.out, execute=not args.no_execute)
         problems = [p for deck in decks for p in slides.offline_problems(deck)]
-        print(f"{len(decks)} decks in {args.out}; open one in a browser, press s for "
-              "the speaker notes")
+        print(
+            f"{len(decks)} decks in {args.out}; open one in a browser, press s for "
+            "the speaker notes"
+        )
         return _report(problems, "no network needed")
     return 2
 

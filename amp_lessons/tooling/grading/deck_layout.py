@@ -47,6 +47,7 @@ IMG_MIN_H = 300  # a plot is shrunk down to this to stay beside its question
 BUDGET_H = 0.95 * ROOM_H  # cut at this estimate: the rest is the estimate's error
 CONTINUED = "amp-continued"  # class of the "(continued)" line on a cut slide
 
+
 def _set_type(cell, kind: str) -> None:
     cell.setdefault("metadata", {}).setdefault("slideshow", {})["slide_type"] = kind
 
@@ -56,8 +57,11 @@ def _set_type(cell, kind: str) -> None:
 
 
 def _without_markers(source: str) -> str:
-    return "\n".join(line for line in source.splitlines()
-                     if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line)
+    return "\n".join(
+        line
+        for line in source.splitlines()
+        if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line
+    )
 
 
 def present_exercises(nb):
@@ -71,13 +75,17 @@ def present_exercises(nb):
     """
     from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
 
-    solutions = {id(c): _without_markers(c.source) for c in nb.cells
-                 if is_solution_cell(c) and c.cell_type == "code"}
+    solutions = {
+        id(c): _without_markers(c.source)
+        for c in nb.cells
+        if is_solution_cell(c) and c.cell_type == "code"
+    }
     resources = {"language": "python"}
     # the stub in the lesson's language, as the student edition has it
     stub = CODE_STUBS.get(nb.metadata.get("language", "en"), CODE_STUB)
-    nb, resources = ClearSolutions(code_stub={"python": stub},
-                                   enforce_metadata=False).preprocess(nb, resources)
+    nb, resources = ClearSolutions(
+        code_stub={"python": stub}, enforce_metadata=False
+    ).preprocess(nb, resources)
     nb, _ = ClearHiddenTests().preprocess(nb, resources)
     cells, pending, title = [], [], ""
     for cell in nb.cells:
@@ -88,7 +96,8 @@ def present_exercises(nb):
             cell.outputs = []
             pending.append(solutions[id(cell)])
             notes = nbformat.v4.new_markdown_cell(
-                f"Solution:\n\n```python\n{solutions[id(cell)]}\n```")
+                f"Solution:\n\n```python\n{solutions[id(cell)]}\n```"
+            )
             _set_type(notes, "notes")
             cells.append(notes)
         if not (is_test_cell(cell) and pending):
@@ -119,8 +128,13 @@ def _title(source: str) -> str:
 def _shrink_plots(cells, excess: float) -> bool:
     """Shrink the plots in `cells` (never below IMG_MIN_H) so that they take
     `excess` pixels less; False (and nothing changed) when they cannot."""
-    plots = [o for c in cells if c.cell_type == "code" for o in c.get("outputs", [])
-             if "image/png" in o.get("data", {})]
+    plots = [
+        o
+        for c in cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "image/png" in o.get("data", {})
+    ]
     spare = sum(max(0.0, image_height(o) - IMG_MIN_H) for o in plots)
     if not plots or spare < excess:
         return False
@@ -128,7 +142,8 @@ def _shrink_plots(cells, excess: float) -> bool:
         height = image_height(o)
         cut = excess * max(0.0, height - IMG_MIN_H) / spare
         o.setdefault("metadata", {}).setdefault("image/png", {})["height"] = int(
-            height - cut)
+            height - cut
+        )
     return True
 
 
@@ -146,8 +161,11 @@ def _pack(head: str, rows: list[str], tail: str, height) -> list[str]:
 
 def _table_parts(block: str) -> list[str]:
     lines = block.splitlines(keepends=True)
-    if block_height(block) <= BUDGET_H or len(lines) < 4 or not all(
-            line.lstrip().startswith("|") for line in lines):
+    if (
+        block_height(block) <= BUDGET_H
+        or len(lines) < 4
+        or not all(line.lstrip().startswith("|") for line in lines)
+    ):
         return [block]
     return _pack("".join(lines[:2]), lines[2:], "", block_height)
 
@@ -157,12 +175,17 @@ def _output_parts(output) -> list:
     if output_height(output) + OUT_AREA <= BUDGET_H:
         return [output]
     if output.get("output_type") == "stream":
+
         def stream(text):
-            return nbformat.v4.new_output("stream", name=output.get("name", "stdout"),
-                                          text=text)
+            return nbformat.v4.new_output(
+                "stream", name=output.get("name", "stdout"), text=text
+            )
+
         lines = output.get("text", "").splitlines(keepends=True)
-        return [stream(t) for t in _pack("", lines, "", lambda t: output_height(
-            stream(t)) + OUT_AREA)]
+        return [
+            stream(t)
+            for t in _pack("", lines, "", lambda t: output_height(stream(t)) + OUT_AREA)
+        ]
     data = output.get("data", {})
     html = data.get("text/html")
     html = "".join(html) if isinstance(html, list) else html
@@ -174,8 +197,15 @@ def _output_parts(output) -> list:
         return nbformat.v4.new_output("display_data", data={"text/html": text})
 
     rows = re.findall(r"(?s)<tr.*?</tr>\s*", table.group(2))
-    return [shown(t) for t in _pack(table.group(1), rows, table.group(3),
-                                    lambda t: output_height(shown(t)) + OUT_AREA)]
+    return [
+        shown(t)
+        for t in _pack(
+            table.group(1),
+            rows,
+            table.group(3),
+            lambda t: output_height(shown(t)) + OUT_AREA,
+        )
+    ]
 
 
 def _statements(source: str) -> list[str]:
@@ -183,15 +213,18 @@ def _statements(source: str) -> list[str]:
     it (IPython's ``%magic`` lines count as statements); one piece if it does not
     parse."""
     lines = source.splitlines(keepends=True)
-    plain = "".join("pass\n" if line.lstrip().startswith(("%", "!")) else line
-                    for line in lines)
+    plain = "".join(
+        "pass\n" if line.lstrip().startswith(("%", "!")) else line for line in lines
+    )
     try:
         body = ast.parse(plain).body
     except SyntaxError:
         return [source]
     ends = [n.end_lineno for n in body][:-1]  # what follows a statement: the next's
-    return ["".join(lines[a:b]) for a, b in zip([0, *ends], [*ends, len(lines)],
-                                                strict=True)]
+    return [
+        "".join(lines[a:b])
+        for a, b in zip([0, *ends], [*ends, len(lines)], strict=True)
+    ]
 
 
 def _code_parts(source: str) -> list[str]:
@@ -239,8 +272,11 @@ def _pieces(cell) -> list:
     for output in cell.outputs:
         for piece in _output_parts(output):
             last = parts[-1] if parts else None
-            if last is not None and OUTPUT_ONLY in last.metadata.get("tags", []) and \
-                    cell_height(last) + output_height(piece) <= BUDGET_H:
+            if (
+                last is not None
+                and OUTPUT_ONLY in last.metadata.get("tags", [])
+                and cell_height(last) + output_height(piece) <= BUDGET_H
+            ):
                 last.outputs.append(piece)
                 continue
             tail = nbformat.v4.new_code_cell("", outputs=[piece])
@@ -263,8 +299,9 @@ def _slides(cells) -> list[list]:
 
 def _continued(title: str):
     plain = html.escape(re.sub(r"[`*_]", "", title or "this slide"))
-    cell = nbformat.v4.new_markdown_cell(f'<p class="{CONTINUED}">{plain}, '
-                                         "continued</p>")
+    cell = nbformat.v4.new_markdown_cell(
+        f'<p class="{CONTINUED}">{plain}, continued</p>'
+    )
     _set_type(cell, "subslide")
     return cell
 
@@ -273,9 +310,14 @@ def _bundles(pieces) -> list[list]:
     """Prose travels with the code right after it; notes with what they follow."""
     bundles = []
     for piece in pieces:
-        joins = bundles and (slide_type(piece) == "notes" or (
-            bundles[-1][-1].cell_type == "markdown" and piece.cell_type == "code"
-            and slide_type(piece) == "-"))
+        joins = bundles and (
+            slide_type(piece) == "notes"
+            or (
+                bundles[-1][-1].cell_type == "markdown"
+                and piece.cell_type == "code"
+                and slide_type(piece) == "-"
+            )
+        )
         if joins:
             bundles[-1].append(piece)
         else:
@@ -293,8 +335,14 @@ def cut_to_fit(nb):
     """
     out, title = [], ""
     for slide in _slides([c for c in nb.cells if slide_type(c) != "skip"]):
-        title = next((_title(c.source) for c in slide if c.cell_type == "markdown"
-                      and _title(c.source)), title)  # else the section's
+        title = next(
+            (
+                _title(c.source)
+                for c in slide
+                if c.cell_type == "markdown" and _title(c.source)
+            ),
+            title,
+        )  # else the section's
         units = []
         for bundle in _bundles([p for c in slide for p in _pieces(c)]):
             size = sum(map(cell_height, bundle))
@@ -304,8 +352,12 @@ def cut_to_fit(nb):
         for unit in units:
             size = sum(map(cell_height, unit))
             fresh = len(current) == 1 and CONTINUED in current[0].source
-            if current and not fresh and height + size > BUDGET_H and \
-                    _shrink_plots(unit, height + size - BUDGET_H):
+            if (
+                current
+                and not fresh
+                and height + size > BUDGET_H
+                and _shrink_plots(unit, height + size - BUDGET_H)
+            ):
                 size = sum(map(cell_height, unit))  # the plot beside its question
             if current and not fresh and height + size > BUDGET_H:
                 out += current
@@ -327,8 +379,11 @@ def _join_streams(nb) -> None:
         joined = []
         for output in cell.get("outputs", []):
             last = joined[-1] if joined else None
-            if last is not None and output.get("output_type") == "stream" == \
-                    last.get("output_type") and output.get("name") == last.get("name"):
+            if (
+                last is not None
+                and output.get("output_type") == "stream" == last.get("output_type")
+                and output.get("name") == last.get("name")
+            ):
                 last["text"] += output["text"]
             else:
                 joined.append(output)

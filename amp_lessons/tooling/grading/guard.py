@@ -70,34 +70,85 @@ _IMPORT_SYSTEM = "<frozen importlib."
 RAISER = 2
 
 # Always worth a look when student code does them.
-_PROCESS = frozenset({
-    "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-    "os.fork", "os.forkpty", "pty.spawn", "os.kill", "os.killpg",
-    "signal.pthread_kill", "os.startfile",
-})
-_NETWORK = frozenset({
-    "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
-    "socket.getaddrinfo", "socket.gethostbyname", "urllib.Request",
-    "http.client.connect",
-})
-_INTERNALS = frozenset({
-    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace",
-    "sys.setprofile", "sys.addaudithook", "sys._current_frames",
-    "sys._current_exceptions", "code.__new__", "sqlite3.connect", "marshal.loads",
-    "os.chdir", "os.chroot",
-})
-_FILE_CHANGES = frozenset({
-    "os.remove", "os.rename", "os.rmdir", "os.chmod", "os.chown", "os.truncate",
-    "os.link", "os.symlink", "os.utime", "shutil.rmtree", "shutil.move",
-    "os.mkdir", "os.chflags",
-})
+_PROCESS = frozenset(
+    {
+        "subprocess.Popen",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+        "pty.spawn",
+        "os.kill",
+        "os.killpg",
+        "signal.pthread_kill",
+        "os.startfile",
+    }
+)
+_NETWORK = frozenset(
+    {
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "urllib.Request",
+        "http.client.connect",
+    }
+)
+_INTERNALS = frozenset(
+    {
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys.settrace",
+        "sys.setprofile",
+        "sys.addaudithook",
+        "sys._current_frames",
+        "sys._current_exceptions",
+        "code.__new__",
+        "sqlite3.connect",
+        "marshal.loads",
+        "os.chdir",
+        "os.chroot",
+    }
+)
+_FILE_CHANGES = frozenset(
+    {
+        "os.remove",
+        "os.rename",
+        "os.rmdir",
+        "os.chmod",
+        "os.chown",
+        "os.truncate",
+        "os.link",
+        "os.symlink",
+        "os.utime",
+        "shutil.rmtree",
+        "shutil.move",
+        "os.mkdir",
+        "os.chflags",
+    }
+)
 # Frame access: normal in libraries, so it only counts while a check is running
 # (then the student's function could rewrite the check's rows through frames).
 _FRAMES = frozenset({"sys._getframe", "object.__getattr__"})
 # Paths no student code has a reason to open.
-_SECRET_MARKS = ("gradebook", ".db", ".ipynb", "/source/", "/submitted/",
-                 "/autograded/", "/release/", "/feedback/", "nbgrader_config",
-                 "/.amp-guard", "/evidence")
+_SECRET_MARKS = (
+    "gradebook",
+    ".db",
+    ".ipynb",
+    "/source/",
+    "/submitted/",
+    "/autograded/",
+    "/release/",
+    "/feedback/",
+    "nbgrader_config",
+    "/.amp-guard",
+    "/evidence",
+)
 _PROC_MARKS = ("/mem", "/environ", "/fd", "/maps")  # /proc/<pid>/...: another process
 _WRITE_MODES = ("w", "a", "x", "+")
 _CODE_FILES = (".py", ".pyc", ".so")  # written, then imported as if a library's
@@ -116,8 +167,13 @@ def _library_roots(package_root: str) -> tuple[str, ...]:
     anywhere is reported)."""
     import tempfile
 
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             package_root}
+    roots = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        package_root,
+    }
     found = sorted(os.path.join(os.path.realpath(r), "") for r in roots if r)
     return (*found, os.path.join(tempfile.gettempdir(), "torchinductor_"))
 
@@ -125,23 +181,76 @@ def _library_roots(package_root: str) -> tuple[str, ...]:
 # The modules a check's verdict depends on: the course, torch, and the standard
 # library it calls. Others (ipykernel, asyncio, tempfile ...) rebind their own
 # globals while the kernel runs.
-WATCHED = ("amp_lessons", "torch", "numpy", "math", "cmath", "builtins", "warnings",
-           "contextlib", "textwrap", "numbers", "dataclasses", "functools",
-           "collections", "operator", "itertools", "types", "copy", "json", "hashlib",
-           "ast", "pathlib", "posixpath", "os", "io", "re", "typing", "struct",
-           "random", "fractions", "decimal", "statistics", "inspect", "abc", "enum",
-           "traceback", "linecache", "importlib")
+WATCHED = (
+    "amp_lessons",
+    "torch",
+    "numpy",
+    "math",
+    "cmath",
+    "builtins",
+    "warnings",
+    "contextlib",
+    "textwrap",
+    "numbers",
+    "dataclasses",
+    "functools",
+    "collections",
+    "operator",
+    "itertools",
+    "types",
+    "copy",
+    "json",
+    "hashlib",
+    "ast",
+    "pathlib",
+    "posixpath",
+    "os",
+    "io",
+    "re",
+    "typing",
+    "struct",
+    "random",
+    "fractions",
+    "decimal",
+    "statistics",
+    "inspect",
+    "abc",
+    "enum",
+    "traceback",
+    "linecache",
+    "importlib",
+)
 # builtins that IPython and ipykernel set per cell (input is forwarded to the client)
-VOLATILE_BUILTINS = frozenset({"input", "quit", "exit", "get_ipython", "display",
-                               "_", "__", "___", "__IPYTHON__", "help", "copyright",
-                               "credits", "license", "breakpoint"})
+VOLATILE_BUILTINS = frozenset(
+    {
+        "input",
+        "quit",
+        "exit",
+        "get_ipython",
+        "display",
+        "_",
+        "__",
+        "___",
+        "__IPYTHON__",
+        "help",
+        "copyright",
+        "credits",
+        "license",
+        "breakpoint",
+    }
+)
 
 
 def _watched_classes() -> tuple:
     import torch
 
-    return (torch.Tensor, torch.nn.Module, torch.optim.Optimizer,
-            torch.amp.GradScaler, torch.autocast)
+    return (
+        torch.Tensor,
+        torch.nn.Module,
+        torch.optim.Optimizer,
+        torch.amp.GradScaler,
+        torch.autocast,
+    )
 
 
 # Outside the course package, a module-level flag or cache (a bool, a dict, None
@@ -160,8 +269,9 @@ def take_snapshot() -> dict[str, tuple[object, dict]]:
                 for key in VOLATILE_BUILTINS:
                     namespace.pop(key, None)
             if name.split(".")[0] != "amp_lessons":
-                namespace = {k: v for k, v in namespace.items()
-                             if type(v) not in _CACHE_TYPES}
+                namespace = {
+                    k: v for k, v in namespace.items() if type(v) not in _CACHE_TYPES
+                }
             snapshot[name] = (module, namespace)
     return snapshot
 
@@ -171,8 +281,9 @@ def take_snapshot() -> dict[str, tuple[object, dict]]:
 # use only what it bound then (builtins included, as locals): never a global.
 
 
-def make_sender(key: bytes, write: Callable[[bytes], None],
-                max_records: int = MAX_RECORDS) -> Callable[[dict], None]:
+def make_sender(
+    key: bytes, write: Callable[[bytes], None], max_records: int = MAX_RECORDS
+) -> Callable[[dict], None]:
     """``send(record)``: writes one line, ``HMAC-SHA256(key) hex + " " + JSON``, with
     the record's ``seq`` (1, 2, ...) added; after ``max_records`` lines the rest are
     dropped. Values are written as JSON when they are bool, int, str (cut to
@@ -204,8 +315,11 @@ def make_sender(key: bytes, write: Callable[[bytes], None],
             return
         sent[0] += 1
         record["seq"] = sent[0]
-        payload = "{" + ",".join([quote(k) + ":" + encode(v)
-                                  for k, v in record.items()]) + "}"
+        payload = (
+            "{"
+            + ",".join([quote(k) + ":" + encode(v) for k, v in record.items()])
+            + "}"
+        )
         data = payload.encode()
         write((hmac_digest(key, data, "sha256").hex() + " ").encode() + data + b"\n")
 
@@ -276,8 +390,7 @@ def make_argument_path(workdir: str) -> Callable[[tuple], str | None]:
     return path_of
 
 
-def make_clean_stacks(limit: int = CLEAN_FRAMES) -> tuple[Callable, Callable,
-                                                          Callable]:
+def make_clean_stacks(limit: int = CLEAN_FRAMES) -> tuple[Callable, Callable, Callable]:
     """``(positions, remember, forget)``: for each thread, the frames of its stack
     known to have no student frame at or below them, bottom first.
 
@@ -308,9 +421,9 @@ def make_clean_stacks(limit: int = CLEAN_FRAMES) -> tuple[Callable, Callable,
             order, index = [], {}
         else:  # the frames above the hit have returned since: not on this stack
             order, index = known
-            for gone in order[hit + 1:]:
+            for gone in order[hit + 1 :]:
                 del index[gone]
-            del order[hit + 1:]
+            del order[hit + 1 :]
         for frame in _reversed(walked):
             index[frame] = _len(order)
             order.append(frame)
@@ -327,26 +440,35 @@ def make_clean_stacks(limit: int = CLEAN_FRAMES) -> tuple[Callable, Callable,
 
 def _test_cell_files(config: dict) -> dict[str, int]:
     """The file name of each graded test cell -> its index in the notebook."""
-    return dict(zip(cell_names(list(config["test_cells"].values())),
-                    (int(i) for i in config["test_cells"]), strict=True))
+    return dict(
+        zip(
+            cell_names(list(config["test_cells"].values())),
+            (int(i) for i in config["test_cells"]),
+            strict=True,
+        )
+    )
 
 
-def make_file_judge(config: dict, libraries: tuple[str, ...]) -> tuple[Callable,
-                                                                       Callable]:
+def make_file_judge(
+    config: dict, libraries: tuple[str, ...]
+) -> tuple[Callable, Callable]:
     """``(known, judge)``: ``judge(name)`` says whether a file (an exact str) is
     student code and remembers it (KNOWN_FILES names); ``known(name)`` is what it
     said, or None. A cell's file is student code unless the course named it; any
     other file is unless it is a library's or made up (``<string>``)."""
     _len, startswith = len, str.startswith
     course = frozenset(cell_names(config["course_cells"])) | frozenset(
-        _test_cell_files(config))
+        _test_cell_files(config)
+    )
     cell_prefix = cell_names([""])[0].rsplit("/", 1)[0] + "/"
     verdicts: dict[str, bool] = {}
     limit = KNOWN_FILES
 
     def judge(name: str) -> bool:
-        student = name not in course and (startswith(name, cell_prefix) or not (
-            startswith(name, libraries) or startswith(name, "<")))
+        student = name not in course and (
+            startswith(name, cell_prefix)
+            or not (startswith(name, libraries) or startswith(name, "<"))
+        )
         if _len(verdicts) < limit:
             verdicts[name] = student
         return student
@@ -354,8 +476,9 @@ def make_file_judge(config: dict, libraries: tuple[str, ...]) -> tuple[Callable,
     return verdicts.get, judge
 
 
-def make_stack_reader(config: dict, libraries: tuple[str, ...]) -> tuple[
-        Callable, Callable, Callable]:
+def make_stack_reader(
+    config: dict, libraries: tuple[str, ...]
+) -> tuple[Callable, Callable, Callable]:
     """``(student_file, test_cell, forget)``, which read the stack from a frame down.
 
     ``student_file(frame, stop=None)``: the file of the first student frame, or None;
@@ -393,8 +516,9 @@ def make_stack_reader(config: dict, libraries: tuple[str, ...]) -> tuple[
                 student = judge(name)
             if student:
                 return name
-            if not code.co_flags & resumable and (code.co_name == "<module>" or
-                                                   startswith(name, import_system)):
+            if not code.co_flags & resumable and (
+                code.co_name == "<module>" or startswith(name, import_system)
+            ):
                 walked.append(frame)
             frame = frame.f_back
         if stop is None or hit is not None:  # all the way down: all of it is clean
@@ -426,17 +550,30 @@ def make_fingerprint() -> Callable:
         kind = _type(value)
         if budget[0] < 0:
             return ("id", _id(value))
-        if kind is _str or kind is _int or kind is _bytes or kind is none_type or \
-                value is True or value is False:
+        if (
+            kind is _str
+            or kind is _int
+            or kind is _bytes
+            or kind is none_type
+            or value is True
+            or value is False
+        ):
             return (kind, value)
         if kind is _float:
             return (kind, float_repr(value))
         if kind is _list or kind is _tuple:
             return (kind, _id(value), _tuple([fingerprint(v, budget) for v in value]))
         if kind is _dict:
-            return (kind, _id(value), _tuple([(fingerprint(k, budget),
-                                              fingerprint(v, budget))
-                                             for k, v in dict_items(value)]))
+            return (
+                kind,
+                _id(value),
+                _tuple(
+                    [
+                        (fingerprint(k, budget), fingerprint(v, budget))
+                        for k, v in dict_items(value)
+                    ]
+                ),
+            )
         return ("id", _id(value))
 
     return fingerprint
@@ -483,8 +620,11 @@ def _course_data(snapshot: dict, fingerprint: Callable) -> dict:
         if name.startswith("amp_lessons"):
             runtime = namespace.get("__runtime_state__", ())
             for attr, value in namespace.items():
-                if type(value) in (list, tuple, dict) and not attr.startswith("__") \
-                        and attr not in runtime:
+                if (
+                    type(value) in (list, tuple, dict)
+                    and not attr.startswith("__")
+                    and attr not in runtime
+                ):
                     data[(name, attr)] = fingerprint(value, [20000])
     return data
 
@@ -498,17 +638,27 @@ def _watched_namespaces(snapshot: dict) -> tuple[list, list]:
     watched_classes = _watched_classes()
 
     def entry(name, owner, live, namespace):
-        return (name, owner, live.get, tuple(namespace), tuple(namespace.values()),
-                namespace)
+        return (
+            name,
+            owner,
+            live.get,
+            tuple(namespace),
+            tuple(namespace.values()),
+            namespace,
+        )
 
-    modules = [entry(name, module, vars(module), namespace)
-               for name, (module, namespace) in snapshot.items()]
+    modules = [
+        entry(name, module, vars(module), namespace)
+        for name, (module, namespace) in snapshot.items()
+    ]
     classes = {}  # by name: a class bound to two names in its module is one class
     for name, (_, namespace) in snapshot.items():
         for value in namespace.values():
-            if type(value) is type and (name.startswith("amp_lessons") or
-                                        value in watched_classes) and \
-                    value.__module__ == name:
+            if (
+                type(value) is type
+                and (name.startswith("amp_lessons") or value in watched_classes)
+                and value.__module__ == name
+            ):
                 label = f"{name}.{value.__qualname__}"
                 classes[label] = entry(label, value, vars(value), dict(vars(value)))
     return modules, list(classes.values())
@@ -552,22 +702,25 @@ def make_module_watch(watched_modules: list, rebound: Callable) -> Callable:
     dict_get, modules_get, missing = dict.get, sys.modules.get, object()
     module_names = tuple(entry[0] for entry in watched_modules)
     module_objects = tuple(entry[1] for entry in watched_modules)
-    all_dicts = tuple(get.__self__ for _, _, get, names, _, _ in watched_modules
-                      for _ in names)
+    all_dicts = tuple(
+        get.__self__ for _, _, get, names, _, _ in watched_modules for _ in names
+    )
     all_names = tuple(name for entry in watched_modules for name in entry[3])
     all_values = tuple(value for entry in watched_modules for value in entry[4])
 
     def module_changes() -> list[str]:
         if _all(_map(is_, _map(modules_get, module_names), module_objects)) and _all(
-                _map(is_, _map(dict_get, all_dicts, all_names, repeat(missing)),
-                     all_values)):
+            _map(is_, _map(dict_get, all_dicts, all_names, repeat(missing)), all_values)
+        ):
             return []
         found = []
         for name, module, get, names, values, namespace in watched_modules:
             if modules_get(name) is not module:
                 found.append(f"sys.modules[{name!r}] replaced")
-            found += [f"{name}.{attr} replaced"
-                      for attr in rebound(get, names, values, namespace)]
+            found += [
+                f"{name}.{attr} replaced"
+                for attr in rebound(get, names, values, namespace)
+            ]
             if _len(found) > 10:
                 break
         return found
@@ -586,8 +739,10 @@ def make_tamper_watch(snapshot: dict, libraries: tuple[str, ...]) -> Callable:
     watched_modules, watched_classes = _watched_namespaces(snapshot)
     module_changes = make_module_watch(watched_modules, rebound)
     module_gets = {name: get for name, _, get, _, _, _ in watched_modules}
-    course_data = [(name, attr, module_gets[name], contents) for (name, attr), contents
-                   in _course_data(snapshot, fingerprint).items()]
+    course_data = [
+        (name, attr, module_gets[name], contents)
+        for (name, attr), contents in _course_data(snapshot, fingerprint).items()
+    ]
 
     def changes() -> list[str]:
         found = module_changes()
@@ -610,8 +765,14 @@ def make_tamper_watch(snapshot: dict, libraries: tuple[str, ...]) -> Callable:
     return changes
 
 
-def make_check_watch(grade: Callable, check_codes: frozenset, stack: tuple,
-                     changes: Callable, send: Callable, taints: dict) -> tuple:
+def make_check_watch(
+    grade: Callable,
+    check_codes: frozenset,
+    stack: tuple,
+    changes: Callable,
+    send: Callable,
+    taints: dict,
+) -> tuple:
     """``(start, frame_access, done)``, the routes of a check's events.
 
     ``start``: a check began in this thread; ``taints[thread]`` collects what taints
@@ -649,17 +810,30 @@ def make_check_watch(grade: Callable, check_codes: frozenset, stack: tuple,
         title, hidden, passed = (args + (None, None, None))[:3]
         make_rows = locals_get(caller.f_locals, "make_rows")
         genuine = (
-            caller.f_code is grade_code and caller.f_globals is grade_globals
-            and caller.f_builtins is builtins_dict and check is not None
-            and _id(check.f_code) in check_ids and _type(title) is _str
+            caller.f_code is grade_code
+            and caller.f_globals is grade_globals
+            and caller.f_builtins is builtins_dict
+            and check is not None
+            and _id(check.f_code) in check_ids
+            and _type(title) is _str
             and check.f_code.co_name == split(title, "[")[0]  # check_quick_check[q]
             and _type(make_rows) is function_type
-            and _id(make_rows.__code__) in check_ids)
+            and _id(make_rows.__code__) in check_ids
+        )
         tainted = taints.pop(me, [])
         forget(me)  # the check's frames, and what the student's function left in them
-        send({"kind": "check", "cell": test_cell(caller), "title": text(title),
-              "hidden": hidden is True, "passed": passed is True,
-              "genuine": genuine, "changed": changes(), "tainted": tainted[:5]})
+        send(
+            {
+                "kind": "check",
+                "cell": test_cell(caller),
+                "title": text(title),
+                "hidden": hidden is True,
+                "passed": passed is True,
+                "genuine": genuine,
+                "changed": changes(),
+                "tainted": tainted[:5],
+            }
+        )
 
     return start, frame_access, done
 
@@ -687,14 +861,18 @@ def make_open_detail(config: dict) -> Callable:
         path = path_of(args) or ""
         mode = args[1] if _type(args[1]) is _str else ""
         writes = _any([m in mode for m in write_modes]) or (
-            _type(args[2]) is _int and args[2] & write_flags)
+            _type(args[2]) is _int and args[2] & write_flags
+        )
         if writes and endswith(path, code_files):
             return f"writes code to {path}"  # to import it as a library?
         if writes and not startswith(path + "/", writable):
             return f"writes {path}"
-        if _any([m in path for m in secret_marks]) or startswith(
-                path, protected) or startswith(path, package) or (
-                startswith(path, "/proc/") and _any([m in path for m in proc_marks])):
+        if (
+            _any([m in path for m in secret_marks])
+            or startswith(path, protected)
+            or startswith(path, package)
+            or (startswith(path, "/proc/") and _any([m in path for m in proc_marks]))
+        ):
             return f"opens {path}"
         return None
 
@@ -714,8 +892,11 @@ def make_event_details(config: dict) -> dict[str, Callable]:
 
     def listing(event: str, args: tuple) -> str | None:
         path = path_of(args)
-        if path is not None and startswith(path, "/proc/") and \
-                not startswith(path, "/proc/self"):
+        if (
+            path is not None
+            and startswith(path, "/proc/")
+            and not startswith(path, "/proc/self")
+        ):
             return f"lists {path}"
         return None
 
@@ -728,18 +909,26 @@ def make_event_details(config: dict) -> dict[str, Callable]:
         if _type(target) is _type or _type(target) is function_type:
             qualname = target.__qualname__
             return f"{event} {text(name)} on " + (
-                qualname if _type(qualname) is _str else "?")
+                qualname if _type(qualname) is _str else "?"
+            )
         return None
 
     details = dict.fromkeys(_FILE_CHANGES, file_change)
-    details.update({"open": make_open_detail(config), "os.listdir": listing,
-                    "os.scandir": listing, "object.__setattr__": class_patch,
-                    "object.__delattr__": class_patch})
+    details.update(
+        {
+            "open": make_open_detail(config),
+            "os.listdir": listing,
+            "os.scandir": listing,
+            "object.__setattr__": class_patch,
+            "object.__delattr__": class_patch,
+        }
+    )
     return details
 
 
-def make_event_routes(config: dict, stack: tuple, send: Callable,
-                      taints: dict) -> tuple[dict[str, Callable], Callable]:
+def make_event_routes(
+    config: dict, stack: tuple, send: Callable, taints: dict
+) -> tuple[dict[str, Callable], Callable]:
     """``(routes, always)``: event name -> route for every event that is evidence
     when student code raises it, and the route of those that always are (processes,
     network, internals; the hook sends ``ctypes.*`` there too).
@@ -770,13 +959,13 @@ def make_event_routes(config: dict, stack: tuple, send: Callable,
                 where = student_file(getframe(raiser))
                 if where is not None:
                     report(event, detail, where)
+
         return route
 
     def always(event: str, args: tuple) -> None:
         where = student_file(getframe(raiser))
         if where is not None:
-            report(event, event + " " + " ".join([clipped(a) for a in args[:2]]),
-                   where)
+            report(event, event + " " + " ".join([clipped(a) for a in args[:2]]), where)
 
     def code_execution(event: str, args: tuple) -> None:
         frame = getframe(raiser)
@@ -785,14 +974,23 @@ def make_event_routes(config: dict, stack: tuple, send: Callable,
             report(event, f"{event}() called by student code", where)
 
     routes = {"exec": code_execution, "compile": code_execution}
-    routes.update({event: checked_first(detail_of) for event, detail_of
-                   in make_event_details(config).items()})
+    routes.update(
+        {
+            event: checked_first(detail_of)
+            for event, detail_of in make_event_details(config).items()
+        }
+    )
     routes.update(dict.fromkeys(_PROCESS | _NETWORK | _INTERNALS, always))
     return routes, always
 
 
-def make_hook(config: dict, snapshot: dict, grade: Callable, check_codes: frozenset,
-              write: Callable[[bytes], None]) -> Callable[[str, tuple], None]:
+def make_hook(
+    config: dict,
+    snapshot: dict,
+    grade: Callable,
+    check_codes: frozenset,
+    write: Callable[[bytes], None],
+) -> Callable[[str, tuple], None]:
     """The audit hook. ``grade`` is the real engine (``checks.grade``);
     ``check_codes`` every code object of the checks package; ``write(bytes)`` sends
     one line. The parts are made here, before student code runs (see the module
@@ -809,11 +1007,12 @@ def make_hook(config: dict, snapshot: dict, grade: Callable, check_codes: frozen
     stack = make_stack_reader(config, libraries)
     taints: dict[int, list[str]] = {}  # thread -> what tainted the check it runs
     start, frame_access, done = make_check_watch(
-        grade, check_codes, stack, make_tamper_watch(snapshot, libraries), send,
-        taints)
+        grade, check_codes, stack, make_tamper_watch(snapshot, libraries), send, taints
+    )
     routes, always = make_event_routes(config, stack, send, taints)
-    routes.update({CHECK_START: start, CHECK_DONE: done,
-                   **dict.fromkeys(_FRAMES, frame_access)})
+    routes.update(
+        {CHECK_START: start, CHECK_DONE: done, **dict.fromkeys(_FRAMES, frame_access)}
+    )
     route_of, busy = routes.get, set()
 
     def hook(event: str, args: tuple) -> None:
@@ -885,8 +1084,9 @@ def main() -> None:
     # the checks (and torch, which they rely on) are loaded before the snapshot
     from amp_lessons.teaching.checks import grade
 
-    hook = make_hook(config, take_snapshot(), grade, check_codes(),
-                     _open_channel(config["fifo"]))
+    hook = make_hook(
+        config, take_snapshot(), grade, check_codes(), _open_channel(config["fifo"])
+    )
     sys.addaudithook(hook)
     del config, hook
     kernelapp.launch_new_instance()

@@ -61,30 +61,39 @@ def lint_notebook(path: Path) -> list[str]:
         where, meta, text = locate(path, i, cell), nbgrader_meta(cell), cell.source
         if meta is None:
             if _has(text, SOLUTION_MARKERS) or _has(text, HIDDEN_MARKERS):
-                problems.append(f"{where}: nbgrader markers in a cell without nbgrader "
-                                "metadata (they would reach students)")
+                problems.append(
+                    f"{where}: nbgrader markers in a cell without nbgrader "
+                    "metadata (they would reach students)"
+                )
             continue
         if meta.get("schema_version") != 3:
-            problems.append(f"{where}: schema_version {meta.get('schema_version')!r}, "
-                            "expected 3")
+            problems.append(
+                f"{where}: schema_version {meta.get('schema_version')!r}, expected 3"
+            )
         grade_id = meta.get("grade_id", "")
         if not GRADE_ID_PATTERN.match(str(grade_id)):
-            problems.append(f"{where}: grade_id {grade_id!r} must be letters, digits, "
-                            "'_' or '-'")
+            problems.append(
+                f"{where}: grade_id {grade_id!r} must be letters, digits, '_' or '-'"
+            )
         if meta.get("grade"):
             points = meta.get("points")
             if not isinstance(points, (int, float)) or points <= 0:
-                problems.append(f"{where}: graded cell needs points > 0, "
-                                f"has {points!r}")
+                problems.append(
+                    f"{where}: graded cell needs points > 0, has {points!r}"
+                )
         if meta.get("grade") and meta.get("solution"):
-            problems.append(f"{where}: a graded solution cell needs manual grading; "
-                            "grade with a separate locked test cell")
+            problems.append(
+                f"{where}: a graded solution cell needs manual grading; "
+                "grade with a separate locked test cell"
+            )
         if is_test_cell(cell) and not meta.get("locked"):
             problems.append(f"{where}: graded test cell must be locked")
         solution_ok = meta.get("solution") and cell.cell_type == "code"
         if solution_ok and not _has(text, SOLUTION_MARKERS):
-            problems.append(f"{where}: solution cell without ### BEGIN/END SOLUTION: "
-                            "nbgrader would replace the whole cell")
+            problems.append(
+                f"{where}: solution cell without ### BEGIN/END SOLUTION: "
+                "nbgrader would replace the whole cell"
+            )
         if _has(text, SOLUTION_MARKERS) and not meta.get("solution"):
             problems.append(f"{where}: solution markers outside a solution cell")
         if _has(text, HIDDEN_MARKERS) and not is_test_cell(cell):
@@ -106,9 +115,11 @@ def lint_course(notebooks: Sequence[Path]) -> list[str]:
                 continue
             grade_id = meta["grade_id"]
             if grade_id in seen:
-                problems.append(f"grade_id {grade_id!r} in {Path(path).name} is "
-                                f"already used in {seen[grade_id]}; make it unique "
-                                "in the course")
+                problems.append(
+                    f"grade_id {grade_id!r} in {Path(path).name} is "
+                    f"already used in {seen[grade_id]}; make it unique "
+                    "in the course"
+                )
             seen[grade_id] = Path(path).name
     return problems
 
@@ -156,27 +167,41 @@ def lint_student_edition(source: Path, student: Path) -> list[str]:
         grade_id = (nbgrader_meta(cell) or {}).get("grade_id")
         if grade_id:
             by_id[grade_id] = _secret_lines(cell)
-    everywhere = {line for lines in by_id.values() for line in lines
-                  if len(line) >= LEAK_MIN_CHARS and re.search("[A-Za-z]", line)}
+    everywhere = {
+        line
+        for lines in by_id.values()
+        for line in lines
+        if len(line) >= LEAK_MIN_CHARS and re.search("[A-Za-z]", line)
+    }
     for i, cell in enumerate(rel.cells):
         where = f"{name} cell {i}"
         if _has(cell.source, SOLUTION_MARKERS) or _has(cell.source, HIDDEN_MARKERS):
-            problems.append(f"{where}: nbgrader marker text left in the student "
-                            "edition")
+            problems.append(
+                f"{where}: nbgrader marker text left in the student edition"
+            )
         own = by_id.get((nbgrader_meta(cell) or {}).get("grade_id"), set())
         leaked = [line for line in cell.source.splitlines() if line.strip() in own]
         leaked += [line for line in everywhere if line in cell.source]
         leaked = list(dict.fromkeys(s.strip() for s in leaked))
         if leaked:
-            problems.append(f"{where}: solution or hidden-test text in the student "
-                            f"edition: {leaked[:3]}")
+            problems.append(
+                f"{where}: solution or hidden-test text in the student "
+                f"edition: {leaked[:3]}"
+            )
         if cell.cell_type == "code" and (cell.outputs or cell.execution_count):
             problems.append(f"{where}: outputs left in the student edition")
-    ids = [[(nbgrader_meta(c) or {}).get("grade_id") for c in nb.cells
-            if (nbgrader_meta(c) or {}).get("grade")] for nb in (src, rel)]
+    ids = [
+        [
+            (nbgrader_meta(c) or {}).get("grade_id")
+            for c in nb.cells
+            if (nbgrader_meta(c) or {}).get("grade")
+        ]
+        for nb in (src, rel)
+    ]
     if ids[0] != ids[1]:
-        problems.append(f"{name}: graded cells {ids[1]} differ from the source's "
-                        f"{ids[0]}")
+        problems.append(
+            f"{name}: graded cells {ids[1]} differ from the source's {ids[0]}"
+        )
     return problems
 
 
@@ -190,11 +215,15 @@ def lint_slides(path: Path) -> list[str]:
     for i, cell in enumerate(nb.cells):
         kind = cell.get("metadata", {}).get("slideshow", {}).get("slide_type")
         if kind not in SLIDE_TYPES:
-            problems.append(f"{locate(path, i, cell)}: slideshow.slide_type {kind!r} "
-                            f"not in {SLIDE_TYPES}")
+            problems.append(
+                f"{locate(path, i, cell)}: slideshow.slide_type {kind!r} "
+                f"not in {SLIDE_TYPES}"
+            )
         elif i == 0 and kind != "slide":
-            problems.append(f"{locate(path, i, cell)}: the first cell must be a "
-                            f"'slide', not {kind!r}")
+            problems.append(
+                f"{locate(path, i, cell)}: the first cell must be a "
+                f"'slide', not {kind!r}"
+            )
     if not nb.cells:
         problems.append(f"{Path(path).name}: no cells")
     return problems

@@ -34,13 +34,19 @@ BLANK_STUDENT = "blank"  # submits the student edition untouched
 
 
 def _errors(cell) -> list[str]:
-    return [f"{o.get('ename')}: {o.get('evalue')}" for o in cell.get("outputs", [])
-            if o.get("output_type") == "error"]
+    return [
+        f"{o.get('ename')}: {o.get('evalue')}"
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
 
 
 def _stderr(cell) -> str:
-    return "".join(o.get("text", "") for o in cell.get("outputs", [])
-                   if o.get("output_type") == "stream" and o.get("name") == "stderr")
+    return "".join(
+        o.get("text", "")
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stderr"
+    )
 
 
 def solved_run_problems(path: Path) -> list[str]:
@@ -55,8 +61,10 @@ def solved_run_problems(path: Path) -> list[str]:
         for error in _errors(cell):
             problems.append(f"{locate(path, i, cell)} fails on the solution: {error}")
         if is_test_cell(cell) and _stderr(cell):
-            problems.append(f"{locate(path, i, cell)} writes to stderr on the solution "
-                            f"(nbgrader scores it zero): {_stderr(cell)[:300]!r}")
+            problems.append(
+                f"{locate(path, i, cell)} writes to stderr on the solution "
+                f"(nbgrader scores it zero): {_stderr(cell)[:300]!r}"
+            )
     return problems
 
 
@@ -72,9 +80,11 @@ def blank_run_problems(path: Path) -> list[str]:
         if is_test_cell(cell):
             continue
         for error in _errors(cell):
-            problems.append(f"{locate(path, i, cell)} fails in the student edition "
-                            f"({error}); only graded test cells may fail there: later "
-                            "cells must not use the student's function")
+            problems.append(
+                f"{locate(path, i, cell)} fails in the student edition "
+                f"({error}); only graded test cells may fail there: later "
+                "cells must not use the student's function"
+            )
     return problems
 
 
@@ -89,8 +99,12 @@ class Rehearsal:
     sandboxed: bool = True
 
 
-def rehearse(notebooks: Sequence[Path], course_dir: Path | None = None,
-             sandboxed: bool | None = None, blank: bool = True) -> Rehearsal:
+def rehearse(
+    notebooks: Sequence[Path],
+    course_dir: Path | None = None,
+    sandboxed: bool | None = None,
+    blank: bool = True,
+) -> Rehearsal:
     """Grade the course against itself: solved -> full marks, blank -> zero.
 
     Builds a fresh course from ``notebooks`` in ``course_dir``, generates the student
@@ -116,8 +130,10 @@ def rehearse(notebooks: Sequence[Path], course_dir: Path | None = None,
     course_dir = Path(course_dir)
     if course_dir.exists() and any(course_dir.iterdir()):
         if not (course_dir / REHEARSAL_MARK).exists():
-            raise ValueError(f"{course_dir} is not empty and not a rehearsal folder; "
-                             "rehearse() wipes its folder: give it a new one")
+            raise ValueError(
+                f"{course_dir} is not empty and not a rehearsal folder; "
+                "rehearse() wipes its folder: give it a new one"
+            )
         shutil.rmtree(course_dir)
     course_dir.mkdir(parents=True, exist_ok=True)
     (course_dir / REHEARSAL_MARK).write_text("scratch course of amp_lessons.grading\n")
@@ -141,8 +157,10 @@ def rehearse(notebooks: Sequence[Path], course_dir: Path | None = None,
             problems.append(f"{where}: flagged for review: {flag}")
         if score.student == REFERENCE_STUDENT and score.score != score.max_score:
             lost = {k: v for k, v in score.cells.items() if v[0] != v[1]}
-            problems.append(f"{where}: the solved notebook scores {score.score:g} / "
-                            f"{score.max_score:g}; cells short of full marks: {lost}")
+            problems.append(
+                f"{where}: the solved notebook scores {score.score:g} / "
+                f"{score.max_score:g}; cells short of full marks: {lost}"
+            )
         if score.student == BLANK_STUDENT:
             scored = {k: v for k, v in score.cells.items() if v[0] != 0}
             if scored:
@@ -156,8 +174,9 @@ def rehearse(notebooks: Sequence[Path], course_dir: Path | None = None,
             problems += blank_run_problems(run)
     in_gradebook = {(s.student, s.notebook) for s in scores}
     for path in graded:
-        for student in (REFERENCE_STUDENT, BLANK_STUDENT)[:2 if blank else 1]:
+        for student in (REFERENCE_STUDENT, BLANK_STUDENT)[: 2 if blank else 1]:
             if (student, path.stem) not in in_gradebook:
                 problems.append(f"{path.stem} ({student}): not in the gradebook")
-    return Rehearsal(scores, problems, time.perf_counter() - start, course_dir,
-                     sandboxed)
+    return Rehearsal(
+        scores, problems, time.perf_counter() - start, course_dir, sandboxed
+    )

@@ -35,34 +35,140 @@ from nbformat.notebooknode import NotebookNode
 from amp_lessons.tooling.grading.course import is_solution_cell, is_test_cell
 from amp_lessons.tooling.grading.testcells import check_calls
 
-ALLOWED_IMPORTS = frozenset({
-    "math", "cmath", "torch", "numpy", "fractions", "decimal", "struct", "itertools",
-    "functools", "collections", "statistics", "operator", "numbers", "dataclasses",
-    "typing", "random", "copy", "re", "enum", "string", "textwrap", "warnings",
-    "contextlib", "bisect", "heapq", "array", "amp_lessons",
-})
-FORBIDDEN_PACKAGES = ("amp_lessons.teaching.checks", "amp_lessons.tooling",
-                      "amp_lessons.grading")
-DYNAMIC_NAMES = frozenset({
-    "__import__", "exec", "eval", "compile", "globals", "locals", "vars", "setattr",
-    "delattr", "open", "breakpoint", "get_ipython", "__builtins__", "__loader__",
-    "__spec__", "memoryview", "input", "_checks",
-})
-REACHING_ATTRS = frozenset({
-    "__dict__", "__globals__", "__code__", "__closure__", "__class__",
-    "__subclasses__", "__bases__", "__mro__", "__builtins__", "__getattribute__",
-    "__setattr__", "__delattr__", "__import__", "__loader__", "__spec__", "__self__",
-    "__func__", "__defaults__", "__kwdefaults__", "__traceback__", "__reduce__",
-    "__reduce_ex__", "tb_frame", "tb_next", "f_back", "f_globals", "f_locals",
-    "f_builtins", "f_code", "gi_frame", "cr_frame", "ag_frame", "co_code",
-    "modules", "_engine", "_pristine", "checks", "verify_pristine", "grading",
-    "showtraceback", "set_custom_exc", "excepthook", "displayhook", "settrace",
-    "setprofile", "addaudithook", "audit", "environ", "system", "popen", "_exit",
-    "kill", "fork", "_getframe", "run_cell", "user_ns", "kernel",
-})
-SUSPECT_TEXT = ("gradebook", "sys.modules", "amp_lessons.teaching.checks", "_engine",
-                "_pristine", ".ipynb", "nbgrader", "builtins", "/source", "/submitted",
-                "/autograded", "checks.py", "__")
+ALLOWED_IMPORTS = frozenset(
+    {
+        "math",
+        "cmath",
+        "torch",
+        "numpy",
+        "fractions",
+        "decimal",
+        "struct",
+        "itertools",
+        "functools",
+        "collections",
+        "statistics",
+        "operator",
+        "numbers",
+        "dataclasses",
+        "typing",
+        "random",
+        "copy",
+        "re",
+        "enum",
+        "string",
+        "textwrap",
+        "warnings",
+        "contextlib",
+        "bisect",
+        "heapq",
+        "array",
+        "amp_lessons",
+    }
+)
+FORBIDDEN_PACKAGES = (
+    "amp_lessons.teaching.checks",
+    "amp_lessons.tooling",
+    "amp_lessons.grading",
+)
+DYNAMIC_NAMES = frozenset(
+    {
+        "__import__",
+        "exec",
+        "eval",
+        "compile",
+        "globals",
+        "locals",
+        "vars",
+        "setattr",
+        "delattr",
+        "open",
+        "breakpoint",
+        "get_ipython",
+        "__builtins__",
+        "__loader__",
+        "__spec__",
+        "memoryview",
+        "input",
+        "_checks",
+    }
+)
+REACHING_ATTRS = frozenset(
+    {
+        "__dict__",
+        "__globals__",
+        "__code__",
+        "__closure__",
+        "__class__",
+        "__subclasses__",
+        "__bases__",
+        "__mro__",
+        "__builtins__",
+        "__getattribute__",
+        "__setattr__",
+        "__delattr__",
+        "__import__",
+        "__loader__",
+        "__spec__",
+        "__self__",
+        "__func__",
+        "__defaults__",
+        "__kwdefaults__",
+        "__traceback__",
+        "__reduce__",
+        "__reduce_ex__",
+        "tb_frame",
+        "tb_next",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "gi_frame",
+        "cr_frame",
+        "ag_frame",
+        "co_code",
+        "modules",
+        "_engine",
+        "_pristine",
+        "checks",
+        "verify_pristine",
+        "grading",
+        "showtraceback",
+        "set_custom_exc",
+        "excepthook",
+        "displayhook",
+        "settrace",
+        "setprofile",
+        "addaudithook",
+        "audit",
+        "environ",
+        "system",
+        "popen",
+        "_exit",
+        "kill",
+        "fork",
+        "_getframe",
+        "run_cell",
+        "user_ns",
+        "kernel",
+    }
+)
+SUSPECT_TEXT = (
+    "gradebook",
+    "sys.modules",
+    "amp_lessons.teaching.checks",
+    "_engine",
+    "_pristine",
+    ".ipynb",
+    "nbgrader",
+    "builtins",
+    "/source",
+    "/submitted",
+    "/autograded",
+    "checks.py",
+    "__",
+)
 MAX_FLAGS_PER_CELL = 8
 
 
@@ -81,8 +187,10 @@ def scan_source(source: str, index: int) -> list[str]:
     flags = []
     for number, line in enumerate(source.splitlines(), 1):
         if line.lstrip().startswith(("!", "%")):
-            flags.append(f"scan: cell {index} line {number}: shell or magic command "
-                         f"(`{line.strip()[:60]}`)")
+            flags.append(
+                f"scan: cell {index} line {number}: shell or magic command "
+                f"(`{line.strip()[:60]}`)"
+            )
     try:
         tree = ast.parse(_without_magics(source))
     except SyntaxError:
@@ -95,42 +203,56 @@ def scan_source(source: str, index: int) -> list[str]:
 
 
 def _without_magics(source: str) -> str:
-    return "\n".join("pass" if line.lstrip().startswith(("!", "%")) else line
-                     for line in source.splitlines())
+    return "\n".join(
+        "pass" if line.lstrip().startswith(("!", "%")) else line
+        for line in source.splitlines()
+    )
 
 
 def _judge(node: ast.AST) -> str | None:
     if isinstance(node, ast.Import | ast.ImportFrom):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""]
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+        )
         for name in names:
             if name.split(".")[0] not in ALLOWED_IMPORTS or node_level(node):
                 return f"imports {name or 'a relative module'}"
             if name.startswith(FORBIDDEN_PACKAGES):
                 return f"imports the grading code ({name})"
         if isinstance(node, ast.ImportFrom) and any(
-                a.name.startswith("check_") or a.name == "*" for a in node.names):
+            a.name.startswith("check_") or a.name == "*" for a in node.names
+        ):
             return "imports a check into the notebook's names"
     elif isinstance(node, ast.Name) and node.id in DYNAMIC_NAMES:
         return f"uses {node.id}"
-    elif isinstance(node, ast.Name) and node.id.startswith("check_") and \
-            isinstance(node.ctx, ast.Store | ast.Del):
+    elif (
+        isinstance(node, ast.Name)
+        and node.id.startswith("check_")
+        and isinstance(node.ctx, ast.Store | ast.Del)
+    ):
         return f"rebinds the name of a check ({node.id})"
-    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and \
-            node.name.startswith("check_"):
+    elif isinstance(
+        node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+    ) and node.name.startswith("check_"):
         return f"defines {node.name}, the name of a check"
     elif isinstance(node, ast.Attribute) and node.attr in REACHING_ATTRS:
         return f"reaches .{node.attr}"
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-            node.func.id == "getattr" and not (len(node.args) > 1 and isinstance(
-                node.args[1], ast.Constant)):
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and not (len(node.args) > 1 and isinstance(node.args[1], ast.Constant))
+    ):
         return "getattr of a computed name"
     elif isinstance(node, ast.Constant) and isinstance(node.value, str):
         found = [t for t in SUSPECT_TEXT if t in node.value]
         if found:
             return f"a string mentions {found[0]!r}"
     elif isinstance(node, ast.Global | ast.Nonlocal) and any(
-            n.startswith("check_") for n in node.names):
+        n.startswith("check_") for n in node.names
+    ):
         return "rebinds the name of a check"
     return None
 
@@ -142,16 +264,26 @@ def node_level(node: ast.AST) -> int:
 def student_cells(nb: NotebookNode, source_nb: NotebookNode) -> list[int]:
     """Indices of the code cells the student wrote: solution cells, and code cells
     whose source is not one of the course's own."""
-    course = {c.source for c in source_nb.cells
-              if c.cell_type == "code" and not is_solution_cell(c)}
-    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (
-        is_solution_cell(c) or (c.source not in course and not is_test_cell(c)))]
+    course = {
+        c.source
+        for c in source_nb.cells
+        if c.cell_type == "code" and not is_solution_cell(c)
+    }
+    return [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+        and (is_solution_cell(c) or (c.source not in course and not is_test_cell(c)))
+    ]
 
 
 def scan_notebook(nb: NotebookNode, source_nb: NotebookNode) -> list[str]:
     """`scan_source` over every cell the student wrote."""
-    return [flag for i in student_cells(nb, source_nb)
-            for flag in scan_source(nb.cells[i].source, i)]
+    return [
+        flag
+        for i in student_cells(nb, source_nb)
+        for flag in scan_source(nb.cells[i].source, i)
+    ]
 
 
 def _cell_files(nb: NotebookNode, pid: int | None) -> dict[str, int]:
@@ -160,8 +292,11 @@ def _cell_files(nb: NotebookNode, pid: int | None) -> dict[str, int]:
         return {}
     from ipykernel.compiler import get_tmp_hash_seed, murmur2_x86
 
-    return {f"/tmp/ipykernel_{pid}/{murmur2_x86(c.source, get_tmp_hash_seed())}.py": i
-            for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+    return {
+        f"/tmp/ipykernel_{pid}/{murmur2_x86(c.source, get_tmp_hash_seed())}.py": i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+    }
 
 
 def runtime_flags(nb: NotebookNode, records: list[dict], forged: int) -> list[str]:
@@ -170,17 +305,24 @@ def runtime_flags(nb: NotebookNode, records: list[dict], forged: int) -> list[st
     files = _cell_files(nb, hello.get("pid") if hello else None)
     flags = []
     if forged:
-        flags.append(f"runtime: {forged} line(s) on the guard's channel did not verify "
-                     "(written by the notebook's own code?)")
+        flags.append(
+            f"runtime: {forged} line(s) on the guard's channel did not verify "
+            "(written by the notebook's own code?)"
+        )
     for record in records:
         if record.get("kind") == "event":
             where = files.get(record.get("cell"))
-            where = f"cell {where}" if where is not None else \
-                f"code from {record.get('cell')}"
+            where = (
+                f"cell {where}"
+                if where is not None
+                else f"code from {record.get('cell')}"
+            )
             flags.append(f"runtime: {where}: {record.get('detail')}")
         elif record.get("kind") == "check" and not record.get("genuine"):
-            flags.append(f"runtime: a verdict for {record.get('title')} was raised by "
-                         "code that is not that check (forged?)")
+            flags.append(
+                f"runtime: a verdict for {record.get('title')} was raised by "
+                "code that is not that check (forged?)"
+            )
     return list(dict.fromkeys(flags))[:40]
 
 
@@ -193,13 +335,19 @@ def _scored(cell: NotebookNode) -> bool:
 
 
 def _distrust(cell: NotebookNode, why: str) -> None:
-    cell.outputs.append(nbformat.v4.new_output(
-        "error", ename="GradingTamperError", evalue=why,
-        traceback=[f"GradingTamperError: {why}"]))
+    cell.outputs.append(
+        nbformat.v4.new_output(
+            "error",
+            ename="GradingTamperError",
+            evalue=why,
+            traceback=[f"GradingTamperError: {why}"],
+        )
+    )
 
 
-def cross_check(nb: NotebookNode, records: list[dict],
-                stopped: str | None = None) -> list[str]:
+def cross_check(
+    nb: NotebookNode, records: list[dict], stopped: str | None = None
+) -> list[str]:
     """Fail (in ``nb``, in place) every test cell the notebook shows as passed whose
     checks did not each report a genuine, untainted pass; return ``tamper`` flags.
 
@@ -229,10 +377,20 @@ def cross_check(nb: NotebookNode, records: list[dict],
         grade_id = cell.metadata["nbgrader"].get("grade_id")
         mine = reports.get(index, [])
         for name, hidden in calls:
-            heard = [r for r in mine if str(r.get("title")).split("[")[0] == name
-                     and r.get("hidden") is hidden]  # check_quick_check[question]
-            trusted = [r for r in heard if r.get("genuine") and r.get("passed")
-                       and not r.get("changed") and not r.get("tainted")]
+            heard = [
+                r
+                for r in mine
+                if str(r.get("title")).split("[")[0] == name
+                and r.get("hidden") is hidden
+            ]  # check_quick_check[question]
+            trusted = [
+                r
+                for r in heard
+                if r.get("genuine")
+                and r.get("passed")
+                and not r.get("changed")
+                and not r.get("tainted")
+            ]
             if trusted:
                 mine.remove(trusted[0])
                 continue
@@ -244,10 +402,11 @@ def cross_check(nb: NotebookNode, records: list[dict],
                 bad = heard[0]
                 why = f"{name}'s pass is not trustworthy: " + "; ".join(
                     (["not called by the real check"] if not bad.get("genuine") else [])
-                    + [f"changed: {', '.join(bad.get('changed', [])[:3])}"] *
-                    bool(bad.get("changed"))
+                    + [f"changed: {', '.join(bad.get('changed', [])[:3])}"]
+                    * bool(bad.get("changed"))
                     + [f"its function reached {', '.join(bad.get('tainted', [])[:3])}"]
-                    * bool(bad.get("tainted")))
+                    * bool(bad.get("tainted"))
+                )
             why += " (hidden cases)" if hidden else ""
             if stopped and not heard:
                 _distrust(cell, f"not run: {stopped}")
@@ -258,15 +417,25 @@ def cross_check(nb: NotebookNode, records: list[dict],
     return flags
 
 
-SEVERITY = ("tamper", "crash", "timeout", "corrupt", "error", "output", "runtime",
-            "scan")
+SEVERITY = (
+    "tamper",
+    "crash",
+    "timeout",
+    "corrupt",
+    "error",
+    "output",
+    "runtime",
+    "scan",
+)
 
 
 def by_severity(flags: list[str]) -> list[str]:
     """Flags that changed a score first, then what ran, then what the scan read."""
+
     def rank(flag: str) -> int:
         kind = flag.split(":", 1)[0]
         return SEVERITY.index(kind) if kind in SEVERITY else len(SEVERITY)
+
     return sorted(flags, key=rank)
 
 

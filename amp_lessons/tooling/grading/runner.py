@@ -49,12 +49,21 @@ def _kernelspec(home: Path) -> Path:
     """A Jupyter data dir whose ``python3`` kernel is the guarded one."""
     spec = home / "kernels" / "python3"
     spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "amp_lessons.tooling.grading.guard",
-                 "-f", "{connection_file}"],
-        "display_name": "Python 3 (graded)",
-        "language": "python",
-    }))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [
+                    sys.executable,
+                    "-m",
+                    "amp_lessons.tooling.grading.guard",
+                    "-f",
+                    "{connection_file}",
+                ],
+                "display_name": "Python 3 (graded)",
+                "language": "python",
+            }
+        )
+    )
     return home
 
 
@@ -75,17 +84,32 @@ def _prepare(job: dict) -> Path:
     config = private / "guard.json"
     fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({k: job[k] for k in ("key", "fifo", "workdir", "package_root",
-                                       "test_cells", "course_cells", "protected")}, f)
-    os.environ.update({
-        guard.CONFIG_ENV: str(config),
-        "JUPYTER_PATH": str(_kernelspec(private / "jupyter")),
-        "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
-        "JUPYTER_CONFIG_DIR": str(private / "config"),
-        "JUPYTER_PLATFORM_DIRS": "1",
-        "IPYTHONDIR": str(private / "ipython"),
-        "MPLCONFIGDIR": str(private / "matplotlib"),
-    })
+        json.dump(
+            {
+                k: job[k]
+                for k in (
+                    "key",
+                    "fifo",
+                    "workdir",
+                    "package_root",
+                    "test_cells",
+                    "course_cells",
+                    "protected",
+                )
+            },
+            f,
+        )
+    os.environ.update(
+        {
+            guard.CONFIG_ENV: str(config),
+            "JUPYTER_PATH": str(_kernelspec(private / "jupyter")),
+            "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
+            "JUPYTER_CONFIG_DIR": str(private / "config"),
+            "JUPYTER_PLATFORM_DIRS": "1",
+            "IPYTHONDIR": str(private / "ipython"),
+            "MPLCONFIGDIR": str(private / "matplotlib"),
+        }
+    )
     return work
 
 
@@ -100,11 +124,19 @@ NBGRADER_EXECUTE = {
     "error_on_timeout": {
         "ename": "CellTimeoutError",
         "evalue": "",
-        "traceback": ["\x1b[0;31mCellTimeoutError\x1b[0m: No reply from kernel before "
-                      "timeout"],
+        "traceback": [
+            "\x1b[0;31mCellTimeoutError\x1b[0m: No reply from kernel before timeout"
+        ],
     },
-    "display_data_priority": ["text/html", "application/pdf", "text/latex",
-                              "image/svg+xml", "image/png", "image/jpeg", "text/plain"],
+    "display_data_priority": [
+        "text/html",
+        "application/pdf",
+        "text/latex",
+        "image/svg+xml",
+        "image/png",
+        "image/jpeg",
+        "text/plain",
+    ],
 }
 
 
@@ -117,11 +149,17 @@ def record_error_reply(cell, cell_index: int, execute_reply: dict) -> None:
     content = execute_reply["content"]
     if content["status"] != "error":
         return
-    if any(output.output_type == "error" and output.ename == content["ename"]
-           for output in cell.outputs):
+    if any(
+        output.output_type == "error" and output.ename == content["ename"]
+        for output in cell.outputs
+    ):
         return
-    error = NotebookNode(output_type="error", ename=content["ename"],
-                         evalue=content["evalue"], traceback=content["traceback"])
+    error = NotebookNode(
+        output_type="error",
+        ename=content["ename"],
+        evalue=content["evalue"],
+        traceback=content["traceback"],
+    )
     if error.traceback == []:
         error.traceback = ["ERROR: An error occurred while showtraceback was disabled"]
     cell.outputs.append(error)
@@ -132,11 +170,14 @@ def notebook_client(nb, work: Path, cell_timeout: int):
     from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
-    return NotebookClient(nb, timeout=cell_timeout,
-                          kernel_manager_class=AsyncKernelManager,
-                          on_cell_executed=record_error_reply,
-                          resources={"metadata": {"path": str(work)}},
-                          **NBGRADER_EXECUTE)
+    return NotebookClient(
+        nb,
+        timeout=cell_timeout,
+        kernel_manager_class=AsyncKernelManager,
+        on_cell_executed=record_error_reply,
+        resources={"metadata": {"path": str(work)}},
+        **NBGRADER_EXECUTE,
+    )
 
 
 def execute(job: dict) -> dict:
@@ -172,8 +213,11 @@ def main() -> int:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     result = os.fdopen(os.dup(1), "wb")  # not inherited: dup() sets close-on-exec
     Path(job["private_dir"]).mkdir(mode=0o700, parents=True, exist_ok=True)
-    log = os.open(Path(job["private_dir"]).parent / "runner.log",
-                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    log = os.open(
+        Path(job["private_dir"]).parent / "runner.log",
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+        0o600,
+    )
     os.dup2(log, 1)
     os.dup2(log, 2)
     document = json.dumps(execute(job)).encode()

@@ -41,11 +41,15 @@ from pathlib import Path
 import nbformat
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # .../amp_lessons
-INSTALL_HINT = ("install bubblewrap: `sudo apt-get install bubblewrap` (Debian, "
-                "Ubuntu), `sudo dnf install bubblewrap` (Fedora)")
-UNSAFE_HINT = ("only on a machine you do not mind student code touching with your "
-               "rights: `make grade GRADE_ARGS=--unsafe-no-sandbox` (or `autograde "
-               "--unsafe-no-sandbox`)")
+INSTALL_HINT = (
+    "install bubblewrap: `sudo apt-get install bubblewrap` (Debian, "
+    "Ubuntu), `sudo dnf install bubblewrap` (Fedora)"
+)
+UNSAFE_HINT = (
+    "only on a machine you do not mind student code touching with your "
+    "rights: `make grade GRADE_ARGS=--unsafe-no-sandbox` (or `autograde "
+    "--unsafe-no-sandbox`)"
+)
 NOTEBOOK_TIMEOUT_S = 600  # per notebook; the course's lessons each run in < 2 min
 WORK_BYTES = 512 * 2**20  # the tmpfs a notebook runs in, and /tmp
 MEMORY_BYTES = 16 * 2**30  # address space of the runner and the kernel
@@ -61,8 +65,17 @@ SANDBOX_UID = 1000
 SANDBOX_HOSTNAME = "grader"
 SANDBOX_HOSTS = f"127.0.0.1\tlocalhost {SANDBOX_HOSTNAME}\n"
 BWRAP_MIN = (0, 8)
-_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
-        "passwd", "group", "host.conf", "fonts")
+_ETC = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "passwd",
+    "group",
+    "host.conf",
+    "fonts",
+)
 
 
 @dataclass
@@ -78,11 +91,12 @@ class Run:
 
 
 def _python_roots() -> list[Path]:
-    roots = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix,
-                                         sys.exec_prefix, sys.base_exec_prefix)}
+    roots = {
+        Path(p).resolve()
+        for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+    }
     roots.add(Path(sys.executable).resolve().parent.parent)
-    return sorted(r for r in roots if not any(r != o and o in r.parents
-                                              for o in roots))
+    return sorted(r for r in roots if not any(r != o and o in r.parents for o in roots))
 
 
 def _system_mounts() -> list[str]:
@@ -102,12 +116,27 @@ def _system_mounts() -> list[str]:
 
 
 def _isolation(user_namespace: bool) -> list[str]:
-    args = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-            "--cap-drop", "ALL", "--clearenv"]
+    args = [
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+    ]
     if user_namespace:
-        args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid",
-                 str(SANDBOX_UID), "--disable-userns"]
+        args += [
+            "--unshare-user",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_UID),
+            "--disable-userns",
+        ]
     return args + ["--proc", "/proc", "--dev", "/dev"]
 
 
@@ -118,22 +147,32 @@ def _probe() -> tuple[list[str] | None, str]:
     if bwrap is None:
         return None, "bubblewrap (bwrap) is not installed"
     try:
-        said = subprocess.run([bwrap, "--version"], capture_output=True, text=True,
-                              timeout=30).stdout
+        said = subprocess.run(
+            [bwrap, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"{bwrap} does not run ({exc})"
     found = re.search(r"(\d+)\.(\d+)", said)
     if not found or tuple(map(int, found.groups())) < BWRAP_MIN:
-        return None, (f"bubblewrap {said.split()[-1] if said.split() else '?'} is "
-                      f"too old: {'.'.join(map(str, BWRAP_MIN))} or newer is needed "
-                      "(--size, --disable-userns); Debian 12 and Ubuntu 24.04 have it")
+        return None, (
+            f"bubblewrap {said.split()[-1] if said.split() else '?'} is "
+            f"too old: {'.'.join(map(str, BWRAP_MIN))} or newer is needed "
+            "(--size, --disable-userns); Debian 12 and Ubuntu 24.04 have it"
+        )
     errors = []
     for user_namespace in (True, False):
         if not user_namespace and os.geteuid() != 0:
             break  # without a user namespace bwrap needs root
         args = _isolation(user_namespace)
-        command = [bwrap, *args, *_system_mounts(), "--", sys.executable, "-c",
-                   "print('sandboxed')"]
+        command = [
+            bwrap,
+            *args,
+            *_system_mounts(),
+            "--",
+            sys.executable,
+            "-c",
+            "print('sandboxed')",
+        ]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
@@ -142,11 +181,14 @@ def _probe() -> tuple[list[str] | None, str]:
         if done.returncode == 0 and done.stdout.strip() == "sandboxed":
             return args, ""
         errors.append(done.stderr.strip()[-300:] or f"exit {done.returncode}")
-    return None, ("bwrap cannot create its sandbox here (" + "; ".join(errors) +
-                  "). User namespaces may be off: enable them (sysctl "
-                  "user.max_user_namespaces=15000; kernel.unprivileged_userns_clone=1 "
-                  "on Debian; kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu "
-                  "24.04), or in Docker run the grader with --privileged")
+    return None, (
+        "bwrap cannot create its sandbox here ("
+        + "; ".join(errors)
+        + "). User namespaces may be off: enable them (sysctl "
+        "user.max_user_namespaces=15000; kernel.unprivileged_userns_clone=1 "
+        "on Debian; kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu "
+        "24.04), or in Docker run the grader with --privileged"
+    )
 
 
 def sandbox_problem() -> str | None:
@@ -159,8 +201,9 @@ def sandbox_problem() -> str | None:
     return f"{problem}. To grade anyway, {UNSAFE_HINT}"
 
 
-def bwrap_command(package_copy: Path, input_dir: Path, fifo: Path,
-                  hosts: Path) -> list[str]:
+def bwrap_command(
+    package_copy: Path, input_dir: Path, fifo: Path, hosts: Path
+) -> list[str]:
     """The bwrap command line that runs the runner on one notebook.
 
     ``hosts`` is a file holding ``SANDBOX_HOSTS``, bound as the sandbox's /etc/hosts.
@@ -170,22 +213,61 @@ def bwrap_command(package_copy: Path, input_dir: Path, fifo: Path,
         raise RuntimeError(problem)
     # /tmp's tmpfs first: a Python or venv that lives under /tmp (a CI clone) is
     # bound on top of it by _system_mounts, not hidden by it
-    return [shutil.which("bwrap"), *args,
-            "--size", str(WORK_BYTES), "--tmpfs", "/tmp",
-            *_system_mounts(),
-            "--hostname", SANDBOX_HOSTNAME, "--ro-bind", str(hosts), "/etc/hosts",
-            "--ro-bind", str(package_copy), str(PACKAGE_DIR),
-            "--ro-bind", str(input_dir), INPUT_DIR,
-            "--size", str(WORK_BYTES), "--tmpfs", WORK_DIR,
-            "--size", str(WORK_BYTES), "--tmpfs", "/dev/shm",
-            "--bind", str(fifo), FIFO,
-            "--chdir", WORK_DIR,
-            "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
-            "--setenv", "PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin",
-            "--setenv", "PYTHONPATH", str(PACKAGE_DIR.parent),
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            "--setenv", "PYTHONNOUSERSITE", "1",
-            "--", sys.executable, "-m", "amp_lessons.tooling.grading.runner"]
+    return [
+        shutil.which("bwrap"),
+        *args,
+        "--size",
+        str(WORK_BYTES),
+        "--tmpfs",
+        "/tmp",
+        *_system_mounts(),
+        "--hostname",
+        SANDBOX_HOSTNAME,
+        "--ro-bind",
+        str(hosts),
+        "/etc/hosts",
+        "--ro-bind",
+        str(package_copy),
+        str(PACKAGE_DIR),
+        "--ro-bind",
+        str(input_dir),
+        INPUT_DIR,
+        "--size",
+        str(WORK_BYTES),
+        "--tmpfs",
+        WORK_DIR,
+        "--size",
+        str(WORK_BYTES),
+        "--tmpfs",
+        "/dev/shm",
+        "--bind",
+        str(fifo),
+        FIFO,
+        "--chdir",
+        WORK_DIR,
+        "--setenv",
+        "HOME",
+        "/tmp",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "PATH",
+        f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "--setenv",
+        "PYTHONPATH",
+        str(PACKAGE_DIR.parent),
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--setenv",
+        "PYTHONNOUSERSITE",
+        "1",
+        "--",
+        sys.executable,
+        "-m",
+        "amp_lessons.tooling.grading.runner",
+    ]
 
 
 class _Evidence(threading.Thread):
@@ -229,11 +311,17 @@ def verify_records(data: bytes, key: str) -> tuple[list[dict], int]:
     return records, forged
 
 
-def run_notebook(nb: nbformat.NotebookNode, input_dir: Path, *,
-                 test_cells: dict[int, str], course_cells: list[str],
-                 protected: list[str], sandbox: bool = True,
-                 timeout: float = NOTEBOOK_TIMEOUT_S,
-                 cell_timeout: int = 180) -> Run:
+def run_notebook(
+    nb: nbformat.NotebookNode,
+    input_dir: Path,
+    *,
+    test_cells: dict[int, str],
+    course_cells: list[str],
+    protected: list[str],
+    sandbox: bool = True,
+    timeout: float = NOTEBOOK_TIMEOUT_S,
+    cell_timeout: int = 180,
+) -> Run:
     """Execute ``nb`` (the sanitized submission) in a sandbox; return what came back.
 
     ``input_dir`` holds its support files; ``test_cells`` maps the index of each
@@ -244,8 +332,11 @@ def run_notebook(nb: nbformat.NotebookNode, input_dir: Path, *,
     scratch = Path(tempfile.mkdtemp(prefix="amp-grade-"))
     try:
         package = scratch / "package" / "amp_lessons"
-        shutil.copytree(PACKAGE_DIR, package, ignore=shutil.ignore_patterns(
-            "__pycache__", "*.pyc", ".ipynb_checkpoints"))
+        shutil.copytree(
+            PACKAGE_DIR,
+            package,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints"),
+        )
         fifo = scratch / "evidence"
         os.mkfifo(fifo, 0o600)
         key = secrets.token_hex(32)
@@ -254,26 +345,50 @@ def run_notebook(nb: nbformat.NotebookNode, input_dir: Path, *,
             hosts.write_text(SANDBOX_HOSTS)
             command = bwrap_command(package, Path(input_dir).resolve(), fifo, hosts)
             env = None
-            paths = {"input_dir": INPUT_DIR, "workdir": WORK_DIR, "fifo": FIFO,
-                     "private_dir": PRIVATE_DIR,
-                     "package_root": str(PACKAGE_DIR.parent)}
+            paths = {
+                "input_dir": INPUT_DIR,
+                "workdir": WORK_DIR,
+                "fifo": FIFO,
+                "private_dir": PRIVATE_DIR,
+                "package_root": str(PACKAGE_DIR.parent),
+            }
         else:
             command = [sys.executable, "-m", "amp_lessons.tooling.grading.runner"]
             env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
-            env.update(PYTHONPATH=str(package.parent), PYTHONDONTWRITEBYTECODE="1",
-                       HOME=str(scratch / "home"))
-            paths = {"input_dir": str(input_dir), "workdir": str(scratch / "work"),
-                     "fifo": str(fifo), "private_dir": str(scratch / "home" / ".guard"),
-                     "package_root": str(package.parent)}
-        job = {**paths, "notebook": nb, "name": "notebook.ipynb", "key": key,
-               "test_cells": {str(i): s for i, s in test_cells.items()},
-               "course_cells": course_cells, "protected": protected,
-               "cell_timeout": cell_timeout, "memory_bytes": MEMORY_BYTES}
+            env.update(
+                PYTHONPATH=str(package.parent),
+                PYTHONDONTWRITEBYTECODE="1",
+                HOME=str(scratch / "home"),
+            )
+            paths = {
+                "input_dir": str(input_dir),
+                "workdir": str(scratch / "work"),
+                "fifo": str(fifo),
+                "private_dir": str(scratch / "home" / ".guard"),
+                "package_root": str(package.parent),
+            }
+        job = {
+            **paths,
+            "notebook": nb,
+            "name": "notebook.ipynb",
+            "key": key,
+            "test_cells": {str(i): s for i, s in test_cells.items()},
+            "course_cells": course_cells,
+            "protected": protected,
+            "cell_timeout": cell_timeout,
+            "memory_bytes": MEMORY_BYTES,
+        }
         evidence = _Evidence(fifo)
         evidence.start()
-        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env, cwd=scratch,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=scratch,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout)
             reason = None
@@ -296,8 +411,10 @@ def run_notebook(nb: nbformat.NotebookNode, input_dir: Path, *,
 def _result(out: bytes, err: bytes, returncode: int, run: Run, key: str) -> Run:
     tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
     if returncode != 0 or not out:
-        run.reason = (f"crash: the sandboxed run ended with exit {returncode} and no "
-                      f"result ({tail[0][:200]})")
+        run.reason = (
+            f"crash: the sandboxed run ended with exit {returncode} and no "
+            f"result ({tail[0][:200]})"
+        )
         return run
     if len(out) > RESULT_MAX_BYTES:
         run.reason = f"output too large: {len(out) / 2**20:.0f} MiB of notebook"
@@ -305,8 +422,10 @@ def _result(out: bytes, err: bytes, returncode: int, run: Run, key: str) -> Run:
     mac, _, payload = out.partition(b"\n")
     good = hmac.new(bytes.fromhex(key), payload, "sha256").hexdigest().encode()
     if not hmac.compare_digest(mac, good):
-        run.reason = ("crash: the result did not verify (something besides the "
-                      "runner wrote to its output); scored as not run")
+        run.reason = (
+            "crash: the result did not verify (something besides the "
+            "runner wrote to its output); scored as not run"
+        )
         return run
     try:
         document = json.loads(payload)

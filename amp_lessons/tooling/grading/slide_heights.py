@@ -26,8 +26,12 @@ IMG_MAX_H = 440  # CSS max-height of a plot: a picture leaves room for its quest
 TEXT_W = ROOM_W - 43  # the markdown column
 PARA_LH, LIST_LH, TEXT_CHAR_W, BLOCK_GAP = 26.0, 32.0, 10.9, 20.0
 LIST_INDENT, LIST_GAP = 60.0, 10.0
-HEADING = {1: (60.0, 24.6, 50.0), 2: (38.4, 16.3, 39.2), 3: (31.2, 13.3, 35.6),
-           4: (28.0, 11.5, 32.0)}  # line height, character width, margins
+HEADING = {
+    1: (60.0, 24.6, 50.0),
+    2: (38.4, 16.3, 39.2),
+    3: (31.2, 13.3, 35.6),
+    4: (28.0, 11.5, 32.0),
+}  # line height, character width, margins
 CODE_LH, CODE_CHAR_W, CODE_CELL = 22.75, 11.45, 32.3  # CODE_CELL: box and margins
 OUT_LH, OUT_PAD, OUT_AREA, IMG_PAD = 22.8, 16.0, 27.0, 32.0
 OUT_W = ROOM_W - 90  # a printed line's room, measured (output area, 100% wide)
@@ -73,8 +77,11 @@ def markdown_blocks(source: str) -> list[str]:
             continue
         if stripped.startswith(("```", "~~~", "$$")):
             cut()
-            one_line_math = stripped.startswith("$$") and len(stripped) > 2 \
+            one_line_math = (
+                stripped.startswith("$$")
+                and len(stripped) > 2
                 and stripped.endswith("$$")
+            )
             fence = None if one_line_math else stripped[:3]
             current.append(line)
             continue
@@ -85,8 +92,12 @@ def markdown_blocks(source: str) -> list[str]:
             current.append(line)
             cut()
         else:
-            if current and _BULLET.match(line) and not _BULLET.match(current[0]) \
-                    and not current[0].lstrip().startswith(("|", ">")):
+            if (
+                current
+                and _BULLET.match(line)
+                and not _BULLET.match(current[0])
+                and not current[0].lstrip().startswith(("|", ">"))
+            ):
                 cut()
             current.append(line)
     cut()
@@ -100,7 +111,7 @@ def block_height(block: str) -> float:
     heading = re.match(r"(#{1,6})(?!#)", first)
     if heading:
         line_h, char_w, gap = HEADING.get(len(heading.group(1)), HEADING[4])
-        return line_h * _lines(_visible(first[heading.end():]), TEXT_W, char_w) + gap
+        return line_h * _lines(_visible(first[heading.end() :]), TEXT_W, char_w) + gap
     if first.startswith(("```", "~~~")):
         return (len(lines) - 2) * CODE_LH + CODE_CELL
     if first.startswith(">"):  # a quote: 70% wide
@@ -110,14 +121,23 @@ def block_height(block: str) -> float:
     if first.startswith("$$"):
         return 2.5 * PARA_LH + BLOCK_GAP
     if all(line.lstrip().startswith("|") for line in lines):
-        rows = [[c.strip() for c in line.strip().strip("|").split("|")]
-                for line in lines if not re.match(r"^\s*\|[\s:|-]+\|\s*$", line)]
+        rows = [
+            [c.strip() for c in line.strip().strip("|").split("|")]
+            for line in lines
+            if not re.match(r"^\s*\|[\s:|-]+\|\s*$", line)
+        ]
         ncols = max(map(len, rows))
-        longest = [max((_visible(r[i]) for r in rows if i < len(r)), default=1) + 2
-                   for i in range(ncols)]  # auto layout: wider where text is longer
+        longest = [
+            max((_visible(r[i]) for r in rows if i < len(r)), default=1) + 2
+            for i in range(ncols)
+        ]  # auto layout: wider where text is longer
         widths = [max(80.0, TEXT_W * n / sum(longest)) - 16 for n in longest]
-        height = sum(ROW_PAD + ROW_LH * max(_lines(_visible(c), widths[i], TEXT_CHAR_W)
-                                            for i, c in enumerate(r)) for r in rows)
+        height = sum(
+            ROW_PAD
+            + ROW_LH
+            * max(_lines(_visible(c), widths[i], TEXT_CHAR_W) for i, c in enumerate(r))
+            for r in rows
+        )
         return height + BLOCK_GAP
     if not _BULLET.match(first):
         text = " ".join(line.strip() for line in lines)
@@ -141,8 +161,9 @@ def _png_size(data: str) -> tuple[int, int]:
 
 def text_height(text: str, line_h: float = OUT_LH, width: float = OUT_W) -> float:
     """Monospace lines, wrapped at `width`."""
-    rows = sum(_lines(len(line), width, CODE_CHAR_W)
-               for line in text.rstrip("\n").split("\n"))
+    rows = sum(
+        _lines(len(line), width, CODE_CHAR_W) for line in text.rstrip("\n").split("\n")
+    )
     return rows * line_h
 
 
@@ -170,8 +191,13 @@ def output_height(output) -> float:
         html = "".join(html) if isinstance(html, list) else html
         rows = html.count("<tr")
         text = re.sub(r"<[^>]+>", " ", html)
-        return rows * (ROW_LH + 2.5) + PARA_LH * _lines(
-            len(" ".join(text.split())), TEXT_W, TEXT_CHAR_W) * (rows == 0) + OUT_PAD
+        return (
+            rows * (ROW_LH + 2.5)
+            + PARA_LH
+            * _lines(len(" ".join(text.split())), TEXT_W, TEXT_CHAR_W)
+            * (rows == 0)
+            + OUT_PAD
+        )
     if "text/plain" in data:
         return text_height(data["text/plain"]) + OUT_PAD
     return 0.0
@@ -183,14 +209,20 @@ def cell_height(cell) -> float:
         return 0.0
     if cell.cell_type == "markdown":
         blocks = markdown_blocks(cell.source)
-        lead = 0.0 if blocks and (blocks[0].lstrip().startswith("#") or _BULLET.match(
-            blocks[0])) else BLOCK_GAP
+        lead = (
+            0.0
+            if blocks
+            and (blocks[0].lstrip().startswith("#") or _BULLET.match(blocks[0]))
+            else BLOCK_GAP
+        )
         return lead + sum(map(block_height, blocks))
     if cell.cell_type != "code":
         return 0.0
-    shown = "" if OUTPUT_ONLY in cell.get("metadata", {}).get("tags", []) \
-        else cell.source
-    height = text_height(shown, CODE_LH, ROOM_W - 16) + CODE_CELL \
-        if shown.strip() else 0.0
+    shown = (
+        "" if OUTPUT_ONLY in cell.get("metadata", {}).get("tags", []) else cell.source
+    )
+    height = (
+        text_height(shown, CODE_LH, ROOM_W - 16) + CODE_CELL if shown.strip() else 0.0
+    )
     outputs = cell.get("outputs", [])
     return height + sum(map(output_height, outputs)) + OUT_AREA * bool(outputs)

@@ -108,8 +108,9 @@ document.addEventListener("load", (e) => {  // a picture decoded late
 {% endblock footer_js %}
 """
 for _name in ("STAGE_W", "STAGE_H", "PAD_X", "PAD_Y", "IMG_MAX_H", "MIN_ZOOM"):
-    SLIDES_TEMPLATE = SLIDES_TEMPLATE.replace(f"__{_name}__",
-                                              str(getattr(slide_heights, _name)))
+    SLIDES_TEMPLATE = SLIDES_TEMPLATE.replace(
+        f"__{_name}__", str(getattr(slide_heights, _name))
+    )
 ASSETS = "_assets"  # beside the .slides.html files
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"  # one jupyter-server-mathjax ships
 WIDGET_NOTE = "[interactive widget: open this lesson in JupyterLab to use it]"
@@ -118,8 +119,10 @@ WIDGET_NOTE = "[interactive widget: open this lesson in JupyterLab to use it]"
 def _package_dir(name: str, inside: str) -> Path:
     spec = find_spec(name)  # locates the files without importing the package
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"{name} is not installed; it ships the {inside} the "
-                           "offline slides use: pip install -e '.[instructor]'")
+        raise RuntimeError(
+            f"{name} is not installed; it ships the {inside} the "
+            "offline slides use: pip install -e '.[instructor]'"
+        )
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -134,13 +137,21 @@ def copy_slide_assets(out_dir: Path) -> Path:
     mathjax = _package_dir("jupyter_server_mathjax", "MathJax") / "static"
     assets = Path(out_dir) / ASSETS
     shutil.rmtree(assets, ignore_errors=True)
-    keep = ["dist/reveal.js", "dist/reveal.css", "dist/reset.css",
-            "dist/theme/white.css", "plugin/notes/notes.js", "LICENSE"]
+    keep = [
+        "dist/reveal.js",
+        "dist/reveal.css",
+        "dist/reset.css",
+        "dist/theme/white.css",
+        "plugin/notes/notes.js",
+        "LICENSE",
+    ]
     for rel in keep:
         (assets / "reveal.js" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(reveal / rel, assets / "reveal.js" / rel)
-    shutil.copytree(reveal / "dist/theme/fonts/source-sans-pro",
-                    assets / "reveal.js/dist/theme/fonts/source-sans-pro")
+    shutil.copytree(
+        reveal / "dist/theme/fonts/source-sans-pro",
+        assets / "reveal.js/dist/theme/fonts/source-sans-pro",
+    )
     shutil.copytree(mathjax, assets / "mathjax")
     return assets
 
@@ -151,8 +162,14 @@ def slides_exporter():
     from traitlets.config import Config
 
     # deck_layout tags the cells that show a cut-off output without its code again
-    config = Config({"TagRemovePreprocessor": {
-        "enabled": True, "remove_input_tags": {slide_heights.OUTPUT_ONLY}}})
+    config = Config(
+        {
+            "TagRemovePreprocessor": {
+                "enabled": True,
+                "remove_input_tags": {slide_heights.OUTPUT_ONLY},
+            }
+        }
+    )
     return SlidesExporter(
         config=config,
         raw_template=SLIDES_TEMPLATE,
@@ -181,19 +198,32 @@ def execute_notebooks(notebooks: Sequence[Path], out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [Path(p).resolve() for p in notebooks]
-    command = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook",
-               "--execute", f"--ExecutePreprocessor.timeout={CELL_TIMEOUT_S}",
-               f"--output-dir={out_dir.resolve()}", *map(str, paths)]
-    result = subprocess.run(command, env=jupyter_env(out_dir), capture_output=True,
-                            text=True)
+    command = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "nbconvert",
+        "--to",
+        "notebook",
+        "--execute",
+        f"--ExecutePreprocessor.timeout={CELL_TIMEOUT_S}",
+        f"--output-dir={out_dir.resolve()}",
+        *map(str, paths),
+    ]
+    result = subprocess.run(
+        command, env=jupyter_env(out_dir), capture_output=True, text=True
+    )
     if result.returncode != 0:
-        raise RuntimeError("a notebook failed to execute for the slides:\n"
-                           f"{(result.stdout + result.stderr)[-4000:]}")
+        raise RuntimeError(
+            "a notebook failed to execute for the slides:\n"
+            f"{(result.stdout + result.stderr)[-4000:]}"
+        )
     return [out_dir / p.name for p in paths]
 
 
-def export_slides(notebooks: Sequence[Path], out_dir: Path = SLIDES_DIR,
-                  execute: bool = False) -> list[Path]:
+def export_slides(
+    notebooks: Sequence[Path], out_dir: Path = SLIDES_DIR, execute: bool = False
+) -> list[Path]:
     """``jupyter nbconvert --to slides`` for each notebook, offline, into ``out_dir``.
 
     With ``execute=True`` each lesson runs first, so the deck shows what this machine
@@ -214,8 +244,10 @@ def export_slides(notebooks: Sequence[Path], out_dir: Path = SLIDES_DIR,
     else:
         nbs = [nbformat.read(p, as_version=4) for p in sources]
     exporter = slides_exporter()
-    return [export_deck(nb, path.stem, out_dir, exporter)
-            for path, nb in zip(sources, nbs, strict=True)]
+    return [
+        export_deck(nb, path.stem, out_dir, exporter)
+        for path, nb in zip(sources, nbs, strict=True)
+    ]
 
 
 def export_deck(nb, name: str, out_dir: Path, exporter=None) -> Path:
@@ -268,8 +300,10 @@ def offline_problems(html: Path) -> list[str]:
             if not local.exists():
                 problems.append(f"{html.name} loads {url}, missing at {local}")
             elif local.suffix == ".css" and _CSS_REMOTE.search(local.read_text()):
-                problems.append(f"{local.name} (linked by {html.name}) imports a "
-                                "remote stylesheet or font")
+                problems.append(
+                    f"{local.name} (linked by {html.name}) imports a "
+                    "remote stylesheet or font"
+                )
     for style in re.findall(r"<style[^>]*>(.*?)</style>", text, re.S | re.I):
         if _CSS_REMOTE.search(style):
             problems.append(f"{html.name}: an inline style imports from the network")

@@ -44,9 +44,13 @@ def _statements(source: str) -> list[ast.stmt] | None:
 
 
 def _is_check_call(node: ast.AST, names=("check_",)) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and isinstance(node.func.value, ast.Name) and node.func.value.id == ALIAS
-            and node.func.attr.startswith(names))
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == ALIAS
+        and node.func.attr.startswith(names)
+    )
 
 
 def calls_a_check(source: str) -> bool:
@@ -63,8 +67,12 @@ def check_calls(source: str) -> list[tuple[str, bool]]:
     calls = []
     for node in _statements(source) or []:
         if isinstance(node, ast.Expr) and _is_check_call(node.value):
-            hidden = any(k.arg == "hidden" and isinstance(k.value, ast.Constant)
-                         and k.value.value is True for k in node.value.keywords)
+            hidden = any(
+                k.arg == "hidden"
+                and isinstance(k.value, ast.Constant)
+                and k.value.value is True
+                for k in node.value.keywords
+            )
             calls.append((node.value.func.attr, hidden))
     return calls
 
@@ -79,13 +87,17 @@ def test_cell_problems(source: str) -> list[str]:
     fix = "; run `python -m amp_lessons.grading fix-tests NOTEBOOK`"
     header = [ast.unparse(node) for node in body[:2]]
     if tuple(header) != HEADER:
-        return ["must start with `" + "` and `".join(HEADER) + "` (the check comes "
-                "from the package, not from a name the notebook can rebind)" + fix]
+        return [
+            "must start with `" + "` and `".join(HEADER) + "` (the check comes "
+            "from the package, not from a name the notebook can rebind)" + fix
+        ]
     problems = []
     for node in body[2:]:
         if not (isinstance(node, ast.Expr) and _is_check_call(node.value)):
-            problems.append(f"`{ast.unparse(node)[:60]}`: after the header a test "
-                            f"cell holds only `{ALIAS}.check_*(...)` calls" + fix)
+            problems.append(
+                f"`{ast.unparse(node)[:60]}`: after the header a test "
+                f"cell holds only `{ALIAS}.check_*(...)` calls" + fix
+            )
     if not check_calls(source):
         problems.append(f"calls no `{ALIAS}.check_*`")
     return problems
@@ -99,8 +111,11 @@ def rewrite_test_source(source: str) -> str:
     """
     if not calls_a_check(source) or not test_cell_problems(source):
         return source
-    lines = [line for line in source.splitlines() if not _IMPORT.match(line)
-             and line.strip() not in HEADER]
+    lines = [
+        line
+        for line in source.splitlines()
+        if not _IMPORT.match(line) and line.strip() not in HEADER
+    ]
     body = "\n".join(_BARE_CALL.sub(rf"{ALIAS}.\1\2", line) for line in lines)
     return "\n".join(HEADER) + "\n" + body.lstrip("\n")
 
@@ -131,8 +146,11 @@ def fix_test_cells(path: Path) -> int:
     changed, kept = 0, []
     for cell in nb.cells:
         if cell.cell_type == "code":
-            new = rewrite_test_source(cell.source) if is_test_cell(cell) else \
-                _drop_check_imports(cell.source)
+            new = (
+                rewrite_test_source(cell.source)
+                if is_test_cell(cell)
+                else _drop_check_imports(cell.source)
+            )
             if new != cell.source:
                 cell.source, changed = new, changed + 1
                 if not new.strip():
@@ -147,6 +165,9 @@ def fix_test_cells(path: Path) -> int:
 def lint_test_cells(path: Path) -> list[str]:
     """`test_cell_problems` of every graded test cell of a notebook, located."""
     nb = nbformat.read(path, as_version=4)
-    return [f"{locate(path, i, cell)}: test cell {problem}"
-            for i, cell in enumerate(nb.cells) if is_test_cell(cell)
-            for problem in test_cell_problems(cell.source)]
+    return [
+        f"{locate(path, i, cell)}: test cell {problem}"
+        for i, cell in enumerate(nb.cells)
+        if is_test_cell(cell)
+        for problem in test_cell_problems(cell.source)
+    ]

@@ -48,10 +48,14 @@ SPANISH = "es"  # the Spanish edition: notebooks/es/ -> build/site/es/
 # Each index's link to the other edition: raw HTML, since the other edition is a page
 # of another Sphinx project (a MyST link would be looked up as a document of this one)
 EDITION_LINKS = {
-    "en": ('<p class="edition-link"><a href="es/index.html" hreflang="es" lang="es">'
-           "Versión en español</a></p>"),
-    "es": ('<p class="edition-link"><a href="../index.html" hreflang="en" lang="en">'
-           "English version</a></p>"),
+    "en": (
+        '<p class="edition-link"><a href="es/index.html" hreflang="es" lang="es">'
+        "Versión en español</a></p>"
+    ),
+    "es": (
+        '<p class="edition-link"><a href="../index.html" hreflang="en" lang="en">'
+        "English version</a></p>"
+    ),
 }
 
 # The Spanish edition's words for what the theme, Sphinx and myst-nb print in English
@@ -64,19 +68,29 @@ SPANISH_CHROME = (
     ('title="Link to this heading"', 'title="Enlace a este encabezado"'),
     ('aria-label="Main"', 'aria-label="Navegación principal"'),
     ('aria-label="Page"', 'aria-label="Contenido de la página"'),
-    ('title="Toggle primary sidebar"',
-     'title="Mostrar u ocultar la barra lateral principal"'),
-    ('title="Toggle secondary sidebar"',
-     'title="Mostrar u ocultar la barra lateral secundaria"'),
+    (
+        'title="Toggle primary sidebar"',
+        'title="Mostrar u ocultar la barra lateral principal"',
+    ),
+    (
+        'title="Toggle secondary sidebar"',
+        'title="Mostrar u ocultar la barra lateral secundaria"',
+    ),
     # myst-nb's collapsed cells (the proof cells): "Show code cell {type}"
-    ('aria-label="Toggle hidden content"',
-     'aria-label="Mostrar u ocultar el contenido plegado"'),
-    *((f">{verb} code cell {kind}<", f">{verbo} {what}<")
-      for verb, verbo in (("Show", "Mostrar"), ("Hide", "Ocultar"))
-      for kind, what in (("source", "el código de la celda"),
-                         ("outputs", "la salida de la celda"),
-                         ("output", "la salida de la celda"),
-                         ("content", "la celda"))),
+    (
+        'aria-label="Toggle hidden content"',
+        'aria-label="Mostrar u ocultar el contenido plegado"',
+    ),
+    *(
+        (f">{verb} code cell {kind}<", f">{verbo} {what}<")
+        for verb, verbo in (("Show", "Mostrar"), ("Hide", "Ocultar"))
+        for kind, what in (
+            ("source", "el código de la celda"),
+            ("outputs", "la salida de la celda"),
+            ("output", "la salida de la celda"),
+            ("content", "la celda"),
+        )
+    ),
 )
 # Sphinx's search page messages that its Spanish catalogue leaves empty (the count of
 # pages found) or garbles ("ningún documentos ... usted allá seleccionado"); a script
@@ -84,14 +98,16 @@ SPANISH_CHROME = (
 SPANISH_SEARCH_SCRIPT = "search_es.js"
 SPANISH_SEARCH_MESSAGES = {
     "Your search did not match any documents. Please make sure that all words are "
-    "spelled correctly and that you've selected enough categories.":
+    "spelled correctly and that you've selected enough categories.": (
         "Su búsqueda no coincide con ninguna página. Compruebe que todas las "
-        "palabras están bien escritas.",
+        "palabras están bien escritas."
+    ),
     # one, a million (Spanish "many"), any other number: Sphinx's plural_expr for es
     "Search finished, found one page matching the search query.": [
         "Búsqueda terminada: una página coincide con la consulta.",
         "Búsqueda terminada: ${resultCount} páginas coinciden con la consulta.",
-        "Búsqueda terminada: ${resultCount} páginas coinciden con la consulta."],
+        "Búsqueda terminada: ${resultCount} páginas coinciden con la consulta.",
+    ],
 }
 
 # The course's icon: a 16-bit float's three fields (sign, exponent, mantissa)
@@ -173,19 +189,30 @@ def readme_lessons(readme: Path = README) -> dict[str, dict[str, str]]:
 
 
 BANNER = {
-    "en": {"executed": ("**Executed on** torch {torch}, {device} ({device_name}), "
-                        "{date}: every output on this page comes from that run. Run "
-                        "the lesson to measure your own machine."),
-           "unrecorded": ("**Executed on**: not recorded (this copy was not executed "
-                          "by `python -m amp_lessons.tooling.site execute`)."),
-           "colab": BADGE_START + " [open this lesson in Colab]({url})."},
-    "es": {"executed": ("**Ejecutada en** torch {torch}, {device} ({device_name}), "
-                        "{date}: cada salida de esta página procede de esa ejecución. "
-                        "Ejecute la lección para medir su propia máquina."),
-           "unrecorded": ("**Ejecutada en**: no consta (esta copia no la ejecutó "
-                          "`python -m amp_lessons.tooling.site execute`)."),
-           "colab": ("Ejecútela sin instalar nada: [abra esta lección en "
-                     "Colab]({url}).")},
+    "en": {
+        "executed": (
+            "**Executed on** torch {torch}, {device} ({device_name}), "
+            "{date}: every output on this page comes from that run. Run "
+            "the lesson to measure your own machine."
+        ),
+        "unrecorded": (
+            "**Executed on**: not recorded (this copy was not executed "
+            "by `python -m amp_lessons.tooling.site execute`)."
+        ),
+        "colab": BADGE_START + " [open this lesson in Colab]({url}).",
+    },
+    "es": {
+        "executed": (
+            "**Ejecutada en** torch {torch}, {device} ({device_name}), "
+            "{date}: cada salida de esta página procede de esa ejecución. "
+            "Ejecute la lección para medir su propia máquina."
+        ),
+        "unrecorded": (
+            "**Ejecutada en**: no consta (esta copia no la ejecutó "
+            "`python -m amp_lessons.tooling.site execute`)."
+        ),
+        "colab": ("Ejecútela sin instalar nada: [abra esta lección en Colab]({url})."),
+    },
 }
 
 
@@ -203,8 +230,9 @@ class Home:
         return cls(repository_url())
 
 
-def banner(nb, name: str, repository: str | None, lang: str = "en",
-           branch: str = "main") -> str:
+def banner(
+    nb, name: str, repository: str | None, lang: str = "en", branch: str = "main"
+) -> str:
     """What the page says under its title: what executed it, where to run it (the
     lesson on ``branch`` of ``repository``, in Colab)."""
     text = BANNER[lang]
@@ -243,51 +271,73 @@ def readme_intro(readme: Path = README) -> str:
     """The README's first paragraph of prose, what the course is: not its title, nor
     the line under it that links the Spanish README (README.es.md)."""
     paragraphs = Path(readme).read_text(encoding="utf-8").split("\n\n")
-    return next(p for p in paragraphs
-                if not p.startswith("#") and "(README.es.md)" not in p)
+    return next(
+        p for p in paragraphs if not p.startswith("#") and "(README.es.md)" not in p
+    )
 
 
-def index_page(titles: dict[str, str], table: dict[str, dict[str, str]],
-               other_edition: str = "") -> str:
+def index_page(
+    titles: dict[str, str], table: dict[str, dict[str, str]], other_edition: str = ""
+) -> str:
     """The front page: what the course is and the lesson table (from the README);
     ``other_edition``: the link to the Spanish edition (`EDITION_LINKS`), if built."""
     intro = readme_intro()
-    rows = ["| # | lesson | you leave knowing | widget | study time: core + optional |",
-            "|---|---|---|---|---|"]
+    rows = [
+        "| # | lesson | you leave knowing | widget | study time: core + optional |",
+        "|---|---|---|---|---|",
+    ]
     for stem, title in titles.items():
         row = table.get(stem, {})
         study = next((v for k, v in row.items() if k.startswith("study time")), "")
-        rows.append(f"| {stem[:2]} | {{doc}}`{title} <{stem}>` | "
-                    f"{row.get('you leave knowing', '')} | {row.get('widget', '')} | "
-                    f"{study} |")
-    return "\n\n".join([
-        f"# {TITLE}", *([other_edition] if other_edition else []), intro,
-        "Each lesson below was executed for this site; its page says on what. "
-        "Exercises show their starting point and hint, never the solution: run the "
-        "lessons (JupyterLab, or Colab where linked) to solve them and get feedback. "
-        "Widgets are pictures here; they move in JupyterLab.",
-        "\n".join(rows), _toctree(titles), ""])
+        rows.append(
+            f"| {stem[:2]} | {{doc}}`{title} <{stem}>` | "
+            f"{row.get('you leave knowing', '')} | {row.get('widget', '')} | "
+            f"{study} |"
+        )
+    return "\n\n".join(
+        [
+            f"# {TITLE}",
+            *([other_edition] if other_edition else []),
+            intro,
+            "Each lesson below was executed for this site; its page says on what. "
+            "Exercises show their starting point and hint, never the solution: run "
+            "the lessons (JupyterLab, or Colab where linked) to solve them and get "
+            "feedback. "
+            "Widgets are pictures here; they move in JupyterLab.",
+            "\n".join(rows),
+            _toctree(titles),
+            "",
+        ]
+    )
 
 
-def spanish_index_page(titles: dict[str, str], times: dict[str, str],
-                       english_titles: dict[str, str],
-                       untranslated: Iterable[str] | None = None) -> str:
+def spanish_index_page(
+    titles: dict[str, str],
+    times: dict[str, str],
+    english_titles: dict[str, str],
+    untranslated: Iterable[str] | None = None,
+) -> str:
     """The Spanish edition's front page. Its lesson table holds what the Spanish
     notebooks themselves say (the README's table is in English): each one's first
     heading and its study time (`spanish_study_time`); the lessons not translated
     (yet), ``untranslated`` (stems: those with no Spanish notebook; by default every
     English lesson not in ``titles``), are named by their English titles, with a link
     to the English edition. A Spanish lesson left out of a partial build is not one."""
-    rows = ["| # | lección | tiempo de estudio: ruta principal + partes opcionales |",
-            "|---|---|---|"]
+    rows = [
+        "| # | lección | tiempo de estudio: ruta principal + partes opcionales |",
+        "|---|---|---|",
+    ]
     for stem, title in titles.items():
-        rows.append(f"| {stem[:2]} | {{doc}}`{title} <{stem}>` | "
-                    f"{times.get(stem, '')} |")
-    missing = set(english_titles) - set(titles) if untranslated is None else set(
-        untranslated)
+        rows.append(
+            f"| {stem[:2]} | {{doc}}`{title} <{stem}>` | {times.get(stem, '')} |"
+        )
+    missing = (
+        set(english_titles) - set(titles) if untranslated is None else set(untranslated)
+    )
     only_english = [title for stem, title in english_titles.items() if stem in missing]
     parts = [
-        f"# {TITLE}", EDITION_LINKS["es"],
+        f"# {TITLE}",
+        EDITION_LINKS["es"],
         "Un curso práctico de entrenamiento con precisión mixta en PyTorch: desde los "
         "bits de un float16 hasta un bucle de entrenamiento real con `torch.amp`, "
         "pasando por gradientes reales que sufren underflow en fp16 y un escalador de "
@@ -299,11 +349,13 @@ def spanish_index_page(titles: dict[str, str], times: dict[str, str],
         "solución: ejecute las lecciones (en JupyterLab, o en Colab donde haya enlace) "
         "para resolverlos y recibir la corrección al momento. Aquí los widgets son "
         "imágenes; en JupyterLab se mueven.",
-        "\n".join(rows)]
+        "\n".join(rows),
+    ]
     if only_english:
-        parts.append('Aún solo en inglés (en la <a href="../index.html" hreflang="en">'
-                     "versión en inglés</a> de este sitio): "
-                     + "; ".join(only_english) + ".")
+        parts.append(
+            'Aún solo en inglés (en la <a href="../index.html" hreflang="en">'
+            "versión en inglés</a> de este sitio): " + "; ".join(only_english) + "."
+        )
     return "\n\n".join([*parts, _toctree(titles), ""])
 
 
@@ -313,22 +365,29 @@ def _mathjax() -> Path:
     return _package_dir("jupyter_server_mathjax", "MathJax") / "static"
 
 
-def write_sources(executed: dict[str, Path], src: Path,
-                  notebooks_dir: Path = NOTEBOOKS_DIR, lang: str = "en",
-                  index: Callable[[dict[str, str]], str] | None = None,
-                  leaks: set[str] | None = None,
-                  home: Home | None = None) -> tuple[set[str], dict[str, str]]:
+def write_sources(
+    executed: dict[str, Path],
+    src: Path,
+    notebooks_dir: Path = NOTEBOOKS_DIR,
+    lang: str = "en",
+    index: Callable[[dict[str, str]], str] | None = None,
+    leaks: set[str] | None = None,
+    home: Home | None = None,
+) -> tuple[set[str], dict[str, str]]:
     """The Sphinx project of one edition in ``src``: its sanitized lessons (sources in
     ``notebooks_dir``), conf, and its index: ``index(titles)``, by default the English
     one. ``leaks``: the solution lines no page may show, by default those of these
     lessons and their executed copies (which may come from another commit). ``home``:
     where its Colab links and repository button point (default: pyproject's).
     Returns the leaks and each page's title."""
-    copies = {stem: nbformat.read(path, as_version=4)
-              for stem, path in executed.items()}
+    copies = {
+        stem: nbformat.read(path, as_version=4) for stem, path in executed.items()
+    }
     if leaks is None:
-        sources = [nbformat.read(Path(notebooks_dir) / f"{stem}.ipynb", as_version=4)
-                   for stem in executed]
+        sources = [
+            nbformat.read(Path(notebooks_dir) / f"{stem}.ipynb", as_version=4)
+            for stem in executed
+        ]
         leaks = sanitize.solution_lines([*sources, *copies.values()])
     home = home or Home.from_pyproject()
     repository = home.repository
@@ -336,18 +395,25 @@ def write_sources(executed: dict[str, Path], src: Path,
     for stem, nb in copies.items():
         said = banner(nb, f"{stem}.ipynb", repository, lang, home.branch)
         page = sanitize.sanitize(nb, leaks, said, lang)
-        page.cells[0].source = sanitize.strip_colab_line(page.cells[0].source,
-                                                         BADGE_START)
+        page.cells[0].source = sanitize.strip_colab_line(
+            page.cells[0].source, BADGE_START
+        )
         titles[stem] = lesson_title(page)
         nbformat.write(page, src / f"{stem}.ipynb")
     if index is None:
+
         def index(titles):
             return index_page(titles, readme_lessons())
+
     (src / "index.md").write_text(index(titles), encoding="utf-8")
     # one search box: the sidebar's (the header's would be a second one)
-    options = {"use_download_button": False, "use_source_button": False,
-               "home_page_in_toc": True, "show_navbar_depth": 1,
-               "navbar_persistent": []}
+    options = {
+        "use_download_button": False,
+        "use_source_button": False,
+        "home_page_in_toc": True,
+        "show_navbar_depth": 1,
+        "navbar_persistent": [],
+    }
     if repository:
         options.update(repository_url=repository, use_repository_button=True)
     if lang in SEARCH_BAR_TEXT:
@@ -364,11 +430,19 @@ def write_sources(executed: dict[str, Path], src: Path,
             "// Written by amp_lessons.tooling.site.build: what Sphinx's Spanish "
             "catalogue lacks\nObject.assign(Documentation.TRANSLATIONS, "
             + json.dumps(SPANISH_SEARCH_MESSAGES, ensure_ascii=False, indent=1)
-            + ");\n", encoding="utf-8")
-    (src / "conf.py").write_text(CONF.format(title=TITLE, language=lang,
-                                             theme_options=options, mathjax=mathjax,
-                                             mathjax_config=MATHJAX_CONFIG,
-                                             js_files=js_files))
+            + ");\n",
+            encoding="utf-8",
+        )
+    (src / "conf.py").write_text(
+        CONF.format(
+            title=TITLE,
+            language=lang,
+            theme_options=options,
+            mathjax=mathjax,
+            mathjax_config=MATHJAX_CONFIG,
+            js_files=js_files,
+        )
+    )
     if lang == "en":
         shutil.copytree(_mathjax(), src / "_static" / "mathjax")
     return leaks, titles
@@ -377,9 +451,22 @@ def write_sources(executed: dict[str, Path], src: Path,
 def _sphinx(src: Path, html: Path, doctrees: Path) -> None:
     """Build ``src`` into ``html``; myst-nb also writes ``html/../jupyter_execute``."""
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E",
-         "-d", str(doctrees), str(src), str(html)],
-        capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-q",
+            "-E",
+            "-d",
+            str(doctrees),
+            str(src),
+            str(html),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         raise RuntimeError("Sphinx failed:\n" + (result.stdout + result.stderr)[-4000:])
     if result.stderr.strip():
@@ -400,9 +487,13 @@ def translate_chrome(html_dir: Path) -> None:
             page.write_text(text, encoding="utf-8")
 
 
-def build_site(executed: Path | None = None, out: Path = SITE_DIR,
-               notebooks_dir: Path = NOTEBOOKS_DIR,
-               spanish: Iterable[str] | None = None, home: Home | None = None) -> Path:
+def build_site(
+    executed: Path | None = None,
+    out: Path = SITE_DIR,
+    notebooks_dir: Path = NOTEBOOKS_DIR,
+    spanish: Iterable[str] | None = None,
+    home: Home | None = None,
+) -> Path:
     """Build the site into ``out`` from executed copies ``executed/<stem>.ipynb`` (all
     lessons) and ``executed/es/<stem>.ipynb`` (the Spanish ones), or, without
     ``executed``, execute the lessons first. ``spanish``: the Spanish lessons to
@@ -432,8 +523,9 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
             executed = tmp / "executed"
         copies = {p.stem: Path(executed) / p.name for p in lessons}
         es_copies = {p.stem: Path(executed) / SPANISH / p.name for p in es_lessons}
-        missing = [str(p) for p in [*copies.values(), *es_copies.values()]
-                   if not p.is_file()]
+        missing = [
+            str(p) for p in [*copies.values(), *es_copies.values()] if not p.is_file()
+        ]
         if missing:
             raise FileNotFoundError("no executed copy of " + ", ".join(missing))
         # one set of solution lines for the whole site: a line that a student
@@ -441,23 +533,35 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
         # edition may show any other
         leaks = sanitize.solution_lines(
             nbformat.read(p, as_version=4)
-            for p in [*lessons, *es_lessons, *copies.values(), *es_copies.values()])
+            for p in [*lessons, *es_lessons, *copies.values(), *es_copies.values()]
+        )
         src, es_src = tmp / "src", tmp / "src-es"
         src.mkdir()
         link = EDITION_LINKS["en"] if es_copies else ""
         _, titles = write_sources(
-            copies, src, notebooks_dir,
+            copies,
+            src,
+            notebooks_dir,
             index=lambda titles: index_page(titles, readme_lessons(), link),
-            leaks=leaks, home=home)
+            leaks=leaks,
+            home=home,
+        )
         editions = {"": list(titles)}
         if es_copies:
             es_src.mkdir()
-            times = {p.stem: spanish_study_time(nbformat.read(p, as_version=4))
-                     for p in es_lessons}
+            times = {
+                p.stem: spanish_study_time(nbformat.read(p, as_version=4))
+                for p in es_lessons
+            }
             _, es_titles = write_sources(
-                es_copies, es_src, es_dir, SPANISH,
+                es_copies,
+                es_src,
+                es_dir,
+                SPANISH,
                 index=lambda es: spanish_index_page(es, times, titles, untranslated),
-                leaks=leaks, home=home)
+                leaks=leaks,
+                home=home,
+            )
             editions[SPANISH] = list(es_titles)
         staged = tmp / "html"
         _sphinx(src, staged, tmp / "doctrees")
@@ -467,12 +571,16 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
             _sphinx(es_src, tmp / SPANISH / "html", tmp / SPANISH / "doctrees")
             translate_chrome(tmp / SPANISH / "html")
             shutil.move(str(tmp / SPANISH / "html"), staged / SPANISH)
-        problems = (verify.remote_problems(staged) + verify.leak_problems(staged, leaks)
-                    + verify.index_problems(staged, editions)
-                    + verify.chrome_problems(staged, [e for e in editions if e]))
+        problems = (
+            verify.remote_problems(staged)
+            + verify.leak_problems(staged, leaks)
+            + verify.index_problems(staged, editions)
+            + verify.chrome_problems(staged, [e for e in editions if e])
+        )
         if problems:
-            raise RuntimeError("the site is not fit to publish:\n"
-                               + "\n".join(problems))
+            raise RuntimeError(
+                "the site is not fit to publish:\n" + "\n".join(problems)
+            )
         shutil.rmtree(out, ignore_errors=True)
         shutil.move(str(staged), out)
     return out
@@ -480,4 +588,3 @@ def build_site(executed: Path | None = None, out: Path = SITE_DIR,
 
 def lesson_pages(site: Path = SITE_DIR) -> list[Path]:
     return sorted(p for p in Path(site).glob("[0-9][0-9]_*.html"))
-

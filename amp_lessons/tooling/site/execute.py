@@ -77,11 +77,16 @@ def execute_notebook(path: Path, out_dir: Path) -> Path:
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(PROBE))
     start = time.perf_counter()
-    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     probe = nb.cells.pop()
-    text = "".join(o.get("text", "") for o in probe.outputs
-                   if o.output_type == "stream")
+    text = "".join(
+        o.get("text", "") for o in probe.outputs if o.output_type == "stream"
+    )
     info = json.loads(text.strip().splitlines()[-1])
     info["seconds"] = round(time.perf_counter() - start, 1)
     record(nb, info)
@@ -112,11 +117,16 @@ def execute_lessons(notebooks: Sequence[Path], out_dir: Path) -> list[Path]:
                 done.append(execute_notebook(path, out_dir))
             except CellExecutionError as error:
                 # a timing assert can miss on a busy machine: once more, then fail
-                print(f"{Path(path).name} failed, running it once more: "
-                      f"{str(error).strip().splitlines()[-1][:200]}", flush=True)
+                print(
+                    f"{Path(path).name} failed, running it once more: "
+                    f"{str(error).strip().splitlines()[-1][:200]}",
+                    flush=True,
+                )
                 done.append(execute_notebook(path, out_dir))
-            print(f"executed {Path(path).name} in {time.perf_counter() - start:.0f} s",
-                  flush=True)
+            print(
+                f"executed {Path(path).name} in {time.perf_counter() - start:.0f} s",
+                flush=True,
+            )
         return done
     finally:
         os.environ.clear()

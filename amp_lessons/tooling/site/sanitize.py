@@ -33,23 +33,37 @@ BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 CODE_STUB, TEXT_STUB = CODE_STUBS["en"], TEXT_STUBS["en"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-WIDGET_NOTE = ("A picture of this widget as the lesson left it. The live widget runs "
-               "in JupyterLab (or Colab): run the lesson to move it.")
-TEST_NOTE = ("This check runs your answer when you run the lesson; its table is not "
-             "shown here (it was produced by the reference answer).")
-LEAK_NOTE = ("[output not shown on the site: it contains the answer to an exercise "
-             "of the course; run the lesson to see it]")
+WIDGET_NOTE = (
+    "A picture of this widget as the lesson left it. The live widget runs "
+    "in JupyterLab (or Colab): run the lesson to move it."
+)
+TEST_NOTE = (
+    "This check runs your answer when you run the lesson; its table is not "
+    "shown here (it was produced by the reference answer)."
+)
+LEAK_NOTE = (
+    "[output not shown on the site: it contains the answer to an exercise "
+    "of the course; run the lesson to see it]"
+)
 # What a page says in place of what it leaves out, in each edition's language
 NOTES = {
     "en": {"widget": WIDGET_NOTE, "test": TEST_NOTE, "leak": LEAK_NOTE},
-    "es": {"widget": ("Una imagen de este widget tal como lo dejó la lección. El "
-                      "widget interactivo funciona en JupyterLab (o en Colab): ejecute "
-                      "la lección para moverlo."),
-           "test": ("Esta comprobación evalúa su respuesta cuando usted ejecuta la "
-                    "lección; su tabla no se muestra aquí (la produjo la respuesta de "
-                    "referencia)."),
-           "leak": ("[salida no mostrada en el sitio: contiene la respuesta a un "
-                    "ejercicio del curso; ejecute la lección para verla]")},
+    "es": {
+        "widget": (
+            "Una imagen de este widget tal como lo dejó la lección. El "
+            "widget interactivo funciona en JupyterLab (o en Colab): ejecute "
+            "la lección para moverlo."
+        ),
+        "test": (
+            "Esta comprobación evalúa su respuesta cuando usted ejecuta la "
+            "lección; su tabla no se muestra aquí (la produjo la respuesta de "
+            "referencia)."
+        ),
+        "leak": (
+            "[salida no mostrada en el sitio: contiene la respuesta a un "
+            "ejercicio del curso; ejecute la lección para verla]"
+        ),
+    },
 }
 MIN_LEAK_CHARS = 12  # shorter lines ("else:", "return x") are not an answer
 SETUP_TAG = "colab-setup"
@@ -148,8 +162,12 @@ def solution_lines(nbs: Iterable) -> set[str]:
     check call a hidden test repeats)."""
     nbs = list(nbs)
     visible = "\n".join(student_text(nb) for nb in nbs)
-    return {line for nb in nbs for line in secret_lines(nb)
-            if len(line) >= MIN_LEAK_CHARS and line not in visible}
+    return {
+        line
+        for nb in nbs
+        for line in secret_lines(nb)
+        if len(line) >= MIN_LEAK_CHARS and line not in visible
+    }
 
 
 def _output_text(output) -> str:
@@ -158,8 +176,11 @@ def _output_text(output) -> str:
     if output.get("output_type") == "error":
         return "\n".join(output.get("traceback", []))
     data = output.get("data", {})
-    return "\n".join(v if isinstance(v, str) else "".join(v)
-                     for k, v in data.items() if k.startswith("text/") or "json" in k)
+    return "\n".join(
+        v if isinstance(v, str) else "".join(v)
+        for k, v in data.items()
+        if k.startswith("text/") or "json" in k
+    )
 
 
 def leaked(text: str, leaks: set[str]) -> list[str]:
@@ -178,7 +199,7 @@ def widget_snapshot(model_id: str, models: dict, note: str = WIDGET_NOTE) -> lis
     images, html, seen = [], [], set()
 
     def walk(ref):
-        mid = ref[len("IPY_MODEL_"):] if isinstance(ref, str) else None
+        mid = ref[len("IPY_MODEL_") :] if isinstance(ref, str) else None
         if not mid or mid in seen or mid not in models:
             return
         seen.add(mid)
@@ -186,8 +207,10 @@ def widget_snapshot(model_id: str, models: dict, note: str = WIDGET_NOTE) -> lis
         state, name = model.get("state", {}), model.get("model_name", "")
         if name == "ImageModel":
             for buffer in model.get("buffers", []):
-                if (buffer.get("path") == ["value"]
-                        and buffer.get("encoding") == "base64"):
+                if (
+                    buffer.get("path") == ["value"]
+                    and buffer.get("encoding") == "base64"
+                ):
                     fmt = state.get("format", "png")
                     images.append((f"image/{fmt}", buffer["data"]))
         elif name in ("HTMLModel", "HTMLMathModel") and state.get("value"):
@@ -197,13 +220,16 @@ def widget_snapshot(model_id: str, models: dict, note: str = WIDGET_NOTE) -> lis
                 walk(item)
 
     walk("IPY_MODEL_" + model_id)
-    outputs = [nbformat.v4.new_output("display_data", data={mime: data})
-               for mime, data in images if mime in ("image/png", "image/jpeg")]
+    outputs = [
+        nbformat.v4.new_output("display_data", data={mime: data})
+        for mime, data in images
+        if mime in ("image/png", "image/jpeg")
+    ]
     if html:
-        outputs.append(nbformat.v4.new_output(
-            "display_data", data={"text/html": "\n".join(html)}))
-    outputs.append(nbformat.v4.new_output("stream", name="stdout",
-                                          text=f"[{note}]\n"))
+        outputs.append(
+            nbformat.v4.new_output("display_data", data={"text/html": "\n".join(html)})
+        )
+    outputs.append(nbformat.v4.new_output("stream", name="stdout", text=f"[{note}]\n"))
     return outputs
 
 
@@ -232,17 +258,26 @@ def sanitize(nb, leaks: set[str], banner: str | None = None, lang: str = "en"):
         cell.source = clear_hidden_tests(cell.source)
         if cell.cell_type == "code":
             if is_test_cell(cell):
-                cell.outputs = [nbformat.v4.new_output(
-                    "stream", name="stdout", text=f"[{notes['test']}]\n")]
+                cell.outputs = [
+                    nbformat.v4.new_output(
+                        "stream", name="stdout", text=f"[{notes['test']}]\n"
+                    )
+                ]
             outputs = []
             for output in cell.outputs:
                 view = output.get("data", {}).get(WIDGET_VIEW)
                 if view:
-                    outputs.extend(widget_snapshot(view.get("model_id", ""), models,
-                                                   notes["widget"]))
+                    outputs.extend(
+                        widget_snapshot(
+                            view.get("model_id", ""), models, notes["widget"]
+                        )
+                    )
                 elif leaked(_output_text(output), leaks):
-                    outputs.append(nbformat.v4.new_output(
-                        "stream", name="stdout", text=notes["leak"] + "\n"))
+                    outputs.append(
+                        nbformat.v4.new_output(
+                            "stream", name="stdout", text=notes["leak"] + "\n"
+                        )
+                    )
                 else:
                     outputs.append(output)
             cell.outputs = outputs
@@ -263,5 +298,6 @@ def strip_colab_line(markdown: str, start: str) -> str:
     """The first cell without its "Run it without installing" line, or any line that
     links to Colab (a translated one): the page has its own, under the title."""
     markdown = re.sub(rf"\n*^{re.escape(start)}.*$", "", markdown, flags=re.M)
-    return re.sub(r"\n*^.*\]\(https://colab\.research\.google\.com/.*$", "", markdown,
-                  flags=re.M)
+    return re.sub(
+        r"\n*^.*\]\(https://colab\.research\.google\.com/.*$", "", markdown, flags=re.M
+    )

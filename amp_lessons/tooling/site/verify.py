@@ -37,10 +37,13 @@ def page_text(path: Path) -> str:
 def site_files(site: Path) -> list[Path]:
     """Every file of the site that can carry lesson text (search index included)."""
     site = Path(site)
-    return sorted(p for p in site.rglob("*") if p.is_file()
-                  and p.suffix in TEXT_SUFFIXES
-                  and not any(f"/{v}" in "/" + p.relative_to(site).as_posix()
-                              for v in VENDORED))
+    return sorted(
+        p
+        for p in site.rglob("*")
+        if p.is_file()
+        and p.suffix in TEXT_SUFFIXES
+        and not any(f"/{v}" in "/" + p.relative_to(site).as_posix() for v in VENDORED)
+    )
 
 
 def leak_problems(site: Path, leaks: set[str]) -> list[str]:
@@ -57,8 +60,11 @@ def remote_problems(site: Path) -> list[str]:
     scripts, styles, images, fonts (in linked stylesheets)."""
     site = Path(site)
     # each edition's _static/ holds the theme's Jinja macro files (*.html), not pages
-    pages = [p for p in sorted(site.rglob("*.html"))
-             if "_static" not in p.relative_to(site).parts]
+    pages = [
+        p
+        for p in sorted(site.rglob("*.html"))
+        if "_static" not in p.relative_to(site).parts
+    ]
     problems = []
     for page in pages:
         folder = page.parent.relative_to(site).as_posix()
@@ -95,10 +101,14 @@ def index_problems(site: Path, editions: dict[str, Iterable[str]]) -> list[str]:
             if f"{stem}.html" not in links:
                 problems.append(f"{where}index.html does not link {stem}.html")
         for link in sorted(links):
-            if (link.endswith(".html") and not re.match(r"^([a-z]+:)?//", link, re.I)
-                    and not (base / link).is_file()):
-                problems.append(f"{where}index.html links {link}, missing at "
-                                f"{where}{link}")
+            if (
+                link.endswith(".html")
+                and not re.match(r"^([a-z]+:)?//", link, re.I)
+                and not (base / link).is_file()
+            ):
+                problems.append(
+                    f"{where}index.html links {link}, missing at {where}{link}"
+                )
     return problems
 
 
@@ -119,8 +129,11 @@ class _Chrome(HTMLParser):
 
     def handle_starttag(self, tag, attrs) -> None:
         if tag != "link":
-            self.found.update(" ".join(value.split()) for name, value in attrs
-                              if name in LABELS and value and value.strip())
+            self.found.update(
+                " ".join(value.split())
+                for name, value in attrs
+                if name in LABELS and value and value.strip()
+            )
         if tag in ("button", "label", "summary"):
             self.open.append(tag)
 
@@ -160,6 +173,8 @@ def chrome_problems(site: Path, editions: Iterable[str]) -> list[str]:
             if not twin.is_file():
                 continue
             shared = chrome_text(page) & chrome_text(twin) - SAME_IN_EVERY_LANGUAGE
-            problems += [f"{folder}/{page.name}: theme text in English: {text!r}"
-                         for text in sorted(shared)]
+            problems += [
+                f"{folder}/{page.name}: theme text in English: {text!r}"
+                for text in sorted(shared)
+            ]
     return problems
