@@ -503,53 +503,20 @@ class SpeedMemoryExplorer(_Panel):
         self, device: str | torch.device | None = None, budget_ms: float | None = None
     ) -> None:
         from amp_lessons.core.device import resolve_device
-        from amp_lessons.core.precision import PRECISIONS, resolve_precision
 
         self.device = resolve_device("auto" if device is None else str(device))
         gpu = self.device.type == "cuda"
         self.budget_ms = budget_ms if budget_ms is not None else (1000 if gpu else 150)
         self.iters = 5 if gpu else 3
         self.warmup = 2 if gpu else 1
-        widths, batches = (
-            (GPU_WIDTHS, GPU_BATCHES) if gpu else (CPU_WIDTHS, CPU_BATCHES)
-        )
-        self.width = widgets.SelectionSlider(
-            options=list(widths),
-            value=widths[-2 if gpu else 2],
-            description=_("width"),
-            continuous_update=False,
-            layout=widgets.Layout(width="330px"),
-        )
-        self.batch = widgets.SelectionSlider(
-            options=list(batches),
-            value=batches[1 if gpu else 2],
-            description=_("batch"),
-            continuous_update=False,
-            layout=widgets.Layout(width="330px"),
-        )
+        self.width, self.batch = _size_sliders(gpu)
         self.optimizer = widgets.Dropdown(
             options=list(EXPLORER_OPTIMIZERS),
             value="adam",
             description=_("optimizer"),
             layout=widgets.Layout(width="190px"),
         )
-        self.precision_boxes: dict[str, widgets.Checkbox] = {}
-        self.unavailable: dict[str, str] = {}
-        for name in PRECISIONS:
-            if name == "tf32" and not gpu:
-                self.unavailable[name] = _("TF32 exists on NVIDIA GPUs only")
-                continue
-            try:
-                resolve_precision(name, self.device, warn=False)
-            except RuntimeError as e:
-                self.unavailable[name] = str(e)
-                continue
-            self.precision_boxes[name] = widgets.Checkbox(
-                value=True,
-                description=name,
-                indent=False,
-                layout=widgets.Layout(width="70px"),
-            )
+        self.precision_boxes, self.unavailable = _precision_boxes(self.device)
         self.time_box = widgets.Checkbox(
             value=True,
             description=_("time steps"),
@@ -561,19 +528,8 @@ class SpeedMemoryExplorer(_Panel):
         self.caption, self.legend = widgets.HTML(), widgets.HTML()
         self.results: list[dict] = []
         self._figures: dict[tuple, tuple] = {}
-        super().__init__(
-            [
-                widgets.HBox([self.width, self.batch, self.optimizer]),
-                widgets.HBox(
-                    [
-                        widgets.Label(_("precisions:")),
-                        *self.precision_boxes.values(),
-                        self.time_box,
-                    ]
-                ),
-                self.stats,
-            ]
-        )
+        super().__init__(self._control_rows())
+        # _Panel puts the image last: its caption goes above it, its legend below
         *controls, image = self.children
         self.children = (*controls, self.caption, image, self.legend)
         for control in (
@@ -585,6 +541,21 @@ class SpeedMemoryExplorer(_Panel):
         ):
             control.observe(lambda _: self.redraw(), "value")
         self.redraw()
+
+    def _control_rows(self) -> list[widgets.Widget]:
+        """Sizes and optimizer on one row, precisions and timing on the next, then
+        the table."""
+        return [
+            widgets.HBox([self.width, self.batch, self.optimizer]),
+            widgets.HBox(
+                [
+                    widgets.Label(_("precisions:")),
+                    *self.precision_boxes.values(),
+                    self.time_box,
+                ]
+            ),
+            self.stats,
+        ]
 
     @property
     def precisions(self) -> list[str]:
@@ -693,6 +664,55 @@ class SpeedMemoryExplorer(_Panel):
             ).format(unit=unit)
             + "</small>"
         )
+
+
+def _size_sliders(
+    gpu: bool,
+) -> tuple[widgets.SelectionSlider, widgets.SelectionSlider]:
+    """The width and batch sliders, over the GPU's sizes or the CPU's tiny ones."""
+    widths, batches = (GPU_WIDTHS, GPU_BATCHES) if gpu else (CPU_WIDTHS, CPU_BATCHES)
+    width = widgets.SelectionSlider(
+        options=list(widths),
+        value=widths[-2 if gpu else 2],
+        description=_("width"),
+        continuous_update=False,
+        layout=widgets.Layout(width="330px"),
+    )
+    batch = widgets.SelectionSlider(
+        options=list(batches),
+        value=batches[1 if gpu else 2],
+        description=_("batch"),
+        continuous_update=False,
+        layout=widgets.Layout(width="330px"),
+    )
+    return width, batch
+
+
+def _precision_boxes(
+    device: torch.device,
+) -> tuple[dict[str, widgets.Checkbox], dict[str, str]]:
+    """A ticked Checkbox for each precision `device` can run, and why each other
+    one cannot (``{precision: reason}``)."""
+    from amp_lessons.core.precision import PRECISIONS, resolve_precision
+
+    boxes: dict[str, widgets.Checkbox] = {}
+    unavailable: dict[str, str] = {}
+    for name in PRECISIONS:
+        if name == "tf32" and device.type != "cuda":
+            unavailable[name] = _("TF32 exists on NVIDIA GPUs only")
+            continue
+        try:
+            resolve_precision(name, device, warn=False)
+        except RuntimeError as e:
+            unavailable[name] = str(e)
+            continue
+        boxes[name] = widgets.Checkbox(
+            value=True,
+            description=name,
+            indent=False,
+            layout=widgets.Layout(width="70px"),
+        )
+    return boxes, unavailable
 
 
 def speed_memory_explorer(

@@ -196,6 +196,22 @@ def plot_scale_trajectory(
         >>> fig = plot_scale_trajectory([2.0**16] * 3 + [2.0**15] * 2,
         ...                             skipped=[False, False, True, False, False])
     """
+    values, skipped = _scale_values(scales, skipped)
+    mask = _skipped_mask(skipped, len(values))
+    steps = list(range(1, len(values) + 1))
+    fig = _figure(3.0)
+    ax = fig.add_subplot()
+    ax.step(steps, values, where="post", color="tab:blue", lw=2, label=_(label))
+    if reference is not None:
+        _draw_reference(ax, reference, reference_label)
+    num_skipped = _mark_skipped(ax, steps, values, mask)
+    _label_scale_axes(ax, values, num_skipped, title)
+    return fig
+
+
+def _scale_values(scales, skipped) -> tuple[list[float], object]:
+    """The scales as floats, checked, and the skipped flags (a ``TrainResult``
+    brings its own unless `skipped` is given)."""
     if hasattr(scales, "records"):  # a TrainResult
         if skipped is None:
             skipped = [r.skipped for r in scales.records]
@@ -208,22 +224,25 @@ def plot_scale_trajectory(
         raise ValueError("scales is empty: pass the scale of each step")
     if not all(s > 0 and math.isfinite(s) for s in values):
         raise ValueError("every scale must be positive and finite")
-    mask = _skipped_mask(skipped, len(values))
-    steps = list(range(1, len(values) + 1))
-    fig = _figure(3.0)
-    ax = fig.add_subplot()
-    ax.step(steps, values, where="post", color="tab:blue", lw=2, label=_(label))
-    if reference is not None:
-        ref = [float(s) for s in reference]
-        ax.step(
-            range(1, len(ref) + 1),
-            ref,
-            where="post",
-            color="black",
-            lw=1,
-            ls="--",
-            label=reference_label,
-        )
+    return values, skipped
+
+
+def _draw_reference(ax, reference: Sequence[float], label: str) -> None:
+    """A second trajectory, thin and dashed so the first shows through it."""
+    ref = [float(s) for s in reference]
+    ax.step(
+        range(1, len(ref) + 1),
+        ref,
+        where="post",
+        color="black",
+        lw=1,
+        ls="--",
+        label=label,
+    )
+
+
+def _mark_skipped(ax, steps: list[int], values: list[float], mask: list[bool]) -> int:
+    """A red cross on each skipped step's scale; returns how many there are."""
     bad = [(s, v) for s, v, m in zip(steps, values, mask, strict=True) if m]
     if bad:
         ax.plot(
@@ -234,6 +253,14 @@ def plot_scale_trajectory(
             mew=2,
             label=_("skipped step (inf/nan gradients): {n}").format(n=len(bad)),
         )
+    return len(bad)
+
+
+def _label_scale_axes(
+    ax, values: list[float], num_skipped: int, title: str | None
+) -> None:
+    """A log2 axis labelled in powers of two, the legend, and a title that sums up
+    the run (first and last scale, steps skipped) unless `title` is given."""
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _power_label(y)))
     ax.set_xlabel(_("optimizer step"))
@@ -246,8 +273,7 @@ def plot_scale_trajectory(
             n=len(values),
             first=_power_label(values[0]),
             last=_power_label(values[-1]),
-            skipped=len(bad),
+            skipped=num_skipped,
         ),
         fontsize=11,
     )
-    return fig

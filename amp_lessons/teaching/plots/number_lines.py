@@ -257,39 +257,52 @@ def plot_format_ranges(
         raise ValueError("names is empty: pass format names such as ('fp16', 'bf16')")
     fig = _figure(1.0 + 0.55 * len(formats), left=1.65, right=0.2, top=0.35, bottom=0.5)
     ax = fig.add_subplot()
-    for i, f in enumerate(formats):
-        sub_lo, normal_lo, top = (
-            _log2(f.min_subnormal),
-            _log2(f.min_normal),
-            _log2(f.max),
-        )
-        ax.barh(
-            i,
-            normal_lo - sub_lo,
-            left=sub_lo,
-            color=ZONE_COLORS["subnormal"],
-            alpha=0.75,
-            height=0.6,
-            label=_("subnormal") if i == 0 else None,
-        )
-        ax.barh(
-            i,
-            top - normal_lo,
-            left=normal_lo,
-            color=ZONE_COLORS["normal"],
-            alpha=0.75,
-            height=0.6,
-            label=_("normal") if i == 0 else None,
-        )
-        ax.text(
-            sub_lo - 1.5,
-            i,
-            _power_label(f.min_subnormal),
-            ha="right",
-            va="center",
-            fontsize=8,
-        )
-        ax.text(top + 1.5, i, f"{f.max:g}", ha="left", va="center", fontsize=8)
+    for row, f in enumerate(formats):
+        _draw_range_bar(ax, row, f)
+    _label_range_axes(ax, formats)
+    return fig
+
+
+def _draw_range_bar(ax, row: int, f: Format) -> None:
+    """Row `row`: `f`'s subnormal then normal range, its smallest subnormal written
+    left of the bar and its max right of it."""
+    sub_lo, normal_lo, top = (
+        _log2(f.min_subnormal),
+        _log2(f.min_normal),
+        _log2(f.max),
+    )
+    ax.barh(
+        row,
+        normal_lo - sub_lo,
+        left=sub_lo,
+        color=ZONE_COLORS["subnormal"],
+        alpha=0.75,
+        height=0.6,
+        label=_("subnormal") if row == 0 else None,  # one legend entry per zone
+    )
+    ax.barh(
+        row,
+        top - normal_lo,
+        left=normal_lo,
+        color=ZONE_COLORS["normal"],
+        alpha=0.75,
+        height=0.6,
+        label=_("normal") if row == 0 else None,
+    )
+    ax.text(
+        sub_lo - 1.5,
+        row,
+        _power_label(f.min_subnormal),
+        ha="right",
+        va="center",
+        fontsize=8,
+    )
+    ax.text(top + 1.5, row, f"{f.max:g}", ha="left", va="center", fontsize=8)
+
+
+def _label_range_axes(ax, formats: list[Format]) -> None:
+    """One tick per format (name, bit layout, eps), top to bottom, and an x axis
+    wide enough for the limits written beside the bars."""
     ax.axvline(0, color="0.3", lw=0.8, ls=":")
     ax.set_yticks(
         range(len(formats)),
@@ -311,4 +324,3 @@ def plot_format_ranges(
         _("Positive range of each format: subnormals, then normals up to max"),
         fontsize=11,
     )
-    return fig
