@@ -47,28 +47,10 @@ def _positive(text: str) -> int:
     return value
 
 
-def _autograde(args) -> int:
-    """Grade, then always print the whole table (and every flag in full)."""
-    try:
-        outcomes = autograder.autograde(
-            args.course,
-            args.student,
-            sandboxed=not args.unsafe_no_sandbox,
-            timeout=args.timeout,
-            jobs=args.jobs,
-        )
-    except RuntimeError as exc:
-        print(f"autograde: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        print(_table(args.course))
-    for outcome in outcomes:
-        for flag in outcome.flags:
-            print(f"  {outcome.student}/{outcome.lesson}: {flag}")
-    return 0
+# ---- the arguments, grouped by what a command is for --------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m amp_lessons.grading",
         description="Student edition, autograding, lint and offline slides.",
@@ -86,11 +68,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the nbgrader course folder (default: build/course)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    # added in the order `--help` lists them
+    _add_handout_commands(sub)
+    _add_grading_commands(sub)
+    _add_upkeep_commands(sub)
+    return parser
+
+
+def _add_handout_commands(sub) -> None:
+    """What goes out to students and what comes back: student, submit."""
     p = sub.add_parser("student", help="generate the student edition")
     p.add_argument("--out", type=Path, default=course.STUDENT_DIR)
     p = sub.add_parser("submit", help="file a student's returned notebooks")
     p.add_argument("student")
     p.add_argument("files", nargs="+", type=Path)
+
+
+def _add_grading_commands(sub) -> None:
+    """autograde, grades and rehearse."""
     p = sub.add_parser(
         "autograde",
         help="autograde every submission, each in its own "
@@ -133,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="the scratch course (default: a new build/rehearsal-*)",
     )
+
+
+def _add_upkeep_commands(sub) -> None:
+    """What keeps the lesson notebooks in shape: lint, fix-tests, slides."""
     sub.add_parser("lint", help="nbgrader and slideshow metadata of every notebook")
     p = sub.add_parser(
         "fix-tests", help="rewrite graded test cells into the one tamper-evident form"
@@ -147,71 +146,125 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="export the code only, without running the lessons first",
     )
+
+
+# ---- one function a command: (parsed arguments, the course notebooks) -> exit code --
+
+
+def _student(args, notebooks: list[Path]) -> int:
+    """Build the course, release it and check the student edition for leaks."""
+    problems = lint.lint_course(notebooks)
+    if problems:
+        return _report(problems, "")
+    course.build_course(notebooks, args.course)
+    course.generate_student_edition(args.course)
+    autograder.write_seal(args.course)
+    written = course.export_student_edition(args.course, args.out)
+    for source in notebooks:
+        problems += lint.lint_student_edition(source, args.out / source.name)
+    print(f"student edition: {len(written)} notebooks in {args.out}")
+    return _report(problems, f"hand out {args.out} (zip it, or see INSTRUCTORS.md)")
+
+
+def _submit(args, notebooks: list[Path]) -> int:
+    for dest in course.submit(args.student, args.files, args.course):
+        print("filed", dest)
+    return 0
+
+
+def _autograde(args, notebooks: list[Path]) -> int:
+    """Grade, then always print the whole table (and every flag in full)."""
+    try:
+        outcomes = autograder.autograde(
+            args.course,
+            args.student,
+            sandboxed=not args.unsafe_no_sandbox,
+            timeout=args.timeout,
+            jobs=args.jobs,
+        )
+    except RuntimeError as exc:
+        print(f"autograde: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        print(_table(args.course))
+    for outcome in outcomes:
+        for flag in outcome.flags:
+            print(f"  {outcome.student}/{outcome.lesson}: {flag}")
+    return 0
+
+
+def _grades(args, notebooks: list[Path]) -> int:
+    if args.json:
+        print(json.dumps(autograder.grades(args.course), indent=1))
+    else:
+        print(_table(args.course))
+    return 0
+
+
+def _rehearse(args, notebooks: list[Path]) -> int:
+    """Grade the solved and the blank edition in a scratch course."""
+    if not course.graded_notebooks(args.notebooks):
+        print("no graded notebooks yet")
+        return 0
+    result = rehearsal.rehearse(notebooks, args.dir)
+    print(_table(result.course_dir))
+    if not result.sandboxed:
+        print("(graded without a sandbox: bwrap is not usable here)")
+    print(
+        f"({result.seconds:.0f} s; executed notebooks in "
+        f"{result.course_dir / 'autograded'})"
+    )
+    return _report(result.problems, "solved: full marks; blank: zero; all good")
+
+
+def _lint(args, notebooks: list[Path]) -> int:
+    problems = lint.lint_course(notebooks)
+    for path in notebooks:
+        problems += lint.lint_slides(path)
+    return _report(problems, f"{len(notebooks)} notebooks: metadata fine")
+
+
+def _fix_tests(args, notebooks: list[Path]) -> int:
+    for path in args.paths or notebooks:
+        changed = testcells.fix_test_cells(path)
+        print(
+            f"{path}: {changed} cell(s) rewritten"
+            if changed
+            else f"{path}: already in the one form"
+        )
+    return 0
+
+
+def _slides(args, notebooks: list[Path]) -> int:
+    decks = slides.export_slides(notebooks, args.out, execute=not args.no_execute)
+    problems = [p for deck in decks for p in slides.offline_problems(deck)]
+    print(
+        f"{len(decks)} decks in {args.out}; open one in a browser, press s for "
+        "the speaker notes"
+    )
+    return _report(problems, "no network needed")
+
+
+COMMANDS = {
+    "student": _student,
+    "submit": _submit,
+    "autograde": _autograde,
+    "grades": _grades,
+    "rehearse": _rehearse,
+    "lint": _lint,
+    "fix-tests": _fix_tests,
+    "slides": _slides,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command on the course notebooks; return its exit code."""
+    parser = _build_parser()
     args = parser.parse_args(argv)
     notebooks = course.course_notebooks(args.notebooks)
     if not notebooks:
         parser.error(f"no notebooks in {args.notebooks}")
-
-    if args.command == "student":
-        problems = lint.lint_course(notebooks)
-        if problems:
-            return _report(problems, "")
-        course.build_course(notebooks, args.course)
-        course.generate_student_edition(args.course)
-        autograder.write_seal(args.course)
-        written = course.export_student_edition(args.course, args.out)
-        for source in notebooks:
-            problems += lint.lint_student_edition(source, args.out / source.name)
-        print(f"student edition: {len(written)} notebooks in {args.out}")
-        return _report(problems, f"hand out {args.out} (zip it, or see INSTRUCTORS.md)")
-    if args.command == "submit":
-        for dest in course.submit(args.student, args.files, args.course):
-            print("filed", dest)
-        return 0
-    if args.command == "autograde":
-        return _autograde(args)
-    if args.command == "grades":
-        if args.json:
-            print(json.dumps(autograder.grades(args.course), indent=1))
-        else:
-            print(_table(args.course))
-        return 0
-    if args.command == "fix-tests":
-        for path in args.paths or notebooks:
-            changed = testcells.fix_test_cells(path)
-            print(
-                f"{path}: {changed} cell(s) rewritten"
-                if changed
-                else f"{path}: already in the one form"
-            )
-        return 0
-    if args.command == "rehearse":
-        if not course.graded_notebooks(args.notebooks):
-            print("no graded notebooks yet")
-            return 0
-        result = rehearsal.rehearse(notebooks, args.dir)
-        print(_table(result.course_dir))
-        if not result.sandboxed:
-            print("(graded without a sandbox: bwrap is not usable here)")
-        print(
-            f"({result.seconds:.0f} s; executed notebooks in "
-            f"{result.course_dir / 'autograded'})"
-        )
-        return _report(result.problems, "solved: full marks; blank: zero; all good")
-    if args.command == "lint":
-        problems = lint.lint_course(notebooks)
-        for path in notebooks:
-            problems += lint.lint_slides(path)
-        return _report(problems, f"{len(notebooks)} notebooks: metadata fine")
-    if args.command == "slides":
-        decks = slides.export_slides(notebooks, args.out, execute=not args.no_execute)
-        problems = [p for deck in decks for p in slides.offline_problems(deck)]
-        print(
-            f"{len(decks)} decks in {args.out}; open one in a browser, press s for "
-            "the speaker notes"
-        )
-        return _report(problems, "no network needed")
-    return 2
+    return COMMANDS[args.command](args, notebooks)
 
 
 if __name__ == "__main__":
