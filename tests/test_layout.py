@@ -161,7 +161,6 @@ LONG_FUNCTIONS = {
     "tooling/gpu_check.py::plan_steps",
     "tooling/gpu_check.py::run_gpu_check",
     "tooling/gpu_check.py::bench_rows",
-    "tooling/grading/guard.py::make_check_watch",
     "tooling/grading/rehearsal.py::rehearse",
     "tooling/grading/review.py::cross_check",
     "tooling/grading/sandbox.py::bwrap_command",

@@ -468,6 +468,7 @@ def test_the_hook_looks_up_no_global_or_builtin_name():
         "send",
         "changes",
         "done",
+        "genuine",
         "frame_access",
         "opening",
         "always",

@@ -765,6 +765,39 @@ def make_tamper_watch(snapshot: dict, libraries: tuple[str, ...]) -> Callable:
     return changes
 
 
+def make_verdict_test(grade: Callable, check_codes: frozenset) -> Callable:
+    """``genuine(caller, title)``: the verdict raised in ``caller``, the frame that
+    raised ``CHECK_DONE``, is the engine's (``grade``, with the builtins it was
+    loaded with), called by a check of the package named as ``title`` says, with the
+    package's ``make_rows``. Membership in ``check_codes`` is by identity (hashing a
+    code object hashes its constants, which could be student objects)."""
+    import builtins
+    import types
+
+    _type, _str, _id = type, str, id
+    function_type, builtins_dict = types.FunctionType, vars(builtins)
+    grade_code, grade_globals = grade.__code__, grade.__globals__
+    check_ids = frozenset(_id(code) for code in check_codes)
+    locals_get, split = dict.get, str.split
+
+    def genuine(caller, title) -> bool:
+        check = caller.f_back
+        make_rows = locals_get(caller.f_locals, "make_rows")
+        return (
+            caller.f_code is grade_code
+            and caller.f_globals is grade_globals
+            and caller.f_builtins is builtins_dict
+            and check is not None
+            and _id(check.f_code) in check_ids
+            and _type(title) is _str
+            and check.f_code.co_name == split(title, "[")[0]  # check_quick_check[q]
+            and _type(make_rows) is function_type
+            and _id(make_rows.__code__) in check_ids
+        )
+
+    return genuine
+
+
 def make_check_watch(
     grade: Callable,
     check_codes: frozenset,
@@ -778,21 +811,13 @@ def make_check_watch(
     ``start``: a check began in this thread; ``taints[thread]`` collects what taints
     it. ``frame_access``: a frame read; it taints the running check when student
     code is on the stack. ``done``: the verdict, sent with whether it is genuine
-    (raised by the engine, ``grade``, called by a check of the package, with the
-    package's ``make_rows``), what changed and what tainted it; the stack reader
-    lets go of the check's frames. Membership in ``check_codes`` is by identity
-    (hashing a code object hashes its constants, which could be student objects).
+    (``make_verdict_test``), what changed and what tainted it; the stack reader
+    lets go of the check's frames.
     """
     import _thread
-    import builtins
-    import types
 
-    _type, _str, _id = type, str, id
     get_ident, getframe, raiser = _thread.get_ident, sys._getframe, RAISER
-    function_type, builtins_dict = types.FunctionType, vars(builtins)
-    grade_code, grade_globals = grade.__code__, grade.__globals__
-    check_ids = frozenset(_id(code) for code in check_codes)
-    locals_get, split = dict.get, str.split
+    genuine = make_verdict_test(grade, check_codes)
     student_file, test_cell, forget = stack
     text, _ = make_text_readers()
 
@@ -806,20 +831,8 @@ def make_check_watch(
 
     def done(event: str, args: tuple) -> None:
         me, caller = get_ident(), getframe(raiser)
-        check = caller.f_back
         title, hidden, passed = (args + (None, None, None))[:3]
-        make_rows = locals_get(caller.f_locals, "make_rows")
-        genuine = (
-            caller.f_code is grade_code
-            and caller.f_globals is grade_globals
-            and caller.f_builtins is builtins_dict
-            and check is not None
-            and _id(check.f_code) in check_ids
-            and _type(title) is _str
-            and check.f_code.co_name == split(title, "[")[0]  # check_quick_check[q]
-            and _type(make_rows) is function_type
-            and _id(make_rows.__code__) in check_ids
-        )
+        vouched = genuine(caller, title)
         tainted = taints.pop(me, [])
         forget(me)  # the check's frames, and what the student's function left in them
         send(
@@ -829,7 +842,7 @@ def make_check_watch(
                 "title": text(title),
                 "hidden": hidden is True,
                 "passed": passed is True,
-                "genuine": genuine,
+                "genuine": vouched,
                 "changed": changes(),
                 "tainted": tainted[:5],
             }
