@@ -156,72 +156,91 @@ def plan_steps(
     "lesson 00_welcome", "lesson 04_autocast", "lesson 06_speed_memory",
     "lesson 07_clinic"]``.
     """
-    env = {
+    env = _worker_env()
+    me = (python, "-m", "amp_lessons.tooling.gpu_check")
+    return [
+        _bench_step(me, work_dir, command, env),
+        _tests_step(python, work_dir, env),
+        *(_lesson_step(me, lesson, out_dir, env) for lesson in LESSONS),
+    ]
+
+
+def _worker_env() -> dict[str, str]:
+    """What each step's process adds to the environment: this checkout first on
+    PYTHONPATH, so a worker imports the package under test, installed or not."""
+    return {
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
         )
     }
-    me = (python, "-m", "amp_lessons.tooling.gpu_check")
-    steps = [
-        Step(
-            "bench",
-            (
-                *me,
-                "bench-worker",
-                str(work_dir / "bench.json"),
-                "--command",
-                command,
-                "--configs",
-                *CONFIGS,
-                "--precisions",
-                *WANTED_PRECISIONS,
-            ),
-            SHARES["bench"],
-            ("torch",),
-            work_dir / "bench.json",
-            env,
-        )
-    ]
-    junit = work_dir / "junit.xml"
-    steps.append(
-        Step(
-            "tests",
-            (
-                python,
-                "-m",
-                "pytest",
-                "-o",
-                "addopts=",
-                "-p",
-                "no:cacheprovider",
-                "-m",
-                "gpu",
-                "-v",
-                "-rfE",
-                "--continue-on-collection-errors",
-                f"--junitxml={junit}",
-                *map(str, gpu_test_files()),
-            ),
-            SHARES["tests"],
-            ("pytest",),
-            junit,
-            env,
-        )
+
+
+def _bench_step(
+    me: tuple[str, ...], work_dir: Path, command: str, env: dict[str, str]
+) -> Step:
+    """The bench worker, which rewrites ``bench.json`` in `work_dir` after each row."""
+    return Step(
+        "bench",
+        (
+            *me,
+            "bench-worker",
+            str(work_dir / "bench.json"),
+            "--command",
+            command,
+            "--configs",
+            *CONFIGS,
+            "--precisions",
+            *WANTED_PRECISIONS,
+        ),
+        SHARES["bench"],
+        ("torch",),
+        work_dir / "bench.json",
+        env,
     )
-    for lesson in LESSONS:
-        src = NOTEBOOKS / f"{lesson}.ipynb"
-        dest = out_dir / "executed" / f"{lesson}.ipynb"
-        steps.append(
-            Step(
-                f"lesson {lesson}",
-                (*me, "lesson-worker", str(src), str(dest)),
-                SHARES[f"lesson {lesson}"],
-                ("nbclient", "nbformat", "ipykernel", "ipywidgets"),
-                dest,
-                env,
-            )
-        )
-    return steps
+
+
+def _tests_step(python: str, work_dir: Path, env: dict[str, str]) -> Step:
+    """pytest on the gpu-marked tests, counted afterwards from its junit file."""
+    junit = work_dir / "junit.xml"
+    return Step(
+        "tests",
+        (
+            python,
+            "-m",
+            "pytest",
+            "-o",
+            "addopts=",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "gpu",
+            "-v",
+            "-rfE",
+            "--continue-on-collection-errors",
+            f"--junitxml={junit}",
+            *map(str, gpu_test_files()),
+        ),
+        SHARES["tests"],
+        ("pytest",),
+        junit,
+        env,
+    )
+
+
+def _lesson_step(
+    me: tuple[str, ...], lesson: str, out_dir: Path, env: dict[str, str]
+) -> Step:
+    """The lesson worker for one notebook; its executed copy goes to `out_dir`."""
+    src = NOTEBOOKS / f"{lesson}.ipynb"
+    dest = out_dir / "executed" / f"{lesson}.ipynb"
+    return Step(
+        f"lesson {lesson}",
+        (*me, "lesson-worker", str(src), str(dest)),
+        SHARES[f"lesson {lesson}"],
+        ("nbclient", "nbformat", "ipykernel", "ipywidgets"),
+        dest,
+        env,
+    )
 
 
 def step_timeout(remaining_s: float, share: float, shares_left: float) -> float:
@@ -336,83 +355,146 @@ def run_gpu_check(
 
     out_dir = Path(out_dir) if out_dir is not None else bench_results.RESULTS_DIR
     bench_file, summary_file = result_names(info["name"])
+    check = _Check(info, command, budget_s, start, out_dir, bench_file, summary_file)
     echo(
         f"gpu-check on {info['name']} (compute capability "
         f"{'.'.join(map(str, info['capability']))}, "
         f"{info['memory_bytes'] / 2**30:.0f} GiB), torch {info['torch']}, CUDA "
         f"{info['cuda']}; budget {budget_s:.0f} s; results -> {out_dir}"
     )
-    results: list[gr.StepResult] = []
-    report, tests = None, gr.TestCounts()
     with tempfile.TemporaryDirectory(prefix="amp_gpu_check_") as tmp:
         steps = plan_steps(info, out_dir, Path(tmp), command)
-        for i, step in enumerate(steps):
-            left = budget_s - RESERVE_S - (time.monotonic() - start)
-            limit = step_timeout(left, step.share, sum(s.share for s in steps[i:]))
-            missing = [m for m in step.needs if importlib.util.find_spec(m) is None]
-            if missing:
-                results.append(
-                    gr.StepResult(
-                        step.name,
-                        "skipped",
-                        0,
-                        limit,
-                        f"needs {', '.join(missing)}: install them (make setup-dev)",
-                    )
-                )
-                echo(
-                    f"[{i + 1}/{len(steps)}] {step.name}: skipped, {results[-1].detail}"
-                )
-                continue
-            if limit < MIN_STEP_S:
-                results.append(
-                    gr.StepResult(
-                        step.name, "skipped", 0, limit, "no time left in the budget"
-                    )
-                )
-                echo(f"[{i + 1}/{len(steps)}] {step.name}: skipped, no time left")
-                continue
-            echo(f"[{i + 1}/{len(steps)}] {step.name} (at most {limit:.0f} s)")
-            result, lines = runner(step, limit)
-            if step.name == "bench":
-                report, result = _finish_bench(step, result, out_dir / bench_file, echo)
-            elif step.name == "tests":
-                tests = gr.count_junit(step.output)
-                if tests.source == "none":
-                    tests = gr.count_log(lines)
-                result = _with(result, _tests_detail(tests, result))
-                if result.status == "ok" and not tests.ok:
-                    result = _with(result, result.detail, "failed")
-            else:
-                result = _finish_lesson(step, result, lines, out_dir)
-            echo(
-                f"    -> {result.status} in {result.seconds:.0f} s"
-                + (f": {result.detail}" if result.detail else "")
-            )
-            results.append(result)
+        outcome = _run_steps(check, steps, runner, echo)
+    return _write_outcome(check, outcome, echo)
+
+
+@dataclass(frozen=True)
+class _Check:
+    """What one check knows before its first step: the GPU, the command that ran it,
+    its budget and start (``time.monotonic()``), and where its results go."""
+
+    info: dict
+    command: str
+    budget_s: float
+    start: float
+    out_dir: Path
+    bench_file: str
+    summary_file: str
+
+
+@dataclass
+class _Outcome:
+    """What the steps left for the summary: each step's result, the bench's report
+    (None until a row is measured) and the gpu tests' counts."""
+
+    results: list[gr.StepResult] = field(default_factory=list)
+    report: dict | None = None
+    tests: gr.TestCounts = field(default_factory=gr.TestCounts)
+
+
+def _run_steps(
+    check: _Check, steps: list[Step], runner: Callable, echo: Callable[[str], None]
+) -> _Outcome:
+    """Run the steps in order, each under its share of the time still left."""
+    outcome = _Outcome()
+    for i, step in enumerate(steps):
+        left = check.budget_s - RESERVE_S - (time.monotonic() - check.start)
+        limit = step_timeout(left, step.share, sum(s.share for s in steps[i:]))
+        counter = f"[{i + 1}/{len(steps)}] {step.name}"
+        skipped = _skipped(step, limit)
+        if skipped:
+            result, why = skipped
+            outcome.results.append(result)
+            echo(f"{counter}: skipped, {why}")
+            continue
+        echo(f"{counter} (at most {limit:.0f} s)")
+        result, lines = runner(step, limit)
+        result = _finish_step(check, step, result, lines, outcome, echo)
+        echo(
+            f"    -> {result.status} in {result.seconds:.0f} s"
+            + (f": {result.detail}" if result.detail else "")
+        )
+        outcome.results.append(result)
+    return outcome
+
+
+def _skipped(step: Step, limit: float) -> tuple[gr.StepResult, str] | None:
+    """The result of a step that will not start and why, as the log says it; None
+    for a step that runs. A missing module is named first: no time would fix it."""
+    missing = [m for m in step.needs if importlib.util.find_spec(m) is None]
+    if missing:
+        detail = f"needs {', '.join(missing)}: install them (make setup-dev)"
+        return gr.StepResult(step.name, "skipped", 0, limit, detail), detail
+    if limit < MIN_STEP_S:
+        detail = "no time left in the budget"
+        return gr.StepResult(step.name, "skipped", 0, limit, detail), "no time left"
+    return None
+
+
+def _finish_step(
+    check: _Check,
+    step: Step,
+    result: gr.StepResult,
+    lines: list[str],
+    outcome: _Outcome,
+    echo: Callable[[str], None],
+) -> gr.StepResult:
+    """Read what a step that ran left behind into `outcome`; its final result."""
+    if step.name == "bench":
+        dest = check.out_dir / check.bench_file
+        outcome.report, result = _finish_bench(step, result, dest, echo)
+        return result
+    if step.name == "tests":
+        tests = gr.count_junit(step.output)
+        if tests.source == "none":  # no junit file: count pytest's own lines
+            tests = gr.count_log(lines)
+        outcome.tests = tests
+        result = _with(result, _tests_detail(tests, result))
+        if result.status == "ok" and not tests.ok:
+            result = _with(result, result.detail, "failed")
+        return result
+    return _finish_lesson(step, result, lines, check.out_dir)
+
+
+def _write_outcome(
+    check: _Check, outcome: _Outcome, echo: Callable[[str], None]
+) -> int:
+    """Judge the goals, write the summary page and return the exit status: 0 only
+    if every step ran, every test passed and every goal was met."""
+    report = outcome.report
     goals = gr.evaluate_goals(report or {})
     exit_status = (
         0
-        if (all(r.ok for r in results) and tests.ok and all(g.met for g in goals))
+        if (
+            all(r.ok for r in outcome.results)
+            and outcome.tests.ok
+            and all(g.met for g in goals)
+        )
         else 1
     )
     context = {
-        "gpu": info["name"],
-        "command": command,
-        "torch": info["torch"],
-        "cuda": info["cuda"],
-        "wall_s": time.monotonic() - start,
-        "budget_s": budget_s,
+        "gpu": check.info["name"],
+        "command": check.command,
+        "torch": check.info["torch"],
+        "cuda": check.info["cuda"],
+        "wall_s": time.monotonic() - check.start,
+        "budget_s": check.budget_s,
         "exit_status": exit_status,
         "date": (report or {}).get("date") or _now(),
     }
     page = gr.summary_markdown(
-        report, bench_file if report else None, tests, results, goals, context
+        report,
+        check.bench_file if report else None,
+        outcome.tests,
+        outcome.results,
+        goals,
+        context,
     )
-    write_summary(page, out_dir / summary_file, report or {})
+    summary = check.out_dir / check.summary_file
+    write_summary(page, summary, report or {})
     for g in goals:
         echo(f"goal {g.status:7s} {g.name}: {gr._x(g.measured)} (target {g.target})")
-    echo(f"wrote {out_dir / summary_file}; exit status {exit_status}")
+    echo(f"wrote {summary}; exit status {exit_status}")
     return exit_status
 
 
@@ -533,70 +615,68 @@ def bench_rows(
     Example: ``bench_rows(Path("b.json"), ["mlp"], ["fp32", "bf16"], "cmd", t + 60,
     device="cpu")["results"][1]["speedup_vs_fp32"]``.
     """
-    import torch
-
     from amp_lessons.measure.bench_fp8 import BENCH_PRECISIONS
     from amp_lessons.measure.bench_results import bench_report
 
-    report = bench_report(
-        device, configs, [], sizes, warmup, iters, command=command
-    )  # provenance, no rows yet
+    def bench(configs: Sequence[str], precisions: Sequence[str]) -> dict:
+        # looked up at each call: a test swaps bench_results.bench_report for a fake
+        return bench_report(
+            device, configs, precisions, sizes, warmup, iters, command=command
+        )
+
+    report = bench(configs, [])  # provenance, no rows yet
     known = list(BENCH_PRECISIONS)  # fp8 too: skipped with its reason where it
     # cannot run (before compute capability 8.9, without torchao)
     rows, skipped = [], []
     for config in configs:
         for precision in precisions:
-            skip = {"config": config, "precision": precision}
-            if precision not in known:
-                skipped.append(
-                    {
-                        **skip,
-                        "reason": f"this version of the bench has no "
-                        f"{precision} precision (it has {', '.join(known)})",
-                    }
-                )
-                continue
-            if time.time() > deadline - row_margin_s:
-                skipped.append(
-                    {
-                        **skip,
-                        "reason": "not run: the bench's time limit was spent",
-                        "error": True,
-                    }
-                )
+            why = _why_not_run(precision, known, deadline - row_margin_s)
+            if why:
+                skipped.append({"config": config, "precision": precision, **why})
                 continue
             print(f"bench {config} {precision} ...", flush=True)
-            try:
-                one = bench_report(
-                    device, [config], [precision], sizes, warmup, iters, command=command
-                )
-            except torch.OutOfMemoryError as e:
-                skipped.append(
-                    {
-                        **skip,
-                        "reason": "CUDA out of memory: " + str(e).splitlines()[0],
-                        "error": True,
-                    }
-                )
-            except (RuntimeError, TypeError, NotImplementedError) as e:
-                skipped.append(
-                    {
-                        **skip,
-                        "reason": f"{type(e).__name__}: "
-                        + (str(e).splitlines() or [""])[0],
-                        "error": True,
-                    }
-                )
-            else:
-                rows += one["results"]
-                skipped += [{"config": config, **s} for s in one["skipped"]]
-                _save_partial(report, rows, skipped, partial)
-                continue
-            if torch.cuda.is_available():  # the failed row's tensors, back to the GPU
-                gc.collect()
-                torch.cuda.empty_cache()
+            measured, skips = _bench_row(bench, config, precision)
+            rows += measured
+            skipped += skips
             _save_partial(report, rows, skipped, partial)
     return report if rows else None
+
+
+def _why_not_run(precision: str, known: list[str], start_by: float) -> dict | None:
+    """Why a row is not started, as its skip entry's fields: a precision this bench
+    lacks, or past `start_by` (epoch s; ``error: True``, the check ran short of
+    time); None to run it."""
+    if precision not in known:
+        return {
+            "reason": f"this version of the bench has no "
+            f"{precision} precision (it has {', '.join(known)})"
+        }
+    if time.time() > start_by:
+        return {"reason": "not run: the bench's time limit was spent", "error": True}
+    return None
+
+
+def _bench_row(
+    bench: Callable[[Sequence[str], Sequence[str]], dict], config: str, precision: str
+) -> tuple[list[dict], list[dict]]:
+    """One row's measured results and skip entries. A CUDA OOM or an error ends this
+    row only: one skip entry with ``error: True``, and its memory goes back first."""
+    import torch
+
+    try:
+        one = bench([config], [precision])
+    except torch.OutOfMemoryError as e:
+        reason = "CUDA out of memory: " + str(e).splitlines()[0]
+    except (RuntimeError, TypeError, NotImplementedError) as e:
+        reason = f"{type(e).__name__}: " + (str(e).splitlines() or [""])[0]
+    else:
+        return one["results"], [{"config": config, **s} for s in one["skipped"]]
+    if torch.cuda.is_available():  # the failed row's tensors, back to the GPU
+        gc.collect()
+        torch.cuda.empty_cache()
+    return [], [
+        {"config": config, "precision": precision, "reason": reason, "error": True}
+    ]
 
 
 def _save_partial(report, rows, skipped, partial) -> None:
