@@ -159,7 +159,6 @@ LONG_FUNCTIONS = {
     "measure/bench.py::run_bench",
     "measure/gpu_report.py::summary_markdown",
     "tooling/grading/rehearsal.py::rehearse",
-    "tooling/grading/review.py::cross_check",
     "tooling/grading/sandbox.py::bwrap_command",
     "tooling/grading/sandbox.py::run_notebook",
     "tooling/site/build.py::write_sources",

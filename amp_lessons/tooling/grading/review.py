@@ -345,6 +345,63 @@ def _distrust(cell: NotebookNode, why: str) -> None:
     )
 
 
+def _reports_by_cell(records: list[dict]) -> dict[int, list[dict]]:
+    """The checks' verdicts (guard records of kind ``check``) by test cell index."""
+    reports: dict[int, list[dict]] = {}
+    for record in records:
+        if record.get("kind") == "check" and isinstance(record.get("cell"), int):
+            reports.setdefault(record["cell"], []).append(record)
+    return reports
+
+
+def _why_untrusted(name: str, heard: list[dict]) -> str:
+    """Why the reports ``heard`` from check ``name`` hold no pass to trust."""
+    if not heard:
+        return f"{name} never reported a verdict"
+    if not any(r.get("passed") for r in heard):
+        return f"{name} reported a failure, but the notebook shows none"
+    bad = heard[0]
+    return f"{name}'s pass is not trustworthy: " + "; ".join(
+        (["not called by the real check"] if not bad.get("genuine") else [])
+        + [f"changed: {', '.join(bad.get('changed', [])[:3])}"]
+        * bool(bad.get("changed"))
+        + [f"its function reached {', '.join(bad.get('tainted', [])[:3])}"]
+        * bool(bad.get("tainted"))
+    )
+
+
+def _first_distrusted_call(
+    cell: NotebookNode, reports: list[dict]
+) -> tuple[str, bool] | None:
+    """``(why, heard)`` for the first check this test cell calls that did not report
+    a genuine, untainted pass among ``reports`` (the cell's own); ``heard``: whether
+    that check reported at all. None when every call has its pass, or the cell calls
+    no check (a plain-assert cell that ran: its outputs are the verdict).
+
+    A pass vouches for one call only: it is taken out of ``reports``.
+    """
+    for name, hidden in check_calls(cell.source):
+        heard = [
+            r
+            for r in reports
+            if str(r.get("title")).split("[")[0] == name and r.get("hidden") is hidden
+        ]  # check_quick_check[question]
+        trusted = [
+            r
+            for r in heard
+            if r.get("genuine")
+            and r.get("passed")
+            and not r.get("changed")
+            and not r.get("tainted")
+        ]
+        if trusted:
+            reports.remove(trusted[0])
+            continue
+        why = _why_untrusted(name, heard) + (" (hidden cases)" if hidden else "")
+        return why, bool(heard)
+    return None
+
+
 def cross_check(
     nb: NotebookNode, records: list[dict], stopped: str | None = None
 ) -> list[str]:
@@ -356,10 +413,7 @@ def cross_check(
     does every graded test cell the kernel never executed (no execution count),
     whatever it holds.
     """
-    reports: dict[int, list[dict]] = {}
-    for record in records:
-        if record.get("kind") == "check" and isinstance(record.get("cell"), int):
-            reports.setdefault(record["cell"], []).append(record)
+    reports = _reports_by_cell(records)
     flags = []
     for index, cell in enumerate(nb.cells):
         if not is_test_cell(cell) or not _scored(cell):
@@ -371,49 +425,16 @@ def cross_check(
             # marks on a blank notebook.
             _distrust(cell, f"not run: {stopped or 'the kernel never reached it'}")
             continue
-        calls = check_calls(cell.source)
-        if not calls:
-            continue  # a plain-assert cell that ran: its outputs are the verdict
-        grade_id = cell.metadata["nbgrader"].get("grade_id")
-        mine = reports.get(index, [])
-        for name, hidden in calls:
-            heard = [
-                r
-                for r in mine
-                if str(r.get("title")).split("[")[0] == name
-                and r.get("hidden") is hidden
-            ]  # check_quick_check[question]
-            trusted = [
-                r
-                for r in heard
-                if r.get("genuine")
-                and r.get("passed")
-                and not r.get("changed")
-                and not r.get("tainted")
-            ]
-            if trusted:
-                mine.remove(trusted[0])
-                continue
-            if not heard:
-                why = f"{name} never reported a verdict"
-            elif not any(r.get("passed") for r in heard):
-                why = f"{name} reported a failure, but the notebook shows none"
-            else:
-                bad = heard[0]
-                why = f"{name}'s pass is not trustworthy: " + "; ".join(
-                    (["not called by the real check"] if not bad.get("genuine") else [])
-                    + [f"changed: {', '.join(bad.get('changed', [])[:3])}"]
-                    * bool(bad.get("changed"))
-                    + [f"its function reached {', '.join(bad.get('tainted', [])[:3])}"]
-                    * bool(bad.get("tainted"))
-                )
-            why += " (hidden cases)" if hidden else ""
-            if stopped and not heard:
-                _distrust(cell, f"not run: {stopped}")
-            else:
-                _distrust(cell, why)
-                flags.append(f"tamper: cell {index} ({grade_id}) scored 0: {why}")
-            break
+        distrusted = _first_distrusted_call(cell, reports.get(index, []))
+        if distrusted is None:
+            continue
+        why, heard = distrusted
+        if stopped and not heard:
+            _distrust(cell, f"not run: {stopped}")
+        else:
+            _distrust(cell, why)
+            grade_id = cell.metadata["nbgrader"].get("grade_id")
+            flags.append(f"tamper: cell {index} ({grade_id}) scored 0: {why}")
     return flags
 
 
