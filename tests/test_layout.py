@@ -158,7 +158,6 @@ LONG_FUNCTIONS = {
     "core/train.py::train",
     "measure/bench.py::run_bench",
     "measure/gpu_report.py::summary_markdown",
-    "tooling/grading/rehearsal.py::rehearse",
     "tooling/grading/sandbox.py::bwrap_command",
     "tooling/grading/sandbox.py::run_notebook",
     "tooling/site/build.py::write_sources",

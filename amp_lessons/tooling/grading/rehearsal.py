@@ -99,6 +99,84 @@ class Rehearsal:
     sandboxed: bool = True
 
 
+def _scratch_course(course_dir: Path | None) -> Path:
+    """``course_dir`` emptied and marked as a rehearsal's (by default a new
+    ``build/rehearsal-*``); a folder that holds anything but a rehearsal is refused."""
+    if course_dir is None:
+        BUILD_DIR.mkdir(parents=True, exist_ok=True)
+        course_dir = Path(tempfile.mkdtemp(prefix="rehearsal-", dir=BUILD_DIR))
+    course_dir = Path(course_dir)
+    if course_dir.exists() and any(course_dir.iterdir()):
+        if not (course_dir / REHEARSAL_MARK).exists():
+            raise ValueError(
+                f"{course_dir} is not empty and not a rehearsal folder; "
+                "rehearse() wipes its folder: give it a new one"
+            )
+        shutil.rmtree(course_dir)
+    course_dir.mkdir(parents=True, exist_ok=True)
+    (course_dir / REHEARSAL_MARK).write_text("scratch course of amp_lessons.grading\n")
+    return course_dir
+
+
+def _submit_editions(
+    notebooks: Sequence[Path], course_dir: Path, blank: bool
+) -> list[Path]:
+    """Build the course in ``course_dir`` and submit each graded lesson solved, and
+    with ``blank`` its student edition untouched; return the graded notebooks."""
+    build_course(notebooks, course_dir)
+    generate_student_edition(course_dir)
+    graded = [Path(p) for p in notebooks if is_graded(Path(p))]
+    if not graded:
+        raise ValueError("none of these notebooks has graded cells: nothing to grade")
+    released = [course_dir / "release" / p.stem / p.name for p in graded]
+    submit(REFERENCE_STUDENT, graded, course_dir)
+    if blank:
+        submit(BLANK_STUDENT, released, course_dir)
+    return graded
+
+
+def _score_problems(course_dir: Path, score: NotebookScore) -> list[str]:
+    """What is wrong with one graded edition: a review flag, marks it should not have
+    (short of full for the solved one, any for the blank one), or its executed
+    notebook's problems."""
+    where = f"{score.notebook} ({score.student})"
+    problems = [
+        f"{where}: flagged for review: {flag}"
+        for flag in review.read_review(course_dir, score.student, score.notebook)
+    ]
+    if score.student == REFERENCE_STUDENT and score.score != score.max_score:
+        lost = {k: v for k, v in score.cells.items() if v[0] != v[1]}
+        problems.append(
+            f"{where}: the solved notebook scores {score.score:g} / "
+            f"{score.max_score:g}; cells short of full marks: {lost}"
+        )
+    if score.student == BLANK_STUDENT:
+        scored = {k: v for k, v in score.cells.items() if v[0] != 0}
+        if scored:
+            problems.append(f"{where}: unsolved cells earn points: {scored}")
+    if score.max_score == 0:
+        problems.append(f"{where}: no points to earn (graded cells lost?)")
+    run = autograded_path(course_dir, score.student, score.notebook)
+    if score.student == REFERENCE_STUDENT:
+        problems += solved_run_problems(run)
+    else:
+        problems += blank_run_problems(run)
+    return problems
+
+
+def _missing_from_gradebook(
+    scores: list[NotebookScore], graded: list[Path], blank: bool
+) -> list[str]:
+    """A problem for each submitted edition the gradebook has no score for."""
+    in_gradebook = {(s.student, s.notebook) for s in scores}
+    return [
+        f"{path.stem} ({student}): not in the gradebook"
+        for path in graded
+        for student in (REFERENCE_STUDENT, BLANK_STUDENT)[: 2 if blank else 1]
+        if (student, path.stem) not in in_gradebook
+    ]
+
+
 def rehearse(
     notebooks: Sequence[Path],
     course_dir: Path | None = None,
@@ -124,59 +202,14 @@ def rehearse(
     Example: ``rehearse(course_notebooks()).problems == []`` on a healthy course.
     """
     start = time.perf_counter()
-    if course_dir is None:
-        BUILD_DIR.mkdir(parents=True, exist_ok=True)
-        course_dir = Path(tempfile.mkdtemp(prefix="rehearsal-", dir=BUILD_DIR))
-    course_dir = Path(course_dir)
-    if course_dir.exists() and any(course_dir.iterdir()):
-        if not (course_dir / REHEARSAL_MARK).exists():
-            raise ValueError(
-                f"{course_dir} is not empty and not a rehearsal folder; "
-                "rehearse() wipes its folder: give it a new one"
-            )
-        shutil.rmtree(course_dir)
-    course_dir.mkdir(parents=True, exist_ok=True)
-    (course_dir / REHEARSAL_MARK).write_text("scratch course of amp_lessons.grading\n")
-    build_course(notebooks, course_dir)
-    generate_student_edition(course_dir)
-    graded = [Path(p) for p in notebooks if is_graded(Path(p))]
-    if not graded:
-        raise ValueError("none of these notebooks has graded cells: nothing to grade")
-    released = [course_dir / "release" / p.stem / p.name for p in graded]
-    submit(REFERENCE_STUDENT, graded, course_dir)
-    if blank:
-        submit(BLANK_STUDENT, released, course_dir)
+    course_dir = _scratch_course(course_dir)
+    graded = _submit_editions(notebooks, course_dir, blank)
     if sandboxed is None:
         sandboxed = sandbox.sandbox_problem() is None
     autograde(course_dir, sandboxed=sandboxed)
     scores = read_scores(course_dir)
-    problems = []
-    for score in scores:
-        where = f"{score.notebook} ({score.student})"
-        for flag in review.read_review(course_dir, score.student, score.notebook):
-            problems.append(f"{where}: flagged for review: {flag}")
-        if score.student == REFERENCE_STUDENT and score.score != score.max_score:
-            lost = {k: v for k, v in score.cells.items() if v[0] != v[1]}
-            problems.append(
-                f"{where}: the solved notebook scores {score.score:g} / "
-                f"{score.max_score:g}; cells short of full marks: {lost}"
-            )
-        if score.student == BLANK_STUDENT:
-            scored = {k: v for k, v in score.cells.items() if v[0] != 0}
-            if scored:
-                problems.append(f"{where}: unsolved cells earn points: {scored}")
-        if score.max_score == 0:
-            problems.append(f"{where}: no points to earn (graded cells lost?)")
-        run = autograded_path(course_dir, score.student, score.notebook)
-        if score.student == REFERENCE_STUDENT:
-            problems += solved_run_problems(run)
-        else:
-            problems += blank_run_problems(run)
-    in_gradebook = {(s.student, s.notebook) for s in scores}
-    for path in graded:
-        for student in (REFERENCE_STUDENT, BLANK_STUDENT)[: 2 if blank else 1]:
-            if (student, path.stem) not in in_gradebook:
-                problems.append(f"{path.stem} ({student}): not in the gradebook")
+    problems = [p for score in scores for p in _score_problems(course_dir, score)]
+    problems += _missing_from_gradebook(scores, graded, blank)
     return Rehearsal(
         scores, problems, time.perf_counter() - start, course_dir, sandboxed
     )
