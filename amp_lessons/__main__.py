@@ -203,7 +203,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_lang(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
-    train = commands.add_parser(
+    # the help lists the commands in this order
+    for add_command, add_options in (
+        (_train_command, _add_train),
+        (_bench_command, _add_bench),
+        (_estimate_command, _add_estimate),
+        (_gpu_check_command, _add_gpu_check),
+    ):
+        sub = add_command(commands)
+        add_options(sub)
+        _add_lang(sub)
+    return parser
+
+
+def _train_command(commands) -> argparse.ArgumentParser:
+    return commands.add_parser(
         "train",
         help=_(
             "train a synthetic task with the AMP loop, printing loss, "
@@ -214,7 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
             "synthetic task: nothing is downloaded."
         ),
     )
-    bench = commands.add_parser(
+
+
+def _bench_command(commands) -> argparse.ArgumentParser:
+    return commands.add_parser(
         "bench",
         help=_(
             "time fp32/tf32/fp16/bf16 (and fp8 on Ada/Hopper GPUs) "
@@ -226,7 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
             "fp32 (TF32 off), tf32, fp16 and bf16, side by side."
         ),
     )
-    estimate = commands.add_parser(
+
+
+def _estimate_command(commands) -> argparse.ArgumentParser:
+    return commands.add_parser(
         "estimate",
         help=_(
             "predict a training step's time on a GPU you do not have, "
@@ -239,7 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
             "efficiencies fitted on published measurements."
         ),
     )
-    gpu_check = commands.add_parser(
+
+
+def _gpu_check_command(commands) -> argparse.ArgumentParser:
+    return commands.add_parser(
         "gpu-check",
         help=_(
             "the whole GPU proof in one run: gpu tests, the bench, "
@@ -254,15 +277,6 @@ def build_parser() -> argparse.ArgumentParser:
             "nothing."
         ),
     )
-    for add, sub in (
-        (_add_train, train),
-        (_add_bench, bench),
-        (_add_estimate, estimate),
-        (_add_gpu_check, gpu_check),
-    ):
-        add(sub)
-        _add_lang(sub)
-    return parser
 
 
 # The bench's and the estimate's sizes, and --threads, are the command line's own
@@ -293,6 +307,24 @@ def non_negative_int(text: str) -> int:
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
+    # in the order the help lists them
+    _add_task_options(p)
+    _add_optimization_options(p)
+    _add_scaler_options(p)
+    _add_checkpoint_options(p)
+    _add_run_options(p)
+
+
+def _add_device_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device",
+        default="auto",
+        help=_("auto, cpu, cuda, cuda:N or mps (default: %(default)s)"),
+    )
+
+
+def _add_task_options(p: argparse.ArgumentParser) -> None:
+    """What is trained, on which device, in which precision."""
     p.add_argument(
         "--task",
         choices=TASKS,
@@ -302,11 +334,7 @@ def _add_train(p: argparse.ArgumentParser) -> None:
             "transformer (default: %(default)s)"
         ),
     )
-    p.add_argument(
-        "--device",
-        default="auto",
-        help=_("auto, cpu, cuda, cuda:N or mps (default: %(default)s)"),
-    )
+    _add_device_option(p)
     p.add_argument(
         "--precision",
         default="bf16",
@@ -314,6 +342,10 @@ def _add_train(p: argparse.ArgumentParser) -> None:
             precisions=", ".join(PRECISIONS)
         ),
     )
+
+
+def _add_optimization_options(p: argparse.ArgumentParser) -> None:
+    """Steps, batches, learning rate and clipping."""
     # numbers are only converted here: TrainConfig's checks (plan_training) own them
     p.add_argument(
         "--steps",
@@ -354,6 +386,10 @@ def _add_train(p: argparse.ArgumentParser) -> None:
             "clipping off (default: %(default)s)"
         ),
     )
+
+
+def _add_scaler_options(p: argparse.ArgumentParser) -> None:
+    """Which loss scaler, and how it starts and grows."""
     p.add_argument(
         "--scaler",
         choices=SCALERS,
@@ -376,6 +412,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
         default=2000,
         help=_("clean steps before the scale doubles (default: %(default)s)"),
     )
+
+
+def _add_checkpoint_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checkpoint",
         metavar="PATH",
@@ -401,6 +440,10 @@ def _add_train(p: argparse.ArgumentParser) -> None:
             "processes)"
         ),
     )
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """Over how many processes, with which seed and threads; what it logs and writes."""
     p.add_argument(
         "--distributed",
         choices=MODES,
@@ -443,13 +486,18 @@ def _add_train(p: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
+    # in the order the help lists them
+    _add_bench_selection_options(p)
+    _add_bench_step_options(p)
+    _add_bench_size_options(p)
+    _add_bench_run_options(p)
+
+
+def _add_bench_selection_options(p: argparse.ArgumentParser) -> None:
+    """Which device, models and precisions are measured."""
     from amp_lessons.measure.bench import CONFIGS
 
-    p.add_argument(
-        "--device",
-        default="auto",
-        help=_("auto, cpu, cuda, cuda:N or mps (default: %(default)s)"),
-    )
+    _add_device_option(p)
     p.add_argument(
         "--configs",
         nargs="+",
@@ -468,6 +516,10 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
             "(default: all four, plus fp8 where it can run)"
         ).format(precisions=", ".join(PRECISIONS)),
     )
+
+
+def _add_bench_step_options(p: argparse.ArgumentParser) -> None:
+    """How many steps warm up, and how many are timed."""
     p.add_argument(
         "--warmup",
         type=non_negative_int,
@@ -480,6 +532,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         default=None,
         help=_("timed steps; the median is reported (default: 8 on cpu, 20 on cuda)"),
     )
+
+
+def _add_bench_size_options(p: argparse.ArgumentParser) -> None:
     sizes = p.add_argument_group(
         _("sizes"),
         _(
@@ -491,6 +546,10 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         sizes.add_argument(
             flag, type=positive_int, default=None, metavar="N", help=f"{config} {key}"
         )
+
+
+def _add_bench_run_options(p: argparse.ArgumentParser) -> None:
+    """The CPU threads it measures with, and the files it writes."""
     p.add_argument(
         "--threads",
         type=positive_int,
@@ -575,16 +634,35 @@ def _add_estimate(p: argparse.ArgumentParser) -> None:
 
 
 def run_estimate(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
-    from amp_lessons.measure.estimate import GPUS, estimate_step
-    from amp_lessons.measure.model_zoo import build
-
     sizes = {
         k: getattr(args, k)
         for k in ("layers", "width", "seq", "batch", "image", "optimizer")
         if getattr(args, k) is not None
     }
+    rows, items = _estimate_rows(args, sizes)
+    if args.json:
+        print(_estimates_json(rows, items))
+        return 0
+    print(
+        _(
+            "{model} {sizes} on {gpu}: {items} samples a step, estimated (not measured)"
+        ).format(
+            model=args.model,
+            sizes=sizes or _("(default sizes)"),
+            gpu=args.gpu,
+            items=items,
+        )
+    )
+    _print_estimate_table(rows, items)
+    return 0
+
+
+def _estimate_rows(args: argparse.Namespace, sizes: dict) -> tuple[list, int]:
+    """One estimate per precision asked for (default: every one the GPU takes), and
+    the samples a step."""
+    from amp_lessons.measure.estimate import GPUS, estimate_step
+    from amp_lessons.measure.model_zoo import build
+
     gpu = GPUS[args.gpu]
     precisions = args.precision or [
         p for p in ("fp32", "tf32", "fp16", "bf16", "fp8") if gpu.supports(p)
@@ -597,31 +675,24 @@ def run_estimate(args: argparse.Namespace) -> int:
                 w.model, w.inputs, args.gpu, precision, w.optimizer, w.loss_fn
             )
         )
-    if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        **asdict(e),
-                        "regime": e.regime,
-                        "items_per_s": w.items / e.seconds,
-                    }
-                    for e in rows
-                ],
-                indent=1,
-            )
-        )
-        return 0
-    print(
-        _(
-            "{model} {sizes} on {gpu}: {items} samples a step, estimated (not measured)"
-        ).format(
-            model=args.model,
-            sizes=sizes or _("(default sizes)"),
-            gpu=args.gpu,
-            items=w.items,
-        )
+    return rows, w.items
+
+
+def _estimates_json(rows: list, items: int) -> str:
+    from dataclasses import asdict
+
+    return json.dumps(
+        [
+            {**asdict(e), "regime": e.regime, "items_per_s": items / e.seconds}
+            for e in rows
+        ],
+        indent=1,
     )
+
+
+def _print_estimate_table(rows: list, items: int) -> None:
+    """Each precision's step time, speed-up over the first row, samples/s and the
+    shares of compute, memory and overhead."""
     # each column as wide as its heading, which a translation may lengthen
     headings = [
         _("precision"),
@@ -634,44 +705,31 @@ def run_estimate(args: argparse.Namespace) -> int:
         max(width, len(heading))
         for width, heading in zip((9, 9, 8, 10, 8, 8, 8), headings, strict=True)
     ]
-    print(
-        " ".join(
-            [
-                f"{headings[0]:{widths[0]}}",
-                *(
-                    f"{heading:>{width}}"
-                    for heading, width in zip(headings[1:], widths[1:], strict=True)
-                ),
-            ]
-        )
-        + "  "
-        + _("dominant")
-    )
+    print(_table_line(headings, widths) + "  " + _("dominant"))
     for e in rows:
         cells = [
+            e.precision,
             f"{e.seconds * 1e3:.2f}",
             f"{rows[0].seconds / e.seconds:.2f}x",
-            f"{w.items / e.seconds:.1f}",
+            f"{items / e.seconds:.1f}",
             *(
                 f"{part / e.seconds:.0%}"
                 for part in (e.compute_s, e.memory_s, e.overhead_s)
             ),
         ]
         dominant = _(REGIMES[e.regime]) if e.regime in REGIMES else e.regime
-        print(
-            " ".join(
-                [
-                    f"{e.precision:{widths[0]}}",
-                    *(
-                        f"{cell:>{width}}"
-                        for cell, width in zip(cells, widths[1:], strict=True)
-                    ),
-                ]
-            )
-            + "  "
-            + dominant
-        )
-    return 0
+        print(_table_line(cells, widths) + "  " + dominant)
+
+
+def _table_line(cells: list[str], widths: list[int]) -> str:
+    # the first column (the precision) to the left, the numbers to the right
+    first, *rest = cells
+    return " ".join(
+        [
+            f"{first:{widths[0]}}",
+            *(f"{cell:>{width}}" for cell, width in zip(rest, widths[1:], strict=True)),
+        ]
+    )
 
 
 # an estimate's three parts, in its table's order (its regime names the largest)
@@ -893,31 +951,11 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from amp_lessons.core.device import resolve_device
-    from amp_lessons.core.output_files import validate_output_path
-    from amp_lessons.measure import bench, bench_results
+    from amp_lessons.measure import bench_results
 
-    overrides: dict[str, dict[str, int]] = {}
-    for flag, config, key in SIZE_FLAGS:
-        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
-        if value is not None:
-            overrides.setdefault(config, {})[key] = value
+    overrides = _size_overrides(args)
     command = shlex.join(["python", "-m", "amp_lessons", *argv])
-    if args.record and resolve_device(args.device).type != "cuda":
-        raise ValueError(
-            _(
-                "--record writes notebooks/results/bench_<gpu>.json, the "
-                "GPU results lesson 06 shows on machines without one; run "
-                "it with --device cuda, or use --json PATH for this "
-                "device"
-            )
-        )
-    # every file this run will write, checked before the minutes of measuring
-    paths = [validate_output_path(args.json, "--json")] if args.json else []
-    if args.record:
-        name = bench.device_name(resolve_device(args.device))
-        record = bench_results.RESULTS_DIR / bench_results.results_filename(name)
-        paths.append(validate_output_path(record, "--record"))
+    paths = _bench_output_paths(args)
     report = bench_results.bench_report(
         args.device,
         args.configs,
@@ -941,6 +979,50 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
             )
             or _("nothing to bench")
         )
+    _print_bench_report(report)
+    for path in paths:
+        print(_("wrote {path}").format(path=bench_results.save_results(report, path)))
+    return 0
+
+
+def _size_overrides(args: argparse.Namespace) -> dict[str, dict[str, int]]:
+    """The sizes flags set, per config: ``{"mlp": {"width": 64}}``."""
+    overrides: dict[str, dict[str, int]] = {}
+    for flag, config, key in SIZE_FLAGS:
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if value is not None:
+            overrides.setdefault(config, {})[key] = value
+    return overrides
+
+
+def _bench_output_paths(args: argparse.Namespace) -> list:
+    """Every file the bench will write (--json, --record), checked before the minutes
+    of measuring."""
+    from amp_lessons.core.device import resolve_device
+    from amp_lessons.core.output_files import validate_output_path
+    from amp_lessons.measure import bench, bench_results
+
+    if args.record and resolve_device(args.device).type != "cuda":
+        raise ValueError(
+            _(
+                "--record writes notebooks/results/bench_<gpu>.json, the "
+                "GPU results lesson 06 shows on machines without one; run "
+                "it with --device cuda, or use --json PATH for this "
+                "device"
+            )
+        )
+    paths = [validate_output_path(args.json, "--json")] if args.json else []
+    if args.record:
+        name = bench.device_name(resolve_device(args.device))
+        record = bench_results.RESULTS_DIR / bench_results.results_filename(name)
+        paths.append(validate_output_path(record, "--record"))
+    return paths
+
+
+def _print_bench_report(report: dict) -> None:
+    """The run's settings, its table, and what it skipped or notes."""
+    from amp_lessons.measure import bench
+
     print(
         _(
             "bench on {device} ({name}), torch {torch}, {warmup} warm-up + {iters} "
@@ -965,9 +1047,6 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         )
     for note in report["notes"]:
         print(_("note: {message}").format(message=note))
-    for path in paths:
-        print(_("wrote {path}").format(path=bench_results.save_results(report, path)))
-    return 0
 
 
 def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -50,6 +50,7 @@ from amp_lessons.core.errors import (
     SettingUnavailable,
     in_python_terms,
 )
+from amp_lessons.i18n import language
 
 MODES = ("none", "ddp", "fsdp2")
 # fully_shard became public in torch.distributed.fsdp in 2.6 (its docs page dates from
@@ -274,6 +275,20 @@ def start_world(mode: str, device: torch.device) -> World:
                 "Fix: use `distributed='ddp'` (or `distributed='fsdp2'`)."
             )
         return World("none", device=device)
+    _refuse_unavailable(mode, device)
+    device = _rank_device(device)
+    owns = _join_group("nccl" if device.type == "cuda" else "gloo")
+    return World(
+        mode,
+        torch.distributed.get_rank(),
+        torch.distributed.get_world_size(),
+        device,
+        owns,
+    )
+
+
+def _refuse_unavailable(mode: str, device: torch.device) -> None:
+    """Raise if this torch or ``device`` cannot run ``mode`` (ddp or fsdp2)."""
     if not torch.distributed.is_available():
         raise SettingUnavailable(
             f"this torch ({torch.__version__}) was built "
@@ -288,18 +303,29 @@ def start_world(mode: str, device: torch.device) -> World:
             f"(nccl), not {device.type}. Fix: use `device='cpu'` or "
             "`device='cuda'`."
         )
+
+
+def _rank_device(device: torch.device) -> torch.device:
+    """On CUDA, this rank's own GPU (``LOCAL_RANK``), made the current one; a CPU as
+    it is."""
+    if device.type != "cuda":
+        return device
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device.type == "cuda":
-        if local_rank >= torch.cuda.device_count():
-            raise RuntimeError(
-                f"local rank {local_rank} has no GPU of its own (this "
-                f"node has {torch.cuda.device_count()}): start at most "
-                "that many processes per node (torchrun's "
-                "nproc_per_node)"
-            )
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    if local_rank >= torch.cuda.device_count():
+        raise RuntimeError(
+            f"local rank {local_rank} has no GPU of its own (this "
+            f"node has {torch.cuda.device_count()}): start at most "
+            "that many processes per node (torchrun's "
+            "nproc_per_node)"
+        )
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)
+    return device
+
+
+def _join_group(backend: str) -> bool:
+    """Start the process group unless one is running; True if this call started it
+    (then the World that asked owns it and ends it)."""
     owns = not torch.distributed.is_initialized()
     if owns and "RANK" in os.environ:
         torch.distributed.init_process_group(backend)  # torchrun's env:// rendezvous
@@ -311,13 +337,7 @@ def start_world(mode: str, device: torch.device) -> World:
         torch.distributed.init_process_group(
             backend, store=store, rank=0, world_size=1, timeout=ONE_PROCESS_TIMEOUT
         )
-    return World(
-        mode,
-        torch.distributed.get_rank(),
-        torch.distributed.get_world_size(),
-        device,
-        owns,
-    )
+    return owns
 
 
 @contextmanager
@@ -619,6 +639,27 @@ def launch(
         module,
         *map(str, args),
     ]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_launch_environment(),
+        cwd=cwd,
+        start_new_session=True,
+    )
+    lines, returncode, timed_out = _follow(process, timeout, stream)
+    if timed_out:
+        raise TimeoutError(
+            f"{shlex.join(command)} ran past {timeout:g} s and was "
+            "killed:\n" + "".join(lines[-20:])
+        )
+    return Launch(returncode, "".join(lines), command)
+
+
+def _launch_environment() -> dict[str, str]:
+    """This process's environment, plus what the workers need: the loopback for gloo,
+    one OpenMP thread, this package on the path, unbuffered output."""
     env = dict(os.environ)
     if sys.platform.startswith("linux"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -628,16 +669,17 @@ def launch(
         p for p in (package_root, env.get("PYTHONPATH")) if p
     )
     env["PYTHONUNBUFFERED"] = "1"
+    env["LANGUAGE"] = language()  # the workers print in the language this process does
+    return env
+
+
+def _follow(
+    process: subprocess.Popen, timeout: float, stream: Callable[[str], None] | None
+) -> tuple[list[str], int, bool]:
+    """Read ``process``'s output to its end, passing each line to ``stream``; killed
+    past ``timeout`` seconds. Returns the lines, the exit status, and whether it was
+    killed for time."""
     lines: list[str] = []
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=cwd,
-        start_new_session=True,
-    )
     timed_out = threading.Event()
 
     def on_timeout() -> None:
@@ -658,12 +700,7 @@ def launch(
         if process.poll() is None:
             _kill_group(process)
             process.wait()
-    if timed_out.is_set():
-        raise TimeoutError(
-            f"{shlex.join(command)} ran past {timeout:g} s and was "
-            "killed:\n" + "".join(lines[-20:])
-        )
-    return Launch(returncode, "".join(lines), command)
+    return lines, returncode, timed_out.is_set()
 
 
 def _kill_group(process: subprocess.Popen) -> None:

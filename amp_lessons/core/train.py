@@ -553,21 +553,13 @@ def train(
     plan = _the_plan(config, model)
     config = plan.config
     # -- nothing was touched so far; from here on we build and train --
-    notes = [n for n in [slow_note(plan.precision, plan.device)] if n]
-    for note in notes:
-        warnings.warn(note, SlowOnThisDeviceWarning, stacklevel=2)
+    notes = _warn_if_slow(plan)
     world = start_world(config.distributed, plan.device)  # mode none: a world of one
     try:
         device = world.device  # under torchrun on CUDA: this rank's own GPU
         run = _build(plan, world, device)
-        task, model, ctx, optimizer, scaler, records = (
-            run.task,
-            run.model,
-            run.ctx,
-            run.optimizer,
-            run.scaler,
-            run.records,
-        )
+        task, model, ctx = run.task, run.model, run.ctx
+        optimizer, scaler, records = run.optimizer, run.scaler, run.records
         with tf32_mode(plan.precision.tf32, device.type):
             model.train()
             for step in range(len(records) + 1, config.num_steps + 1):
@@ -580,50 +572,77 @@ def train(
                 )
                 # the mean over the global batch; the same skip on every rank
                 loss, skipped = world.combine(stats.loss, stats.skipped)
-                grad_norm = stats.grad_norm.item()  # syncs a GPU
-                records.append(
-                    StepRecord(
-                        step,
-                        loss,
-                        stats.scale,
-                        skipped,
-                        grad_norm,
-                        1e3 * (time.perf_counter() - t0),
-                    )
-                )
-                if (
-                    world.rank == 0
-                    and config.log_every
-                    and (step % config.log_every == 0 or step in (1, config.num_steps))
-                ):
+                records.append(_record(step, stats, loss, skipped, t0))
+                if world.rank == 0 and _log_due(config, step):
                     log(format_record(records[-1], sum(r.skipped for r in records)))
-                if (
-                    config.checkpoint_path
-                    and config.checkpoint_every
-                    and step % config.checkpoint_every == 0
-                ):
+                if _checkpoint_due(config, step):
                     _save(run)
-            if config.checkpoint_path:
-                _save(run)
-            eval_loss, eval_accuracy = evaluate(
-                model, task.eval_x, task.eval_y, ctx, task.loss_fn
-            )
+            eval_loss, eval_accuracy = _save_and_evaluate(run)
         if world.world_size > 1:
             world.barrier()  # every rank done talking before any ends the group
     finally:
         world.close()
+    return _result(run, eval_loss, eval_accuracy, notes)
+
+
+def _warn_if_slow(plan: TrainPlan) -> list[str]:
+    """Warn when the precision is slow on the plan's device; the notes it warned."""
+    notes = [n for n in [slow_note(plan.precision, plan.device)] if n]
+    for note in notes:
+        warnings.warn(note, SlowOnThisDeviceWarning, stacklevel=3)  # train's caller
+    return notes
+
+
+def _record(
+    step: int, stats: StepStats, loss: float, skipped: bool, t0: float
+) -> StepRecord:
+    """What the step's record keeps: ``loss`` and ``skipped`` as the ranks agreed."""
+    grad_norm = stats.grad_norm.item()  # syncs a GPU: the time below includes the step
+    return StepRecord(
+        step, loss, stats.scale, skipped, grad_norm, 1e3 * (time.perf_counter() - t0)
+    )
+
+
+def _log_due(config: TrainConfig, step: int) -> bool:
+    # every log_every steps, and the first and last step (0: never)
+    return bool(
+        config.log_every
+        and (step % config.log_every == 0 or step in (1, config.num_steps))
+    )
+
+
+def _checkpoint_due(config: TrainConfig, step: int) -> bool:
+    # every checkpoint_every steps (0: only at the end)
+    return bool(
+        config.checkpoint_path
+        and config.checkpoint_every
+        and step % config.checkpoint_every == 0
+    )
+
+
+def _save_and_evaluate(run: _Run) -> tuple[float, float]:
+    """The end of the loop: the last checkpoint, then the held-out loss and accuracy."""
+    if run.config.checkpoint_path:
+        _save(run)
+    task = run.task
+    return evaluate(run.model, task.eval_x, task.eval_y, run.ctx, task.loss_fn)
+
+
+def _result(
+    run: _Run, eval_loss: float, eval_accuracy: float, notes: list[str]
+) -> TrainResult:
     return TrainResult(
-        config,
-        records,
+        run.config,
+        run.records,
         eval_loss,
         eval_accuracy,
-        model,
-        optimizer,
-        scaler,
-        str(device),
+        run.model,
+        run.optimizer,
+        run.scaler,
+        str(run.device),
         notes,
-        world.world_size,
-        world.rank,
+        run.world.world_size,
+        run.world.rank,
     )
 
 

@@ -454,28 +454,12 @@ def run_bench(
     """
     dev = resolve_device(device)
     precisions = default_precisions(dev) if precisions is None else precisions
-    for name in precisions:
-        if name not in BENCH_PRECISIONS:
-            raise ValueError(
-                f"unknown precision {name!r}; use one of: {', '.join(BENCH_PRECISIONS)}"
-            )
-    for config in configs:
-        if config not in CONFIGS:
-            raise _unknown_config(config)
+    _refuse_unknown(precisions, configs)
     all_sizes = merge_sizes(dev, sizes)
     default_warmup, default_iters = DEFAULT_STEPS[dev.type]
     warmup = default_warmup if warmup is None else warmup
     iters = default_iters if iters is None else iters
-    usable = []
-    for name in precisions:
-        try:  # RuntimeError: e.g. bf16 on a pre-Ampere GPU, fp8 on a CPU
-            if name == FP8 and (reason := bench_fp8.fp8_unavailable(dev)):
-                raise RuntimeError(reason)
-            resolve_precision(bench_fp8.base_precision(name), dev, warn=False)
-            usable.append(name)
-        except RuntimeError as e:
-            if skipped is not None:
-                skipped.append({"precision": name, "reason": str(e)})
+    usable = _runnable(precisions, dev, skipped)
     if threads is None and dev.type == "cpu":
         threads = 1
     rows = []
@@ -488,6 +472,35 @@ def run_bench(
                     bench_one(config, name, dev, all_sizes[config], warmup, iters)
                 )
     return add_ratios(rows)
+
+
+def _refuse_unknown(precisions: Sequence[str], configs: Sequence[str]) -> None:
+    for name in precisions:
+        if name not in BENCH_PRECISIONS:
+            raise ValueError(
+                f"unknown precision {name!r}; use one of: {', '.join(BENCH_PRECISIONS)}"
+            )
+    for config in configs:
+        if config not in CONFIGS:
+            raise _unknown_config(config)
+
+
+def _runnable(
+    precisions: Sequence[str], dev: torch.device, skipped: list[dict] | None
+) -> list[str]:
+    """The precisions ``dev`` can run; each other one goes to ``skipped`` (when it is
+    a list) with its reason."""
+    usable = []
+    for name in precisions:
+        try:  # RuntimeError: e.g. bf16 on a pre-Ampere GPU, fp8 on a CPU
+            if name == FP8 and (reason := bench_fp8.fp8_unavailable(dev)):
+                raise RuntimeError(reason)
+            resolve_precision(bench_fp8.base_precision(name), dev, warn=False)
+            usable.append(name)
+        except RuntimeError as e:
+            if skipped is not None:
+                skipped.append({"precision": name, "reason": str(e)})
+    return usable
 
 
 @contextmanager

@@ -329,7 +329,24 @@ def summary_markdown(
             "measurement. Such a file is refused in `notebooks/results/`.",
             "",
         ]
-    lines += [
+    lines += [_run_line(r, context), "", *_goals_table(goals), ""]
+    if report:
+        lines.append(bench_section(report, bench_file or "?"))
+        from amp_lessons.measure.estimate_check import estimate_section
+
+        beside = estimate_section(report)
+        lines += ["", beside] if beside else []
+    else:
+        lines.append("## Speed and memory\n\nNo bench row was measured (see Steps).")
+    lines += ["", "## Tests: `pytest -m gpu`", "", _tests_line(tests)]
+    lines += _lessons_table(steps) + _steps_table(steps)
+    return "\n".join(lines) + "\n"
+
+
+def _run_line(r: dict, context: dict) -> str:
+    """Who ran the check, when, on what (GPU, torch, CUDA), for how long, and how it
+    ended; the report's versions, else the context's."""
+    return (
         f"Run by `{context['command']}` on {context['date']}: {context['gpu']}"
         + (
             f", compute capability {r['compute_capability']}"
@@ -339,8 +356,12 @@ def summary_markdown(
         + f"; torch {r.get('torch', context.get('torch', '?'))}, CUDA "
         f"{r.get('cuda', context.get('cuda', '?'))}. It took "
         f"{context['wall_s']:.0f} s of its {context['budget_s']:.0f} s budget; "
-        f"exit status {context['exit_status']}.",
-        "",
+        f"exit status {context['exit_status']}."
+    )
+
+
+def _goals_table(goals: Sequence[Goal]) -> list[str]:
+    lines = [
         "## Goals",
         "",
         "| goal | target | measured | result |",
@@ -352,33 +373,33 @@ def summary_markdown(
         )
         note = f" ({g.note})" if g.note and g.status != PASS else ""
         lines.append(f"| {g.name} | {g.target} | {_x(g.measured)} | {verdict}{note} |")
-    lines.append("")
-    if report:
-        lines.append(bench_section(report, bench_file or "?"))
-        from amp_lessons.measure.estimate_check import estimate_section
+    return lines
 
-        beside = estimate_section(report)
-        lines += ["", beside] if beside else []
-    else:
-        lines.append("## Speed and memory\n\nNo bench row was measured (see Steps).")
-    lines += ["", "## Tests: `pytest -m gpu`", "", _tests_line(tests)]
+
+def _lessons_table(steps: Sequence[StepResult]) -> list[str]:
+    """The executed lessons' rows, after a blank line; none without a lesson."""
     lessons = [s for s in steps if s.name.startswith("lesson ")]
-    if lessons:
-        lines += [
-            "",
-            "## Lessons executed on the GPU, asserts included",
-            "",
-            "| lesson | result | seconds | executed copy |",
-            "|---|---|---:|---|",
-        ]
-        for s in lessons:
-            copy = f"`{s.output}`" if s.output else "-"
-            detail = f": {s.detail}" if s.detail and not s.ok else ""
-            lines.append(
-                f"| {s.name.removeprefix('lesson ')} | {s.status}{detail} | "
-                f"{s.seconds:.0f} | {copy} |"
-            )
-    lines += [
+    if not lessons:
+        return []
+    lines = [
+        "",
+        "## Lessons executed on the GPU, asserts included",
+        "",
+        "| lesson | result | seconds | executed copy |",
+        "|---|---|---:|---|",
+    ]
+    for s in lessons:
+        copy = f"`{s.output}`" if s.output else "-"
+        detail = f": {s.detail}" if s.detail and not s.ok else ""
+        lines.append(
+            f"| {s.name.removeprefix('lesson ')} | {s.status}{detail} | "
+            f"{s.seconds:.0f} | {copy} |"
+        )
+    return lines
+
+
+def _steps_table(steps: Sequence[StepResult]) -> list[str]:
+    lines = [
         "",
         "## Steps",
         "",
@@ -390,7 +411,7 @@ def summary_markdown(
             f"| {s.name} | {s.status} | {s.seconds:.0f} | {s.timeout_s:.0f} | "
             f"{s.detail.replace('|', '/')} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _tests_line(t: TestCounts) -> str:
