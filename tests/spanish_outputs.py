@@ -36,7 +36,6 @@ NOT_YET: frozenset[str] = frozenset(
         "07_clinic",
         "09_amp_in_practice",
         "10_distributed_amp",
-        "11_fp8",
     }
 )
 

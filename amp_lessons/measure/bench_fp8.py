@@ -20,7 +20,7 @@ from torch import nn
 
 from amp_lessons.core.fp8 import filter_first_and_last
 from amp_lessons.core.precision import PRECISIONS
-from amp_lessons.i18n import N_
+from amp_lessons.i18n import N_, _
 from amp_lessons.measure.fp8_vs_torchao import INSTALL_HINT, import_torchao_float8
 
 __all__ = [
@@ -54,22 +54,26 @@ def fp8_unavailable(device: torch.device | str) -> str | None:
     """
     device = torch.device(device)
     if device.type != "cuda":
-        return (
-            f"fp8 training needs an NVIDIA GPU with compute capability "
-            f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer (Ada such as L4 or "
-            f"RTX 4090, Hopper H100/H200, Blackwell); this run is on "
-            f"{device.type}. Lesson 11 runs the same numerics emulated on a CPU "
+        return _(
+            "fp8 training needs an NVIDIA GPU with compute capability {capability} "
+            "or newer (Ada such as L4 or RTX 4090, Hopper H100/H200, Blackwell); this "
+            "run is on {device}. Lesson 11 runs the same numerics emulated on a CPU "
             "(amp_lessons.core.fp8)."
-        )
+        ).format(capability="{}.{}".format(*MIN_CAPABILITY), device=device.type)
     capability = torch.cuda.get_device_capability(device)
     if capability < MIN_CAPABILITY:
-        return (
-            f"{torch.cuda.get_device_name(device)} has compute capability "
-            f"{capability[0]}.{capability[1]}; fp8 tensor cores start at "
-            f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} (Ada, Hopper, Blackwell)"
+        return _(
+            "{gpu} has compute capability {capability}; fp8 tensor cores start at "
+            "{minimum} (Ada, Hopper, Blackwell)"
+        ).format(
+            gpu=torch.cuda.get_device_name(device),
+            capability="{}.{}".format(*capability),
+            minimum="{}.{}".format(*MIN_CAPABILITY),
         )
     if import_torchao_float8() is None:
-        return f"the fp8 row uses torchao, which is not installed: {INSTALL_HINT}"
+        return _("the fp8 row uses torchao, which is not installed: {hint}").format(
+            hint=INSTALL_HINT
+        )
     return None
 
 

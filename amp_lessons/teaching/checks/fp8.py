@@ -11,6 +11,7 @@ import torch
 
 from amp_lessons.core.formats import same_bits
 from amp_lessons.core.fp8 import E4M3, E5M2, amax, cast_to_fp8, scale_from_amax
+from amp_lessons.i18n import N_, _
 from amp_lessons.teaching.checks._engine import (
     Raised,
     Row,
@@ -23,10 +24,18 @@ from amp_lessons.teaching.checks._engine import (
 __all__ = ["check_fp8_cast"]
 
 _NAMES = {E4M3: "e4m3", E5M2: "e5m2"}
+WRONG_DTYPE = N_(
+    "cast to the dtype asked for, {dtype} ({name}): e4m3 for weights and "
+    "activations, e5m2 for gradients; got {got}"
+)
+WRONG_MAX = N_(
+    "use the max of the format you cast to: torch.finfo(dtype).max is {big} for "
+    "{name}, not {other}"
+)
 
 
 def _cases(hidden: bool) -> list[tuple[str, torch.Tensor, torch.dtype, Any]]:
-    """(label, x, dtype, amax or None)."""
+    """(label, x, dtype, amax or None); the label in English, shown through `_`."""
     gen = torch.Generator().manual_seed(11)
 
     def randn(*shape: int) -> torch.Tensor:
@@ -35,11 +44,11 @@ def _cases(hidden: bool) -> list[tuple[str, torch.Tensor, torch.dtype, Any]]:
     if not hidden:
         return [
             ("[0.1, -0.3, 1.75], e4m3", torch.tensor([0.1, -0.3, 1.75]), E4M3, None),
-            ("largest |x| is negative", torch.tensor([-3.0, 0.5, 1.0]), E4M3, None),
-            ("all zeros", torch.zeros(4), E4M3, None),
-            ("gradients ~1e-4, e5m2", randn(16) * 1e-4, E5M2, None),
+            (N_("largest |x| is negative"), torch.tensor([-3.0, 0.5, 1.0]), E4M3, None),
+            (N_("all zeros"), torch.zeros(4), E4M3, None),
+            (N_("gradients ~1e-4, e5m2"), randn(16) * 1e-4, E5M2, None),
             (
-                "stale amax 1.0, e5m2",
+                N_("stale amax 1.0, e5m2"),
                 torch.tensor([0.5, -4.0, 2.0]),
                 E5M2,
                 torch.tensor(1.0),
@@ -47,16 +56,16 @@ def _cases(hidden: bool) -> list[tuple[str, torch.Tensor, torch.dtype, Any]]:
         ]
     return [
         ("2-D, ~30, e4m3", randn(4, 8) * 30, E4M3, None),
-        ("bf16 input, e4m3", (randn(8) * 0.01).bfloat16(), E4M3, None),
-        ("negative max, e5m2", torch.tensor([-100.0, 3.0, 7.0]), E5M2, None),
+        (N_("bf16 input, e4m3"), (randn(8) * 0.01).bfloat16(), E4M3, None),
+        (N_("negative max, e5m2"), torch.tensor([-100.0, 3.0, 7.0]), E5M2, None),
         (
-            "stale amax 2.0, e4m3",
+            N_("stale amax 2.0, e4m3"),
             torch.tensor([10.0, 1.0, -0.5]),
             E4M3,
             torch.tensor(2.0),
         ),
-        ("stale amax 0.5, e5m2", randn(6) * 4, E5M2, torch.tensor(0.5)),
-        ("all zeros, e5m2", torch.zeros(2, 3), E5M2, None),
+        (N_("stale amax 0.5, e5m2"), randn(6) * 4, E5M2, torch.tensor(0.5)),
+        (N_("all zeros, e5m2"), torch.zeros(2, 3), E5M2, None),
     ]
 
 
@@ -65,7 +74,7 @@ def _show(x_fp8: torch.Tensor, scale: float) -> str:
     shown = ", ".join(f"{v:g}" for v in values[:3]) + (
         ", ..." if len(values) > 3 else ""
     )
-    return f"scale {scale:.6g}, [{shown}]"
+    return _("scale {scale}, [{values}]").format(scale=f"{scale:.6g}", values=shown)
 
 
 def _near(a: float, b: float) -> bool:
@@ -81,56 +90,55 @@ def _hint(
     expected_scale: float,
 ) -> str:
     big, other = torch.finfo(dtype).max, torch.finfo(E5M2 if dtype is E4M3 else E4M3)
-    used = max(float(given if given is not None else amax(x)), 1e-12)
+    used, name = (
+        max(float(given if given is not None else amax(x)), 1e-12),
+        _NAMES[dtype],
+    )
     if data.dtype != dtype:
-        return (
-            f"cast to the dtype asked for, {dtype} ({_NAMES[dtype]}): e4m3 for "
-            f"weights and activations, e5m2 for gradients; got {data.dtype}"
-        )
+        return _(WRONG_DTYPE).format(dtype=dtype, name=name, got=data.dtype)
     if data.float().isnan().any() and not x.float().isnan().any():
         if not x.any():
-            return (
+            return _(
                 "an all-zero tensor has amax 0, so max / amax is inf and 0 * inf "
                 "is nan: floor amax first, torch.clamp(amax, min=1e-12), as "
                 "torchao does"
             )
-        return (
+        return _(
             "x * scale went past the format's max and became nan (e4m3fn in "
             "torch before April 2026): clamp to +-torch.finfo(dtype).max before "
             ".to(dtype)"
         )
     if data.float().isinf().any():
-        return (
+        return _(
             "x * scale went past the format's max and the cast made inf: clamp "
             "it to +-torch.finfo(dtype).max before .to(dtype) (saturate). With a "
             "stale amax, as in delayed scaling, values can exceed it"
         )
     if _near(scale, used / big):
-        return (
+        return _(
             "the scale is inverted: it multiplies x up to the format's range, "
             "max / amax; amax / max is the inverse scale, applied after the matmul"
         )
     if given is None and x.max() > 0 and _near(scale, big / float(x.max())):
-        return (
+        return _(
             "amax is the largest magnitude, x.abs().max(); x.max() misses a large "
             "negative value"
         )
     if _near(scale, other.max / used):
-        return (
-            f"use the max of the format you cast to: torch.finfo(dtype).max is "
-            f"{big:g} for {_NAMES[dtype]}, not {other.max:g}"
-        )
+        return _(WRONG_MAX).format(big=f"{big:g}", name=name, other=f"{other.max:g}")
     if given is not None and _near(scale, big / float(amax(x).clamp(min=1e-12))):
-        return (
+        return _(
             "amax was given (delayed scaling: it comes from earlier steps): use "
             "it instead of x's own amax"
         )
     if _near(scale, expected_scale):
-        return (
+        return _(
             "the scale is right but the fp8 values are not: multiply x (as "
             "float32) by the scale, clamp to +-max, then .to(dtype)"
         )
-    return f"expected scale {expected_scale:.6g} = {big:g} / amax (amax {used:g})"
+    return _("expected scale {scale} = {big} / amax (amax {amax})").format(
+        scale=f"{expected_scale:.6g}", big=f"{big:g}", amax=f"{used:g}"
+    )
 
 
 def _rows(fn: Callable, hidden: bool) -> list[Row]:
@@ -148,9 +156,11 @@ def _rows(fn: Callable, hidden: bool) -> list[Row]:
             scale = float(scale)
         except BaseException as exc:  # not two values, or ones that raise (or exit)
             let_interrupt_through(exc)
-            hint = type_hint(got, "a tuple (x_fp8, scale): an fp8 tensor and its scale")
+            hint = type_hint(
+                got, N_("a tuple (x_fp8, scale): an fp8 tensor and its scale")
+            )
             got_text = str(got) if isinstance(got, Raised) else type(got).__name__
-            rows.append(Row(label, shown, got_text, False, hint))
+            rows.append(Row(_(label), shown, got_text, False, hint))
             continue
         ok = (
             data.shape == x.shape
@@ -158,7 +168,7 @@ def _rows(fn: Callable, hidden: bool) -> list[Row]:
             and _near(scale, expected_scale.item())
         )
         hint = "" if ok else _hint(x, dtype, given, data, scale, expected_scale.item())
-        rows.append(Row(label, shown, _show(data, scale), ok, hint))
+        rows.append(Row(_(label), shown, _show(data, scale), ok, hint))
     return rows
 
 

@@ -10,8 +10,15 @@ from collections.abc import Sequence
 
 from matplotlib.figure import Figure
 
+from amp_lessons.i18n import N_, _
 from amp_lessons.teaching.plots._render import _figure
 
+# the methods' names, as the legends show them
+METHODS = {"dynamic": N_("dynamic"), "delayed": N_("delayed")}
+FITS = N_("{method}: amax the scale fits (448 / scale)")
+STREAM_TITLE = N_(
+    "Dynamic scaling reads each tensor; delayed scaling predicts from its history"
+)
 COLORS = {"dynamic": "tab:blue", "delayed": "tab:orange",
           "tensorwise": "tab:red", "rowwise": "tab:green"}  # fmt: skip
 
@@ -32,8 +39,9 @@ def plot_scaling_stream(rows: Sequence[dict]) -> Figure:
     steps = [r["step"] for r in rows]
     fig = _figure(5.2, left=0.9, right=0.25, top=0.4, bottom=0.55)
     top, bottom = fig.subplots(2, 1, sharex=True)
-    top.plot(steps, [r["amax"] for r in rows], "k.-", lw=1, label="tensor's amax")
+    top.plot(steps, [r["amax"] for r in rows], "k.-", lw=1, label=_("tensor's amax"))
     for name in ("dynamic", "delayed"):
+        method = _(METHODS[name])
         planned = [448.0 / r[f"{name}_scale"] for r in rows]  # e4m3's max / scale
         top.step(
             steps,
@@ -41,7 +49,7 @@ def plot_scaling_stream(rows: Sequence[dict]) -> Figure:
             where="mid",
             color=COLORS[name],
             lw=1.2,
-            label=f"{name}: amax the scale fits (448 / scale)",
+            label=_(FITS).format(method=method),
         )
         bottom.plot(
             steps,
@@ -49,7 +57,7 @@ def plot_scaling_stream(rows: Sequence[dict]) -> Figure:
             ".-",
             lw=1.2,
             color=COLORS[name],
-            label=name,
+            label=method,
         )
         hit = [r for r in rows if r[f"{name}_saturated"] > 0]
         if hit:
@@ -59,18 +67,15 @@ def plot_scaling_stream(rows: Sequence[dict]) -> Figure:
                 "x",
                 ms=9,
                 color=COLORS[name],
-                label=f"{name}: saturated",
+                label=_("{method}: saturated").format(method=method),
             )
     top.set_yscale("log")
-    top.set_ylabel("amax (log scale)")
+    top.set_ylabel(_("amax (log scale)"))
     top.legend(fontsize=8, loc="upper right")
-    top.set_title(
-        "Dynamic scaling reads each tensor; delayed scaling predicts from its history",
-        fontsize=11,
-    )
+    top.set_title(_(STREAM_TITLE), fontsize=11)
     bottom.set_yscale("log")
-    bottom.set_ylabel("relative error")
-    bottom.set_xlabel("step")
+    bottom.set_ylabel(_("relative error"))
+    bottom.set_xlabel(_("step"))
     bottom.legend(fontsize=8, loc="upper right")
     return fig
 
@@ -97,8 +102,8 @@ def plot_row_errors(
     ax = fig.add_subplot()
     width = 0.4
     for offset, name, what in (
-        (-width / 2, "tensorwise", "one scale"),
-        (width / 2, "rowwise", "a scale per row"),
+        (-width / 2, "tensorwise", _("one scale")),
+        (width / 2, "rowwise", _("a scale per row")),
     ):
         ax.bar(
             [i + offset for i in range(n)],
@@ -110,10 +115,11 @@ def plot_row_errors(
     ax.set_yscale("log")
     top = max(errors["tensorwise"] + errors["rowwise"])
     ax.set_ylim(top=top * 4)  # room above the bars for the legend
-    labels = [f"{i}\n(outlier)" if i == outlier_row else str(i) for i in range(n)]
+    outlier = _("(outlier)")
+    labels = [f"{i}\n{outlier}" if i == outlier_row else str(i) for i in range(n)]
     ax.set_xticks(range(n), labels)
-    ax.set_xlabel("row of the matrix")
-    ax.set_ylabel("relative error")
+    ax.set_xlabel(_("row of the matrix"))
+    ax.set_ylabel(_("relative error"))
     ax.legend(fontsize=8, loc="upper center", ncols=2)
-    ax.set_title("e4m3 round trip of each row", fontsize=11)
+    ax.set_title(_("e4m3 round trip of each row"), fontsize=11)
     return fig
