@@ -35,7 +35,6 @@ NOT_YET: frozenset[str] = frozenset(
         "05_amp_loop",
         "07_clinic",
         "09_amp_in_practice",
-        "10_distributed_amp",
     }
 )
 

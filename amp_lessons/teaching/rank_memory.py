@@ -22,6 +22,7 @@ CUDA caching allocator's slack.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -266,6 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", default=None)
     args = parser.parse_args(argv)
     from amp_lessons.core.distributed import end_groups, start_world
+    from amp_lessons.i18n import LANGUAGES, _, set_language
+
+    # launch() passes on the language its caller prints in (a Spanish lesson's)
+    lang = os.environ.get("LANGUAGE", "")
+    set_language(lang if lang in LANGUAGES else "en")
 
     world = start_world("ddp", torch.device("cpu"))
     try:
@@ -282,7 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         (m for ms in gathered for m in ms),
         key=lambda m: (m["mode"], m["precision"], m["rank"]),
     )
-    print(f"bytes each rank holds after one AdamW step ({world.world_size} ranks):")
+    print(
+        _("bytes each rank holds after one AdamW step ({n} ranks):").format(
+            n=world.world_size
+        )
+    )
     print(format_table(rows_from(measured)))
     wrong = [m for m in measured if m["held"] != m["expected"]]
     for m in wrong:
