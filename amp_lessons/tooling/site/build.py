@@ -390,22 +390,60 @@ def write_sources(
         ]
         leaks = sanitize.solution_lines([*sources, *copies.values()])
     home = home or Home.from_pyproject()
-    repository = home.repository
-    titles = {}
-    for stem, nb in copies.items():
-        said = banner(nb, f"{stem}.ipynb", repository, lang, home.branch)
-        page = sanitize.sanitize(nb, leaks, said, lang)
-        page.cells[0].source = sanitize.strip_colab_line(
-            page.cells[0].source, BADGE_START
-        )
-        titles[stem] = lesson_title(page)
-        nbformat.write(page, src / f"{stem}.ipynb")
+    titles = _write_pages(copies, src, leaks, lang, home)
     if index is None:
 
         def index(titles):
             return index_page(titles, readme_lessons())
 
     (src / "index.md").write_text(index(titles), encoding="utf-8")
+    _write_static(src, lang)
+    _write_conf(src, lang, home.repository)
+    if lang == "en":
+        shutil.copytree(_mathjax(), src / "_static" / "mathjax")
+    return leaks, titles
+
+
+def _write_pages(
+    copies: dict[str, nbformat.NotebookNode],
+    src: Path,
+    leaks: set[str],
+    lang: str,
+    home: Home,
+) -> dict[str, str]:
+    """Each executed copy as its page's notebook in ``src``: sanitized, its banner
+    under the title, the Colab line of the lesson's first cell gone (the banner
+    links Colab). Returns each page's title."""
+    titles = {}
+    for stem, nb in copies.items():
+        said = banner(nb, f"{stem}.ipynb", home.repository, lang, home.branch)
+        page = sanitize.sanitize(nb, leaks, said, lang)
+        page.cells[0].source = sanitize.strip_colab_line(
+            page.cells[0].source, BADGE_START
+        )
+        titles[stem] = lesson_title(page)
+        nbformat.write(page, src / f"{stem}.ipynb")
+    return titles
+
+
+def _write_static(src: Path, lang: str) -> None:
+    """The files Sphinx copies as they are: the favicon, and for the Spanish edition
+    the search messages Sphinx's Spanish catalogue lacks."""
+    (src / "_static").mkdir(exist_ok=True)
+    (src / "_static" / "favicon.svg").write_text(FAVICON, encoding="utf-8")
+    if lang == SPANISH:
+        (src / "_static" / SPANISH_SEARCH_SCRIPT).write_text(
+            "// Written by amp_lessons.tooling.site.build: what Sphinx's Spanish "
+            "catalogue lacks\nObject.assign(Documentation.TRANSLATIONS, "
+            + json.dumps(SPANISH_SEARCH_MESSAGES, ensure_ascii=False, indent=1)
+            + ");\n",
+            encoding="utf-8",
+        )
+
+
+def _write_conf(src: Path, lang: str, repository: str | None) -> None:
+    """``conf.py``: the theme's options, the edition's language, scripts and
+    MathJax."""
     # one search box: the sidebar's (the header's would be a second one)
     options = {
         "use_download_button": False,
@@ -423,16 +461,6 @@ def write_sources(
         js_files.append((SPANISH_SEARCH_SCRIPT, {"priority": 800}))
     # the Spanish pages, one folder down, load the English site's MathJax
     mathjax = MATHJAX if lang == "en" else f"../../_static/{MATHJAX}"
-    (src / "_static").mkdir(exist_ok=True)
-    (src / "_static" / "favicon.svg").write_text(FAVICON, encoding="utf-8")
-    if lang == SPANISH:
-        (src / "_static" / SPANISH_SEARCH_SCRIPT).write_text(
-            "// Written by amp_lessons.tooling.site.build: what Sphinx's Spanish "
-            "catalogue lacks\nObject.assign(Documentation.TRANSLATIONS, "
-            + json.dumps(SPANISH_SEARCH_MESSAGES, ensure_ascii=False, indent=1)
-            + ");\n",
-            encoding="utf-8",
-        )
     (src / "conf.py").write_text(
         CONF.format(
             title=TITLE,
@@ -443,9 +471,6 @@ def write_sources(
             js_files=js_files,
         )
     )
-    if lang == "en":
-        shutil.copytree(_mathjax(), src / "_static" / "mathjax")
-    return leaks, titles
 
 
 def _sphinx(src: Path, html: Path, doctrees: Path) -> None:
@@ -499,11 +524,51 @@ def build_site(
     ``executed``, execute the lessons first. ``spanish``: the Spanish lessons to
     build (stems), every one of ``notebooks_dir/es`` by default, none for ``()``.
     ``home``: where the Colab links point (``Home``)."""
+    out = Path(out)
+    chosen = _choose_lessons(Path(notebooks_dir), spanish)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="site-", dir=out.parent) as tmp:
+        tmp = Path(tmp)
+        if executed is None:
+            execute_lessons(chosen.lessons, tmp / "executed")
+            execute_lessons(chosen.es_lessons, tmp / "executed" / SPANISH)
+            executed = tmp / "executed"
+        src, es_src = tmp / "src", tmp / "src-es"
+        leaks, editions = _write_editions(Path(executed), chosen, src, es_src, home)
+        staged = tmp / "html"
+        _sphinx(src, staged, tmp / "doctrees")
+        if SPANISH in editions:
+            # built apart, then moved in: myst-nb writes its notebook copies
+            # (jupyter_execute/) beside the output folder, which would be in the site
+            _sphinx(es_src, tmp / SPANISH / "html", tmp / SPANISH / "doctrees")
+            translate_chrome(tmp / SPANISH / "html")
+            shutil.move(str(tmp / SPANISH / "html"), staged / SPANISH)
+        _refuse_unfit(staged, leaks, editions)
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.move(str(staged), out)
+    return out
+
+
+@dataclass(frozen=True)
+class _Lessons:
+    """The lessons one build publishes: every English one, the Spanish ones chosen,
+    and the stems of the English lessons with no Spanish notebook."""
+
+    notebooks_dir: Path
+    lessons: list[Path]
+    es_dir: Path
+    es_lessons: list[Path]
+    untranslated: set[str]
+
+
+def _choose_lessons(notebooks_dir: Path, spanish: Iterable[str] | None) -> _Lessons:
+    """The lessons in ``notebooks_dir`` and the Spanish ones in its es/ named by
+    ``spanish`` (stems; all of them for None). An unknown stem raises
+    FileNotFoundError."""
     from amp_lessons.tooling.colab import lesson_notebooks
 
-    out = Path(out)
     lessons = lesson_notebooks(notebooks_dir)
-    es_dir = Path(notebooks_dir) / SPANISH
+    es_dir = notebooks_dir / SPANISH
     es_lessons = lesson_notebooks(es_dir) if es_dir.is_dir() else []
     # the lessons with no Spanish notebook: the only ones the Spanish index sends to
     # the English edition (a partial build leaves out Spanish lessons, not lessons)
@@ -514,76 +579,86 @@ def build_site(
         if unknown:
             raise FileNotFoundError("no Spanish lesson " + ", ".join(sorted(unknown)))
         es_lessons = [p for p in es_lessons if p.stem in wanted]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="site-", dir=out.parent) as tmp:
-        tmp = Path(tmp)
-        if executed is None:
-            execute_lessons(lessons, tmp / "executed")
-            execute_lessons(es_lessons, tmp / "executed" / SPANISH)
-            executed = tmp / "executed"
-        copies = {p.stem: Path(executed) / p.name for p in lessons}
-        es_copies = {p.stem: Path(executed) / SPANISH / p.name for p in es_lessons}
-        missing = [
-            str(p) for p in [*copies.values(), *es_copies.values()] if not p.is_file()
+    return _Lessons(notebooks_dir, lessons, es_dir, es_lessons, untranslated)
+
+
+def _executed_copies(
+    executed: Path, chosen: _Lessons
+) -> tuple[dict[str, Path], dict[str, Path]]:
+    """The executed copy of each English and each Spanish lesson, by stem, from
+    ``executed`` and its es/; one missing raises FileNotFoundError."""
+    copies = {p.stem: executed / p.name for p in chosen.lessons}
+    es_copies = {p.stem: executed / SPANISH / p.name for p in chosen.es_lessons}
+    missing = [
+        str(p) for p in [*copies.values(), *es_copies.values()] if not p.is_file()
+    ]
+    if missing:
+        raise FileNotFoundError("no executed copy of " + ", ".join(missing))
+    return copies, es_copies
+
+
+def _write_editions(
+    executed: Path, chosen: _Lessons, src: Path, es_src: Path, home: Home | None
+) -> tuple[set[str], dict[str, list[str]]]:
+    """The English project in ``src`` and, if Spanish lessons are built, the Spanish
+    one in ``es_src``, each index linking the other edition. Returns the solution
+    lines no page may show and each edition's pages ("" is the English one)."""
+    copies, es_copies = _executed_copies(executed, chosen)
+    # one set of solution lines for the whole site: a line that a student
+    # edition shows in either language is no secret, and no page of either
+    # edition may show any other
+    leaks = sanitize.solution_lines(
+        nbformat.read(p, as_version=4)
+        for p in [
+            *chosen.lessons,
+            *chosen.es_lessons,
+            *copies.values(),
+            *es_copies.values(),
         ]
-        if missing:
-            raise FileNotFoundError("no executed copy of " + ", ".join(missing))
-        # one set of solution lines for the whole site: a line that a student
-        # edition shows in either language is no secret, and no page of either
-        # edition may show any other
-        leaks = sanitize.solution_lines(
-            nbformat.read(p, as_version=4)
-            for p in [*lessons, *es_lessons, *copies.values(), *es_copies.values()]
-        )
-        src, es_src = tmp / "src", tmp / "src-es"
-        src.mkdir()
-        link = EDITION_LINKS["en"] if es_copies else ""
-        _, titles = write_sources(
-            copies,
-            src,
-            notebooks_dir,
-            index=lambda titles: index_page(titles, readme_lessons(), link),
+    )
+    src.mkdir()
+    link = EDITION_LINKS["en"] if es_copies else ""
+    _, titles = write_sources(
+        copies,
+        src,
+        chosen.notebooks_dir,
+        index=lambda titles: index_page(titles, readme_lessons(), link),
+        leaks=leaks,
+        home=home,
+    )
+    editions = {"": list(titles)}
+    if es_copies:
+        es_src.mkdir()
+        times = {
+            p.stem: spanish_study_time(nbformat.read(p, as_version=4))
+            for p in chosen.es_lessons
+        }
+        _, es_titles = write_sources(
+            es_copies,
+            es_src,
+            chosen.es_dir,
+            SPANISH,
+            index=lambda es: spanish_index_page(es, times, titles, chosen.untranslated),
             leaks=leaks,
             home=home,
         )
-        editions = {"": list(titles)}
-        if es_copies:
-            es_src.mkdir()
-            times = {
-                p.stem: spanish_study_time(nbformat.read(p, as_version=4))
-                for p in es_lessons
-            }
-            _, es_titles = write_sources(
-                es_copies,
-                es_src,
-                es_dir,
-                SPANISH,
-                index=lambda es: spanish_index_page(es, times, titles, untranslated),
-                leaks=leaks,
-                home=home,
-            )
-            editions[SPANISH] = list(es_titles)
-        staged = tmp / "html"
-        _sphinx(src, staged, tmp / "doctrees")
-        if es_copies:
-            # built apart, then moved in: myst-nb writes its notebook copies
-            # (jupyter_execute/) beside the output folder, which would be in the site
-            _sphinx(es_src, tmp / SPANISH / "html", tmp / SPANISH / "doctrees")
-            translate_chrome(tmp / SPANISH / "html")
-            shutil.move(str(tmp / SPANISH / "html"), staged / SPANISH)
-        problems = (
-            verify.remote_problems(staged)
-            + verify.leak_problems(staged, leaks)
-            + verify.index_problems(staged, editions)
-            + verify.chrome_problems(staged, [e for e in editions if e])
-        )
-        if problems:
-            raise RuntimeError(
-                "the site is not fit to publish:\n" + "\n".join(problems)
-            )
-        shutil.rmtree(out, ignore_errors=True)
-        shutil.move(str(staged), out)
-    return out
+        editions[SPANISH] = list(es_titles)
+    return leaks, editions
+
+
+def _refuse_unfit(
+    staged: Path, leaks: set[str], editions: dict[str, list[str]]
+) -> None:
+    """Raise RuntimeError naming every problem ``verify`` finds in the built site:
+    a remote resource, a solution line, an index or a label out of place."""
+    problems = (
+        verify.remote_problems(staged)
+        + verify.leak_problems(staged, leaks)
+        + verify.index_problems(staged, editions)
+        + verify.chrome_problems(staged, [e for e in editions if e])
+    )
+    if problems:
+        raise RuntimeError("the site is not fit to publish:\n" + "\n".join(problems))
 
 
 def lesson_pages(site: Path = SITE_DIR) -> list[Path]:
