@@ -31,10 +31,11 @@ test: setup-dev
 NEWEST_PY := .venv-newest/bin/python
 PARITY_TESTS := tests/test_scaler.py tests/test_scaler_vs_torch.py tests/test_formats.py \
 	tests/test_fp8.py
+# NEWEST_INSTALL: the installer (.ci/run passes uv's, which takes seconds)
+NEWEST_INSTALL ?= $(NEWEST_PY) -m pip install -q --disable-pip-version-check
 test-newest-torch-env:
 	@test -x $(NEWEST_PY) || $(PYTHON) -m venv .venv-newest
-	$(NEWEST_PY) -m pip install -q --disable-pip-version-check --upgrade -r requirements.txt \
-		'pytest<9.2' pytest-timeout pytest-xdist
+	$(NEWEST_INSTALL) --upgrade -r requirements.txt 'pytest<9.2' pytest-timeout pytest-xdist
 
 test-newest-torch: test-newest-torch-env test-newest-torch-tests
 
