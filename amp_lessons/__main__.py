@@ -1067,7 +1067,6 @@ def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
         info = gpu_check.gpu_info() or {"name": _("a CUDA GPU (none here)")}
         steps = gpu_check.plan_steps(
-            info,
             Path(args.out or RESULTS_DIR),
             Path(tempfile.gettempdir()) / "amp_gpu_check",
             command,

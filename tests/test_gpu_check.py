@@ -174,7 +174,7 @@ def test_plan_runs_bench_tests_and_the_four_lessons_on_the_gpu(fake_h200, tmp_pa
     info = gpu_check.gpu_info()
     assert info["name"] == "NVIDIA H200" and info["capability"] == (9, 0)
     out, work = tmp_path / "results", tmp_path / "work"
-    steps = gpu_check.plan_steps(info, out, work)
+    steps = gpu_check.plan_steps(out, work)
     assert [s.name for s in steps] == [
         "bench",
         "tests",
@@ -220,7 +220,7 @@ def test_plan_runs_bench_tests_and_the_four_lessons_on_the_gpu(fake_h200, tmp_pa
 
 
 def test_the_plan_fits_the_budget_and_gives_each_step_real_time(fake_h200, tmp_path):
-    steps = gpu_check.plan_steps(gpu_check.gpu_info(), tmp_path, tmp_path)
+    steps = gpu_check.plan_steps(tmp_path, tmp_path)
     text = gpu_check.format_plan(steps, 480)
     limits = [
         float(line.split("at most ")[1].split(" s")[0]) for line in text.splitlines()

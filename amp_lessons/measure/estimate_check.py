@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from amp_lessons.measure import model_zoo
 from amp_lessons.measure.estimate import estimate_step
+from amp_lessons.measure.gpu_report import ratio_text
 from amp_lessons.measure.gpus import GPUS
 
 # torch.cuda.get_device_name() -> the estimate's GPU table
@@ -114,11 +115,7 @@ def estimate_section(report: dict) -> str:
         lines.append(
             f"| {r['config']} | {r['precision']} | {r['measured_ms']:.2f} | "
             f"{r['estimated_ms']:.2f} | {r['estimated_ms'] / r['measured_ms']:.2f} | "
-            f"{_x(r['measured_speedup'])} | {_x(r['estimated_speedup'])} | "
-            f"{r['regime']} |"
+            f"{ratio_text(r['measured_speedup'])} | "
+            f"{ratio_text(r['estimated_speedup'])} | {r['regime']} |"
         )
     return "\n".join(lines)
-
-
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"

@@ -265,7 +265,8 @@ def count_log(lines: Iterable[str]) -> TestCounts:
 # ---------------------------------------------------------------------------
 
 
-def _x(value: float | None) -> str:
+def ratio_text(value: float | None) -> str:
+    """A ratio as a table shows it: ``2.71x``, or ``-`` where none was measured."""
     return "-" if value is None else f"{value:.2f}x"
 
 
@@ -297,9 +298,9 @@ def bench_section(report: dict, filename: str) -> str:
         mfu = "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"
         lines.append(
             f"| {r['config']} | {r['precision']} | {r['step_ms']:.2f} | "
-            f"{_x(r.get('speedup_vs_fp32'))} | {_x(vs_tf32)} | "
+            f"{ratio_text(r.get('speedup_vs_fp32'))} | {ratio_text(vs_tf32)} | "
             f"{_mib(r.get('peak_mem_bytes'))} | "
-            f"{_x(r.get('peak_mem_ratio_vs_fp32'))} | "
+            f"{ratio_text(r.get('peak_mem_ratio_vs_fp32'))} | "
             f"{r['tflops']:.1f} | {mfu} |"
         )
     for skip in report.get("skipped", []):
@@ -372,7 +373,9 @@ def _goals_table(goals: Sequence[Goal]) -> list[str]:
             "" if g.required or g.status == NOT_APPLICABLE else " (reported)"
         )
         note = f" ({g.note})" if g.note and g.status != PASS else ""
-        lines.append(f"| {g.name} | {g.target} | {_x(g.measured)} | {verdict}{note} |")
+        lines.append(
+            f"| {g.name} | {g.target} | {ratio_text(g.measured)} | {verdict}{note} |"
+        )
     return lines
 
 
@@ -442,10 +445,8 @@ def verify_summary(summary: str | Path, report: dict, bench_file: str) -> None:
             "gpu-check` instead of editing it"
         )
     for goal in evaluate_goals(report):
-        if (
-            f"| {goal.name} | {goal.target} | {_x(goal.measured)} | {goal.status}"
-            not in text
-        ):
+        row = f"| {goal.name} | {goal.target} | {ratio_text(goal.measured)} |"
+        if f"{row} {goal.status}" not in text:
             raise ValueError(
                 f"the summary's goal {goal.name!r} does not match {bench_file}"
             )

@@ -144,7 +144,6 @@ def result_names(gpu_name: str) -> tuple[str, str]:
 
 
 def plan_steps(
-    info: dict,
     out_dir: Path,
     work_dir: Path,
     command: str = "python -m amp_lessons gpu-check",
@@ -152,7 +151,7 @@ def plan_steps(
 ) -> list[Step]:
     """Every step the check runs on this GPU, in order (nothing is run here).
 
-    Example: ``[s.name for s in plan_steps(info, out, tmp)]`` -> ``["bench", "tests",
+    Example: ``[s.name for s in plan_steps(out, tmp)]`` -> ``["bench", "tests",
     "lesson 00_welcome", "lesson 04_autocast", "lesson 06_speed_memory",
     "lesson 07_clinic"]``.
     """
@@ -363,7 +362,7 @@ def run_gpu_check(
         f"{info['cuda']}; budget {budget_s:.0f} s; results -> {out_dir}"
     )
     with tempfile.TemporaryDirectory(prefix="amp_gpu_check_") as tmp:
-        steps = plan_steps(info, out_dir, Path(tmp), command)
+        steps = plan_steps(out_dir, Path(tmp), command)
         outcome = _run_steps(check, steps, runner, echo)
     return _write_outcome(check, outcome, echo)
 
@@ -493,7 +492,8 @@ def _write_outcome(
     summary = check.out_dir / check.summary_file
     write_summary(page, summary, report or {})
     for g in goals:
-        echo(f"goal {g.status:7s} {g.name}: {gr._x(g.measured)} (target {g.target})")
+        measured = gr.ratio_text(g.measured)
+        echo(f"goal {g.status:7s} {g.name}: {measured} (target {g.target})")
     echo(f"wrote {summary}; exit status {exit_status}")
     return exit_status
 
