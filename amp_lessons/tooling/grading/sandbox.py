@@ -201,6 +201,34 @@ def sandbox_problem() -> str | None:
     return f"{problem}. To grade anyway, {UNSAFE_HINT}"
 
 
+def _sandbox_mounts(
+    package_copy: Path, input_dir: Path, fifo: Path, hosts: Path
+) -> list[str]:
+    """bwrap arguments for the file system the submission sees, and its hostname."""
+    tmpfs = ["--size", str(WORK_BYTES), "--tmpfs"]  # in memory: each one capped
+    # /tmp's tmpfs first: a Python or venv that lives under /tmp (a CI clone) is
+    # bound on top of it by _system_mounts, not hidden by it
+    args = [*tmpfs, "/tmp", *_system_mounts(), "--hostname", SANDBOX_HOSTNAME]
+    args += ["--ro-bind", str(hosts), "/etc/hosts"]
+    args += ["--ro-bind", str(package_copy), str(PACKAGE_DIR)]
+    args += ["--ro-bind", str(input_dir), INPUT_DIR]
+    args += [*tmpfs, WORK_DIR, *tmpfs, "/dev/shm"]
+    return args + ["--bind", str(fifo), FIFO, "--chdir", WORK_DIR]
+
+
+def _sandbox_environment() -> list[str]:
+    """bwrap arguments for the runner's whole environment (bwrap clears the rest)."""
+    env = {
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "PYTHONPATH": str(PACKAGE_DIR.parent),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
+    return [arg for name, value in env.items() for arg in ("--setenv", name, value)]
+
+
 def bwrap_command(
     package_copy: Path, input_dir: Path, fifo: Path, hosts: Path
 ) -> list[str]:
@@ -211,58 +239,11 @@ def bwrap_command(
     args, problem = _probe()
     if args is None:
         raise RuntimeError(problem)
-    # /tmp's tmpfs first: a Python or venv that lives under /tmp (a CI clone) is
-    # bound on top of it by _system_mounts, not hidden by it
     return [
         shutil.which("bwrap"),
         *args,
-        "--size",
-        str(WORK_BYTES),
-        "--tmpfs",
-        "/tmp",
-        *_system_mounts(),
-        "--hostname",
-        SANDBOX_HOSTNAME,
-        "--ro-bind",
-        str(hosts),
-        "/etc/hosts",
-        "--ro-bind",
-        str(package_copy),
-        str(PACKAGE_DIR),
-        "--ro-bind",
-        str(input_dir),
-        INPUT_DIR,
-        "--size",
-        str(WORK_BYTES),
-        "--tmpfs",
-        WORK_DIR,
-        "--size",
-        str(WORK_BYTES),
-        "--tmpfs",
-        "/dev/shm",
-        "--bind",
-        str(fifo),
-        FIFO,
-        "--chdir",
-        WORK_DIR,
-        "--setenv",
-        "HOME",
-        "/tmp",
-        "--setenv",
-        "LANG",
-        "C.UTF-8",
-        "--setenv",
-        "PATH",
-        f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "--setenv",
-        "PYTHONPATH",
-        str(PACKAGE_DIR.parent),
-        "--setenv",
-        "PYTHONDONTWRITEBYTECODE",
-        "1",
-        "--setenv",
-        "PYTHONNOUSERSITE",
-        "1",
+        *_sandbox_mounts(package_copy, input_dir, fifo, hosts),
+        *_sandbox_environment(),
         "--",
         sys.executable,
         "-m",
@@ -311,6 +292,87 @@ def verify_records(data: bytes, key: str) -> tuple[list[dict], int]:
     return records, forged
 
 
+def _copy_package(scratch: Path) -> Path:
+    """A fresh copy of the course package in ``scratch``, without bytecode caches:
+    the one the runner imports (bound read-only in the sandbox)."""
+    package = scratch / "package" / "amp_lessons"
+    shutil.copytree(
+        PACKAGE_DIR,
+        package,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints"),
+    )
+    return package
+
+
+@dataclass
+class _Launch:
+    """How the runner is started, and where it finds things (the job's paths)."""
+
+    command: list[str]
+    env: dict[str, str] | None  # None: this process's (bwrap clears it)
+    paths: dict[str, str]
+
+
+def _sandboxed(scratch: Path, package: Path, input_dir: Path, fifo: Path) -> _Launch:
+    """The runner in bwrap: it finds everything at the sandbox's fixed paths."""
+    hosts = scratch / "hosts"
+    hosts.write_text(SANDBOX_HOSTS)
+    command = bwrap_command(package, Path(input_dir).resolve(), fifo, hosts)
+    paths = {
+        "input_dir": INPUT_DIR,
+        "workdir": WORK_DIR,
+        "fifo": FIFO,
+        "private_dir": PRIVATE_DIR,
+        "package_root": str(PACKAGE_DIR.parent),
+    }
+    return _Launch(command, None, paths)
+
+
+def _unsandboxed(scratch: Path, package: Path, input_dir: Path, fifo: Path) -> _Launch:
+    """The runner as a plain child process, with the instructor's rights; its work
+    folder and home are in ``scratch``."""
+    command = [sys.executable, "-m", "amp_lessons.tooling.grading.runner"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    env.update(
+        PYTHONPATH=str(package.parent),
+        PYTHONDONTWRITEBYTECODE="1",
+        HOME=str(scratch / "home"),
+    )
+    paths = {
+        "input_dir": str(input_dir),
+        "workdir": str(scratch / "work"),
+        "fifo": str(fifo),
+        "private_dir": str(scratch / "home" / ".guard"),
+        "package_root": str(package.parent),
+    }
+    return _Launch(command, env, paths)
+
+
+def _communicate(
+    launch: _Launch, scratch: Path, job: dict, timeout: float
+) -> tuple[bytes, bytes, int, str | None]:
+    """Run the runner on ``job`` (JSON on its stdin): ``(stdout, stderr, exit code,
+    why it was stopped)``, the last None when it ended by itself. At ``timeout`` its
+    whole session is killed: the kernel and anything the submission started."""
+    proc = subprocess.Popen(
+        launch.command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=launch.env,
+        cwd=scratch,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout)
+        reason = None
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        reason = f"timeout: the notebook ran past {timeout:g} s and was stopped"
+    return out, err, proc.returncode, reason
+
+
 def run_notebook(
     nb: nbformat.NotebookNode,
     input_dir: Path,
@@ -331,44 +393,15 @@ def run_notebook(
     start = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="amp-grade-"))
     try:
-        package = scratch / "package" / "amp_lessons"
-        shutil.copytree(
-            PACKAGE_DIR,
-            package,
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints"),
-        )
+        package = _copy_package(scratch)
         fifo = scratch / "evidence"
         os.mkfifo(fifo, 0o600)
         key = secrets.token_hex(32)
-        if sandbox:
-            hosts = scratch / "hosts"
-            hosts.write_text(SANDBOX_HOSTS)
-            command = bwrap_command(package, Path(input_dir).resolve(), fifo, hosts)
-            env = None
-            paths = {
-                "input_dir": INPUT_DIR,
-                "workdir": WORK_DIR,
-                "fifo": FIFO,
-                "private_dir": PRIVATE_DIR,
-                "package_root": str(PACKAGE_DIR.parent),
-            }
-        else:
-            command = [sys.executable, "-m", "amp_lessons.tooling.grading.runner"]
-            env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
-            env.update(
-                PYTHONPATH=str(package.parent),
-                PYTHONDONTWRITEBYTECODE="1",
-                HOME=str(scratch / "home"),
-            )
-            paths = {
-                "input_dir": str(input_dir),
-                "workdir": str(scratch / "work"),
-                "fifo": str(fifo),
-                "private_dir": str(scratch / "home" / ".guard"),
-                "package_root": str(package.parent),
-            }
+        launch = (_sandboxed if sandbox else _unsandboxed)(
+            scratch, package, input_dir, fifo
+        )
         job = {
-            **paths,
+            **launch.paths,
             "notebook": nb,
             "name": "notebook.ipynb",
             "key": key,
@@ -380,28 +413,13 @@ def run_notebook(
         }
         evidence = _Evidence(fifo)
         evidence.start()
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=scratch,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout)
-            reason = None
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            reason = f"timeout: the notebook ran past {timeout:g} s and was stopped"
+        out, err, returncode, reason = _communicate(launch, scratch, job, timeout)
         evidence.stop.set()
         evidence.join(timeout=10)
         records, forged = verify_records(evidence.data, key)
         run = Run(None, reason, None, records, forged)
         if reason is None:
-            run = _result(out, err, proc.returncode, run, key)
+            run = _result(out, err, returncode, run, key)
         run.seconds = time.perf_counter() - start
         return run
     finally:
