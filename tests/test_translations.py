@@ -331,3 +331,45 @@ def test_a_translated_string_keeps_its_fields_and_is_put_in_place(tmp_path):
         assert [p.split(":")[0] for p in translations.problems(path, tmp_path)] == [
             "broken"
         ], wrong
+
+
+HEADER = """\
+print(f"{'step':>4s} {'loss scale':>12s} {n:6d}  skipped")
+"""
+
+
+def test_a_header_field_may_be_translated_but_not_a_real_field(tmp_path):
+    """A field that is only a string constant (a column header padded to its width)
+    is text: one-word headers make the f-string a unit, and a translation may change
+    the constant's words, not its format spec, nor any real field."""
+    import polib
+
+    path = tmp_path / "00_fixture.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(HEADER, id="c000")]
+    nbformat.write(nb, path)
+    assert [u.text for u in translations.units(nb) if u.kind == "text"] == [
+        "f\"{'step':>4s} {'loss scale':>12s} {n:6d}  skipped\""
+    ]  # one unit: the constants inside it are not units of their own
+    translations.update(path, tmp_path)
+
+    def verdict(msgstr: str) -> list[str]:
+        po = polib.pofile(str(tmp_path / "00_fixture.po"))
+        po[0].msgstr = msgstr
+        po.save()
+        return [p.split(":")[0] for p in translations.problems(path, tmp_path)]
+
+    spanish = "f\"{'paso':>4s} {'escala':>12s} {n:6d}  omitidos\""
+    assert verdict(spanish) == []
+    source = translations.translated(path, tmp_path).cells[0].source
+    assert source == f"print({spanish})\n"
+    assert verdict("f\"{n:6d} {'escala':>12s} {'paso':>4s}  omitidos\"") == []  # moved
+    for wrong in (
+        "f\"{'paso':>4s} {'escala':>12s} {m:6d}  omitidos\"",  # a real field changed
+        "f\"{'paso':>4s} {'escala':>12s} {n:6d} {n:6d} omitidos\"",  # one added
+        "f\"{'paso':>4s} {'escala':>16s} {n:6d}  omitidos\"",  # a header's width
+        "f\"{'paso':>4s} {'escala'!r:>12s} {n:6d}  omitidos\"",  # a conversion
+        "f\"{'paso':>4s} {escala:>12s} {n:6d}  omitidos\"",  # a name, not a constant
+        "f\"{'paso':>4s} {n:6d}  omitidos\"",  # a header lost
+    ):
+        assert verdict(wrong) == ["broken"], wrong

@@ -5,7 +5,9 @@ A notebook's translatable units are its markdown cells (one entry per cell, the 
 cell), the comments of its code cells (one entry per comment), and the strings its code
 shows a reader (one entry per string literal, the literal's source with its quotes:
 what a cell prints, a plot's title, labels and legend, a widget's description; an
-f-string's translation keeps its placeholders, in any order). Each entry's
+f-string's translation keeps its placeholders, in any order; a field that is only a
+string constant, ``{'loss scale':>12}``, is text: its words are translated, its format
+spec kept). Each entry's
 context (``msgctxt``) is the cell's id, so the catalogue follows a cell that moves, and
 an English cell that changes after its translation no longer matches: `problems`
 reports it as stale and names the cell. Code, identifiers, API names and command lines
@@ -158,12 +160,26 @@ def _parsed(source: str) -> ast.Module | None:
         return None
 
 
+def _constant_field(part: ast.expr) -> bool:
+    """An f-string field that is only a string constant: ``{'loss scale':>12}``, a
+    column header padded to its width. Its words are text, like the parts between
+    fields."""
+    return (
+        isinstance(part, ast.FormattedValue)
+        and isinstance(part.value, ast.Constant)
+        and isinstance(part.value.value, str)
+    )
+
+
 def _literal_text(node: ast.expr) -> str:
-    """The fixed text of a string literal (an f-string's parts between fields)."""
+    """The fixed text of a string literal (an f-string's parts between fields, and
+    its fields that are only a string constant)."""
     if isinstance(node, ast.Constant):
         return node.value
     return " ".join(
-        part.value for part in node.values if isinstance(part, ast.Constant)
+        part.value.value if _constant_field(part) else part.value
+        for part in node.values
+        if isinstance(part, ast.Constant) or _constant_field(part)
     )
 
 
@@ -235,13 +251,25 @@ def _placeholders(literal: str) -> list[str] | None:
         return None
     if isinstance(node, ast.JoinedStr):
         return sorted(
-            ast.unparse(v.value)
+            _blanked(v) if _constant_field(v) else ast.unparse(v.value)
             for v in node.values
             if isinstance(v, ast.FormattedValue)
         )
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return sorted(re.findall(r"\{[^{}]*\}", node.value))
     return None
+
+
+def _blanked(field: ast.FormattedValue) -> str:
+    """A constant field with its words taken out, its conversion and format spec
+    kept: ``{'loss scale':>12}`` -> ``f"{'':>12}"``, so that a translation may change
+    the words of a header, not its width."""
+    blank = ast.FormattedValue(
+        value=ast.Constant(""),
+        conversion=field.conversion,
+        format_spec=field.format_spec,
+    )
+    return ast.unparse(ast.JoinedStr(values=[blank]))
 
 
 def units(nb) -> list[Unit]:
