@@ -232,13 +232,17 @@ def validate_scaler_choice(precision: Precision, scaler: str) -> None:
         raise ValueError(f"unknown scaler {scaler!r}; use one of: {', '.join(SCALERS)}")
     if scaler in ("torch", "ours") and not precision.needs_scaler:
         why = (
-            "bf16 has fp32's 8 exponent bits, so gradients do not underflow the "
-            "way they do in fp16"
+            _(
+                "bf16 has fp32's 8 exponent bits, so gradients do not underflow the "
+                "way they do in fp16"
+            )
             if precision.name == "bf16"
-            else f"{precision.name} gradients are float32"
+            else _("{precision} gradients are float32").format(precision=precision.name)
         )
         raise SettingError(
-            f"a loss scaler is not needed with {precision.name}: {why}. Scaling "
-            "would only cost time. Fix: use `scaler='auto'` (or `scaler='none'`), or "
-            "`precision='fp16'` if you want to study loss scaling."
+            _(
+                "a loss scaler is not needed with {precision}: {why}. Scaling "
+                "would only cost time. Fix: use `scaler='auto'` (or `scaler='none'`), "
+                "or `precision='fp16'` if you want to study loss scaling."
+            ).format(precision=precision.name, why=why)
         )

@@ -365,18 +365,21 @@ def validate_model(
         return
     if scaler_enabled:
         raise SettingError(
-            f"the model's parameters are {', '.join(low)} (model.half()?), but loss "
-            "scaling needs float32 weights: torch's GradScaler stops with "
-            "'Attempting to unscale FP16 gradients', and fp16 weights lose small "
-            "updates anyway. Fix: keep the model in float32 (drop .half()) and let "
-            "autocast cast each op to fp16; the fp32 weights are the master copy."
+            _(
+                "the model's parameters are {dtypes} (model.half()?), but loss "
+                "scaling needs float32 weights: torch's GradScaler stops with "
+                "'Attempting to unscale FP16 gradients', and fp16 weights lose small "
+                "updates anyway. Fix: keep the model in float32 (drop .half()) and let "
+                "autocast cast each op to fp16; the fp32 weights are the master copy."
+            ).format(dtypes=", ".join(low))
         )
     if not precision.autocast:
         raise SettingError(
-            f"the model's parameters are {', '.join(low)}, but "
-            f"`precision={precision.name!r}` computes in float32. Fix: model.float(), "
-            "or pick `precision='fp16'` or `precision='bf16'` and keep the weights in "
-            "float32."
+            _(
+                "the model's parameters are {dtypes}, but `precision={precision}` "
+                "computes in float32. Fix: model.float(), or pick `precision='fp16'` "
+                "or `precision='bf16'` and keep the weights in float32."
+            ).format(dtypes=", ".join(low), precision=repr(precision.name))
         )
 
 
