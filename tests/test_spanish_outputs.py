@@ -24,6 +24,10 @@ def test_a_line_of_english_prose_is_told_from_spanish_and_from_code():
     assert not reads_as_english(
         "check_quick_check[step_with_inf]: 1 caso(s) de la prueba"
     )
+    assert (
+        reads_as_english("$ python -m amp_lessons train --steps 40 --log-every 10")
+        is None
+    )
 
 
 def test_printed_source_and_torchs_messages_are_left_out():
@@ -47,6 +51,11 @@ def test_printed_source_and_torchs_messages_are_left_out():
     assert [line.strip() for line in output_lines(outputs)] == [
         "the loss of the step is the same"
     ]
+    # the source, then what the cell printed after it, in one stream
+    outputs = [
+        {"output_type": "stream", "name": "stdout", "text": source + "the end\n"}
+    ]
+    assert output_lines(outputs) == ["the end"]
 
 
 def test_figures_and_html_are_read_too():
