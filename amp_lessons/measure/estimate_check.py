@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from amp_lessons.measure import model_zoo
 from amp_lessons.measure.estimate import estimate_step
-from amp_lessons.measure.gpu_report import ratio_text
 from amp_lessons.measure.gpus import GPUS
 
 # torch.cuda.get_device_name() -> the estimate's GPU table
@@ -115,7 +114,13 @@ def estimate_section(report: dict) -> str:
         lines.append(
             f"| {r['config']} | {r['precision']} | {r['measured_ms']:.2f} | "
             f"{r['estimated_ms']:.2f} | {r['estimated_ms'] / r['measured_ms']:.2f} | "
-            f"{ratio_text(r['measured_speedup'])} | "
-            f"{ratio_text(r['estimated_speedup'])} | {r['regime']} |"
+            f"{_ratio_text(r['measured_speedup'])} | "
+            f"{_ratio_text(r['estimated_speedup'])} | {r['regime']} |"
         )
     return "\n".join(lines)
+
+
+def _ratio_text(value: float | None) -> str:
+    # as gpu_report.ratio_text writes it: that module imports this one (lazily, to
+    # stay free of torch), so this one cannot import it back
+    return "-" if value is None else f"{value:.2f}x"
