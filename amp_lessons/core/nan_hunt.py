@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from amp_lessons.i18n import N_, _
+
 __all__ = [
     "FP16_MAX",
     "MASK_FILLS",
@@ -248,20 +250,26 @@ class Bisection:
     # (autocast on, scaler on, healthy)
     culprit: str = ""  # "none", "not_amp", "autocast" or "scaler"
 
-    VERDICTS = {
-        "none": "healthy with AMP on: nothing to hunt",
-        "autocast": "healthy once autocast is off: an fp16 range problem in the "
-        "forward or backward pass (find it with the detector or anomaly mode)",
-        "scaler": "still broken in fp32, healthy once the scaler is off too: the loss "
-        "scaling is misused (unscale_ before touching gradients, one update per "
-        "iteration, one scaler)",
-        "not_amp": "broken in plain fp32 without a scaler: the model or the data "
-        "makes it, not AMP",
+    VERDICTS = {  # English; `verdict` says it in the student's language
+        "none": N_("healthy with AMP on: nothing to hunt"),
+        "autocast": N_(
+            "healthy once autocast is off: an fp16 range problem in the forward or "
+            "backward pass (find it with the detector or anomaly mode)"
+        ),
+        "scaler": N_(
+            "still broken in fp32, healthy once the scaler is off too: the loss "
+            "scaling is misused (unscale_ before touching gradients, one update per "
+            "iteration, one scaler)"
+        ),
+        "not_amp": N_(
+            "broken in plain fp32 without a scaler: the model or the data makes it, "
+            "not AMP"
+        ),
     }
 
     @property
     def verdict(self) -> str:
-        return self.VERDICTS[self.culprit]
+        return _(self.VERDICTS[self.culprit])
 
 
 def bisect_amp(trial: Callable[[bool, bool], bool]) -> Bisection:
@@ -417,7 +425,7 @@ class MaskOutcome:
     stored: float  # the fill after the cast to the scores' dtype
     nan_rows: int  # rows of attention weights holding nan (of 3)
     padded_row_finite: bool  # the fully masked row came out finite
-    error: str = ""  # what torch raised instead (masked_fill of an unfit value)
+    error: str = ""  # what torch raised instead: "RuntimeError: value cannot be ..."
 
 
 def attention_scores(dtype: torch.dtype = torch.float16) -> tuple[torch.Tensor, ...]:
@@ -444,7 +452,8 @@ def mask_outcomes(dtype: torch.dtype = torch.float16, how: str = "add"):
         try:
             weights = masked_softmax(scores, keep, fill, how)
         except RuntimeError as error:  # masked_fill: "cannot be converted ..."
-            outcomes.append(MaskOutcome(name, stored, 0, False, str(error)))
+            raised = f"{type(error).__name__}: {error}"
+            outcomes.append(MaskOutcome(name, stored, 0, False, raised))
             continue
         outcomes.append(MaskOutcome(name, stored, int(weights.isnan().any(-1).sum()),
                                     bool(weights[2].isfinite().all())))  # fmt: skip
@@ -484,7 +493,7 @@ def amp_trial(
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
         grad_scaler = torch.amp.GradScaler(x.device.type, enabled=scaler)
         ctx = torch.amp.autocast(x.device.type, dtype=torch.float16, enabled=autocast)
-        for _ in range(num_steps):
+        for _step in range(num_steps):
             optimizer.zero_grad(set_to_none=True)
             with ctx:
                 loss = loss_fn(model(x), y)

@@ -466,97 +466,101 @@ class FieldReport:
     """One problem people report with AMP in real code, and where they report it."""
 
     key: str  # the key of its reproduction in amp_lessons.teaching.reproductions
-    problem: str  # what people see
+    problem: str  # what people see (English, marked N_: _(problem) shows it)
     cause: str
     fix: str
     status: str  # "reproduced" (on the CPU, with and without the fix) or "explained"
     sources: tuple[str, ...]  # public threads: "owner/repo#number"
-    note: str = ""  # how it is reproduced, or why it is only explained
+    note: str = ""  # how it is reproduced, or why it is only explained (N_ too)
 
 
 REAL_WORLD: tuple[FieldReport, ...] = (
-    FieldReport("t5_fp16_nan", "NaN loss in fp16",
+    FieldReport("t5_fp16_nan", N_("NaN loss in fp16"),
                 "activations above 65504; T5 was pretrained in bf16",
                 "train in bf16, or keep the overflowing layer in fp32 (transformers "
                 "keeps T5's wo in fp32), or clamp", "reproduced",
                 ("huggingface/transformers#9295",
                  "google-research/text-to-text-transfer-transformer#539",
                  "huggingface/transformers#9487"),
-                "a tiny T5-like stack whose feed-forward outputs grow with depth"),
-    FieldReport("mask_softmax_nan", "softmax turns to NaN",
+                N_("a tiny T5-like stack whose feed-forward outputs grow with depth")),
+    FieldReport("mask_softmax_nan", N_("softmax turns to NaN"),
                 "masks of -1e15 or -inf (or float32's min) are -inf in fp16; a fully "
                 "masked row is then 0/0",
                 "masked_fill with torch.finfo(scores.dtype).min, or softmax in fp32",
                 "reproduced",
                 ("huggingface/transformers#17306", "pytorch/pytorch#131060")),
-    FieldReport("unscale_fp16_gradients", "\"Attempting to unscale FP16 gradients\"",
+    FieldReport("unscale_fp16_gradients",
+                N_("\"Attempting to unscale FP16 gradients\""),
                 "model.half(): fp16 weights have fp16 gradients",
                 "keep the model in fp32; autocast makes the fp16 copies",
                 "reproduced", ("pytorch/pytorch#74739",)),
     FieldReport("unscale_twice_accumulation",
-                "\"unscale_() has already been called\"",
+                N_("\"unscale_() has already been called\""),
                 "gradient accumulation with unscale_ (and clipping) in every "
                 "micro-batch", "unscale_ and clip once, right before scaler.step",
                 "reproduced",
                 ("microsoft/Swin-Transformer#311", "huggingface/accelerate#641")),
-    FieldReport("clip_without_unscale", "clipping has no effect",
+    FieldReport("clip_without_unscale", N_("clipping has no effect"),
                 "clip_grad_norm_ before scaler.unscale_: it measures the scaled "
                 "gradients", "scaler.unscale_(optimizer) before clipping",
                 "reproduced", ("rwth-i6/returnn#1590", "milesial/Pytorch-UNet#468")),
-    FieldReport("scheduler_warning", "lr_scheduler.step() warning",
+    FieldReport("scheduler_warning", N_("lr_scheduler.step() warning"),
                 "the first steps were skipped after an overflow, so optimizer.step "
                 "never ran before the scheduler's first step",
                 "harmless: a few steps of the schedule; count skips by the scale "
                 "going down, or step the scheduler only after real steps",
                 "reproduced", ("pytorch/pytorch#44511", "pytorch/pytorch#55585")),
-    FieldReport("gan_scalers", "confusion over scalers in a GAN",
+    FieldReport("gan_scalers", N_("confusion over scalers in a GAN"),
                 "two losses and two optimizers sharing one scaler: update() called "
                 "after each optimizer's step, or a second scaler made",
                 "one scaler: scale each loss, step each optimizer, update() once",
                 "reproduced",
                 ("neosr-project/neosr#31", "neosr-project/neosr#50",
                  "neosr-project/neosr#9"),
-                "update() after each optimizer makes the growth clock run twice as "
-                "fast; two scalers mix two scales in shared gradients"),
+                N_("update() after each optimizer makes the growth clock run twice "
+                   "as fast; two scalers mix two scales in shared gradients")),
     FieldReport("custom_function_dtype",
-                "\"expected scalar type Half but found Float\"",
+                N_("\"expected scalar type Half but found Float\""),
                 "a custom autograd Function under autocast: its backward runs "
                 "outside autocast, with mixed dtypes",
                 "decorate forward with torch.amp.custom_fwd and backward with "
                 "torch.amp.custom_bwd", "reproduced",
                 ("pytorch/pytorch#38487", "pytorch/pytorch#47906"),
-                "this torch words it 'expected m1 and m2 to have the same dtype'"),
-    FieldReport("autocast_threads", "outputs not in fp16",
+                N_("this torch words it 'expected m1 and m2 to have the same "
+                   "dtype'")),
+    FieldReport("autocast_threads", N_("outputs not in fp16"),
                 "autocast's state is per thread; DataParallel runs replicas in "
                 "threads", "enter autocast inside the thread (in forward)",
                 "reproduced", ("pytorch/pytorch#60540", "pytorch/pytorch#60706"),
-                "the mechanism, with a plain thread: DataParallel needs several GPUs, "
-                "and its workers now re-enter autocast themselves"),
-    FieldReport("resume_without_scaler", "overflow or loss spike after resume",
+                N_("the mechanism, with a plain thread: DataParallel needs several "
+                   "GPUs, and its workers now re-enter autocast themselves")),
+    FieldReport("resume_without_scaler",
+                N_("overflow or loss spike after resume"),
                 "the scaler's state was not saved: the scale starts again at 65536",
                 "save and load scaler.state_dict() with the checkpoint",
                 "reproduced",
                 ("huggingface/transformers#11663", "ultralytics/ultralytics#22189")),
-    FieldReport("bf16_emulated", "bf16 silently slow",
+    FieldReport("bf16_emulated", N_("bf16 silently slow"),
                 "emulated on pre-Ampere GPUs; is_bf16_supported() is True on a T4",
                 "check the compute capability (>= 8.0), or "
                 "is_bf16_supported(including_emulation=False); use fp16 there",
                 "explained", ("pytorch/pytorch#148322", "MakazhanAlpamys/Soup#387"),
-                "needs a pre-Ampere GPU; lesson 00 measures the same emulation on "
-                "this CPU"),
-    FieldReport("layernorm_fp16_cpu", "fp16 LayerNorm fails on CPU",
+                N_("needs a pre-Ampere GPU; lesson 00 measures the same emulation "
+                   "on this CPU")),
+    FieldReport("layernorm_fp16_cpu", N_("fp16 LayerNorm fails on CPU"),
                 "older torch had no fp16 LayerNorm kernel on the CPU "
                 "('LayerNormKernelImpl not implemented for Half')",
                 "upgrade torch, or run LayerNorm in fp32 on the CPU", "explained",
                 ("pytorch/pytorch#52291",),
-                "gone in this torch: fp16 layer_norm runs on the CPU"),
-    FieldReport("bce_under_autocast", "BCE refused under autocast",
+                N_("gone in this torch: fp16 layer_norm runs on the CPU")),
+    FieldReport("bce_under_autocast", N_("BCE refused under autocast"),
                 "sigmoid + BCELoss: its backward can make gradients fp16 cannot hold",
                 "BCEWithLogitsLoss on the logits", "explained",
                 ("pytorch/pytorch#61098",),
-                "the refusal is CUDA autocast's (the CPU runs BCE in fp32); the "
-                "hazard itself is reproduced: an fp16 sigmoid of exactly 1.0"),
-    FieldReport("compile_disabled_region", "compiled model gives different gradients",
+                N_("the refusal is CUDA autocast's (the CPU runs BCE in fp32); the "
+                   "hazard itself is reproduced: an fp16 sigmoid of exactly 1.0")),
+    FieldReport("compile_disabled_region",
+                N_("compiled model gives different gradients"),
                 "autocast(enabled=False) regions inside torch.compile: the compiled "
                 "backward ran under the forward's autocast",
                 "torch._functorch.config.backward_pass_autocast = 'off' before "
@@ -566,13 +570,13 @@ REAL_WORLD: tuple[FieldReport, ...] = (
                 "reproduced",
                 ("pytorch/pytorch#179804", "pytorch/pytorch#177287",
                  "pytorch/pytorch#184839")),
-    FieldReport("scaler_in_loop", "the scaler never works",
+    FieldReport("scaler_in_loop", N_("the scaler never works"),
                 "scaler created inside the loop: every one starts again at 65536",
                 "create the GradScaler once, before the loop", "reproduced",
                 ("conservationtechlab/animl-py#298",
                  "conservationtechlab/animl-py#304"),
-                "per epoch in the source; per iteration here, where a loss that "
-                "overflows at 65536 never takes a step"),
+                N_("per epoch in the source; per iteration here, where a loss that "
+                   "overflows at 65536 never takes a step")),
 )  # fmt: skip
 """The 15 problems of lesson 09, each reproduced
 (``amp_lessons.teaching.reproductions``) or explained, with the public threads that
@@ -580,16 +584,19 @@ report it."""
 
 
 def real_world_table() -> str:
-    """``REAL_WORLD`` as a text table: number, problem, status and sources.
+    """``REAL_WORLD`` as a text table: number, problem, status and sources, in the
+    student's language (the sources as they are).
 
     Example:
         >>> print(real_world_table().splitlines()[1])
          1  NaN loss in fp16                          reproduced  huggingface/...
     """
-    lines = [f"{'#':>2}  {'problem':40}  {'status':10}  sources"]
+    shown = {"reproduced": _("reproduced"), "explained": _("explained")}
+    width = max(map(len, shown.values()))  # "reproducido" is 11 letters
+    lines = [f"{'#':>2}  {_('problem'):40}  {_('status'):{width}}  {_('sources')}"]
     for i, report in enumerate(REAL_WORLD, start=1):
-        problem = report.problem if len(report.problem) <= 40 else (
-            report.problem[:39] + "…")  # fmt: skip
-        lines.append(f"{i:>2}  {problem:40}  {report.status:10}  "
+        problem = _(report.problem)
+        problem = problem if len(problem) <= 40 else problem[:39] + "…"
+        lines.append(f"{i:>2}  {problem:40}  {shown[report.status]:{width}}  "
                      + ", ".join(report.sources))  # fmt: skip
     return "\n".join(lines)

@@ -410,7 +410,7 @@ def penalty_run(
 @dataclass
 class ScheduledRun:
     """What ``scheduled_run`` saw: the lr each step used, which steps were skipped,
-    and the warnings torch raised."""
+    and the warnings torch raised (``"UserWarning: Detected call of ..."``)."""
 
     lrs: list[float] = field(default_factory=list)
     skipped: list[bool] = field(default_factory=list)
@@ -467,5 +467,5 @@ def scheduled_run(
             run.skipped.append(skipped)
             if not (only_after_real_steps and skipped):
                 scheduler.step()
-    run.warnings = [str(w.message) for w in caught]
+    run.warnings = [f"{w.category.__name__}: {w.message}" for w in caught]
     return run

@@ -2,8 +2,9 @@
 
 Each ``reproduce_*`` function runs one problem small, with or without its fix, and
 returns an ``Outcome``: whether the symptom appeared and the evidence (torch's own
-message, the numbers). ``REPRODUCTIONS`` maps a problem's key in
-``amp_lessons.teaching.clinic.REAL_WORLD`` (the table with the sources) to its function;
+message, the numbers; our words around them in the student's language).
+``REPRODUCTIONS`` maps a problem's key in ``amp_lessons.teaching.clinic.REAL_WORLD``
+(the table with the sources) to its function;
 the problems that need a GPU or an old torch are explained there and not run here.
 Notebook 09 runs them all.
 
@@ -22,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from amp_lessons.core import nan_hunt
+from amp_lessons.i18n import _
 from amp_lessons.teaching import clinic, compiled, practice
 
 __all__ = ["REPRODUCTIONS", "Outcome"]
@@ -54,7 +56,8 @@ def reproduce_t5_overflow(fixed: bool) -> Outcome:
         loss = F.cross_entropy(model(x).flatten(0, 1).float(), target.flatten())
     found = nan_hunt.find_first_overflow(model, x)
     return Outcome(not math.isfinite(loss.item()),
-                   f"loss {loss.item():.4g}; first overflow: {found}")  # fmt: skip
+                   _("loss {loss}; first overflow: {found}").format(
+                       loss=f"{loss.item():.4g}", found=found))  # fmt: skip
 
 
 def reproduce_mask_nan(fixed: bool) -> Outcome:
@@ -68,7 +71,9 @@ def reproduce_mask_nan(fixed: bool) -> Outcome:
         fill = torch.finfo(torch.float32).min
         weights = nan_hunt.masked_softmax(scores, keep, fill, how="add")
     rows = int(weights.isnan().any(-1).sum())
-    return Outcome(rows > 0, f"{rows} of 3 rows of attention weights are nan")
+    return Outcome(
+        rows > 0, _("{rows} of 3 rows of attention weights are nan").format(rows=rows)
+    )
 
 
 def reproduce_half_model(fixed: bool) -> Outcome:
@@ -77,7 +82,7 @@ def reproduce_half_model(fixed: bool) -> Outcome:
     calls = clinic.MISUSES["model.half() with a GradScaler"][0]
     with torch.random.fork_rng(devices=[]):  # run_calls draws its model's weights
         result = clinic.run_calls(calls, half=not fixed)
-    return Outcome(bool(result.error), result.error or "no error")
+    return Outcome(bool(result.error), result.error or _("no error"))
 
 
 def _tiny_regression(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -107,7 +112,7 @@ def reproduce_accumulation_unscale(fixed: bool) -> Outcome:
         scaler.update()
 
     error = _error(loop)
-    return Outcome(bool(error), error or "one step of 4 micro-batches, no error")
+    return Outcome(bool(error), error or _("one step of 4 micro-batches, no error"))
 
 
 def reproduce_clip_scaled(fixed: bool) -> Outcome:
@@ -119,8 +124,8 @@ def reproduce_clip_scaled(fixed: bool) -> Outcome:
                            scaler=torch.amp.GradScaler("cpu"), clip=1.0,
                            clip_before_unscale=not fixed)  # fmt: skip
     ratio = run.grad_norms[0] / fp32.grad_norms[0]
-    return Outcome(ratio > 100, f"clip_grad_norm_ measured {ratio:.4g} x the fp32 "
-                   "gradient norm")  # fmt: skip
+    evidence = _("clip_grad_norm_ measured {ratio} x the fp32 gradient norm")
+    return Outcome(ratio > 100, evidence.format(ratio=f"{ratio:.4g}"))
 
 
 def reproduce_scheduler_warning(fixed: bool) -> Outcome:
@@ -131,8 +136,10 @@ def reproduce_scheduler_warning(fixed: bool) -> Outcome:
     warned = [w for w in run.warnings if "lr_scheduler.step()" in w]
     return Outcome(
         bool(warned),
-        f"{run.num_skipped} skipped steps; "
-        + (warned[0][:70] + "..." if warned else "no warning"),
+        _("{skipped} skipped steps; {warning}").format(
+            skipped=run.num_skipped,
+            warning=warned[0][:70] + "..." if warned else _("no warning"),
+        ),
     )
 
 
@@ -144,8 +151,9 @@ def reproduce_gan_two_updates(fixed: bool) -> Outcome:
                                                   growth_interval=4),
                              num_steps=5, step_fn=step)  # fmt: skip
     grew = sum(b > a for a, b in zip(run.scales, run.scales[1:], strict=False))
-    return Outcome(grew > 1, f"scales {run.scales}: grew {grew} times in 5 "
-                   "iterations with growth_interval=4")  # fmt: skip
+    return Outcome(grew > 1, _("scales {scales}: grew {grew} times in 5 iterations "
+                               "with growth_interval=4").format(
+                                   scales=run.scales, grew=grew))  # fmt: skip
 
 
 class _MatMul(torch.autograd.Function):
@@ -185,15 +193,15 @@ def reproduce_custom_function(fixed: bool) -> Outcome:
         out.float().sum().backward()
 
     error = _error(step)
-    return Outcome(bool(error), error or f"backward ran; weight.grad is "
-                   f"{weight.grad.dtype}")  # fmt: skip
+    ran = _("backward ran; weight.grad is {dtype}")
+    return Outcome(bool(error), error or ran.format(dtype=weight.grad.dtype))
 
 
 def reproduce_autocast_thread(fixed: bool) -> Outcome:
     """Outputs in fp32 under autocast: the forward ran in another thread, and
     autocast's state is per thread (DataParallel runs each replica in one). Fix:
     enter autocast inside the thread (DataParallel's workers now do)."""
-    model, x, _ = _tiny_regression()
+    model, x, _y = _tiny_regression()
     seen: dict[str, torch.dtype] = {}
 
     def worker() -> None:
@@ -210,7 +218,9 @@ def reproduce_autocast_thread(fixed: bool) -> Outcome:
         thread.join()
     return Outcome(
         seen["thread"] != torch.float16,
-        f"main thread: {seen['main']}, worker thread: {seen['thread']}",
+        _("main thread: {main}, worker thread: {worker}").format(
+            main=seen["main"], worker=seen["thread"]
+        ),
     )
 
 
@@ -244,8 +254,10 @@ def reproduce_resume_without_scaler(fixed: bool) -> Outcome:
     if "scaler" in checkpoint:
         resumed.load_state_dict(checkpoint["scaler"])
     skipped = _steps_skipped([resumed] * 4)
-    return Outcome(skipped > 0, f"scale before the checkpoint {scaler.get_scale():g}; "
-                   f"{skipped} of 4 steps skipped after resuming")  # fmt: skip
+    return Outcome(skipped > 0, _("scale before the checkpoint {scale}; {skipped} of 4 "
+                                  "steps skipped after resuming").format(
+                                      scale=f"{scaler.get_scale():g}",
+                                      skipped=skipped))  # fmt: skip
 
 
 def reproduce_compiled_disabled_region(fixed: bool) -> Outcome:
@@ -254,21 +266,25 @@ def reproduce_compiled_disabled_region(fixed: bool) -> Outcome:
     without it, this torch's own setting (``compiled.backward_pass_autocast()``)."""
     setting = "off" if fixed else compiled.backward_pass_autocast()
     same = compiled.disabled_region_grads(setting)
-    return Outcome(
-        not same,
-        "compiled gradients "
-        + ("equal eager's" if same else "differ from eager's")
-        + f" (backward_pass_autocast={setting!r})",
-    )
+    if same:
+        evidence = _(
+            "compiled gradients equal eager's (backward_pass_autocast={value})"
+        )
+    else:
+        evidence = _(
+            "compiled gradients differ from eager's (backward_pass_autocast={value})"
+        )
+    return Outcome(not same, evidence.format(value=repr(setting)))
 
 
 def reproduce_scaler_in_loop(fixed: bool) -> Outcome:
     """A GradScaler created inside the loop: every iteration starts again at 65536,
     so a loss that overflows there skips every step, forever. Fix: create it once."""
     once = torch.amp.GradScaler("cpu")
-    scalers = (once if fixed else torch.amp.GradScaler("cpu") for _ in range(8))
+    scalers = (once if fixed else torch.amp.GradScaler("cpu") for _i in range(8))
     skipped = _steps_skipped(scalers)
-    return Outcome(skipped == 8, f"{skipped} of 8 steps skipped")
+    evidence = _("{skipped} of 8 steps skipped").format(skipped=skipped)
+    return Outcome(skipped == 8, evidence)
 
 
 def reproduce_bce_hazard(fixed: bool) -> Outcome:
@@ -283,8 +299,9 @@ def reproduce_bce_hazard(fixed: bool) -> Outcome:
         loss = F.binary_cross_entropy(torch.sigmoid(logits).float(), target.float())
     loss.backward()
     finite = bool(torch.isfinite(logits.grad).all())
-    return Outcome(not finite, f"loss {loss.item():.4g}, gradient "
-                   f"{logits.grad.tolist()}")  # fmt: skip
+    return Outcome(not finite, _("loss {loss}, gradient {gradient}").format(
+                       loss=f"{loss.item():.4g}",
+                       gradient=logits.grad.tolist()))  # fmt: skip
 
 
 REPRODUCTIONS: dict[str, Callable[[bool], Outcome]] = {

@@ -30,6 +30,7 @@ from torch import nn
 
 from amp_lessons.core import nan_hunt
 from amp_lessons.core.scaler import LossScaler
+from amp_lessons.i18n import N_, _
 from amp_lessons.teaching import practice
 from amp_lessons.teaching.checks._engine import (
     NotAttempted,
@@ -94,14 +95,14 @@ class _GanCase:
 
 
 _GAN_CASES = (
-    _GanCase("3 iterations, growth_interval 2", 3),
-    _GanCase("D overflows at iteration 2", 3, {2: "d"}),
-    _GanCase("G overflows at iteration 2", 3, {2: "g"}),
+    _GanCase(N_("3 iterations, growth_interval 2"), 3),
+    _GanCase(N_("D overflows at iteration 2"), 3, {2: "d"}),
+    _GanCase(N_("G overflows at iteration 2"), 3, {2: "g"}),
 )
 _GAN_HIDDEN = (
-    _GanCase("growth_interval 1, 4 iterations", 4, growth_interval=1),
-    _GanCase("fused Adam, D then G overflow", 4, {2: "d", 3: "g"}, fused=True),
-    _GanCase("LossScaler, G overflows at 3", 4, {3: "g"}, 2.0**12, 3, ours=True),
+    _GanCase(N_("growth_interval 1, 4 iterations"), 4, growth_interval=1),
+    _GanCase(N_("fused Adam, D then G overflow"), 4, {2: "d", 3: "g"}, fused=True),
+    _GanCase(N_("LossScaler, G overflows at 3"), 4, {3: "g"}, 2.0**12, 3, ours=True),
 )
 
 _GAN_ERRORS = {
@@ -248,7 +249,7 @@ def _gan_rows(gan_step: Callable, hidden: bool) -> list[Row]:
         shown = _describe_gan(got)
         if not ok and shown == _describe_gan(expected):
             shown = "params differ"
-        rows.append(Row(case.name, _describe_gan(expected), shown, ok,
+        rows.append(Row(_(case.name), _describe_gan(expected), shown, ok,
                         "" if ok else _gan_hint(case, got)))  # fmt: skip
     return rows
 
@@ -315,16 +316,16 @@ def _fp32_then_fp16() -> nn.Module:
 
 
 _OVERFLOW_CASES: tuple[tuple[str, Callable[[], nn.Module], Callable[[], Any]], ...] = (
-    ("MLP: one Linear too large", lambda: _mlp(1), lambda: torch.ones(2, 4)),
-    ("T5-like stack", nan_hunt.t5_like_model, nan_hunt.t5_like_inputs),
-    ("a model that stays in range", lambda: _mlp(-1), lambda: torch.ones(2, 4)),
+    (N_("MLP: one Linear too large"), lambda: _mlp(1), lambda: torch.ones(2, 4)),
+    (N_("T5-like stack"), nan_hunt.t5_like_model, nan_hunt.t5_like_inputs),
+    (N_("a model that stays in range"), lambda: _mlp(-1), lambda: torch.ones(2, 4)),
 )
 _OVERFLOW_HIDDEN: tuple[tuple[str, Callable[[], nn.Module], Callable[[], Any]], ...] = (
-    ("a block's own sum overflows",
+    (N_("a block's own sum overflows"),
      lambda: _Stack(_TwoBranches(4, 1.0), _TwoBranches(4, 800.0)),
      lambda: torch.ones(2, 4) * 2),
-    ("an fp32 layer, then fp16", _fp32_then_fp16, lambda: torch.ones(2, 4)),
-    ("T5-like, outlier 3000", lambda: nan_hunt.t5_like_model(outlier=3000.0),
+    (N_("an fp32 layer, then fp16"), _fp32_then_fp16, lambda: torch.ones(2, 4)),
+    (N_("T5-like, outlier 3000"), lambda: nan_hunt.t5_like_model(outlier=3000.0),
      nan_hunt.t5_like_inputs),
 )  # fmt: skip
 
@@ -476,7 +477,7 @@ def _overflow_rows(first_overflow: Callable, hidden: bool) -> list[Row]:
                 "autocast; forward hooks fire as each module finishes, children "
                 "before their parent")  # fmt: skip
         shown = _show(got) if used is None else "called nan_hunt"
-        rows.append(Row(name, repr(expected), shown, ok, hint))
+        rows.append(Row(_(name), repr(expected), shown, ok, hint))
     return rows
 
 
