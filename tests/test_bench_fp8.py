@@ -9,7 +9,7 @@ import functools
 import pytest
 import torch
 
-from amp_lessons.__main__ import main
+from amp_lessons.cli import main
 from amp_lessons.core.precision import PRECISIONS
 from amp_lessons.measure import bench, bench_fp8, bench_results
 from amp_lessons.measure.fp8_vs_torchao import import_torchao_float8

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from amp_lessons import i18n
-from amp_lessons.__main__ import LOCALE_VARIABLES, environment_language, main
+from amp_lessons.cli import main
+from amp_lessons.cli.language import LOCALE_VARIABLES, environment_language
 from amp_lessons.core import train
 from amp_lessons.core.distributed import fsdp2_unsupported_reason
 from amp_lessons.measure import bench_results

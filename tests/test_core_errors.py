@@ -1,6 +1,6 @@
 """The core speaks Python: its errors name the argument or TrainConfig field a caller
 set, never a command-line flag or a lesson, and the command line words them as flags
-in one place (``amp_lessons.__main__.in_flags``)."""
+in one place (``amp_lessons.cli.flags.in_flags``)."""
 
 import ast
 import pickle
@@ -11,7 +11,7 @@ import pytest
 import torch
 from paths import PACKAGE
 
-from amp_lessons.__main__ import in_flags
+from amp_lessons.cli.flags import in_flags
 from amp_lessons.core import distributed, models
 from amp_lessons.core.checkpoints import load_checkpoint
 from amp_lessons.core.errors import CheckpointNotFound, SettingError

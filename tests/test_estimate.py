@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from amp_lessons.__main__ import main
+from amp_lessons.cli import main
 from amp_lessons.measure import model_zoo, published, published_models
 from amp_lessons.measure.estimate import FITTED, GPUS, Efficiency, estimate_step, price
 from amp_lessons.measure.trace import AutocastPolicy, KernelRecorder, Trace, trace_step

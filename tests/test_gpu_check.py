@@ -139,7 +139,7 @@ def test_refuses_fast_without_cuda_with_one_line_and_writes_nothing(tmp_path):
 def test_the_command_line_lists_it_plans_it_and_refuses_a_bad_budget(
     tmp_path, monkeypatch, capsys
 ):
-    from amp_lessons.__main__ import main
+    from amp_lessons.cli import main
 
     assert main(["--help"]) == 0 and "gpu-check" in capsys.readouterr().out
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

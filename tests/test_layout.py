@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from paths import PACKAGE, ROOT
 
-LAYERS = ("core", "measure", "teaching", "tooling")
+LAYERS = ("core", "measure", "teaching", "tooling", "cli")
 LIBRARY = ("core", "measure", "teaching")  # what a learner imports: no test runner
 
 
@@ -126,6 +126,9 @@ def test_no_library_module_imports_or_runs_pytest(tmp_path):
         ("core/formats.py", "from amp_lessons.teaching import clinic", "upward"),
         ("measure/bench.py", "from amp_lessons.tooling import lab", "upward"),
         ("core/train.py", "from amp_lessons.measure import bench", "upward"),
+        ("tooling/gpu_check.py", "from amp_lessons.cli import main", "upward"),
+        ("measure/estimate.py", "from amp_lessons.cli import flags", "upward"),
+        ("cli/flags.py", "from amp_lessons.cli import train", "circle"),
         ("core/checkpoints.py", "from amp_lessons.core import train", "circle"),
         ("teaching/quiz.py", "import pytest", "pytest"),
         ("measure/gpu_report.py", "from _pytest import junitxml", "pytest"),

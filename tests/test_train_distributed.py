@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from amp_lessons.__main__ import main
+from amp_lessons.cli import main
 from amp_lessons.core.distributed import fsdp2_unsupported_reason, launch
 from amp_lessons.core.train import TrainConfig, train
 

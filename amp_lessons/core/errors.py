@@ -2,7 +2,8 @@
 
 The core is a library: its errors name the Python argument or ``TrainConfig`` field the
 caller set (``num_steps``, ``distributed='fsdp2'``), never a command-line flag, and the
-command line (``amp_lessons.__main__``) rewrites those names as its flags, in one place.
+command line (``amp_lessons.cli.flags``) rewrites those names as its flags, in one
+place.
 
 A message marks each setting it names with backticks, alone or with a value as
 Python writes it: "`num_steps` must be ..." or "use `distributed='fsdp2'`".

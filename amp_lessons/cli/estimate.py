@@ -1,0 +1,193 @@
+"""The estimate command: ``python -m amp_lessons estimate``, a training step's time on a
+GPU you do not have, per precision, predicted from its datasheet
+(``amp_lessons.measure.estimate``), and what dominates it. No GPU needed.
+
+Example: ``python -m amp_lessons estimate --gpu A100-SXM4-80GB --model transformer
+--layers 24 --width 1024 --seq 512 --batch 32``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from amp_lessons.cli.flags import positive_int
+from amp_lessons.i18n import N_, _
+
+# an estimate's three parts, in its table's order (its regime names the largest)
+REGIMES = {"compute": N_("compute"), "memory": N_("memory"), "overhead": N_("overhead")}
+
+
+def add_command(commands) -> argparse.ArgumentParser:
+    """The estimate command's parser, with its options."""
+    p = commands.add_parser(
+        "estimate",
+        help=_(
+            "predict a training step's time on a GPU you do not have, "
+            "per precision, and what dominates it (no GPU needed)"
+        ),
+        description=_(
+            "The first-principles estimate (amp_lessons.measure.estimate): "
+            "the model is traced on the meta device under CUDA autocast's op "
+            "policy and each kernel priced from the GPU's datasheet, with "
+            "efficiencies fitted on published measurements."
+        ),
+    )
+    _add_estimate(p)
+    return p
+
+
+def _add_estimate(p: argparse.ArgumentParser) -> None:
+    from amp_lessons.measure.estimate import GPUS, OPTIMIZERS
+    from amp_lessons.measure.gpus import PRECISIONS as GPU_PRECISIONS
+    from amp_lessons.measure.model_zoo import CLI_FAMILIES
+
+    p.add_argument("--gpu", choices=GPUS, default="A100-SXM4-80GB")
+    p.add_argument(
+        "--model",
+        choices=CLI_FAMILIES,
+        default="transformer",
+        help=_(
+            "transformer: a BERT-style encoder; gpt: a GPT-style "
+            "decoder; mlp: Linear layers; resnet50 (default: "
+            "%(default)s)"
+        ),
+    )
+    p.add_argument(
+        "--layers",
+        type=positive_int,
+        default=None,
+        help=_("transformer, gpt, mlp: layers (default: the family's own)"),
+    )
+    p.add_argument(
+        "--width",
+        type=positive_int,
+        default=None,
+        help=_("transformer, gpt, mlp: hidden width"),
+    )
+    p.add_argument(
+        "--seq",
+        type=positive_int,
+        default=None,
+        help=_("transformer, gpt: tokens a sequence"),
+    )
+    p.add_argument("--batch", type=positive_int, default=None)
+    p.add_argument(
+        "--image",
+        type=positive_int,
+        default=None,
+        help=_("resnet50: image side in pixels (default 224)"),
+    )
+    p.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=None,
+        help=_("default: the family's own (sgd_momentum for resnet50, adam otherwise)"),
+    )
+    p.add_argument(
+        "--precision",
+        nargs="+",
+        choices=GPU_PRECISIONS,
+        default=None,
+        help=_("default: every precision the GPU's tensor cores take"),
+    )
+    p.add_argument("--json", action="store_true", help=_("print the estimates as JSON"))
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    sizes = {
+        k: getattr(args, k)
+        for k in ("layers", "width", "seq", "batch", "image", "optimizer")
+        if getattr(args, k) is not None
+    }
+    rows, items = _estimate_rows(args, sizes)
+    if args.json:
+        print(_estimates_json(rows, items))
+        return 0
+    print(
+        _(
+            "{model} {sizes} on {gpu}: {items} samples a step, estimated (not measured)"
+        ).format(
+            model=args.model,
+            sizes=sizes or _("(default sizes)"),
+            gpu=args.gpu,
+            items=items,
+        )
+    )
+    _print_estimate_table(rows, items)
+    return 0
+
+
+def _estimate_rows(args: argparse.Namespace, sizes: dict) -> tuple[list, int]:
+    """One estimate per precision asked for (default: every one the GPU takes), and
+    the samples a step."""
+    from amp_lessons.measure.estimate import GPUS, estimate_step
+    from amp_lessons.measure.model_zoo import build
+
+    gpu = GPUS[args.gpu]
+    precisions = args.precision or [
+        p for p in ("fp32", "tf32", "fp16", "bf16", "fp8") if gpu.supports(p)
+    ]
+    rows = []
+    for precision in precisions:
+        w = build(args.model, **sizes)  # a fresh model: a trace leaves nothing behind
+        rows.append(
+            estimate_step(
+                w.model, w.inputs, args.gpu, precision, w.optimizer, w.loss_fn
+            )
+        )
+    return rows, w.items
+
+
+def _estimates_json(rows: list, items: int) -> str:
+    from dataclasses import asdict
+
+    return json.dumps(
+        [
+            {**asdict(e), "regime": e.regime, "items_per_s": items / e.seconds}
+            for e in rows
+        ],
+        indent=1,
+    )
+
+
+def _print_estimate_table(rows: list, items: int) -> None:
+    """Each precision's step time, speed-up over the first row, samples/s and the
+    shares of compute, memory and overhead."""
+    # each column as wide as its heading, which a translation may lengthen
+    headings = [
+        _("precision"),
+        _("step ms"),
+        _("vs {precision}").format(precision=rows[0].precision),
+        _("samples/s"),
+        *(_(REGIMES[regime]) for regime in REGIMES),
+    ]
+    widths = [
+        max(width, len(heading))
+        for width, heading in zip((9, 9, 8, 10, 8, 8, 8), headings, strict=True)
+    ]
+    print(_table_line(headings, widths) + "  " + _("dominant"))
+    for e in rows:
+        cells = [
+            e.precision,
+            f"{e.seconds * 1e3:.2f}",
+            f"{rows[0].seconds / e.seconds:.2f}x",
+            f"{items / e.seconds:.1f}",
+            *(
+                f"{part / e.seconds:.0%}"
+                for part in (e.compute_s, e.memory_s, e.overhead_s)
+            ),
+        ]
+        dominant = _(REGIMES[e.regime]) if e.regime in REGIMES else e.regime
+        print(_table_line(cells, widths) + "  " + dominant)
+
+
+def _table_line(cells: list[str], widths: list[int]) -> str:
+    # the first column (the precision) to the left, the numbers to the right
+    first, *rest = cells
+    return " ".join(
+        [
+            f"{first:{widths[0]}}",
+            *(f"{cell:>{width}}" for cell, width in zip(rest, widths[1:], strict=True)),
+        ]
+    )
