@@ -7,6 +7,7 @@ import math
 import pytest
 from grader_harness import grader_tests
 
+import amp_lessons
 from amp_lessons.teaching.checks import check_rank_bytes
 
 # --- reference solution (copy into the solution cell) ----------------------------
@@ -122,3 +123,16 @@ def test_any_exception_is_a_failed_case_with_its_name(exc, capsys):
         check_rank_bytes(raises)
     out, err = capsys.readouterr()
     assert f"raised {exc.__name__}" in " ".join(out.split()) and err == ""
+
+
+def test_a_wrong_answer_gets_its_hint_in_spanish(capsys):
+    amp_lessons.set_language("es")
+    try:
+        with pytest.raises(AssertionError, match="casos fallaron"):
+            check_rank_bytes(divides_numel)
+    finally:
+        amp_lessons.set_language("en")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "pista: FSDP2 reparte filas enteras" in out
+    assert "5 filas en 2 ranks son fragmentos de ceil(5/2) = 3 fila(s)" in out
+    assert "DDP guarda una copia completa" not in out  # the ddp rows were right

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from amp_lessons.i18n import N_, _
 from amp_lessons.teaching.checks._engine import (
     NOT_SHOWN,
     Raised,
@@ -50,6 +51,13 @@ def _expected(shape, mode: str, world_size: int, rank: int) -> int:
     return sum(parts.values())
 
 
+# the hint for two different wrong answers under DDP
+_DDP_WHOLE = N_(
+    "DDP keeps a whole copy of every parameter, gradient and moment on "
+    "every rank: 16 bytes x {numel} values, whatever the world size"
+)
+
+
 def _hint(shape, mode: str, world_size: int, rank: int, got: float) -> str:
     rows, rest = shape[0], math.prod(shape[1:])
     numel = rows * rest
@@ -60,54 +68,50 @@ def _hint(shape, mode: str, world_size: int, rank: int, got: float) -> str:
     # the structural mistakes first: a coincidence can make them look like an
     # off-by-4 or a forgotten moment on small shapes
     if got == want * 8:
-        return "count bytes, not bits (a float32 is 4 bytes)"
+        return _("count bytes, not bits (a float32 is 4 bytes)")
     if (
         mode == "ddp"
         and got != want
         and got in (want / world_size, _expected(shape, "fsdp2", world_size, rank))
     ):
-        return (
-            "DDP keeps a whole copy of every parameter, gradient and moment on "
-            f"every rank: 16 bytes x {numel} values, whatever the world size"
-        )
+        return _(_DDP_WHOLE).format(numel=numel)
     if mode == "fsdp2" and got == 16 * numel / world_size:
-        return (
+        return _(
             "FSDP2 shards whole rows (torch.chunk on dim 0), not numel / N: "
-            f"{rows} rows on {world_size} ranks are chunks of "
-            f"ceil({rows}/{world_size}) = {math.ceil(rows / world_size)} row(s)"
-        )
+            "{rows} rows on {world_size} ranks are chunks of "
+            "ceil({rows}/{world_size}) = {chunk} row(s)"
+        ).format(rows=rows, world_size=world_size, chunk=math.ceil(rows / world_size))
     if got == want + 4:
-        return (
+        return _(
             "leave out AdamW's 4-byte `step` counter: count the parameter, its "
             "gradient and the two moments"
         )
     if got == want - moments:
-        return (
+        return _(
             "AdamW keeps two fp32 moments per parameter (exp_avg and "
             "exp_avg_sq): 8 more bytes for each value this rank optimizes"
         )
     if mode == "ddp":
-        return (
-            "DDP keeps a whole copy of every parameter, gradient and moment on "
-            f"every rank: 16 bytes x {numel} values, whatever the world size"
-        )
+        return _(_DDP_WHOLE).format(numel=numel)
     if got == 16 * held:
-        return (
+        return _(
             "the parameter and gradient shards are padded to ceil(rows / N) rows "
             "on every rank (so the all-gather buffers line up); only Adam's "
             "moments follow the rows this rank really has"
         )
     if got == 16 * padded:
-        return (
+        return _(
             "Adam's moments are zeros_like(the shard): they follow the rows this "
             "rank really has, without the padding"
         )
     if got == 16 * numel:
-        return "under FSDP2 a rank keeps only its shard of each tensor, not all of it"
-    return (
-        f"parameter + gradient ({padded} padded values each) + two moments "
-        f"({held} values each), 4 bytes per value"
-    )
+        return _(
+            "under FSDP2 a rank keeps only its shard of each tensor, not all of it"
+        )
+    return _(
+        "parameter + gradient ({padded} padded values each) + two moments "
+        "({held} values each), 4 bytes per value"
+    ).format(padded=padded, held=held)
 
 
 def _rows(rank_bytes: Callable, hidden: bool) -> list[Row]:
@@ -126,7 +130,7 @@ def _rows(rank_bytes: Callable, hidden: bool) -> list[Row]:
                     expected,
                     show_value(got, 22),
                     False,
-                    type_hint(got, "an int number of bytes"),
+                    type_hint(got, N_("an int number of bytes")),
                 )
             )
             continue
