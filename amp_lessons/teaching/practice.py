@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from amp_lessons.core.formats import tensor_bits
+from amp_lessons.i18n import N_
 
 __all__ = [
     "GAN_MISTAKES",
@@ -143,25 +144,39 @@ def gan_step(
 
 
 GAN_MISTAKES: dict[str, str] = {
-    "two_updates": "scaler.update() after each optimizer's step: the growth tracker "
-    "counts every iteration twice, so the scale grows twice as often; call update() "
-    "once, after both steps",
-    "new_scaler_for_g": "a second scaler made inside the step: it starts at 65536 on "
-    "every call, never backs off for good and never grows; use the one scaler for "
-    "both losses",
-    "two_scalers": "a second scaler for the generator: an overflow in G no longer "
-    "backs off the scaler you were given, the two scales drift apart, and both must "
-    "be saved; use the one scaler for both losses",
-    "optimizer_step": "opt_g.step() called directly: it steps on inf/nan gradients "
-    "and on gradients still multiplied by the scale; call scaler.step(opt_g)",
-    "no_g_step": "the generator never moves: call scaler.step(opt_g) after the "
-    "generator's backward",
-    "g_first": "the generator was trained first; train the discriminator first, on a "
-    "detached fake, then the generator through the updated discriminator",
-    "unscaled_g_backward": "the generator's loss went backward unscaled "
-    "(g_loss.backward()): scaler.step then divides small true gradients by the "
-    "scale; call scaler.scale(g_loss).backward()",
-    "no_update": "the scale never changes: call scaler.update() once at the end",
+    "two_updates": N_(
+        "scaler.update() after each optimizer's step: the growth tracker counts "
+        "every iteration twice, so the scale grows twice as often; call update() "
+        "once, after both steps"
+    ),
+    "new_scaler_for_g": N_(
+        "a second scaler made inside the step: it starts at 65536 on "
+        "every call, never backs off for good and never grows; use the one scaler for "
+        "both losses"
+    ),
+    "two_scalers": N_(
+        "a second scaler for the generator: an overflow in G no longer backs off "
+        "the scaler you were given, the two scales drift apart, and both must be "
+        "saved; use the one scaler for both losses"
+    ),
+    "optimizer_step": N_(
+        "opt_g.step() called directly: it steps on inf/nan gradients "
+        "and on gradients still multiplied by the scale; call scaler.step(opt_g)"
+    ),
+    "no_g_step": N_(
+        "the generator never moves: call scaler.step(opt_g) after the "
+        "generator's backward"
+    ),
+    "g_first": N_(
+        "the generator was trained first; train the discriminator first, on a "
+        "detached fake, then the generator through the updated discriminator"
+    ),
+    "unscaled_g_backward": N_(
+        "the generator's loss went backward unscaled "
+        "(g_loss.backward()): scaler.step then divides small true gradients by the "
+        "scale; call scaler.scale(g_loss).backward()"
+    ),
+    "no_update": N_("the scale never changes: call scaler.update() once at the end"),
 }
 """Mistakes in a GAN step that ``wrong_gan_step`` can make, with what goes wrong."""
 

@@ -105,20 +105,24 @@ _GAN_HIDDEN = (
     _GanCase(N_("LossScaler, G overflows at 3"), 4, {3: "g"}, 2.0**12, 3, ours=True),
 )
 
+# torch's message (a fragment of it) -> what the student's step did wrong
 _GAN_ERRORS = {
-    "step() has already been called since the last update": "call scaler.update() "
-    "once at the end of every iteration",
-    "No inf checks were recorded prior to update": "scaler.update() ran before "
-    "scaler.step(): step each optimizer first (with scaler.step, not opt.step), "
-    "then update once",
-    "unscale_() has already been called": "unscale_ (or step) ran twice on one "
-    "optimizer before update(): each optimizer is stepped once per iteration",
-    "unscale_() is being called after step": "unscale_ ran after step on the same "
-    "optimizer; scaler.step(opt) unscales by itself",
-    "Attempted update but _scale is None": "scaler.update() ran before anything was "
-    "scaled: update once, at the END of the iteration, after both steps",
-    "_scale is None": "scale the losses with scaler.scale(loss) before backward",
-}
+    "step() has already been called since the last update": N_(
+        "call scaler.update() once at the end of every iteration"),
+    "No inf checks were recorded prior to update": N_(
+        "scaler.update() ran before scaler.step(): step each optimizer first (with "
+        "scaler.step, not opt.step), then update once"),
+    "unscale_() has already been called": N_(
+        "unscale_ (or step) ran twice on one optimizer before update(): each "
+        "optimizer is stepped once per iteration"),
+    "unscale_() is being called after step": N_(
+        "unscale_ ran after step on the same optimizer; scaler.step(opt) unscales "
+        "by itself"),
+    "Attempted update but _scale is None": N_(
+        "scaler.update() ran before anything was scaled: update once, at the END "
+        "of the iteration, after both steps"),
+    "_scale is None": N_("scale the losses with scaler.scale(loss) before backward"),
+}  # fmt: skip
 
 
 class _Broken(Raised):
@@ -127,11 +131,11 @@ class _Broken(Raised):
 
     @property
     def hint(self) -> str:
-        return (
-            f"after your step the models or optimizers could not be read "
-            f"({type(self.exc).__name__}: {self.exc}); change only what a step "
+        return _(
+            "after your step the models or optimizers could not be read "
+            "({name}: {message}); change only what a step "
             "changes: gradients, parameters through the optimizers, the scaler"
-        )
+        ).format(name=type(self.exc).__name__, message=self.exc)
 
 
 class _Stop(Exception):
@@ -210,34 +214,45 @@ def _same_gan(a: Any, b: Any) -> bool:
 
 def _describe_gan(run: Any) -> str:
     if isinstance(run, practice.GanRun):
-        return f"scales {', '.join(f'{s:g}' for s in run.scales)}"
+        scales = ", ".join(f"{s:g}" for s in run.scales)
+        return _("scales {scales}").format(scales=scales)
     if isinstance(run, tuple):  # ("wrong type", value)
-        return f"returned {_show(run[1], 14)}"
+        return _("returned {value}").format(value=_show(run[1], 14))
     return _show(run)
+
+
+def _or(hints: list[str]) -> str:
+    """Every hint that fits, in the table's language: "A Or: B"."""
+    return f" {_('Or:')} ".join(hints)
 
 
 def _gan_hint(case: _GanCase, got: Any) -> str:
     if isinstance(got, Raised):
         for fragment, hint in _GAN_ERRORS.items():
             if fragment in got.message:
+                hint = _(hint)
                 return f"{cut(got.hint, 120).rstrip('.')}. {hint[0].upper()}{hint[1:]}"
         return got.hint
     if isinstance(got, tuple):
-        return ("return the two losses as Python floats: (d_loss.item(), "
-                f"g_loss.item()); got {_show(got[1], 40)}")  # fmt: skip
+        return _(
+            "return the two losses as Python floats: (d_loss.item(), "
+            "g_loss.item()); got {value}"
+        ).format(value=_show(got[1], 40))
     # Mistakes can look alike on a short run (two scalers, or one made in the step):
     # name every one that matches.
-    matches = [hint for mistake, hint in practice.GAN_MISTAKES.items()
+    matches = [_(hint) for mistake, hint in practice.GAN_MISTAKES.items()
                if _same_gan(got, _run_gan(practice.wrong_gan_step(mistake), case,
                                           student=False))]  # fmt: skip
     if matches:
-        return " Or: ".join(matches)
-    return ("the reference iteration: zero D's grads; under fp16 autocast fake = "
-            "generator(noise), d_loss = bce(D(real), 1) + bce(D(fake.detach()), 0); "
-            "scaler.scale(d_loss).backward(); scaler.step(opt_d); zero G's grads; "
-            "g_loss = bce(D(fake), 1) under autocast; scaler.scale(g_loss).backward(); "
-            "scaler.step(opt_g); scaler.update(); return (d_loss.item(), "
-            "g_loss.item())")  # fmt: skip
+        return _or(matches)
+    return _(
+        "the reference iteration: zero D's grads; under fp16 autocast fake = "
+        "generator(noise), d_loss = bce(D(real), 1) + bce(D(fake.detach()), 0); "
+        "scaler.scale(d_loss).backward(); scaler.step(opt_d); zero G's grads; "
+        "g_loss = bce(D(fake), 1) under autocast; scaler.scale(g_loss).backward(); "
+        "scaler.step(opt_g); scaler.update(); return (d_loss.item(), "
+        "g_loss.item())"
+    )
 
 
 def _gan_rows(gan_step: Callable, hidden: bool) -> list[Row]:
@@ -248,7 +263,7 @@ def _gan_rows(gan_step: Callable, hidden: bool) -> list[Row]:
         ok = _same_gan(got, expected)
         shown = _describe_gan(got)
         if not ok and shown == _describe_gan(expected):
-            shown = "params differ"
+            shown = _("params differ")
         rows.append(Row(_(case.name), _describe_gan(expected), shown, ok,
                         "" if ok else _gan_hint(case, got)))  # fmt: skip
     return rows
@@ -360,19 +375,24 @@ def _overflow_answers(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
 
 
 _OVERFLOW_HINTS = {
-    "last": "that is the LAST module holding an inf: once one output overflows, every "
-    "later one is inf too; report the first, in the order the hooks fire",
-    "leaf": "only leaf modules were watched: here a module's own code (an addition "
-    "in its forward) overflowed while its children were fine; hook every module of "
-    "model.named_modules(), containers included",
-    "fp32": "that is where fp32 values pass 65504, not where fp16 overflows: run the "
-    "forward under torch.amp.autocast('cpu', dtype=torch.float16), where only the "
-    "outputs autocast makes fp16 can overflow",
-    "kind": "return the module's NAME from model.named_modules() (e.g. 'blocks.3.wo'), "
-    "not its class name",
-    "any dtype": "an fp32 output above 65504 is fine: fp32 holds it; only fp16 outputs "
-    "(output.dtype == torch.float16) overflow fp16",
-}
+    "last": N_(
+        "that is the LAST module holding an inf: once one output overflows, every "
+        "later one is inf too; report the first, in the order the hooks fire"),
+    "leaf": N_(
+        "only leaf modules were watched: here a module's own code (an addition in "
+        "its forward) overflowed while its children were fine; hook every module of "
+        "model.named_modules(), containers included"),
+    "fp32": N_(
+        "that is where fp32 values pass 65504, not where fp16 overflows: run the "
+        "forward under torch.amp.autocast('cpu', dtype=torch.float16), where only "
+        "the outputs autocast makes fp16 can overflow"),
+    "kind": N_(
+        "return the module's NAME from model.named_modules() (e.g. 'blocks.3.wo'), "
+        "not its class name"),
+    "any dtype": N_(
+        "an fp32 output above 65504 is fine: fp32 holds it; only fp16 outputs "
+        "(output.dtype == torch.float16) overflow fp16"),
+}  # fmt: skip
 
 
 def _nan_hunt_code() -> dict[types.CodeType, str]:
@@ -427,6 +447,48 @@ def _call_without_nan_hunt(fn: Callable, *args: Any) -> tuple[Any, str | None]:
     return got, (used[0] if used else None)
 
 
+def _overflow_hint(got: Any, used: str | None, left: int, answers: dict) -> str:
+    """Why ``got`` is not the first overflowing module (``answers["right"]``):
+    ``used``, the ``nan_hunt`` function it ran; ``left``, the hooks it left on."""
+    expected = answers["right"]
+    if used is not None:
+        return _(
+            "your function called amp_lessons.core.{used}: the course's "
+            "detector is this exercise's answer, so it may not be used. "
+            "Write the hook yourself: model.named_modules() gives "
+            "(name, module); module.register_forward_hook(fn) calls "
+            "fn(module, inputs, output) as each module finishes; note the "
+            "first name whose output holds inf/nan under fp16 autocast, and "
+            "remove the hooks"
+        ).format(used=used)
+    if isinstance(got, Raised):
+        return got.hint
+    if not (got is None or type(got) is str):
+        return _(
+            "return the module's name (a str from model.named_modules()), "
+            "or None when nothing overflows; got {value}"
+        ).format(value=_show(got, 40))
+    if got == expected:
+        return _(
+            "right module, but {left} forward hook(s) are still on the "
+            "model: keep the handles register_forward_hook returns and "
+            "call handle.remove() (in a finally: block)"
+        ).format(left=left)
+    if got is None:
+        return _(
+            "nothing found, yet an output overflows: hook every module and "
+            "run the forward under fp16 autocast"
+        )
+    if expected is None:
+        return _("no output overflows here (every output is finite): return None")
+    wrong = [k for k, v in answers.items() if k != "right" and v == got]
+    return _or([_(_OVERFLOW_HINTS[k]) for k in wrong]) or _(
+        "not the first module whose output holds inf/nan under fp16 "
+        "autocast; forward hooks fire as each module finishes, children "
+        "before their parent"
+    )
+
+
 def _overflow_rows(first_overflow: Callable, hidden: bool) -> list[Row]:
     rows = []
     for name, make_model, make_x in _OVERFLOW_HIDDEN if hidden else _OVERFLOW_CASES:
@@ -438,45 +500,10 @@ def _overflow_rows(first_overflow: Callable, hidden: bool) -> list[Row]:
         # compared only as str or None: an array's == (or a raising one) is no answer
         named = got is None or type(got) is str
         ok = named and got == expected and not left and used is None
-        if ok:
-            hint = ""
-        elif used is not None:
-            hint = (
-                f"your function called amp_lessons.core.{used}: the course's "
-                "detector is this exercise's answer, so it may not be used. "
-                "Write the hook yourself: model.named_modules() gives "
-                "(name, module); module.register_forward_hook(fn) calls "
-                "fn(module, inputs, output) as each module finishes; note the "
-                "first name whose output holds inf/nan under fp16 autocast, and "
-                "remove the hooks"
-            )
-        elif isinstance(got, Raised):
-            hint = got.hint
-        elif not named:
-            hint = (
-                "return the module's name (a str from model.named_modules()), "
-                f"or None when nothing overflows; got {_show(got, 40)}"
-            )
-        elif got == expected:
-            hint = (
-                f"right module, but {left} forward hook(s) are still on the "
-                "model: keep the handles register_forward_hook returns and "
-                "call handle.remove() (in a finally: block)"
-            )
-        elif got is None:
-            hint = (
-                "nothing found, yet an output overflows: hook every module and "
-                "run the forward under fp16 autocast"
-            )
-        elif expected is None:
-            hint = "no output overflows here (every output is finite): return None"
-        else:
-            wrong = [k for k, v in answers.items() if k != "right" and v == got]
-            hint = " Or: ".join(_OVERFLOW_HINTS[k] for k in wrong) or (
-                "not the first module whose output holds inf/nan under fp16 "
-                "autocast; forward hooks fire as each module finishes, children "
-                "before their parent")  # fmt: skip
-        shown = _show(got) if used is None else "called nan_hunt"
+        hint = "" if ok else _overflow_hint(got, used, left, answers)
+        shown = (
+            _show(got) if used is None else _("called {name}").format(name="nan_hunt")
+        )
         rows.append(Row(_(name), repr(expected), shown, ok, hint))
     return rows
 
