@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from grader_harness import grader_tests, other_correct_test
 from reference_solutions import amp_step_order, amp_train_step
 
+import amp_lessons
 from amp_lessons.teaching.checks import (
     AMP_STEPS,
     check_amp_step_order,
@@ -187,3 +188,20 @@ def test_visible_order_table_does_not_give_the_order_away(capsys):
     for row in rows:  # each pair is named alphabetically, whatever its order
         first, second = row.split()[0], row.split()[2]
         assert first < second
+
+
+def test_an_order_that_cannot_run_is_explained_in_spanish(capsys):
+    # the reference order with backward before the forward
+    forward_late = list(amp_step_order())
+    forward_late[1], forward_late[2] = forward_late[2], forward_late[1]
+    amp_lessons.set_language("es")
+    try:
+        with pytest.raises(AssertionError, match="2 de 3 casos fallaron"):
+            check_amp_step_order(lambda: forward_late, hidden=True)
+    finally:
+        amp_lessons.set_language("en")
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "pista: ejecutar su orden lanzó: propagación hacia atrás antes de cualquier "
+        "paso forward: todavía no hay pérdida"
+    ) in out

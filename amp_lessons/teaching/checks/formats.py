@@ -45,7 +45,7 @@ def _fp16_from_bits(bits: int) -> float:
 def _decode_hint(bits: int, got: float) -> str:
     s, e, m = bits >> 15, (bits >> 10) & 0x1F, bits & 0x3FF
     sign = -1.0 if s else 1.0
-    rule = (
+    rule = _(
         "normal: (-1)^s * (1 + m/1024) * 2^(e-15); subnormal (e = 0): "
         "(-1)^s * m * 2^-24; e = 31: inf (m = 0) or nan"
     )

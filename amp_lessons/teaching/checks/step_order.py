@@ -54,7 +54,7 @@ def _live_error(action: Callable[[torch.amp.GradScaler, Any], None]) -> str:
         action(scaler, optimizer)
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
-    return "no error"
+    return _("no error")
 
 
 def _order_rules() -> list[tuple[str, str, str]]:
@@ -164,7 +164,7 @@ def _order_run(order: Sequence[str], overflow: bool) -> Any:
 
     def backward() -> None:
         if state["loss"] is None:
-            raise RuntimeError("backward before any forward: there is no loss yet")
+            raise RuntimeError(_("backward before any forward: there is no loss yet"))
         scaler.scale(state["loss"]).backward()
 
     for i in range(3):
