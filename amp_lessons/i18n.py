@@ -40,8 +40,8 @@ DOMAIN = "amp_lessons"
 LOCALE = Path(__file__).resolve().parent / "locale"
 LANGUAGES = ("en", "es")  # "en" is the source text; each other has a catalogue
 # The current language and its loaded catalogue, changed in place by set_language:
-# the grading guard (tooling/grading/guard.py) does not take a language switch for
-# tampering with the course's data.
+# the grading guard (tooling/grading/guard/tamper.py) does not take a language
+# switch for tampering with the course's data.
 _STATE: dict = {"language": "en", "catalogue": None}
 __runtime_state__ = ("_STATE",)
 # calls whose first argument is a translatable string (what `extract` collects)

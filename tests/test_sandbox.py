@@ -432,12 +432,14 @@ def guard_config(**changes) -> dict:
 
 
 def guard_functions(function) -> list:
-    """``function`` and every function of guard.py it reaches through its closure,
-    directly or as a value of a dict there (the routes, reached by their ``get``)."""
+    """``function`` and every function of the guard's modules it reaches through its
+    closure, directly or as a value of a dict there (the routes, reached by their
+    ``get``)."""
+    folder = os.path.dirname(guard.__file__)  # amp_lessons/tooling/grading/guard
     found, todo = {}, [function]
     while todo:
         fn = todo.pop()
-        if id(fn) in found or fn.__code__.co_filename != guard.__file__:
+        if id(fn) in found or os.path.dirname(fn.__code__.co_filename) != folder:
             continue
         found[id(fn)] = fn
         for cell in fn.__closure__ or ():
@@ -453,8 +455,9 @@ def guard_functions(function) -> list:
 
 
 def test_the_hook_looks_up_no_global_or_builtin_name():
-    """Student code can rebind builtins and this module's globals; the hook and its
-    parts bind everything they use before the first cell runs."""
+    """Student code can rebind builtins and the guard's globals; the hook and its
+    parts, in each module of the guard, bind everything they use before the first
+    cell runs."""
     from amp_lessons.teaching.checks import grade
 
     hook = guard.make_hook(
@@ -476,6 +479,14 @@ def test_the_hook_looks_up_no_global_or_builtin_name():
         "fingerprint",
         "rewrapped",
     } <= names
+    assert {os.path.basename(fn.__code__.co_filename) for fn in functions} == {
+        "__init__.py",
+        "channel.py",
+        "events.py",
+        "stacks.py",
+        "tamper.py",
+        "verdicts.py",
+    }
     for fn in functions:
         codes = [fn.__code__]
         while codes:
@@ -491,7 +502,9 @@ def test_the_hook_looks_up_no_global_or_builtin_name():
 
 def test_the_sender_signs_numbers_and_caps_each_record():
     lines = []
-    send = guard.make_sender(bytes.fromhex("cd" * 32), lines.append, max_records=2)
+    send = guard.channel.make_sender(
+        bytes.fromhex("cd" * 32), lines.append, max_records=2
+    )
     send(
         {
             "kind": "event",
@@ -509,8 +522,8 @@ def test_the_sender_signs_numbers_and_caps_each_record():
     first, second = records
     assert first == {
         "kind": "event",
-        "detail": "x" * guard.TEXT_LIMIT,
-        "cells": list(range(guard.LIST_LIMIT)),
+        "detail": "x" * guard.channel.TEXT_LIMIT,
+        "cells": list(range(guard.channel.LIST_LIMIT)),
         "odd": "?",
         "ok": True,
         "none": None,
@@ -536,19 +549,19 @@ def test_the_sender_signs_numbers_and_caps_each_record():
 def test_clipped_text_is_the_start_of_the_whole_text(value):
     """marshal.loads gets a module's bytecode: the guard decodes only the bytes the
     record keeps, and must get the same text as decoding them all."""
-    text, clipped = guard.make_text_readers()
-    assert clipped(value) == text(value)[: guard.TEXT_LIMIT]
+    text, clipped = guard.channel.make_text_readers()
+    assert clipped(value) == text(value)[: guard.channel.TEXT_LIMIT]
 
 
 def test_paths_are_resolved_as_text():
-    absolute = guard.make_path_resolver("/tmp/work")
+    absolute = guard.events.make_path_resolver("/tmp/work")
     assert absolute("notes.txt") == "/tmp/work/notes.txt"
     assert absolute("../../srv/./course//gradebook.db") == "/srv/course/gradebook.db"
     assert absolute("/a/b/../../../etc") == "/etc"
 
 
 def test_event_details_say_what_is_evidence():
-    details = guard.make_event_details(guard_config())
+    details = guard.events.make_event_details(guard_config())
     opening = details["open"]
     assert (
         opening("open", ("/srv/course/gradebook.db", "r", 0))
@@ -598,8 +611,8 @@ def test_the_stack_reader_finds_student_frames_above_and_under_known_clean_ones(
     """Walks remember the clean module-body frames of the stack and stop at one met
     again; never a frame that can be resumed under another caller (a cell with a
     top-level ``await`` is a coroutine)."""
-    student_file, test_cell, forget = guard.make_stack_reader(
-        guard_config(), guard._library_roots(str(ROOT))
+    student_file, test_cell, forget = guard.stacks.make_stack_reader(
+        guard_config(), guard.stacks.library_roots(str(ROOT))
     )
     library_file = os.path.join(sys.base_prefix, "lib", "fake_library.py")
     library = frames_of(
@@ -669,7 +682,7 @@ def test_the_stack_reader_finds_student_frames_above_and_under_known_clean_ones(
         guard.cell_names(["print('a test cell')"])[0],
     )["where"]
     assert in_test_cell(test_cell) == 7 and test_cell(sys._getframe(0)) is None
-    assert guard._RESUMABLE == (
+    assert guard.stacks.RESUMABLE == (
         inspect.CO_GENERATOR
         | inspect.CO_COROUTINE
         | inspect.CO_ITERABLE_COROUTINE
@@ -678,7 +691,7 @@ def test_the_stack_reader_finds_student_frames_above_and_under_known_clean_ones(
 
 
 def test_clean_stacks_drop_the_frames_above_the_one_met_again():
-    positions, remember, forget = guard.make_clean_stacks(limit=4)
+    positions, remember, forget = guard.stacks.make_clean_stacks(limit=4)
     bottom, middle, top, other = (object() for _ in range(4))
     remember(1, None, [top, middle, bottom])  # top first
     assert positions(1) == {bottom: 0, middle: 1, top: 2} and positions(2) == {}
@@ -698,8 +711,9 @@ def test_the_tamper_watch_reports_each_change(monkeypatch):
         vars(module),
     )
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    changes = guard.make_tamper_watch(
-        {module.__name__: (module, dict(vars(module)))}, guard._library_roots(str(ROOT))
+    changes = guard.tamper.make_tamper_watch(
+        {module.__name__: (module, dict(vars(module)))},
+        guard.stacks.library_roots(str(ROOT)),
     )
     assert changes() == []
     name = module.__name__

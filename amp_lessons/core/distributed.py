@@ -111,7 +111,7 @@ def _fsdp2_problem(device_type: str) -> str | None:
 # end_groups cannot destroy that group and its threads run on to exit.
 _ENDED_GROUPS: list = []
 # module state that grows as lessons run: the grading guard does not take it for
-# tampering with the course's data (tooling/grading/guard.py)
+# tampering with the course's data (tooling/grading/guard/tamper.py)
 __runtime_state__ = ("_ENDED_GROUPS",)
 
 
