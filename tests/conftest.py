@@ -19,6 +19,17 @@ def one_thread():
 
 
 @pytest.fixture
+def spanish():
+    """The package speaks Spanish for one test, and English again after it, whatever
+    the test raised."""
+    import amp_lessons
+
+    amp_lessons.set_language("es")
+    yield
+    amp_lessons.set_language("en")
+
+
+@pytest.fixture
 def no_pyplot_figures():
     """Widgets and plots must not leave figures in pyplot (a leak, and a double
     display in notebooks)."""

@@ -5,7 +5,6 @@ quoting torch's own error messages."""
 import pytest
 from grader_harness import grader_tests
 
-import amp_lessons
 from amp_lessons.teaching.checks import check_clinic_diagnosis
 from amp_lessons.teaching.checks.step_order import _live_error
 from amp_lessons.teaching.clinic import CAUSES, DIAGNOSES, SYMPTOMS, clinic_text
@@ -99,13 +98,9 @@ def test_a_key_that_is_no_cause_gets_the_clue(capsys):
     assert "not a key of CAUSES. Clue:" in out
 
 
-def test_a_wrong_cause_is_explained_in_spanish(capsys):
-    amp_lessons.set_language("es")
-    try:
-        with pytest.raises(AssertionError, match="casos fallaron"):
-            check_clinic_diagnosis(diagnose_everything_overflow)
-    finally:
-        amp_lessons.set_language("en")
+def test_a_wrong_cause_is_explained_in_spanish(capsys, spanish):
+    with pytest.raises(AssertionError, match="casos fallaron"):
+        check_clinic_diagnosis(diagnose_everything_overflow)
     out = " ".join(capsys.readouterr().out.split())
     assert "pista: 'fp16_overflow' es la causa «una activación o la pérdida" in out
     assert "que no produce este síntoma. Indicio: los propios gradientes" in out

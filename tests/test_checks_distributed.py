@@ -7,7 +7,6 @@ import math
 import pytest
 from grader_harness import grader_tests
 
-import amp_lessons
 from amp_lessons.teaching.checks import check_rank_bytes
 
 # --- reference solution (copy into the solution cell) ----------------------------
@@ -125,13 +124,9 @@ def test_any_exception_is_a_failed_case_with_its_name(exc, capsys):
     assert f"raised {exc.__name__}" in " ".join(out.split()) and err == ""
 
 
-def test_a_wrong_answer_gets_its_hint_in_spanish(capsys):
-    amp_lessons.set_language("es")
-    try:
-        with pytest.raises(AssertionError, match="casos fallaron"):
-            check_rank_bytes(divides_numel)
-    finally:
-        amp_lessons.set_language("en")
+def test_a_wrong_answer_gets_its_hint_in_spanish(capsys, spanish):
+    with pytest.raises(AssertionError, match="casos fallaron"):
+        check_rank_bytes(divides_numel)
     out = " ".join(capsys.readouterr().out.split())
     assert "pista: FSDP2 reparte filas enteras" in out
     assert "5 filas en 2 ranks son fragmentos de ceil(5/2) = 3 fila(s)" in out

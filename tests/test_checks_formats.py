@@ -9,7 +9,6 @@ import torch
 from grader_harness import grader_tests
 from reference_solutions import decode_fp16
 
-import amp_lessons
 from amp_lessons.teaching.checks import (
     check_decode_fp16,
     check_fp16_spacing,
@@ -182,13 +181,9 @@ def test_spacing_examples_from_the_docstring():
     assert graders._fp16_spacing(2047.9) == 2.0  # rounds to 2048 first
 
 
-def test_a_wrong_decode_gets_the_rule_in_spanish(capsys):
-    amp_lessons.set_language("es")
-    try:
-        with pytest.raises(AssertionError, match="casos fallaron"):
-            check_decode_fp16(lambda bits: 0.0)
-    finally:
-        amp_lessons.set_language("en")
+def test_a_wrong_decode_gets_the_rule_in_spanish(capsys, spanish):
+    with pytest.raises(AssertionError, match="casos fallaron"):
+        check_decode_fp16(lambda bits: 0.0)
     out = " ".join(capsys.readouterr().out.split())
     assert "pista: separe los 16 bits como signo 1 | exponente 10000" in out
     assert "subnormal (e = 0): (-1)^s * m * 2^-24; e = 31: inf (m = 0) o nan" in out

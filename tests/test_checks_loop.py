@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from grader_harness import grader_tests, other_correct_test
 from reference_solutions import amp_step_order, amp_train_step
 
-import amp_lessons
 from amp_lessons.teaching.checks import (
     AMP_STEPS,
     check_amp_step_order,
@@ -190,16 +189,12 @@ def test_visible_order_table_does_not_give_the_order_away(capsys):
         assert first < second
 
 
-def test_an_order_that_cannot_run_is_explained_in_spanish(capsys):
+def test_an_order_that_cannot_run_is_explained_in_spanish(capsys, spanish):
     # the reference order with backward before the forward
     forward_late = list(amp_step_order())
     forward_late[1], forward_late[2] = forward_late[2], forward_late[1]
-    amp_lessons.set_language("es")
-    try:
-        with pytest.raises(AssertionError, match="2 de 3 casos fallaron"):
-            check_amp_step_order(lambda: forward_late, hidden=True)
-    finally:
-        amp_lessons.set_language("en")
+    with pytest.raises(AssertionError, match="2 de 3 casos fallaron"):
+        check_amp_step_order(lambda: forward_late, hidden=True)
     out = " ".join(capsys.readouterr().out.split())
     assert (
         "pista: ejecutar su orden lanzó: propagación hacia atrás antes de cualquier "

@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from grader_harness import grader_tests
 
-import amp_lessons
 from amp_lessons.core import nan_hunt
 from amp_lessons.core.nan_hunt import OverflowDetector, find_first_overflow
 from amp_lessons.teaching import practice
@@ -477,15 +476,11 @@ def test_the_package_gan_step_is_whole_again_after_a_check(capsys):
     assert "all 3 cases passed" in capsys.readouterr().out
 
 
-def test_wrong_answers_get_their_hints_in_spanish(capsys):
-    amp_lessons.set_language("es")
-    try:
-        with pytest.raises(AssertionError, match="casos fallaron"):
-            check_gan_step(gan_two_updates)
-        with pytest.raises(AssertionError, match="casos fallaron"):
-            check_first_overflow(overflow_last)
-    finally:
-        amp_lessons.set_language("en")
+def test_wrong_answers_get_their_hints_in_spanish(capsys, spanish):
+    with pytest.raises(AssertionError, match="casos fallaron"):
+        check_gan_step(gan_two_updates)
+    with pytest.raises(AssertionError, match="casos fallaron"):
+        check_first_overflow(overflow_last)
     out = " ".join(capsys.readouterr().out.split())
     assert "escalas 1024, 1024, 2048" in out  # the expected scales, in Spanish
     assert "pista: scaler.update() después del paso de cada optimizador" in out
