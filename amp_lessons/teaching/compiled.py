@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,15 +87,20 @@ class CompileTiming:
         return math.inf if saved <= 0 else (self.first_call_s - self.compiled_s) / saved
 
 
-def _fastest(fn: Callable[[], Any], repeats: int, number: int) -> float:
-    """The fastest of ``repeats`` timings of ``number`` calls, per call: noise only
-    ever adds time, so the minimum is the best estimate on a busy machine."""
-    best = math.inf
+def _fastest(
+    fns: Sequence[Callable[[], Any]], repeats: int, number: int
+) -> list[float]:
+    """Each function's fastest of ``repeats`` timings of ``number`` calls, per call.
+    The functions take turns within each repeat, so a burst of load slows them alike
+    instead of landing on one; noise only ever adds time, so the minimum is the best
+    estimate on a busy machine."""
+    best = [math.inf] * len(fns)
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            best[i] = min(best[i], (time.perf_counter() - start) / number)
     return best
 
 
@@ -109,7 +114,7 @@ def time_compile(
     fn: Callable[..., Any],
     *args: Any,
     backend: str = "inductor",
-    repeats: int = 5,
+    repeats: int = 15,
     number: int = 10,
 ) -> CompileTiming:
     """Run ``fn(*args)`` eager and compiled (``torch.compile(fn, backend=backend)``):
@@ -129,8 +134,9 @@ def time_compile(
     start = time.perf_counter()
     compiled_out = _flat(compiled(*args))
     first = time.perf_counter() - start
-    eager_s = _fastest(lambda: fn(*args), repeats, number)
-    compiled_s = _fastest(lambda: compiled(*args), repeats, number)
+    eager_s, compiled_s = _fastest(
+        [lambda: fn(*args), lambda: compiled(*args)], repeats, number
+    )
     pairs = list(zip(eager_out, compiled_out, strict=True))
     diff = max((a.float() - b.float()).abs().max().item() for a, b in pairs)
     same = all(a.dtype == b.dtype and torch.equal(a, b) for a, b in pairs)
