@@ -8,6 +8,7 @@ notebooks in notebooks/ carry graded cells (they skip while none do).
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -51,6 +52,39 @@ def test_nbgrader_main_is_nbgrader_without_the_iri_grammar():
     )
     assert _python(skip + probe) == "False"
     assert _python(probe) == "True"  # what it spares: the Jupyter stack installs it
+
+
+def test_the_gradebook_revision_is_the_one_alembic_heads_prints(tmp_path):
+    """nbgrader_main reads the newest schema revision in-process: the same revision
+    nbgrader's own ``alembic heads`` subprocess gives, and what a new gradebook of
+    a course made through nbgrader_main records."""
+    from nbgrader.api import get_alembic_version  # nbgrader's, not patched here
+
+    env = dict(
+        os.environ,
+        PATH=os.pathsep.join(
+            [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+        ),
+    )
+    theirs = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import nbgrader.api; print(nbgrader.api.get_alembic_version())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout.strip()
+    assert get_alembic_version is not nbgrader_main.alembic_head
+    assert nbgrader_main.alembic_head() == theirs and len(theirs) == 12
+    notebooks = write_fixture_course(tmp_path / "nb")
+    course = grading.build_course([notebooks["plain"]], tmp_path / "course")
+    grading.generate_student_edition(course)
+    with sqlite3.connect(course / "gradebook.db") as db:
+        [(recorded,)] = db.execute("SELECT version_num FROM alembic_version")
+    assert recorded == theirs
 
 
 def test_the_sandboxed_processes_start_without_the_grading_tooling():
