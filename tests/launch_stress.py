@@ -3,9 +3,10 @@
 A launch that fails only on a loaded machine (issue 21: a rank died with SIGABRT,
 ``terminate called without an active exception``, while another job ran) needs many
 tries under load to show up. This runs each distinct launch the notebook makes N times
-in a row, with ``--busy-cores`` child processes spinning for at most the run's length
-(always killed at the end), and prints, per launch kind, the runs, the failures and the
-failing ranks' own error lines. Exit status 1 on any failure.
+in a row with ``--busy-cores`` cores kept busy: child processes spin on the cores that
+other work leaves idle (none under `make test`'s two workers), for at most the run's
+length (always killed at the end), and prints, per launch kind, the runs, the failures
+and the failing ranks' own error lines. Exit status 1 on any failure.
 
 A test harness, not course tooling: tests/test_launch_stress.py runs it briefly, and a
 longer run is by hand, from the repository's root::
@@ -81,6 +82,28 @@ def _spin(deadline: float) -> None:
         pass
 
 
+def cores_in_use(seconds: float = 1.0) -> float:
+    """How many cores' worth of CPU time the whole machine used over ``seconds``
+    (Linux's /proc/stat; elsewhere 0: as if idle)."""
+
+    def busy_and_total() -> tuple[int, int]:
+        ticks = [int(t) for t in Path("/proc/stat").read_text().split()[1:9]]
+        return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # minus idle, iowait
+
+    try:
+        busy0, total0 = busy_and_total()
+        time.sleep(seconds)
+        busy1, total1 = busy_and_total()
+    except OSError:
+        return 0.0
+    return (os.cpu_count() or 1) * (busy1 - busy0) / max(total1 - total0, 1)
+
+
+def spinners_needed(cores: int) -> int:
+    """Spinning processes that keep ``cores`` cores busy beside what already runs."""
+    return max(0, cores - round(cores_in_use()))
+
+
 @contextmanager
 def busy(cores: int, seconds: float):
     """``cores`` processes spinning for at most ``seconds``, killed when the block
@@ -129,7 +152,7 @@ def stress(
             if kinds and name not in kinds:
                 continue
             failures, errors, seconds = 0, [], 0.0
-            with busy(busy_cores, launches * timeout):
+            with busy(spinners_needed(busy_cores), launches * timeout):
                 for i in range(launches):
                     t0 = time.perf_counter()
                     try:
@@ -187,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--busy-cores",
         type=int,
         default=1,
-        help="spinning processes beside the launches",
+        help="cores kept busy beside the launches (spinners fill what is idle)",
     )
     parser.add_argument(
         "--kind",

@@ -64,12 +64,23 @@ def test_error_lines_keep_the_ranks_own_and_drop_torchruns():
 
 @pytest.mark.slow
 def test_rank_memory_launch_survives_a_busy_core(capsys):
-    # the launch that died with SIGABRT in issue 21, 3 times beside a spinning process
+    # the launch that died with SIGABRT in issue 21, 3 times with a core kept busy
+    # (by a spinning process where nothing else keeps it busy)
     results = launch_stress.stress(3, busy_cores=1, kinds=["rank_memory"], timeout=60)
     print(launch_stress.format_results(results))
     assert [(r["kind"], r["runs"], r["failures"]) for r in results] == [
         ("rank_memory", 3, 0)
     ], results
+
+
+def test_spinners_make_up_only_the_cores_left_idle(monkeypatch):
+    with launch_stress.busy(1, seconds=10):
+        assert launch_stress.cores_in_use(0.5) >= 0.8  # the spinner is measured
+    for in_use, spinners in [(0.0, 1), (0.4, 1), (0.6, 0), (2.0, 0)]:
+        monkeypatch.setattr(launch_stress, "cores_in_use", lambda x=in_use: x)
+        assert launch_stress.spinners_needed(1) == spinners, in_use
+    monkeypatch.setattr(launch_stress, "cores_in_use", lambda: 0.9)
+    assert launch_stress.spinners_needed(2) == 1
 
 
 def test_exit_rank_leaves_only_under_torchrun(monkeypatch):
