@@ -102,7 +102,7 @@ def test_the_layer_contract_holds():
 
 def test_no_library_module_imports_or_runs_pytest(tmp_path):
     # import-linter's contract sees imports only; running the suite is tooling's
-    # (tooling/gpu_check.py runs the gpu tests)
+    # (tooling/gpu_check/plan.py's tests step runs the gpu tests)
     found = {
         str(p.relative_to(ROOT)): lines
         for layer in LIBRARY
@@ -110,7 +110,7 @@ def test_no_library_module_imports_or_runs_pytest(tmp_path):
         if (lines := uses_pytest(p))
     }
     assert not found
-    assert uses_pytest(PACKAGE / "tooling" / "gpu_check.py")  # the rule can see a run
+    assert uses_pytest(PACKAGE / "tooling" / "gpu_check" / "plan.py")  # it sees a run
     breach = tmp_path / "breach.py"
     breach.write_text(
         "import subprocess, sys\n"
@@ -126,7 +126,7 @@ def test_no_library_module_imports_or_runs_pytest(tmp_path):
         ("core/formats.py", "from amp_lessons.teaching import clinic", "upward"),
         ("measure/bench.py", "from amp_lessons.tooling import lab", "upward"),
         ("core/train.py", "from amp_lessons.measure import bench", "upward"),
-        ("tooling/gpu_check.py", "from amp_lessons.cli import main", "upward"),
+        ("tooling/gpu_check/run.py", "from amp_lessons.cli import main", "upward"),
         ("measure/estimate.py", "from amp_lessons.cli import flags", "upward"),
         ("cli/flags.py", "from amp_lessons.cli import train", "circle"),
         ("core/checkpoints.py", "from amp_lessons.core import train", "circle"),

@@ -1,0 +1,355 @@
+"""Running the GPU check: each step in its own process under its own time limit, then
+the results files and the one-page summary (``amp_lessons.measure.gpu_report``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amp_lessons.measure import gpu_report as gr
+from amp_lessons.tooling.gpu_check.plan import (
+    BUDGET_S,
+    DEADLINE_ENV,
+    GRACE_S,
+    MIN_STEP_S,
+    RESERVE_S,
+    ROOT,
+    NoCudaError,
+    Step,
+    gpu_info,
+    plan_steps,
+    refusal,
+    result_names,
+    step_timeout,
+)
+
+# ---------------------------------------------------------------------------
+# Running a step
+# ---------------------------------------------------------------------------
+
+
+def run_step(
+    step: Step, timeout_s: float, echo: Callable[[str], None] = print
+) -> tuple[gr.StepResult, list[str]]:
+    """Run one step's process under a hard time limit; its lines are echoed live.
+
+    The process gets its own session, so a timeout kills it and its children (a
+    notebook's kernel) together. Returns the result and the last 400 lines.
+    """
+    deadline = time.time() + timeout_s - GRACE_S
+    env = {
+        **os.environ,
+        **step.env,
+        DEADLINE_ENV: str(deadline),
+        "PYTHONUNBUFFERED": "1",
+    }
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        step.command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    lines: deque[str] = deque(maxlen=400)
+
+    def pump():
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            echo(f"    {line.rstrip()}")
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        rc = proc.wait(timeout=timeout_s)
+        status = "ok" if rc == 0 else "failed"
+        detail = "" if rc == 0 else f"exit status {rc}"
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        status, detail = "timed out", f"killed after its {timeout_s:.0f} s limit"
+    reader.join(timeout=5)
+    seconds = time.monotonic() - start
+    return gr.StepResult(step.name, status, seconds, timeout_s, detail), list(lines)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# ---------------------------------------------------------------------------
+# The whole check
+# ---------------------------------------------------------------------------
+
+
+def run_gpu_check(
+    out_dir: str | os.PathLike | None = None,
+    budget_s: float = BUDGET_S,
+    command: str = "python -m amp_lessons gpu-check",
+    runner: Callable = run_step,
+    echo: Callable[[str], None] = print,
+) -> int:
+    """Run every step on this machine's GPU and write the results; the exit status.
+
+    Raises NoCudaError, before anything is written, where torch sees no CUDA GPU.
+    Example: ``run_gpu_check()`` on an H200 writes ``bench_h200.json``,
+    ``gpu_check_h200.md`` and ``executed/*.ipynb`` into ``notebooks/results/`` and
+    returns 0 if all passed.
+    """
+    start = time.monotonic()
+    info = gpu_info()
+    if info is None:
+        raise NoCudaError(refusal())
+    from amp_lessons.measure import bench_results
+
+    out_dir = Path(out_dir) if out_dir is not None else bench_results.RESULTS_DIR
+    bench_file, summary_file = result_names(info["name"])
+    check = _Check(info, command, budget_s, start, out_dir, bench_file, summary_file)
+    echo(
+        f"gpu-check on {info['name']} (compute capability "
+        f"{'.'.join(map(str, info['capability']))}, "
+        f"{info['memory_bytes'] / 2**30:.0f} GiB), torch {info['torch']}, CUDA "
+        f"{info['cuda']}; budget {budget_s:.0f} s; results -> {out_dir}"
+    )
+    with tempfile.TemporaryDirectory(prefix="amp_gpu_check_") as tmp:
+        steps = plan_steps(out_dir, Path(tmp), command)
+        outcome = _run_steps(check, steps, runner, echo)
+    return _write_outcome(check, outcome, echo)
+
+
+@dataclass(frozen=True)
+class _Check:
+    """What one check knows before its first step: the GPU, the command that ran it,
+    its budget and start (``time.monotonic()``), and where its results go."""
+
+    info: dict
+    command: str
+    budget_s: float
+    start: float
+    out_dir: Path
+    bench_file: str
+    summary_file: str
+
+
+@dataclass
+class _Outcome:
+    """What the steps left for the summary: each step's result, the bench's report
+    (None until a row is measured) and the gpu tests' counts."""
+
+    results: list[gr.StepResult] = field(default_factory=list)
+    report: dict | None = None
+    tests: gr.TestCounts = field(default_factory=gr.TestCounts)
+
+
+def _run_steps(
+    check: _Check, steps: list[Step], runner: Callable, echo: Callable[[str], None]
+) -> _Outcome:
+    """Run the steps in order, each under its share of the time still left."""
+    outcome = _Outcome()
+    for i, step in enumerate(steps):
+        left = check.budget_s - RESERVE_S - (time.monotonic() - check.start)
+        limit = step_timeout(left, step.share, sum(s.share for s in steps[i:]))
+        counter = f"[{i + 1}/{len(steps)}] {step.name}"
+        skipped = _skipped(step, limit)
+        if skipped:
+            result, why = skipped
+            outcome.results.append(result)
+            echo(f"{counter}: skipped, {why}")
+            continue
+        echo(f"{counter} (at most {limit:.0f} s)")
+        result, lines = runner(step, limit)
+        result = _finish_step(check, step, result, lines, outcome, echo)
+        echo(
+            f"    -> {result.status} in {result.seconds:.0f} s"
+            + (f": {result.detail}" if result.detail else "")
+        )
+        outcome.results.append(result)
+    return outcome
+
+
+def _skipped(step: Step, limit: float) -> tuple[gr.StepResult, str] | None:
+    """The result of a step that will not start and why, as the log says it; None
+    for a step that runs. A missing module is named first: no time would fix it."""
+    missing = [m for m in step.needs if importlib.util.find_spec(m) is None]
+    if missing:
+        detail = f"needs {', '.join(missing)}: install them (make setup-dev)"
+        return gr.StepResult(step.name, "skipped", 0, limit, detail), detail
+    if limit < MIN_STEP_S:
+        detail = "no time left in the budget"
+        return gr.StepResult(step.name, "skipped", 0, limit, detail), "no time left"
+    return None
+
+
+def _finish_step(
+    check: _Check,
+    step: Step,
+    result: gr.StepResult,
+    lines: list[str],
+    outcome: _Outcome,
+    echo: Callable[[str], None],
+) -> gr.StepResult:
+    """Read what a step that ran left behind into `outcome`; its final result."""
+    if step.name == "bench":
+        dest = check.out_dir / check.bench_file
+        outcome.report, result = _finish_bench(step, result, dest, echo)
+        return result
+    if step.name == "tests":
+        tests = gr.count_junit(step.output)
+        if tests.source == "none":  # no junit file: count pytest's own lines
+            tests = gr.count_log(lines)
+        outcome.tests = tests
+        result = _with(result, _tests_detail(tests, result))
+        if result.status == "ok" and not tests.ok:
+            result = _with(result, result.detail, "failed")
+        return result
+    return _finish_lesson(step, result, lines, check.out_dir)
+
+
+def _write_outcome(
+    check: _Check, outcome: _Outcome, echo: Callable[[str], None]
+) -> int:
+    """Judge the goals, write the summary page and return the exit status: 0 only
+    if every step ran, every test passed and every goal was met."""
+    report = outcome.report
+    goals = gr.evaluate_goals(report or {})
+    exit_status = (
+        0
+        if (
+            all(r.ok for r in outcome.results)
+            and outcome.tests.ok
+            and all(g.met for g in goals)
+        )
+        else 1
+    )
+    context = {
+        "gpu": check.info["name"],
+        "command": check.command,
+        "torch": check.info["torch"],
+        "cuda": check.info["cuda"],
+        "wall_s": time.monotonic() - check.start,
+        "budget_s": check.budget_s,
+        "exit_status": exit_status,
+        "date": (report or {}).get("date") or _now(),
+    }
+    page = gr.summary_markdown(
+        report,
+        check.bench_file if report else None,
+        outcome.tests,
+        outcome.results,
+        goals,
+        context,
+    )
+    summary = check.out_dir / check.summary_file
+    write_summary(page, summary, report or {})
+    for g in goals:
+        measured = gr.ratio_text(g.measured)
+        echo(f"goal {g.status:7s} {g.name}: {measured} (target {g.target})")
+    echo(f"wrote {summary}; exit status {exit_status}")
+    return exit_status
+
+
+def write_summary(page: str, path: Path, report: dict) -> Path:
+    """Write the summary page, refusing a synthetic one in the recorded results."""
+    from amp_lessons.measure.bench_results import validate_destination
+
+    validate_destination(report, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page)
+    return path
+
+
+def _finish_bench(step, result, dest: Path, echo):
+    from amp_lessons.measure.bench import format_table
+    from amp_lessons.measure.bench_results import save_results
+
+    try:
+        report = json.loads(step.output.read_text())
+    except (OSError, json.JSONDecodeError):
+        detail = "; ".join(d for d in (result.detail, "no bench row was measured") if d)
+        return None, _with(result, detail, "failed")
+    echo(format_table(report["results"]))
+    for skip in report.get("skipped", []):
+        echo(
+            f"not measured: {skip.get('config', '')} {skip['precision']}: "
+            f"{skip['reason']}"
+        )
+    save_results(report, dest)
+    # an OOM, a crash or no time, as opposed to a dtype this GPU or bench lacks
+    failed = [s for s in report.get("skipped", []) if s.get("error")]
+    detail = "; ".join(
+        d
+        for d in (
+            result.detail,
+            f"{len(report['results'])} rows -> {dest.name}",
+            f"{len(failed)} rows failed" if failed else "",
+        )
+        if d
+    )
+    status = "failed" if failed and result.status == "ok" else result.status
+    return report, _with(result, detail, status, dest.name)
+
+
+def _finish_lesson(step, result, lines, out_dir: Path):
+    failure = next(
+        (
+            ln.removeprefix("LESSON FAILED: ")
+            for ln in reversed(lines)
+            if ln.startswith("LESSON FAILED: ")
+        ),
+        "",
+    )
+    output = str(step.output.relative_to(out_dir)) if step.output.exists() else None
+    return _with(result, failure or result.detail, output=output)
+
+
+def _tests_detail(t: gr.TestCounts, result) -> str:
+    if t.source == "none":
+        return result.detail or "no test result was recorded"
+    text = (
+        f"{t.passed} passed, {t.failed} failed, {t.errors} errors, {t.skipped} skipped"
+    )
+    return f"{result.detail}; {text}" if result.status == "timed out" else text
+
+
+def _with(
+    result: gr.StepResult,
+    detail: str,
+    status: str | None = None,
+    output: str | None = None,
+) -> gr.StepResult:
+    return gr.StepResult(
+        result.name,
+        status or result.status,
+        result.seconds,
+        result.timeout_s,
+        detail,
+        output or result.output,
+    )
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
