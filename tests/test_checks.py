@@ -10,6 +10,7 @@ reference solutions, the known-wrong answers and their hints; the tests every gr
 gets are built by tests/grader_harness.py.
 """
 
+import subprocess
 import sys
 import warnings
 
@@ -201,3 +202,41 @@ def test_what_the_notebook_set_before_does_not_change_the_grade(
     finally:
         restore()
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("mode", [False, True])
+@pytest.mark.parametrize("warn_only", [False, True])
+def test_a_check_runs_deterministic_and_restores_both_flags(mode, warn_only):
+    from amp_lessons.teaching.checks._state import fixed_torch_state
+
+    def flags():
+        return (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
+
+    before = flags()
+    try:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+        with fixed_torch_state():
+            assert flags() == (True, True)
+        assert flags() == (mode, warn_only)
+    finally:
+        torch.use_deterministic_algorithms(*before[:1], warn_only=before[1])
+
+
+def test_a_check_does_not_import_the_compiler():
+    # torch.use_deterministic_algorithms imports torch._inductor, and with it dynamo
+    # (1.3 s): the first check of every kernel paid it
+    code = (
+        "import sys\n"
+        "from amp_lessons.teaching import checks\n"
+        "from amp_lessons.teaching.checks._state import fixed_torch_state\n"
+        "with fixed_torch_state():\n"
+        "    pass\n"
+        "print('torch._dynamo' in sys.modules, 'torch._inductor' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["False", "False"], done.stdout + done.stderr

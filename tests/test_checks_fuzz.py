@@ -344,6 +344,7 @@ def torch_state() -> tuple:
         torch.get_default_device(),
         torch.get_float32_matmul_precision(),
         torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
         torch.is_autocast_enabled("cpu"),
         torch.get_autocast_dtype("cpu"),
         torch.get_rng_state().tolist(),

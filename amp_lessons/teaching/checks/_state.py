@@ -21,6 +21,17 @@ def _flushes_denormals() -> bool:
     return (tiny * 1.0).item() == 0.0
 
 
+def _set_deterministic(mode: bool, warn_only: bool) -> None:
+    """``torch.use_deterministic_algorithms(mode, warn_only=warn_only)`` without its
+    import of ``torch._inductor`` (to set inductor's own flag; no check compiles),
+    which imports dynamo: 1.3 s of the first check every kernel runs. The debug mode
+    is the same two flags; only "off, but warn" needs the long way."""
+    if mode or not warn_only:
+        torch.set_deterministic_debug_mode((1 if warn_only else 2) if mode else 0)
+    else:
+        torch.use_deterministic_algorithms(False, warn_only=True)
+
+
 @contextlib.contextmanager
 def fixed_torch_state(seed: int | None = 0) -> Iterator[None]:
     """Run the block in the one state every check's oracle expects, then restore the
@@ -56,7 +67,7 @@ def fixed_torch_state(seed: int | None = 0) -> Iterator[None]:
             if device.type != "cpu":
                 torch.set_default_device(None)
             torch.set_float32_matmul_precision("highest")
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            _set_deterministic(True, warn_only=True)
             torch.backends.cudnn.benchmark = False
             torch.backends.cudnn.deterministic = True
             if flush:
@@ -69,8 +80,6 @@ def fixed_torch_state(seed: int | None = 0) -> Iterator[None]:
             if device != torch.get_default_device():
                 torch.set_default_device(device)
             torch.set_float32_matmul_precision(matmul)
-            torch.use_deterministic_algorithms(
-                deterministic[0], warn_only=deterministic[1]
-            )
+            _set_deterministic(*deterministic)
             torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
             torch.set_flush_denormal(flush)
