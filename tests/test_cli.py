@@ -17,7 +17,7 @@ import torch
 from amp_lessons import i18n
 from amp_lessons.cli import main
 from amp_lessons.cli.language import LOCALE_VARIABLES, environment_language
-from amp_lessons.core import train
+from amp_lessons.core import train, train_config
 from amp_lessons.core.distributed import fsdp2_unsupported_reason
 from amp_lessons.measure import bench_results
 
@@ -493,7 +493,7 @@ def test_a_train_run_checks_once_and_reads_its_checkpoint_once(
     counts = {}
     for owner, name in (
         (train, "plan_training"),
-        (train, "validate_config"),
+        (train_config, "validate_config"),
         (torch, "load"),
     ):
         counts[name] = mock.Mock(wraps=getattr(owner, name))

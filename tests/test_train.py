@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from amp_lessons.core import models
+from amp_lessons.core import models, train_config
 from amp_lessons.core import precision as pr
 from amp_lessons.core import train as tr
 from amp_lessons.core.precision import PRECISIONS
@@ -559,7 +559,7 @@ def test_train_checks_once_and_reads_a_resumed_checkpoint_once(tmp_path, monkeyp
     path = str(tmp_path / "run.pt")
     quiet_train(TrainConfig(device="cpu", num_steps=3, checkpoint_path=path))
     plans = spy(monkeypatch, tr, "plan_training")
-    fields = spy(monkeypatch, tr, "validate_config")
+    fields = spy(monkeypatch, train_config, "validate_config")
     loads = spy(monkeypatch, torch, "load")
     resumed = quiet_train(
         TrainConfig(device="cpu", num_steps=5, checkpoint_path=path, resume=True)
