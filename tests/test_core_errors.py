@@ -24,10 +24,10 @@ LESSON = re.compile(r"\b(lesson|notebook)s?\b", re.I)  # not amp_lessons
 # None left: what the machine means for the lessons (device.what_this_means) moved to
 # amp_lessons.teaching.machine. Each entry must still be in the source (checked below).
 PENDING_LESSON_MENTIONS: set[tuple[str, str]] = set()
-# torchrun's own flags, in the command line distributed.launch builds
+# torchrun's own flags, in the command line launch.launch builds
 COMMAND_LINE_PARTS = {
-    ("distributed.py", "--standalone"),
-    ("distributed.py", "--nproc_per_node="),
+    ("launch.py", "--standalone"),
+    ("launch.py", "--nproc_per_node="),
 }
 
 
