@@ -14,7 +14,7 @@ from amp_lessons.core.memory import (
 )
 from amp_lessons.core.models import MLP
 from amp_lessons.core.precision import PRECISIONS
-from amp_lessons.measure import bench
+from amp_lessons.measure import bench, speed_memory
 
 TINY = {
     "mlp": {"width": 32, "layers": 3, "batch": 8},
@@ -309,7 +309,7 @@ def test_tf32_mode_really_changes_cuda_matmuls():
 
 
 def test_measure_speed_memory_counts_memory_exactly_and_times_each_precision():
-    rows = bench.measure_speed_memory(
+    rows = speed_memory.measure_speed_memory(
         16, 4, ("fp32", "bf16"), iters=2, optimizer="sgd_momentum"
     )
     assert [r["precision"] for r in rows] == ["fp32", "bf16"]
@@ -324,7 +324,9 @@ def test_measure_speed_memory_counts_memory_exactly_and_times_each_precision():
         assert len(row["times_ms"]) == 2 and row["step_ms"] > 0
         assert row["peak_mem_bytes"] is None  # CPU: not tracked
     # a spent budget: each precision still gets its warm-up and ONE timed step
-    rows = bench.measure_speed_memory(16, 4, ("fp32", "bf16"), iters=3, budget_ms=0)
+    rows = speed_memory.measure_speed_memory(
+        16, 4, ("fp32", "bf16"), iters=3, budget_ms=0
+    )
     assert [len(r["times_ms"]) for r in rows] == [1, 1]
 
 
@@ -340,10 +342,10 @@ def test_measure_speed_memory_counts_memory_exactly_and_times_each_precision():
 )
 def test_measure_speed_memory_refuses_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        bench.measure_speed_memory(**kwargs)
+        speed_memory.measure_speed_memory(**kwargs)
 
 
 def test_measure_leaves_the_global_rng_alone():
     state = torch.random.get_rng_state()
-    bench.measure_speed_memory(16, 4, ("fp32",), time_steps=False)
+    speed_memory.measure_speed_memory(16, 4, ("fp32",), time_steps=False)
     assert torch.equal(torch.random.get_rng_state(), state)

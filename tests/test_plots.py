@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from amp_lessons.core.formats import FORMATS
-from amp_lessons.measure.bench import measure_speed_memory
+from amp_lessons.measure.speed_memory import measure_speed_memory
 from amp_lessons.teaching import plots as P
 
 pytestmark = pytest.mark.usefixtures("no_pyplot_figures")  # see conftest.py

@@ -1,5 +1,5 @@
 """Step time and memory, part by part, per precision (notebook 06): the picture of
-``bench.measure_speed_memory`` rows and of recorded bench reports.
+``speed_memory.measure_speed_memory`` rows and of recorded bench reports.
 
 The speed/memory explorer (``amp_lessons.teaching.widgets``) reuses one figure per
 layout and redraws its data with ``_clear_data`` and ``_draw_speed_memory``.

@@ -10,8 +10,8 @@ and read what it shows:
 * ``gradient_histogram_explorer`` (notebook 02): real gradients against a format's
   range, with a loss-scale slider;
 * ``speed_memory_explorer`` (notebook 06): a tiny MLP trained for a few steps per
-  precision (``bench.measure_speed_memory``), its step time and its memory, part by
-  part, measured on each change.
+  precision (``measure.speed_memory``), its step time and its memory, part by part,
+  measured on each change.
 
 The pictures are ``amp_lessons.teaching.plots``'; every redraw renders one to PNG bytes
 shown by an ``ipywidgets.Image``: the bytes change when the picture does, which is what

@@ -10,7 +10,7 @@ import torch
 
 from amp_lessons.core.memory import byte_unit
 from amp_lessons.i18n import _
-from amp_lessons.measure.bench import measure_speed_memory
+from amp_lessons.measure.speed_memory import measure_speed_memory
 from amp_lessons.teaching.plots._render import _encode_png
 from amp_lessons.teaching.plots.speed_memory import (
     _clear_data,
