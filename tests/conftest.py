@@ -64,15 +64,35 @@ def grads():
 # share one kernel; and the tests that share conftest's session-wide lesson runs
 # (the student paths, the slides, the site), so each lesson executes once per run.
 SHARED_FIXTURE_GROUPS = {"lesson_runs": "lesson-runs"}
-# Groups that start first, longest first (seconds on 2 cores, from .ci/run's
-# --durations): a long group started last would leave the other worker idle.
-LONG_GROUPS = {
-    "test_grading_py": 230,
-    "lesson-runs": 200,
-    "test_sandbox_py": 160,
-    "test_student_paths_py": 150,
-    "test_browser_py": 130,
-}
+# The order the groups start in (pyproject's --no-loadscope-reorder keeps it: by
+# default xdist starts the groups with the most tests first, whatever they cost).
+# The browser tests first: they mostly wait (for JupyterLab, for each redraw to
+# settle), so their waits overlap the other worker's CPU work; last, they left one
+# core idle for the run's last minute. Then the others that take more than 15 s,
+# longest first, so that the run ends on short ones (seconds of make test on 2
+# cores, measured 2026-12-05); the rest follow in collection order.
+FIRST_GROUPS = [
+    "test_browser_py",  # 190 s, most of it waiting
+    "lesson-runs",  # 250 s
+    "test_grading_py",  # 210 s
+    "test_student_paths_py",  # 130 s
+    "test_sandbox_py",  # 85 s
+    "test_checks_fuzz_py",  # 50 s
+    "test_train_distributed_py",  # 45 s
+    "test_launch_stress_py",  # 35 s
+    "test_estimate_py",  # 35 s
+    "test_tooling_py",  # 30 s
+    # a notebook under nbval: make test runs the Spanish one, make test-newest-torch
+    # the English one (where these two are the slowest, 25 s each, and start first)
+    "10_distributed_amp_ipynb",  # 25 s
+    "test_cli_py",  # 20 s
+    "test_gpu_check_py",  # 15 s
+    "09_amp_in_practice_ipynb",  # 10 s
+]
+
+
+def start_order(group: str) -> int:
+    return FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
 
 
 def xdist_group(item) -> str:
@@ -89,7 +109,7 @@ def pytest_collection_modifyitems(config, items):
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
-        items.sort(key=lambda item: -LONG_GROUPS.get(xdist_group(item), 0))
+        items.sort(key=lambda item: start_order(xdist_group(item)))
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none found)")

@@ -3,13 +3,15 @@ five-minute pauses between cells, Run All twice in one kernel, and as the studen
 edition with its exercises answered wrongly and its optional parts skipped, and
 with its exercises unsolved.
 
-nbval runs each notebook once, straight through, as fast as it can: none of these
+nbval runs a notebook once, straight through, as fast as it can: none of these
 paths. The kernels here are driven by `student_paths` (nbclient, in this process).
 To keep CI short, the first two paths share one kernel per lesson: Run All with the
 clock jumping 5 minutes before every cell, then Run All again (conftest's
-``lesson_runs`` keeps it for the slide test too). An error in the first
-pass is a pause problem (or a plain failure, which nbval reports too); an error only
-in the second is a re-run problem. Paths 3 and 4 share one kernel per graded lesson
+``lesson_runs`` keeps it for the slides and the site too). For the English lessons
+that first pass is make test's only run of them (pyproject.toml's testpaths leaves
+them out of nbval, which runs them on the newest torch): an error in it is a plain
+failure or a pause problem, its message says which cell; an error only in the second
+pass is a re-run problem. Paths 3 and 4 share one kernel per graded lesson
 too (every lesson with optional parts is graded): the student edition's core path
 answered wrongly, then the whole edition unsolved. The fixture notebooks below prove
 each test can fail, and that the clock jump leaves a cell's own timing alone.
@@ -62,9 +64,10 @@ def test_lesson_survives_five_minute_pauses(path, lesson_runs, capsys):
     )
     errors = run.errors(pass_no=1)
     assert not errors, (
-        f"{path.name} fails when the student pauses {PAUSE_S:.0f} s "
-        "before each cell (no assert may compare the clock across "
-        "cells):\n" + "\n".join(errors)
+        f"{path.name} fails in Run All, with the clock jumping {PAUSE_S:.0f} s "
+        "before each cell (`make test-notebook NB=...` runs it without pauses: "
+        "an error there too is a plain failure, one only here compares the clock "
+        "across cells):\n" + "\n".join(errors)
     )
 
 
