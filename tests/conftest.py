@@ -66,27 +66,29 @@ def grads():
 SHARED_FIXTURE_GROUPS = {"lesson_runs": "lesson-runs"}
 # The order the groups start in (pyproject's --no-loadscope-reorder keeps it: by
 # default xdist starts the groups with the most tests first, whatever they cost).
-# The browser tests first: they mostly wait (for JupyterLab, for each redraw to
-# settle), so their waits overlap the other worker's CPU work; last, they left one
-# core idle for the run's last minute. Then the others that take more than 15 s,
-# longest first, so that the run ends on short ones (seconds of make test on 2
-# cores, measured 2026-12-05); the rest follow in collection order.
+# The two workers start on the first two and queue the next two: the browser tests,
+# which mostly wait (for JupyterLab, for each redraw to settle), run beside the
+# grading tests, whose rehearsal grades two notebooks at once and fills those waits
+# (the other way round, one core stayed idle for minutes); then the lesson runs
+# beside the student paths, a kernel each. Then the others that take more than 15 s,
+# longest first, so that the run ends on short ones; the rest in collection order.
+# Seconds of make test on 2 cores, measured 2026-12-05.
 FIRST_GROUPS = [
-    "test_browser_py",  # 190 s, most of it waiting
-    "lesson-runs",  # 250 s
-    "test_grading_py",  # 210 s
-    "test_student_paths_py",  # 130 s
-    "test_sandbox_py",  # 85 s
-    "test_checks_fuzz_py",  # 50 s
-    "test_train_distributed_py",  # 45 s
-    "test_launch_stress_py",  # 35 s
-    "test_estimate_py",  # 35 s
+    "test_browser_py",  # 180 s, most of it waiting
+    "test_grading_py",  # 200 s, two sandboxes at a time
+    "lesson-runs",  # 245 s
+    "test_student_paths_py",  # 150 s
+    "test_sandbox_py",  # 100 s
+    "test_checks_fuzz_py",  # 60 s
+    "test_train_distributed_py",  # 30 s
+    "test_launch_stress_py",  # 30 s
+    "test_estimate_py",  # 30 s
     "test_tooling_py",  # 30 s
     # a notebook under nbval: make test runs the Spanish one, make test-newest-torch
     # the English one (where these two are the slowest, 25 s each, and start first)
-    "10_distributed_amp_ipynb",  # 25 s
+    "10_distributed_amp_ipynb",  # 20 s
     "test_cli_py",  # 20 s
-    "test_gpu_check_py",  # 15 s
+    "test_gpu_check_py",  # 10 s
     "09_amp_in_practice_ipynb",  # 10 s
 ]
 
