@@ -8,7 +8,7 @@ paths. The kernels here are driven by `student_paths` (nbclient, in this process
 To keep CI short, the first two paths share one kernel per lesson: Run All with the
 clock jumping 5 minutes before every cell, then Run All again (conftest's
 ``lesson_runs`` keeps it for the slides and the site too). For the English lessons
-that first pass is make test's only run of them (pyproject.toml's testpaths leaves
+that first pass stands in for nbval in make test (pyproject.toml's testpaths leaves
 them out of nbval, which runs them on the newest torch): an error in it is a plain
 failure or a pause problem, its message says which cell; an error only in the second
 pass is a re-run problem. Paths 3 and 4 share one kernel per graded lesson
