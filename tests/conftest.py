@@ -70,7 +70,7 @@ SHARED_FIXTURE_GROUPS = {"lesson_runs": "lesson-runs"}
 # which mostly wait (for JupyterLab, for each redraw to settle), run beside the
 # grading tests, whose rehearsal grades two notebooks at once and fills those waits
 # (the other way round, one core stayed idle for minutes); then the lesson runs
-# beside the student paths, a kernel each. Then the others that take more than 15 s,
+# beside the student paths, a kernel each. Then the others that take 10 s or more,
 # longest first, so that the run ends on short ones; the rest in collection order.
 # Seconds of make test on 2 cores, measured 2026-12-05.
 FIRST_GROUPS = [
