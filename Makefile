@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV_PY := .venv/bin/python
 
-.PHONY: lab test test-newest-torch test-newest-torch-env test-newest-torch-tests test-notebook setup setup-dev student grade slides site \
+.PHONY: lab lab-instructor test test-newest-torch test-newest-torch-env test-newest-torch-tests test-notebook setup setup-dev student grade slides site \
 	translations bench gpu-check colab-edition clean
 
 setup:
@@ -13,9 +13,15 @@ setup:
 setup-dev:
 	@$(PYTHON) amp_lessons/tooling/bootstrap.py dev,instructor,fp8,site
 
-# `make lab EDITION=es` opens the Spanish lessons, notebooks/es/ (EDITION: see below)
+# `make lab` opens the learner's own copy of the lessons, the student edition (no
+# solutions, no hidden tests) in my-course/en/, made the first time and never
+# written over; `make lab EDITION=es` the Spanish one, my-course/es/ (EDITION: see
+# below). `make lab-instructor` opens the course's own solved lessons, notebooks/.
 lab: setup
 	$(VENV_PY) -m amp_lessons.tooling.lab --edition $(EDITION)
+
+lab-instructor: setup
+	$(VENV_PY) -m amp_lessons.tooling.lab --instructor --edition $(EDITION)
 
 # Two workers (pytest-xdist): tests/conftest.py keeps each file, each notebook and the
 # tests that share the lesson runs whole on one worker.

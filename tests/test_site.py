@@ -31,7 +31,7 @@ import nbformat
 import pytest
 from paths import ES_LESSONS, ES_STUDENT_PATHS, LESSONS, ROOT
 
-from amp_lessons.tooling import colab
+from amp_lessons.tooling import colab, student_edition
 from amp_lessons.tooling.site import build, sanitize, verify
 from amp_lessons.tooling.site.execute import executed_info
 
@@ -81,8 +81,9 @@ def test_repository_url_and_colab_link_come_from_pyproject(tmp_path):
     )
     url = colab.repository_url(toml)
     assert url == "https://github.com/ada/amp"
+    # the branch colab: the student edition, never the solved lessons of main
     assert colab.colab_url("02_underflow.ipynb", url) == (
-        "https://colab.research.google.com/github/ada/amp/blob/main/notebooks/"
+        "https://colab.research.google.com/github/ada/amp/blob/colab/notebooks/"
         "02_underflow.ipynb"
     )
     assert colab.colab_url("02_underflow.ipynb", "https://gitlab.com/a/b") is None
@@ -1016,7 +1017,7 @@ def test_site_colab_links_open_the_given_repository_on_the_colab_branch():
     ) in said
     es = build.banner(nb, LESSONS[0].name, home.repository, "es", home.branch)
     assert f"/ada/amp/blob/colab/notebooks/es/{LESSONS[0].name}" in es
-    assert build.Home.from_pyproject() == build.Home(colab.repository_url(), "main")
+    assert build.Home.from_pyproject() == build.Home(colab.repository_url(), "colab")
     for bad in ("ada", "ada/amp/extra", "https://github.com/ada/amp", "ada amp/x"):
         with pytest.raises(ValueError, match="OWNER/NAME"):
             colab.github_url(bad)
@@ -1036,5 +1037,22 @@ def test_colab_edition_installs_the_repository_at_the_commit(tmp_path):
             f"](https://colab.research.google.com/github/ada/amp/blob/colab/"
             f"{folder}/{path.name})"
         ) in nb.cells[0].source
+    # the student edition: no solution, no hidden test, no output in any lesson
+    for path in written:
+        nb = nbformat.read(path, as_version=4)
+        assert student_edition.leftover_secrets(nb) == [], path
+        assert not any(
+            "### BEGIN" in c.source or c.get("outputs") for c in nb.cells
+        ), path
+    # and every answer of the course is gone: no solution line survives in it
+    edition_text = " ".join(
+        " ".join(c.source.split())
+        for path in written
+        for c in nbformat.read(path, as_version=4).cells
+    )
+    leaks = sanitize.solution_lines(
+        nbformat.read(p, as_version=4) for p in LESSONS + ES_LESSONS
+    )
+    assert leaks and not [line for line in leaks if line in edition_text]
     # the lessons themselves are left as they are
     assert colab.main(["--check"]) == 0

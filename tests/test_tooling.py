@@ -21,6 +21,8 @@ import nbformat
 import pytest
 from paths import NOTEBOOKS_DIR, ROOT, SPANISH_DIR
 
+from amp_lessons.i18n import set_language
+
 BOOTSTRAP = ROOT / "amp_lessons" / "tooling" / "bootstrap.py"
 
 
@@ -91,47 +93,79 @@ def test_lab_refuses_a_folder_that_does_not_exist(capsys, tmp_path):
     from amp_lessons.tooling.lab import main
 
     assert main([str(tmp_path / "missing")]) == 2
-    usage = "usage: python -m amp_lessons.tooling.lab [--edition en|es | FOLDER]"
+    usage = "usage: python -m amp_lessons.tooling.lab [--edition en|es | --instructor"
     assert usage in capsys.readouterr().err
     for wrong in (
         ["--edition", "fr"],
         ["--edition"],
         ["--edition", "es", "x"],
         ["--folder"],
+        ["--instructor", "x"],
+        ["--instructor", "--edition", "fr"],
     ):
         assert main(wrong) == 2, wrong
         assert usage in capsys.readouterr().err
 
 
-def test_make_lab_opens_the_english_lessons_and_edition_es_the_spanish_ones(
-    monkeypatch,
+def test_make_lab_opens_the_learners_copy_and_lab_instructor_the_course(
+    monkeypatch, tmp_path
 ):
-    from amp_lessons.tooling import lab
+    from amp_lessons.tooling import lab, learner_copy
 
     dry = {
-        edition: subprocess.run(
-            ["make", "-n", "lab", *args], cwd=ROOT, capture_output=True, text=True
+        (target, edition): subprocess.run(
+            ["make", "-n", target, *args], cwd=ROOT, capture_output=True, text=True
         ).stdout
+        for target in ("lab", "lab-instructor")
         for edition, args in (("en", []), ("es", ["EDITION=es"]))
     }
-    assert "-m amp_lessons.tooling.lab --edition en" in dry["en"]
-    assert "-m amp_lessons.tooling.lab --edition es" in dry["es"]
+    assert "-m amp_lessons.tooling.lab --edition en" in dry["lab", "en"]
+    assert "-m amp_lessons.tooling.lab --edition es" in dry["lab", "es"]
+    assert (
+        "-m amp_lessons.tooling.lab --instructor --edition en"
+        in dry["lab-instructor", "en"]
+    )
+    assert "--instructor --edition es" in dry["lab-instructor", "es"]
     assert lab.EDITIONS == {"en": NOTEBOOKS_DIR, "es": SPANISH_DIR}
     launched = []
     monkeypatch.setattr(lab, "run_lab", lambda command: launched.append(command) or 0)
     monkeypatch.setattr(lab, "root_note", lambda: None)
-    for args, folder in (
-        (["--edition", "en"], "notebooks"),
-        (["--edition", "es"], "notebooks/es"),
-        ([], "notebooks"),
+    monkeypatch.setattr(learner_copy, "LEARNER_DIR", tmp_path / "my-course")
+    for args, folder, learner in (
+        (["--edition", "en"], tmp_path / "my-course" / "en", True),
+        (["--edition", "es"], tmp_path / "my-course" / "es", True),
+        ([], tmp_path / "my-course" / "en", True),
+        (["--instructor"], NOTEBOOKS_DIR, False),
+        (["--instructor", "--edition", "es"], SPANISH_DIR, False),
     ):
         assert lab.main(args) == 0
-        assert f"--ServerApp.root_dir={ROOT / folder}" in launched[-1], args
+        assert f"--ServerApp.root_dir={folder}" in launched[-1], args
+        settings = Path(
+            next(
+                part.split("=", 1)[1]
+                for part in launched[-1]
+                if part.startswith("--LabApp.app_settings_dir=")
+            )
+        )
+        page = settings / "page_config.json"
+        # the learner's lab hides nbgrader's authoring tools; the instructor's not
+        assert page.is_file() is learner, args
+        if learner:
+            config = json.loads(page.read_text())
+            assert config["disabledExtensions"] == ["@jupyter/nbgrader"]
+            assert (
+                config["appName"]
+                == {"en": "AMP course", "es": "Curso AMP"}[folder.name]
+            )
+            assert (settings / "overrides.json").read_bytes() == (
+                lab.LAB_SETTINGS / "overrides.json"
+            ).read_bytes()
+    set_language("en")  # --edition es switched the package to Spanish
     # the Spanish folder holds the Spanish lessons, under the English file names
     assert {p.name for p in lab.EDITIONS["es"].glob("*.ipynb")} <= {
         p.name for p in lab.NOTEBOOKS.glob("*.ipynb")
     }
-    assert (lab.EDITIONS["es"] / "00_amp_in_10_minutes.ipynb").is_file()
+    assert (tmp_path / "my-course" / "es" / "00_amp_in_10_minutes.ipynb").is_file()
 
 
 def test_the_spanish_lab_serves_its_lessons_and_the_recorded_results():

@@ -16,7 +16,8 @@ commit, to the branch ``colab``, where the site's Colab links point
 
 Example: with ``Repository = "https://github.com/ada/amp"``,
 ``colab_url("02_underflow.ipynb", "https://github.com/ada/amp")`` is
-``"https://colab.research.google.com/github/ada/amp/blob/main/notebooks/02_underflow.ipynb"``.
+``"https://colab.research.google.com/github/ada/amp/blob/colab/notebooks/02_underflow.ipynb"``
+(the branch ``colab`` holds the student edition: a learner never opens a solution).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 
 import nbformat
 
+from amp_lessons.tooling.student_edition import read_student_notebook
+
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"
 NOTEBOOKS_DIR = ROOT / "notebooks"
@@ -36,6 +39,9 @@ TAG = "colab-setup"
 # Tests (and anyone) can install from elsewhere, e.g. file:///path/to/the/course
 INSTALL_ENV = "AMP_LESSONS_SOURCE"
 BADGE_START = "Run it without installing:"
+# Where the site workflow publishes the Colab edition, the student edition of every
+# lesson (no solution, no hidden test): every "Open in Colab" link opens it there
+COLAB_BRANCH = "colab"
 
 # The cell stays tiny and collapsed: outside Colab it tests one dict key and prints
 # nothing; in Colab it installs the course, or says in one line how to.
@@ -88,7 +94,7 @@ def colab_url(
     notebook: str,
     repository: str | None,
     folder: str = "notebooks",
-    branch: str = "main",
+    branch: str = COLAB_BRANCH,
 ) -> str | None:
     """The "Open in Colab" address of ``<folder>/<notebook>`` on ``branch``
     (``folder="notebooks/es"`` for the Spanish edition), None without a GitHub
@@ -138,7 +144,7 @@ def badge_line(
     notebook: str,
     repository: str | None,
     folder: str = "notebooks",
-    branch: str = "main",
+    branch: str = COLAB_BRANCH,
 ) -> str | None:
     url = colab_url(notebook, repository, folder, branch)
     return f"{BADGE_START} [open this lesson in Colab]({url})." if url else None
@@ -159,7 +165,7 @@ def refresh_notebook(
     repository: str | None,
     ref: str | None = None,
     folder: str = "notebooks",
-    branch: str = "main",
+    branch: str = COLAB_BRANCH,
 ) -> bool:
     """Put the set-up cell first among the code cells and the Colab line at the end of
     the first markdown cell, both as ``repository`` says; True when ``nb`` changed."""
@@ -203,15 +209,14 @@ def lesson_notebooks(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     return sorted(p for p in Path(notebooks_dir).glob("*.ipynb") if p.is_file())
 
 
-COLAB_BRANCH = "colab"  # where the site workflow publishes the Colab edition
-
-
 def write_colab_edition(
     out: Path, repository: str, ref: str, notebooks_dir: Path = NOTEBOOKS_DIR
 ) -> list[Path]:
     """The lessons as Colab should open them, in ``out/notebooks`` (and
-    ``out/notebooks/es``): each set-up cell installs ``repository`` at ``ref``, each
-    Colab line points at the branch ``COLAB_BRANCH``. Returns the files written.
+    ``out/notebooks/es``): the student edition (`student_notebook`: stubs where the
+    answers were, no hidden test, no output), each set-up cell installing
+    ``repository`` at ``ref``, each Colab line pointing at the branch
+    ``COLAB_BRANCH``. Returns the files written.
 
     Example: ``write_colab_edition(Path("build/colab"), github_url("ada/amp"),
     "3f2c1e0")`` -> ``[.../notebooks/00_amp_in_10_minutes.ipynb, ...]``.
@@ -220,7 +225,7 @@ def write_colab_edition(
     for folder in ("notebooks", "notebooks/es"):
         source = Path(notebooks_dir).parent / folder
         for path in lesson_notebooks(source) if source.is_dir() else []:
-            nb = nbformat.read(path, as_version=4)
+            nb = read_student_notebook(path)
             refresh_notebook(nb, path.name, repository, ref, folder, COLAB_BRANCH)
             dest = Path(out) / folder / path.name
             dest.parent.mkdir(parents=True, exist_ok=True)

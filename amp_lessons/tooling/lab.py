@@ -1,10 +1,14 @@
 """Start JupyterLab on the course, safely: loopback only, with a token, offline; and
 stop it cleanly on Ctrl-C.
 
-`make lab` runs ``python -m amp_lessons.tooling.lab --edition en`` (the lessons in
-notebooks/), ``make lab EDITION=es`` the same with ``--edition es`` (the Spanish
-lessons, notebooks/es/); the browser test starts the server with the same
-`lab_command`, so what is tested is what students run. Ctrl-C
+`make lab` runs ``python -m amp_lessons.tooling.lab --edition en``: the learner's own
+copy of the English lessons, the student edition in ``my-course/en/`` (made the first
+time, kept in step with the course without writing over their work:
+`learner_copy`), in a JupyterLab without nbgrader's authoring tools; ``make lab
+EDITION=es`` the same with ``--edition es`` (``my-course/es/``, from notebooks/es/).
+``make lab-instructor`` (``--instructor``) opens the course's own solved lessons in
+notebooks/. The browser test starts the server with the same `lab_command`, so what
+is tested is what students run. Ctrl-C
 (or a closed terminal, or SIGTERM) asks JupyterLab to shut down the way
 ``jupyter server stop`` does, with SIGTERM: it closes its kernels and removes its
 runtime files itself, and the launcher waits for it, with no traceback.
@@ -12,7 +16,9 @@ runtime files itself, and the launcher waits for it, with no traceback.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,11 +26,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-# amp_lessons/tooling/lab.py -> the repository's notebooks/
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-# The folder each edition opens in: `make lab` the English lessons, `make lab
-# EDITION=es` the Spanish ones (the same file names, generated from notebooks/es/po)
-EDITIONS = {"en": NOTEBOOKS, "es": NOTEBOOKS / "es"}
+from amp_lessons.i18n import set_language
+from amp_lessons.tooling import learner_copy
+
+# The course's lessons of each edition (solved: the instructor's), in the
+# repository's notebooks/ and notebooks/es/ (the same file names, generated from
+# notebooks/es/po); `make lab` opens the learner's own copy of one of them
+NOTEBOOKS = learner_copy.NOTEBOOKS
+EDITIONS = learner_copy.EDITIONS
 # Settings overrides for the lab: news and update checks off (no pop-up asking, no
 # request to a website). A folder of our own, so nothing is written into the venv.
 LAB_SETTINGS = Path(__file__).resolve().parent / "lab_settings"
@@ -35,6 +44,7 @@ def lab_command(
     token: str | None = None,
     open_browser: bool = True,
     root_dir: str | Path | None = None,
+    settings_dir: str | Path | None = None,
 ) -> list[str]:
     """The `jupyter lab` command line the course uses.
 
@@ -43,7 +53,8 @@ def lab_command(
     itself and prints the URL with it (kept off the command line, where `ps` shows it
     to every user); an empty token is refused, since it would let any local process
     or web page drive the kernel. ``root_dir`` (default: the course's ``notebooks/``)
-    lets the browser test serve a scratch folder with the same settings.
+    lets the browser test serve a scratch folder with the same settings;
+    ``settings_dir`` (default: `LAB_SETTINGS`) is the learner's (`learner_settings`).
     """
     if token is not None and not token:
         raise ValueError(
@@ -58,7 +69,8 @@ def lab_command(
         f"--ServerApp.root_dir={NOTEBOOKS if root_dir is None else root_dir}",
         "--LabApp.news_url=None",  # no network needed: no news feed ...
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",  # ... no
-        f"--LabApp.app_settings_dir={LAB_SETTINGS}",  # ... and no pop-up about them
+        # ... and no pop-up about them
+        f"--LabApp.app_settings_dir={settings_dir or LAB_SETTINGS}",
     ]
     if token is not None:
         command.append(f"--IdentityProvider.token={token}")
@@ -143,30 +155,79 @@ def run_lab(command: Sequence[str]) -> int:
 
 
 USAGE = (
-    "usage: python -m amp_lessons.tooling.lab [--edition en|es | FOLDER]  "
-    "(--edition es: the Spanish lessons, notebooks/es/; FOLDER: a directory of "
-    "notebooks; default: the course's notebooks/)"
+    "usage: python -m amp_lessons.tooling.lab [--edition en|es | --instructor "
+    "[--edition en|es] | FOLDER]  (--edition: your own copy of the English or "
+    "Spanish lessons, made in my-course/ the first time; --instructor: the course's "
+    "own lessons, solved; FOLDER: a directory of notebooks; default: --edition en)"
 )
+# What the learner's JupyterLab leaves out: nbgrader's authoring tools (its menus
+# and cell toolbar are for instructors, installed with `make student`). The page's
+# title names the edition, so an English and a Spanish tab are told apart.
+LEARNER_PAGE = {
+    "en": {"appName": "AMP course", "disabledExtensions": ["@jupyter/nbgrader"]},
+    "es": {"appName": "Curso AMP", "disabledExtensions": ["@jupyter/nbgrader"]},
+}
+
+
+def learner_settings(folder: Path, lang: str) -> Path:
+    """A settings folder for the learner's JupyterLab, hidden inside their copy:
+    the course's overrides plus `LEARNER_PAGE`'s page config. Returns it."""
+    settings = Path(folder) / ".lab-settings"
+    settings.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(LAB_SETTINGS / "overrides.json", settings / "overrides.json")
+    (settings / "page_config.json").write_text(json.dumps(LEARNER_PAGE[lang]))
+    return settings
+
+
+def open_learner_copy(lang: str) -> int:
+    """`make lab`: bring the learner's copy of edition ``lang`` up to date (never
+    over their work), say what changed, and open it."""
+    if lang == "es":
+        set_language("es")
+    report = learner_copy.sync(lang)
+    print(report.summary(), file=sys.stderr, flush=True)
+    return run_lab(
+        lab_command(
+            root_dir=report.folder,
+            settings_dir=learner_settings(report.folder, lang),
+        )
+    )
+
+
+def _parse(args: list[str]) -> tuple[str, Path | str] | None:
+    """("learner", lang), ("folder", path) or None for a command line `main` refuses."""
+    if not args:
+        return "learner", "en"
+    if args[:1] == ["--edition"] and len(args) == 2 and args[1] in EDITIONS:
+        return "learner", args[1]
+    if args[:1] == ["--instructor"]:
+        rest = args[1:]
+        if not rest:
+            return "folder", EDITIONS["en"]
+        if rest[:1] == ["--edition"] and len(rest) == 2 and rest[1] in EDITIONS:
+            return "folder", EDITIONS[rest[1]]
+        return None
+    if len(args) == 1 and not args[0].startswith("-") and Path(args[0]).is_dir():
+        return "folder", Path(args[0]).resolve()
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m amp_lessons.tooling.lab [--edition en|es | FOLDER]``: the course
-    (``make lab``), its Spanish edition (``make lab EDITION=es``), or FOLDER (e.g.
-    student/)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["--edition"] and len(args) == 2 and args[1] in EDITIONS:
-        folder = EDITIONS[args[1]]
-    elif len(args) == 1 and not args[0].startswith("-") and Path(args[0]).is_dir():
-        folder = Path(args[0]).resolve()
-    elif not args:
-        folder = None  # the course's notebooks/ (`lab_command`'s default)
-    else:
+    """``python -m amp_lessons.tooling.lab [--edition en|es | --instructor [--edition
+    en|es] | FOLDER]``: the learner's own copy of the course (``make lab``, ``make
+    lab EDITION=es``), the instructor's solved lessons (``make lab-instructor``), or
+    FOLDER (e.g. student/)."""
+    parsed = _parse(list(sys.argv[1:] if argv is None else argv))
+    if parsed is None:
         print(USAGE, file=sys.stderr)
         return 2
     note = root_note()
     if note:
         print(note, file=sys.stderr, flush=True)
-    return run_lab(lab_command(root_dir=folder))
+    kind, where = parsed
+    if kind == "learner":
+        return open_learner_copy(where)
+    return run_lab(lab_command(root_dir=where))
 
 
 if __name__ == "__main__":

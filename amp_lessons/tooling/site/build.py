@@ -33,7 +33,12 @@ from pathlib import Path
 
 import nbformat
 
-from amp_lessons.tooling.colab import BADGE_START, colab_url, repository_url
+from amp_lessons.tooling.colab import (
+    BADGE_START,
+    COLAB_BRANCH,
+    colab_url,
+    repository_url,
+)
 from amp_lessons.tooling.site import sanitize, verify
 from amp_lessons.tooling.site.execute import execute_lessons, executed_info
 
@@ -219,11 +224,12 @@ BANNER = {
 @dataclass(frozen=True)
 class Home:
     """Where the site sends a reader to run a lesson: the GitHub repository and the
-    branch Colab opens the lessons from. Default: pyproject.toml's repository, main;
-    the site workflow passes the repository it runs in and the branch ``colab``."""
+    branch Colab opens the lessons from, ``colab``: the student edition the site
+    workflow publishes there. Default: pyproject.toml's repository; the site
+    workflow passes the repository it runs in."""
 
     repository: str | None = None
-    branch: str = "main"
+    branch: str = COLAB_BRANCH
 
     @classmethod
     def from_pyproject(cls) -> Home:
@@ -231,7 +237,11 @@ class Home:
 
 
 def banner(
-    nb, name: str, repository: str | None, lang: str = "en", branch: str = "main"
+    nb,
+    name: str,
+    repository: str | None,
+    lang: str = "en",
+    branch: str = COLAB_BRANCH,
 ) -> str:
     """What the page says under its title: what executed it, where to run it (the
     lesson on ``branch`` of ``repository``, in Colab)."""

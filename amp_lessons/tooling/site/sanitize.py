@@ -26,9 +26,18 @@ from collections.abc import Iterable
 import nbformat
 
 from amp_lessons.tooling.grading.course import CODE_STUBS, TEXT_STUBS
+from amp_lessons.tooling.student_edition import (  # noqa: F401 (the site's names too)
+    BEGIN_HIDDEN,
+    BEGIN_SOLUTION,
+    END_HIDDEN,
+    END_SOLUTION,
+    between,
+    clear_hidden_tests,
+    clear_solution,
+    is_solution_cell,
+    is_test_cell,
+)
 
-BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
-BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 # nbgrader's stubs, in each edition's language, as the student edition has them
 CODE_STUB, TEXT_STUB = CODE_STUBS["en"], TEXT_STUBS["en"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -69,65 +78,6 @@ MIN_LEAK_CHARS = 12  # shorter lines ("else:", "return x") are not an answer
 SETUP_TAG = "colab-setup"
 
 
-def _meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
-def is_solution_cell(cell) -> bool:
-    return bool(_meta(cell).get("solution")) or BEGIN_SOLUTION in cell.source
-
-
-def is_test_cell(cell) -> bool:
-    return bool(_meta(cell).get("grade")) and not is_solution_cell(cell)
-
-
-def _between(source: str, begin: str, end: str) -> tuple[list[str], list[list[str]]]:
-    """(lines outside the begin/end blocks, the blocks' inner lines)."""
-    kept, blocks, inside = [], [], None
-    for line in source.split("\n"):
-        if inside is None and line.strip() == begin:
-            inside = []
-            kept.append(line)  # a marker the caller replaces
-        elif inside is not None and line.strip() == end:
-            blocks.append(inside)
-            inside = None
-        elif inside is not None:
-            inside.append(line)
-        else:
-            kept.append(line)
-    if inside is not None:
-        raise ValueError(f"{begin!r} without {end!r}")
-    return kept, blocks
-
-
-def clear_solution(source: str, code: bool = True, lang: str = "en") -> str:
-    """The source with each solution block replaced by the stub in ``lang``, as
-    nbgrader's ClearSolutions does in the student edition (a cell without markers
-    becomes the stub).
-
-    Example: a body ``### BEGIN SOLUTION`` / ``return 1`` / ``### END SOLUTION``,
-    indented 4, becomes ``# YOUR CODE HERE`` / ``raise NotImplementedError()`` (in
-    Spanish, ``# ESCRIBA SU CÓDIGO AQUÍ`` and the same ``raise``).
-    """
-    stub = (CODE_STUBS if code else TEXT_STUBS)[lang]
-    if BEGIN_SOLUTION not in source:
-        return stub
-    kept, _ = _between(source, BEGIN_SOLUTION, END_SOLUTION)
-    out = []
-    for line in kept:
-        if line.strip() == BEGIN_SOLUTION:
-            indent = line[: len(line) - len(line.lstrip())]
-            out.extend(indent + s for s in stub.split("\n"))
-        else:
-            out.append(line)
-    return "\n".join(out)
-
-
-def clear_hidden_tests(source: str) -> str:
-    kept, _ = _between(source, BEGIN_HIDDEN, END_HIDDEN)
-    return "\n".join(ln for ln in kept if ln.strip() != BEGIN_HIDDEN).rstrip("\n")
-
-
 def _normal(text: str) -> str:
     return " ".join(text.split())
 
@@ -138,7 +88,7 @@ def secret_lines(nb) -> set[str]:
     for cell in nb.cells:
         for begin, end in ((BEGIN_SOLUTION, END_SOLUTION), (BEGIN_HIDDEN, END_HIDDEN)):
             if begin in cell.source:
-                for block in _between(cell.source, begin, end)[1]:
+                for block in between(cell.source, begin, end)[1]:
                     lines.update(_normal(ln) for ln in block)
         if is_solution_cell(cell) and BEGIN_SOLUTION not in cell.source:
             lines.update(_normal(ln) for ln in cell.source.split("\n"))
