@@ -122,6 +122,8 @@ def test_the_copy_is_made_once_and_never_written_over(tmp_path):
     assert leftover_secrets(nbformat.read(folder / offer, as_version=4)) == []
     said = update.summary()
     assert offer in said and "03_loss_scaling.ipynb" in said and "\n" in said
+    dicho = update.summary("es")
+    assert offer in dicho and "usted había editado" in dicho
 
     # told once; a deleted lesson comes back; the learner's work is still theirs
     (folder / "04_autocast.ipynb").unlink()

@@ -962,21 +962,24 @@ def test_build_refuses_a_missing_executed_copy(tmp_path):
 # ---- the site publishes itself (.github/workflows/site.yml) ------------------------
 
 WORKFLOW = ROOT / ".github" / "workflows" / "site.yml"
+TEST_WORKFLOW = ROOT / ".github" / "workflows" / "test.yml"
 
 
-def test_workflow_validates_against_githubs_schema():
+@pytest.mark.parametrize("workflow", [WORKFLOW, TEST_WORKFLOW], ids=lambda p: p.name)
+def test_workflow_validates_against_githubs_schema(workflow):
     check = shutil.which("check-jsonschema") or str(
         Path(sys.executable).parent / "check-jsonschema"
     )
     result = subprocess.run(
-        [check, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+        [check, "--builtin-schema", "vendor.github-workflows", str(workflow)],
         capture_output=True,
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     # and the check can fail: a job without runs-on is refused
-    broken = WORKFLOW.read_text().replace("    runs-on: ubuntu-latest\n", "", 1)
-    bad = ROOT / "build" / "site-broken.yml"
+    broken = workflow.read_text().replace("    runs-on: ubuntu-latest\n", "", 1)
+    assert broken != workflow.read_text()
+    bad = ROOT / "build" / f"broken-{workflow.name}"
     bad.parent.mkdir(exist_ok=True)
     bad.write_text(broken)
     try:
@@ -988,6 +991,24 @@ def test_workflow_validates_against_githubs_schema():
     finally:
         bad.unlink()
     assert result.returncode != 0
+
+
+def test_the_test_workflow_runs_ci_on_every_push_and_pull_request():
+    text = TEST_WORKFLOW.read_text()
+    on = text.split("\non:\n", 1)[1].split("\n\n", 1)[0]
+    assert "  push:" in on and "  pull_request:" in on and "branches" not in on
+    # the very script CI runs here, as root (it installs Debian packages)
+    assert 'run: sudo env "PATH=$PATH" CI=true bash .ci/run' in text
+    assert (ROOT / ".ci" / "run").is_file()
+    # and the README shows its status: the badge once pyproject names the repository
+    for lang, readme in colab.READMES.items():
+        text = readme.read_text()
+        assert colab.ci_status_line(colab.repository_url(), lang) in text, readme
+        badged = colab.refresh_readme(text, "https://github.com/ada/amp", lang)
+        badge = "https://github.com/ada/amp/actions/workflows/test.yml/badge.svg"
+        assert badge in badged and badged.count(colab.CI_MARK) == 1
+        assert len(badged.splitlines()) == len(text.splitlines())
+        assert colab.refresh_readme(badged, colab.repository_url(), lang) == text
 
 
 def test_workflow_runs_the_make_targets_for_its_own_repository():
@@ -1041,9 +1062,9 @@ def test_colab_edition_installs_the_repository_at_the_commit(tmp_path):
     for path in written:
         nb = nbformat.read(path, as_version=4)
         assert student_edition.leftover_secrets(nb) == [], path
-        assert not any(
-            "### BEGIN" in c.source or c.get("outputs") for c in nb.cells
-        ), path
+        assert not any("### BEGIN" in c.source or c.get("outputs") for c in nb.cells), (
+            path
+        )
     # and every answer of the course is gone: no solution line survives in it
     edition_text = " ".join(
         " ".join(c.source.split())

@@ -21,8 +21,6 @@ import nbformat
 import pytest
 from paths import NOTEBOOKS_DIR, ROOT, SPANISH_DIR
 
-from amp_lessons.i18n import set_language
-
 BOOTSTRAP = ROOT / "amp_lessons" / "tooling" / "bootstrap.py"
 
 
@@ -160,7 +158,6 @@ def test_make_lab_opens_the_learners_copy_and_lab_instructor_the_course(
             assert (settings / "overrides.json").read_bytes() == (
                 lab.LAB_SETTINGS / "overrides.json"
             ).read_bytes()
-    set_language("en")  # --edition es switched the package to Spanish
     # the Spanish folder holds the Spanish lessons, under the English file names
     assert {p.name for p in lab.EDITIONS["es"].glob("*.ipynb")} <= {
         p.name for p in lab.NOTEBOOKS.glob("*.ipynb")

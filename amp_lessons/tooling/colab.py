@@ -205,6 +205,58 @@ def notebook_problems(path: Path, repository: str | None) -> list[str]:
     return problems
 
 
+# The READMEs' line about the test workflow (.github/workflows/test.yml): its status
+# badge where pyproject names the repository, else where the badge will come from
+CI_MARK = "<!-- ci-status: written by python -m amp_lessons.tooling.colab -->"
+READMES = {"en": ROOT / "README.md", "es": ROOT / "README.es.md"}
+CI_TEXT = {
+    "en": (
+        "Tests: [`.github/workflows/test.yml`](.github/workflows/test.yml) runs "
+        "`bash .ci/run` on every push and pull request"
+    ),
+    "es": (
+        "Pruebas: [`.github/workflows/test.yml`](.github/workflows/test.yml) "
+        "ejecuta `bash .ci/run` en cada push y cada pull request"
+    ),
+}
+CI_NO_BADGE = {
+    "en": "; its status badge shows here once pyproject.toml names the repository.",
+    "es": (
+        "; su insignia de estado aparece aquí cuando pyproject.toml indique el "
+        "repositorio."
+    ),
+}
+
+
+def ci_status_line(repository: str | None, lang: str = "en") -> str:
+    """The READMEs' test-workflow line: the badge of ``repository``'s runs, or
+    where it will come from while no repository is set."""
+    match = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+)", repository or "")
+    if not match:
+        return f"{CI_MARK}\n{CI_TEXT[lang]}{CI_NO_BADGE[lang]}"
+    runs = f"{repository}/actions/workflows/test.yml"
+    return f"{CI_MARK}\n[![tests]({runs}/badge.svg)]({runs}) {CI_TEXT[lang]}."
+
+
+def refresh_readme(text: str, repository: str | None, lang: str = "en") -> str:
+    """``text`` (a README) with its test-workflow line as `ci_status_line` says."""
+    if CI_MARK not in text:
+        raise ValueError(f"the README has no {CI_MARK!r} line to rewrite")
+    head, tail = text.split(CI_MARK, 1)
+    rest = tail.split("\n", 2)[2] if tail.count("\n") >= 2 else ""
+    return f"{head}{ci_status_line(repository, lang)}\n{rest}"
+
+
+def readme_problems(repository: str | None) -> list[str]:
+    """Which README's test-workflow line disagrees with pyproject (empty: none)."""
+    return [
+        f"{path.name}: the test workflow's line is out of date"
+        for lang, path in READMES.items()
+        if refresh_readme(path.read_text(encoding="utf-8"), repository, lang)
+        != path.read_text(encoding="utf-8")
+    ]
+
+
 def lesson_notebooks(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     return sorted(p for p in Path(notebooks_dir).glob("*.ipynb") if p.is_file())
 
@@ -278,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = args.notebooks or lesson_notebooks()
     if args.check:
         problems = [p for path in paths for p in notebook_problems(path, repository)]
+        problems += readme_problems(repository)
         print("\n".join(problems) or f"{len(paths)} lessons agree with pyproject.toml")
         return 1 if problems else 0
     changed = 0
@@ -286,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         if refresh_notebook(nb, path.name, repository):
             nbformat.write(nb, path)
             changed += 1
+    for lang, path in READMES.items():
+        text = path.read_text(encoding="utf-8")
+        path.write_text(refresh_readme(text, repository, lang), encoding="utf-8")
     where = repository or "no repository set: the cell says how to install instead"
     print(f"{changed} of {len(paths)} lessons rewritten ({where})")
     return 0

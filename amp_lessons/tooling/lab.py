@@ -26,7 +26,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from amp_lessons.i18n import set_language
 from amp_lessons.tooling import learner_copy
 
 # The course's lessons of each edition (solved: the instructor's), in the
@@ -182,10 +181,8 @@ def learner_settings(folder: Path, lang: str) -> Path:
 def open_learner_copy(lang: str) -> int:
     """`make lab`: bring the learner's copy of edition ``lang`` up to date (never
     over their work), say what changed, and open it."""
-    if lang == "es":
-        set_language("es")
     report = learner_copy.sync(lang)
-    print(report.summary(), file=sys.stderr, flush=True)
+    print(report.summary(lang), file=sys.stderr, flush=True)
     return run_lab(
         lab_command(
             root_dir=report.folder,

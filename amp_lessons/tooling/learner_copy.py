@@ -32,7 +32,6 @@ from pathlib import Path
 
 import nbformat
 
-from amp_lessons.i18n import _
 from amp_lessons.tooling.grading.course import NOT_SHIPPED, _support_dirs
 from amp_lessons.tooling.student_edition import read_student_notebook
 
@@ -43,6 +42,28 @@ EDITIONS = {"en": NOTEBOOKS, "es": NOTEBOOKS / "es"}
 MANIFEST = ".course.json"
 # beside the Spanish lessons: the glossary their text follows
 EXTRA_FILES = {"es": ("GLOSARIO.md",)}
+# What `make lab` says, in the edition's language (course tooling, like the site's
+# notes: the package's catalogue is for what the lessons print)
+MESSAGES = {
+    "en": {
+        "copy": "your copy of the course: {folder} ({lessons} lessons)",
+        "added": "new lessons: {names}",
+        "updated": "updated (you had not changed them): {names}",
+        "offered": (
+            "the course changed {lesson}, which you had edited: its new edition is "
+            "beside yours, as {name}"
+        ),
+    },
+    "es": {
+        "copy": "su copia del curso: {folder} ({lessons} lecciones)",
+        "added": "lecciones nuevas: {names}",
+        "updated": "actualizadas (usted no las había cambiado): {names}",
+        "offered": (
+            "el curso cambió {lesson}, que usted había editado: su nueva edición "
+            "está junto a la suya, como {name}"
+        ),
+    },
+}
 
 
 def lesson_paths(notebooks_dir: Path) -> list[Path]:
@@ -69,29 +90,22 @@ class SyncReport:
     updated: list[str] = field(default_factory=list)
     offered: list[str] = field(default_factory=list)  # NAME.update-<id>.ipynb
 
-    def summary(self) -> str:
+    def summary(self, lang: str = "en") -> str:
+        """What changed, in the edition's language: one line, and one more for
+        each kind of change."""
         try:
             where = self.folder.relative_to(Path.cwd())
         except ValueError:
             where = self.folder
-        lines = [
-            _("your copy of the course: {folder} ({lessons} lessons)").format(
-                folder=where, lessons=self.lessons
-            )
-        ]
-        if self.added:
-            lines.append(_("new lessons: {names}").format(names=", ".join(self.added)))
-        if self.updated:
-            lines.append(
-                _("updated (you had not changed them): {names}").format(
-                    names=", ".join(self.updated)
-                )
-            )
+        said = MESSAGES[lang]
+        lines = [said["copy"].format(folder=where, lessons=self.lessons)]
+        for names, key in ((self.added, "added"), (self.updated, "updated")):
+            if names:
+                lines.append(said[key].format(names=", ".join(names)))
         lines += [
-            _(
-                "the course changed {lesson}, which you had edited: its new "
-                "edition is beside yours, as {name}"
-            ).format(lesson=name.split(".update-")[0] + ".ipynb", name=name)
+            said["offered"].format(
+                lesson=name.split(".update-")[0] + ".ipynb", name=name
+            )
             for name in self.offered
         ]
         return "\n".join(lines)
