@@ -114,14 +114,22 @@ def running_lab(
     root_dir: str | Path | None = None,
     extra_args: Sequence[str] = (),
     extra_env: dict[str, str] | None = None,
+    settings_dir: str | Path | None = None,
 ) -> Iterator[Lab]:
-    """A live JupyterLab on 127.0.0.1 with a random token; killed and wiped on exit."""
+    """A live JupyterLab on 127.0.0.1 with a random token; killed and wiped on exit.
+    ``settings_dir``: the learner's (`lab.learner_settings`), as `make lab` passes."""
     tmp = Path(tempfile.mkdtemp(prefix="amp-lab-"))
     env = isolated_env(tmp)
     write_test_settings(Path(env["JUPYTER_CONFIG_DIR"]))
     env.update(extra_env or {})
     port, token = free_port(), secrets.token_hex(16)
-    command = lab_command(port=port, token=token, open_browser=False, root_dir=root_dir)
+    command = lab_command(
+        port=port,
+        token=token,
+        open_browser=False,
+        root_dir=root_dir,
+        settings_dir=settings_dir,
+    )
     # fail loudly instead of quietly moving to the next port if ours was taken
     command += ["--ServerApp.port_retries=0", *extra_args]
     log_path = tmp / "server.log"

@@ -331,3 +331,47 @@ def test_widget_notebook_in_the_browser(path, browser, course_lab, shots, capsys
         page.close()
         shut_down_kernels(course_lab)  # the next notebook gets both cores
     assert path.read_bytes() == stored, f"{path.name} was written during the test"
+
+
+# --- the learner's own lab (`make lab`) ----------------------------------------
+
+
+def lab_chrome(page) -> tuple[str, list[str], list[str]]:
+    """The page title, the menu bar's menus and the right sidebar's tabs."""
+    menus = page.locator(".lm-MenuBar-itemLabel").all_inner_texts()
+    tabs = page.locator(".jp-SideBar.jp-mod-right .lm-TabBar-tab").evaluate_all(
+        "els => els.map(e => e.title || e.innerText)"
+    )
+    return page.title(), menus, tabs
+
+
+def test_the_learners_lab_shows_the_course_not_nbgraders_tools(
+    browser, shots, tmp_path
+):
+    """`make lab` serves the learner's copy with nbgrader's authoring menu and cell
+    toolbar hidden and the edition in the title; the instructor's lab (as
+    `make lab-instructor` starts it) shows them, so the check can fail."""
+    from amp_lessons.tooling import lab, learner_copy
+
+    seen = {}
+    for edition in ("en", "instructor"):  # es: the same with its own appName
+        lang = "en" if edition == "instructor" else edition
+        report = learner_copy.sync(lang, tmp_path / "my-course")
+        settings = None
+        if edition != "instructor":
+            settings = lab.learner_settings(report.folder, lang)
+        with running_lab(root_dir=report.folder, settings_dir=settings) as server:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(server.url("/lab/tree/03_loss_scaling.ipynb", with_token=True))
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            page.wait_for_function("document.title.includes('03_loss')")
+            seen[edition] = lab_chrome(page)
+            page.screenshot(path=shots / f"lab_{edition}.png")
+            page.close()
+    title, menus, tabs = seen["en"]
+    assert title.endswith(" - AMP course"), seen["en"]
+    assert "Nbgrader" not in menus and "Kernel" in menus, menus
+    assert not [t for t in tabs if "Nbgrader" in t], tabs
+    title, menus, tabs = seen["instructor"]
+    assert title.endswith(" - JupyterLab") and "Nbgrader" in menus, seen["instructor"]
+    assert [t for t in tabs if "Nbgrader" in t], tabs
