@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV_PY := .venv/bin/python
 
 .PHONY: lab lab-instructor test test-newest-torch test-newest-torch-env test-newest-torch-tests test-notebook setup setup-dev student grade slides site \
-	translations bench gpu-check colab-edition clean
+	translations bench gpu-check gpu-wheels colab-edition clean
 
 setup:
 	@$(PYTHON) amp_lessons/tooling/bootstrap.py
@@ -58,12 +58,20 @@ test-notebook: setup-dev
 bench: setup
 	$(VENV_PY) -m amp_lessons bench --json bench.json
 
-# The whole GPU proof in one run, at most 8 minutes on one H100/H200: the gpu tests, the
-# bench, lessons 00/04/06/07 executed, and notebooks/results/gpu_check_<gpu>.md (see
-# notebooks/results/README.md). Without CUDA it stops at once with exit status 2.
+# The whole GPU proof in one run, at most 8 minutes on one H100/H200: the gpu tests,
+# every lesson executed (Spanish 00 and 06 too), the bench, the ladder (AMP at full
+# speed), and notebooks/results/gpu_check_<gpu>.md (see notebooks/results/README.md).
+# Without CUDA it stops at once with exit status 2. `python -m amp_lessons gpu-check
+# --plan` lists the steps and what a GPU machine would lack, here, on the CPU.
 # On a GPU machine that cannot install packages but whose Python already has torch
 # with CUDA: `make gpu-check GPU_PYTHON=python3` uses that Python and skips the set-up.
 GPU_PYTHON ?=
+# torchao for the GPU machine's torch (2.11+; 0.18 is the course's range), downloaded
+# here into build/gpu-wheels/, which gpu-check installs from: no network there
+TORCHAO_WHEEL ?= torchao==0.18.0
+gpu-wheels: setup
+	$(VENV_PY) -m pip download -q --no-deps -d build/gpu-wheels '$(TORCHAO_WHEEL)'
+
 gpu-check:
 ifeq ($(GPU_PYTHON),)
 	@$(PYTHON) amp_lessons/tooling/bootstrap.py dev

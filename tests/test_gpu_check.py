@@ -143,17 +143,31 @@ def test_the_command_line_lists_it_plans_it_and_refuses_a_bad_budget(
 
     assert main(["--help"]) == 0 and "gpu-check" in capsys.readouterr().out
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert main(["gpu-check", "--plan", "--out", str(tmp_path / "out")]) == 0
+    from amp_lessons.tooling.gpu_check import plan
+
+    wheels = tmp_path / "wheels"
+    monkeypatch.setattr(plan, "WHEELS_DIR", wheels)
+    # no torchao wheel carried: the plan says what the GPU machine would lack
+    assert main(["gpu-check", "--plan", "--out", str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out
     assert out.startswith("gpu-check plan on a CUDA GPU (none here), budget 480 s:")
-    assert [line.split(" (")[0] for line in out.splitlines()[1:]] == [
-        "1. bench",
-        "2. tests",
-        "3. lesson 00_welcome",
-        "4. lesson 04_autocast",
-        "5. lesson 06_speed_memory",
-        "6. lesson 07_clinic",
+    steps = [line.split(" (")[0] for line in out.splitlines()[1:]]
+    assert steps[:4] == [
+        "1. tests",
+        "2. wheels",
+        "3. bench",
+        "4. lesson 00_amp_in_10_minutes",
     ]
+    assert steps[18] == "19. ladder"
+    assert out.splitlines()[-2:] == [
+        "what a GPU run would lack (no network there):",
+        f"- wheels: no torchao wheel in {wheels} (the GPU machine has no network): "
+        "run `make gpu-wheels` here first",
+    ]
+    wheels.mkdir()
+    (wheels / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    assert main(["gpu-check", "--plan", "--out", str(tmp_path / "out")]) == 0
+    assert "would lack" not in capsys.readouterr().out
     assert not (tmp_path / "out").exists()  # a plan runs and writes nothing
     assert main(["gpu-check", "--budget", "0"]) == 2
     assert "--budget must be > 0" in capsys.readouterr().err
@@ -170,18 +184,21 @@ def test_run_gpu_check_raises_before_writing_anything(tmp_path, monkeypatch):
 # -- the plan, CUDA mocked at the boundary ---------------------------------------------
 
 
-def test_plan_runs_bench_tests_and_the_four_lessons_on_the_gpu(fake_h200, tmp_path):
+def test_plan_runs_tests_wheels_bench_every_lesson_and_the_ladder(fake_h200, tmp_path):
     info = gpu_check.gpu_info()
     assert info["name"] == "NVIDIA H200" and info["capability"] == (9, 0)
     out, work = tmp_path / "results", tmp_path / "work"
     steps = gpu_check.plan_steps(out, work)
+    english = sorted(p.stem for p in NOTEBOOKS_DIR.glob("*.ipynb"))
+    assert len(english) == 13
     assert [s.name for s in steps] == [
-        "bench",
         "tests",
-        "lesson 00_welcome",
-        "lesson 04_autocast",
-        "lesson 06_speed_memory",
-        "lesson 07_clinic",
+        "wheels",
+        "bench",
+        *(f"lesson {name}" for name in english),
+        "lesson es/00_amp_in_10_minutes",
+        "lesson es/06_speed_memory",
+        "ladder",
     ]
     by_name = {s.name: s for s in steps}
     b = by_name["bench"].command
@@ -215,8 +232,48 @@ def test_plan_runs_bench_tests_and_the_four_lessons_on_the_gpu(fake_h200, tmp_pa
         src = Path(step.command[-2])
         assert src == NOTEBOOKS_DIR / f"{lesson}.ipynb" and src.exists()
         assert step.output == out / "executed" / f"{lesson}.ipynb" != src
+    # the carried wheels go into a folder of the check's own, on every step's path
+    w = by_name["wheels"].command
+    site = w[w.index("--target") + 1]
+    assert site == str(work / "site") and "--no-index" in w and "--no-deps" in w
     for step in steps:
-        assert step.env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
+        path = step.env["PYTHONPATH"].split(os.pathsep)
+        assert path[:2] == [str(ROOT), site]
+    assert by_name["ladder"].command[-2:] == (
+        "ladder-worker",
+        str(work / "ladder.json"),
+    )
+
+
+def test_the_plan_names_what_a_gpu_machine_would_lack(fake_h200, tmp_path):
+    """`gpu-check --plan`, on the CPU: every lesson and test there, and the carried
+    torchao wheel, or one line saying how to fetch it."""
+    wheels = tmp_path / "wheels"
+    steps = gpu_check.plan_steps(tmp_path, tmp_path, wheels_dir=wheels)
+    [missing] = gpu_check.plan_problems(steps, wheels)
+    assert "no torchao wheel" in missing and "make gpu-wheels" in missing
+    # without a wheel the step fails, saying why, instead of installing nothing
+    step = next(s for s in steps if s.name == "wheels")
+    assert step.command[1] == "-c" and "make gpu-wheels" in step.command[2]
+    wheels.mkdir()
+    wheel = wheels / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"")
+    steps = gpu_check.plan_steps(tmp_path, tmp_path, wheels_dir=wheels)
+    assert gpu_check.plan_problems(steps, wheels) == []
+    assert str(wheel) in next(s for s in steps if s.name == "wheels").command
+    # a lesson that is gone is named
+    gone = gpu_check.Step(
+        "lesson 99_gone", ("x", "lesson-worker", "/no/99.ipynb", "o"), 1
+    )
+    assert gpu_check.plan_problems([gone], wheels) == [
+        "lesson 99_gone: no notebook at /no/99.ipynb"
+    ]
+    # and make gpu-wheels downloads the course's torchao into that folder
+    dry = subprocess.run(
+        ["make", "-n", "gpu-wheels"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+    assert "pip download -q --no-deps -d build/gpu-wheels 'torchao==0.18.0'" in dry
+    assert gpu_check.WHEELS_DIR == ROOT / "build" / "gpu-wheels"
 
 
 def test_the_plan_fits_the_budget_and_gives_each_step_real_time(fake_h200, tmp_path):
@@ -228,13 +285,29 @@ def test_the_plan_fits_the_budget_and_gives_each_step_real_time(fake_h200, tmp_p
     assert len(limits) == len(steps)
     assert sum(limits) <= 480 - gpu_check.RESERVE_S + len(limits)  # rounding
     assert min(limits) > gpu_check.MIN_STEP_S
-    assert limits[0] == max(limits)  # the bench, the one record lesson 06 reads
+    # the ladder, last, the longest: two torch.compile rungs
+    assert limits[-1] == max(limits)
 
 
 def test_step_timeouts_reuse_time_a_step_left_and_never_exceed_what_is_left():
     assert gpu_check.step_timeout(460, 3.0, 10.2) == pytest.approx(135.3, abs=0.1)
     assert gpu_check.step_timeout(100, 1.0, 1.0) == 100  # the last step gets all
     assert gpu_check.step_timeout(-5, 1.0, 2.0) == 0
+
+
+FAKE_LADDER = [
+    {
+        "rung": "eager fp32",
+        "batch": 8,
+        "step_ms": 100.0,
+        "tokens_per_s": 81920.0,
+        "tflops": 50.0,
+        "mfu": 0.75,
+        "mfu_vs_bf16_peak": 0.05,
+        "peak_mem_bytes": 2**30,
+    },
+    {"rung": "+ 2x batch", "skipped": "no time left"},
+]
 
 
 class FakeRunner:
@@ -247,6 +320,10 @@ class FakeRunner:
         self.limits[step.name] = timeout_s
         if step.name == "bench":
             bench_results.save_results(self.report, step.output)
+        elif step.name == "ladder":
+            step.output.write_text(json.dumps(FAKE_LADDER))
+        elif step.name == "wheels":
+            pass
         elif step.name == "tests":
             cases = "".join(f'<testcase classname="t" name="p{i}"/>' for i in range(5))
             cases += "".join(
@@ -275,7 +352,11 @@ def test_a_whole_check_with_fake_steps_writes_the_record_and_the_summary(
         "bench_h200.json",
         "executed",
         "gpu_check_h200.md",
+        "ladder_h200.json",
     ]
+    ladder = json.loads((out / "ladder_h200.json").read_text())
+    assert ladder["gpu"] == "NVIDIA H200" and ladder["rows"] == FAKE_LADDER
+    assert "## AMP at full speed: the ladder" in (out / "gpu_check_h200.md").read_text()
     report = bench_results.load_results(out / "bench_h200.json")
     page = (out / "gpu_check_h200.md").read_text()
     gr.verify_summary(page, report, "bench_h200.json")
@@ -313,7 +394,7 @@ def test_a_budget_too_small_skips_steps_but_still_writes_the_summary(
     assert status == 1 and runner.limits == {}
     page = (tmp_path / "gpu_check_h200.md").read_text()
     # steps table: every step; lessons table: each lesson again
-    assert page.count("no time left in the budget") == 2 + 2 * len(gpu_check.LESSONS)
+    assert page.count("no time left in the budget") == 4 + 2 * len(gpu_check.LESSONS)
     assert "No bench row was measured" in page and "| NO DATA" in page
 
 

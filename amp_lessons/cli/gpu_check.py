@@ -90,5 +90,9 @@ def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
             )
         )
         print(gpu_check.format_plan(steps, args.budget))
-        return 0
+        problems = gpu_check.plan_problems(steps)
+        if problems:
+            print(_("what a GPU run would lack (no network there):"))
+            print("\n".join(f"- {p}" for p in problems))
+        return 1 if problems else 0
     return gpu_check.run_gpu_check(args.out, args.budget, command)

@@ -13,7 +13,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 NOTEBOOKS = ROOT / "notebooks"
 TESTS = ROOT / "tests"
-LESSONS = ("00_welcome", "04_autocast", "06_speed_memory", "07_clinic")
+# Every English lesson, and the Spanish edition's entry lesson and lesson 06 (the
+# ones whose printed numbers come from this GPU): "es/NAME" is notebooks/es/NAME
+LESSONS = tuple(
+    sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+    + ["es/00_amp_in_10_minutes", "es/06_speed_memory"]
+)
+# torchao for the GPU machine's torch, carried as a wheel (`make gpu-wheels`): no
+# network there. Installed by the check into its own folder before the bench and
+# lessons, which find it on PYTHONPATH (lesson 11's cross-check, the fp8 rows).
+WHEELS_DIR = ROOT / "build" / "gpu-wheels"
+WHEELS = ("torchao",)
+NO_WHEELS = "no carried wheel (torchao): run `make gpu-wheels` before the check"
 WANTED_PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
 CONFIGS = ("mlp", "transformer")
 
@@ -25,13 +36,23 @@ MIN_STEP_S = 10.0  # a step offered less than this is skipped, not started
 GRACE_S = 5.0  # a worker stops itself this long before its hard limit
 # Each step's share of the budget. A step that ends early leaves its time to the
 # steps after it: each one gets remaining * share / (shares still to run).
-SHARES = {
-    "bench": 3.0,
-    "tests": 2.2,
-    "lesson 00_welcome": 0.5,
-    "lesson 04_autocast": 1.0,
-    "lesson 06_speed_memory": 2.3,
-    "lesson 07_clinic": 1.2,
+# Each step's share is its expected seconds on an H100/H200 / 10 (the H200 run of
+# 2026-12-04: tests 31 s, bench 40 s without fp8, lessons 00/04/06/07 6/14/46/14 s;
+# the others guessed from their CPU times). The ladder comes last and uses what the
+# others left: two torch.compile rungs are most of it.
+SHARES = {"tests": 3.0, "wheels": 1.2, "bench": 5.5, "ladder": 9.0}
+LESSON_SHARE = 1.2  # no step gets under MIN_STEP_S (10 s) if all use theirs
+LESSON_SHARES = {
+    "02_underflow": 1.5,
+    "03_loss_scaling": 1.5,
+    "04_autocast": 1.4,
+    "05_amp_loop": 2.0,
+    "06_speed_memory": 4.6,  # it measures the four precisions
+    "07_clinic": 1.4,
+    "09_amp_in_practice": 2.5,  # torch.compile
+    "10_distributed_amp": 3.0,  # three torchrun launches
+    "11_fp8": 2.0,
+    "es/06_speed_memory": 4.6,
 }
 DEADLINE_ENV = "AMP_LESSONS_DEADLINE"  # epoch seconds a worker must end by
 
@@ -114,28 +135,88 @@ def plan_steps(
     work_dir: Path,
     command: str = "python -m amp_lessons gpu-check",
     python: str = sys.executable,
+    wheels_dir: Path | None = None,
 ) -> list[Step]:
     """Every step the check runs on this GPU, in order (nothing is run here).
 
-    Example: ``[s.name for s in plan_steps(out, tmp)]`` -> ``["bench", "tests",
-    "lesson 00_welcome", "lesson 04_autocast", "lesson 06_speed_memory",
-    "lesson 07_clinic"]``.
+    Example: ``[s.name for s in plan_steps(out, tmp)]`` -> ``["tests", "wheels",
+    "bench", "lesson 00_amp_in_10_minutes", ..., "lesson es/06_speed_memory",
+    "ladder"]``.
     """
-    env = _worker_env()
+    site = work_dir / "site"  # where the carried wheels are installed
+    env = _worker_env(site)
     me = (python, "-m", "amp_lessons.tooling.gpu_check")
     return [
-        _bench_step(me, work_dir, command, env),
         _tests_step(python, work_dir, env),
+        _wheels_step(python, site, wheels_dir or WHEELS_DIR, env),
+        _bench_step(me, work_dir, command, env),
         *(_lesson_step(me, lesson, out_dir, env) for lesson in LESSONS),
+        Step(
+            "ladder",
+            (*me, "ladder-worker", str(work_dir / "ladder.json")),
+            SHARES["ladder"],
+            ("torch",),
+            work_dir / "ladder.json",
+            env,
+        ),
     ]
 
 
-def _worker_env() -> dict[str, str]:
+def carried_wheels(wheels_dir: Path | None = None) -> dict[str, Path | None]:
+    """Each wheel of `WHEELS` found in the wheels folder (the newest), or None."""
+    folder = Path(wheels_dir or WHEELS_DIR)
+    found = {}
+    for name in WHEELS:
+        wheels = sorted(folder.glob(f"{name}-*.whl")) if folder.is_dir() else []
+        found[name] = wheels[-1] if wheels else None
+    return found
+
+
+def plan_problems(steps: Sequence[Step], wheels_dir: Path | None = None) -> list[str]:
+    """What the check would lack on a GPU machine, found here (empty: all there):
+    a lesson's notebook, the gpu tests, a carried wheel."""
+    problems = []
+    for step in steps:
+        if step.name.startswith("lesson ") and not Path(step.command[-2]).is_file():
+            problems.append(f"{step.name}: no notebook at {step.command[-2]}")
+    if not gpu_test_files():
+        problems.append("tests: no test file holds a gpu-marked test")
+    for name, wheel in carried_wheels(wheels_dir).items():
+        if wheel is None:
+            problems.append(
+                f"wheels: no {name} wheel in {Path(wheels_dir or WHEELS_DIR)} (the GPU "
+                "machine has no network): run `make gpu-wheels` here first"
+            )
+    return problems
+
+
+def _wheels_step(python: str, site: Path, wheels_dir: Path, env: dict) -> Step:
+    """pip installs the carried wheels into `site`, offline, without dependencies
+    (the GPU machine's own torch stays)."""
+    wheels = [str(w) for w in carried_wheels(wheels_dir).values() if w]
+    install = (
+        *("-m", "pip", "install", "-q", "--no-deps", "--no-index"),
+        *("--disable-pip-version-check", "--target", str(site), *wheels),
+    )
+    if not wheels:  # a failed step, said: the fp8 rows and lesson 11's check wait
+        install = ("-c", f"import sys; sys.exit({NO_WHEELS!r})")
+    return Step(
+        "wheels",
+        (python, *install),
+        SHARES["wheels"],
+        ("pip",),
+        site,
+        env,
+    )
+
+
+def _worker_env(site: Path) -> dict[str, str]:
     """What each step's process adds to the environment: this checkout first on
-    PYTHONPATH, so a worker imports the package under test, installed or not."""
+    PYTHONPATH, so a worker imports the package under test, installed or not, then
+    the folder the carried wheels go to."""
     return {
         "PYTHONPATH": os.pathsep.join(
-            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+            p for p in (str(ROOT), str(site), os.environ.get("PYTHONPATH", "")) if p
         )
     }
 
@@ -195,13 +276,14 @@ def _tests_step(python: str, work_dir: Path, env: dict[str, str]) -> Step:
 def _lesson_step(
     me: tuple[str, ...], lesson: str, out_dir: Path, env: dict[str, str]
 ) -> Step:
-    """The lesson worker for one notebook; its executed copy goes to `out_dir`."""
+    """The lesson worker for one notebook ("es/NAME": the Spanish one); its executed
+    copy goes to `out_dir`/executed/ (executed/es/ for the Spanish ones)."""
     src = NOTEBOOKS / f"{lesson}.ipynb"
     dest = out_dir / "executed" / f"{lesson}.ipynb"
     return Step(
         f"lesson {lesson}",
         (*me, "lesson-worker", str(src), str(dest)),
-        SHARES[f"lesson {lesson}"],
+        LESSON_SHARES.get(lesson, LESSON_SHARE),
         ("nbclient", "nbformat", "ipykernel", "ipywidgets"),
         dest,
         env,

@@ -161,6 +161,7 @@ class _Outcome:
     results: list[gr.StepResult] = field(default_factory=list)
     report: dict | None = None
     tests: gr.TestCounts = field(default_factory=gr.TestCounts)
+    ladder: dict | None = None  # the ladder's record, once a rung is measured
 
 
 def _run_steps(
@@ -215,6 +216,11 @@ def _finish_step(
         dest = check.out_dir / check.bench_file
         outcome.report, result = _finish_bench(step, result, dest, echo)
         return result
+    if step.name == "ladder":
+        outcome.ladder, result = _finish_ladder(check, step, result)
+        return result
+    if step.name == "wheels":
+        return result if result.status == "ok" else _with(result, _last(lines))
     if step.name == "tests":
         tests = gr.count_junit(step.output)
         if tests.source == "none":  # no junit file: count pytest's own lines
@@ -261,6 +267,8 @@ def _write_outcome(
         goals,
         context,
     )
+    if outcome.ladder:
+        page = page.rstrip("\n") + "\n\n" + ladder_section(outcome.ladder) + "\n"
     summary = check.out_dir / check.summary_file
     write_summary(page, summary, report or {})
     for g in goals:
@@ -309,6 +317,48 @@ def _finish_bench(step, result, dest: Path, echo):
     )
     status = "failed" if failed and result.status == "ok" else result.status
     return report, _with(result, detail, status, dest.name)
+
+
+def _finish_ladder(check: _Check, step: Step, result: gr.StepResult):
+    """The ladder's rows, recorded with their provenance beside the bench's record
+    (``ladder_h200.json``); None where no rung was written."""
+    try:
+        rows = json.loads(step.output.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None, _with(result, result.detail or "no rung was measured", "failed")
+    record = {
+        "gpu": check.info["name"],
+        "torch": check.info["torch"],
+        "cuda": check.info["cuda"],
+        "date": _now(),
+        "command": check.command,
+        "rows": rows,
+    }
+    dest = check.out_dir / check.bench_file.replace("bench_", "ladder_", 1)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(record, indent=1))
+    measured = [r for r in rows if "step_ms" in r]
+    detail = f"{len(measured)} of {len(rows)} rungs -> {dest.name}"
+    if result.detail:
+        detail = f"{result.detail}; {detail}"
+    return record, _with(result, detail, output=dest.name)
+
+
+def ladder_section(record: dict) -> str:
+    """The summary page's ladder: provenance, then the table."""
+    from amp_lessons.measure.ladder import format_ladder
+
+    return (
+        "## AMP at full speed: the ladder\n\n"
+        f"The bench's transformer on {record['gpu']}, torch {record['torch']}, "
+        "one switch more a row (`amp_lessons.measure.ladder`); MFU against the "
+        "dense peak of the row's precision and of bf16.\n\n"
+        + format_ladder(record["rows"])
+    )
+
+
+def _last(lines: list[str]) -> str:
+    return next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
 
 
 def _finish_lesson(step, result, lines, out_dir: Path):

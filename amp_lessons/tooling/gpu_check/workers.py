@@ -116,6 +116,20 @@ def _save_partial(report, rows, skipped, partial) -> None:
         save_results(report, partial)
 
 
+def ladder_rows(out: Path, deadline: float, device: str = "cuda") -> list[dict]:
+    """Climb the ladder (`amp_lessons.measure.ladder`), rung by rung, stopping
+    before ``deadline``; ``out`` holds the rows measured so far after each rung."""
+    import json
+
+    from amp_lessons.measure import ladder
+
+    def save(rows: list[dict]) -> None:
+        print(f"ladder: {rows[-1]['rung']}: {rows[-1].get('step_ms')}", flush=True)
+        out.write_text(json.dumps(rows, indent=1))
+
+    return ladder.climb(device, deadline=deadline - 20, on_row=save)
+
+
 def execute_lesson(src: Path, dest: Path, deadline: float) -> str:
     """Run a lesson top to bottom with this Python's kernel; write the executed copy.
 
@@ -188,6 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--configs", nargs="+", default=list(CONFIGS))
     b.add_argument("--precisions", nargs="+", default=list(WANTED_PRECISIONS))
     b.add_argument("--device", default="cuda")
+    ladder = workers.add_parser("ladder-worker")
+    ladder.add_argument("out", type=Path)
+    ladder.add_argument("--device", default="cuda")
     n = workers.add_parser("lesson-worker")
     n.add_argument("src", type=Path)
     n.add_argument("dest", type=Path)
@@ -203,6 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.device,
         )
         return 0 if report else 1
+    if args.worker == "ladder-worker":
+        rows = ladder_rows(args.out, deadline, args.device)
+        return 0 if all("step_ms" in r for r in rows) else 1
     error = execute_lesson(args.src, args.dest, deadline)
     if error:
         print(f"LESSON FAILED: {error}", flush=True)
