@@ -308,3 +308,48 @@ def test_the_reveal_compares_the_prediction_with_the_count(capsys):
         assert verdict in out
     reveal_prediction("b", {"fp16": 64, "bf16": 64})  # the measured count decides
     assert "that is (a)" in capsys.readouterr().out
+
+
+# --- the exercise cell itself, written as readers write it ------------------------
+
+FIRST_TRIES = {  # what readers write: the three commonest mistakes, then one more
+    "loss.backward()\noptimizer.step()": "backward ran on the loss itself",
+    "scaler.scale(loss).backward()\noptimizer.step()": "optimizer.step() ran directly",
+    "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()": (
+        "scaler.update() ran twice in one step"
+    ),
+    "scaler.step(optimizer)\nscaler.scale(loss).backward()": (
+        "the scaler's step ran before backward"
+    ),
+}
+
+
+def run_exercise(lines: str) -> None:
+    """Run the lesson's visible test cell on its solution cell with `lines`
+    in place of the solution (raises AssertionError when the check fails)."""
+    cells = {
+        c.get("id"): "".join(c["source"])
+        for c in json.loads(NOTEBOOK.read_text())["cells"]
+    }
+    solution, test = cells["e010"], cells["e011"].split("### BEGIN HIDDEN TESTS")[0]
+    head, rest = solution.split("    ### BEGIN SOLUTION\n")
+    tail = rest.split("    ### END SOLUTION\n")[1]
+    written = "".join(f"    {line}\n" for line in lines.splitlines())
+    namespace: dict = {}
+    exec(cells["e001"], namespace)  # the lesson's imports
+    exec(head + written + tail, namespace)
+    exec(test, namespace)
+
+
+@pytest.mark.parametrize("lines", FIRST_TRIES, ids=range(len(FIRST_TRIES)))
+def test_each_first_try_in_the_exercise_cell_gets_its_own_hint(lines, capsys):
+    with pytest.raises(AssertionError):
+        run_exercise(lines)
+    out = " ".join(capsys.readouterr().out.split())
+    assert FIRST_TRIES[lines] in out
+    assert not any(answer in out for answer in ANSWER_LINES), out
+
+
+def test_the_exercise_cell_passes_with_the_two_lines(capsys):
+    run_exercise("scaler.scale(loss).backward()\nscaler.step(optimizer)")
+    assert "all 2 cases passed" in capsys.readouterr().out
