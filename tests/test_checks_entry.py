@@ -1,6 +1,7 @@
 """The entry lesson's graders (amp_lessons.teaching.checks.entry): the reference passes,
-each mistake readers make fails with its own hint, a correct step written differently
-passes, the quiz never says which answer is wrong, and the notebook grades both."""
+each mistake readers make fails with a hint that names it from the calls the step made
+(never the line to write), a correct step written differently passes, a wrong letter
+is told why, and the notebook grades the step and the question, not the prediction."""
 
 import json
 
@@ -14,6 +15,12 @@ from amp_lessons.teaching.checks import (
     ENTRY_QUESTIONS,
     check_entry_amp_step,
     check_entry_quiz,
+)
+from amp_lessons.teaching.entry import (
+    PREDICTION_CHOICES,
+    measured_choice,
+    note_prediction,
+    reveal_prediction,
 )
 
 NOTEBOOK = NOTEBOOKS_DIR / "00_amp_in_10_minutes.ipynb"
@@ -42,17 +49,32 @@ amp_step = _step_ending(
 
 
 def quiz_answers():
-    return {"fp16_and_bf16": "b", "scale_after_32": "b"}
+    return {"scale_after_32": "b"}
 
 
 # --- known-wrong answers, each with a fragment of the hint it must get ------------
 
+# The three commonest (the lesson's own "often ends" pair, the optimizer stepped
+# directly, and the usual recipe's update() beside the given one), then the others.
 the_broken_step = _step_ending(lambda loss, opt, scaler: (loss.backward(), opt.step()))
+optimizer_step = _step_ending(
+    lambda loss, opt, scaler: (scaler.scale(loss).backward(), opt.step())
+)
+own_update_too = _step_ending(
+    lambda loss, opt, scaler: (
+        scaler.scale(loss).backward(),
+        scaler.step(opt),
+        scaler.update(),
+    )
+)
 unscaled_backward = _step_ending(
     lambda loss, opt, scaler: (loss.backward(), scaler.step(opt))
 )
-optimizer_step = _step_ending(
-    lambda loss, opt, scaler: (scaler.scale(loss).backward(), opt.step())
+scaled_but_unused = _step_ending(
+    lambda loss, opt, scaler: (scaler.scale(loss), loss.backward(), scaler.step(opt))
+)
+step_before_backward = _step_ending(
+    lambda loss, opt, scaler: (scaler.step(opt), scaler.scale(loss).backward())
 )
 unscale_then_optimizer_step = _step_ending(
     lambda loss, opt, scaler: (
@@ -75,22 +97,20 @@ backward_twice = _step_ending(
         scaler.step(opt),
     )
 )
+nothing_written = _step_ending(lambda loss, opt, scaler: None)
+no_step = _step_ending(lambda loss, opt, scaler: scaler.scale(loss).backward())
 
 
-def quiz_one_wrong():
-    return {**quiz_answers(), "scale_after_32": "a"}
+def quiz_wrong():
+    return {"scale_after_32": "a"}
 
 
-def quiz_prediction_wrong():
-    return {**quiz_answers(), "fp16_and_bf16": "a"}
-
-
-def quiz_one_missing():
+def quiz_missing():
     return {"fp16_and_bf16": "b"}
 
 
 def quiz_not_a_letter():
-    return {**quiz_answers(), "scale_after_32": ["b"]}
+    return {"scale_after_32": ["b"]}
 
 
 # (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
@@ -99,24 +119,32 @@ CASES = {
         check_entry_amp_step,
         amp_step,
         [
-            (the_broken_step, False, "backward ran on the unscaled loss"),
-            (unscaled_backward, True, "call scaler.scale(loss).backward()"),
-            (optimizer_step, False, "instead of optimizer.step()"),
-            (unscale_then_optimizer_step, False, "optimizer.step() never skips"),
-            (unscale_then_optimizer_step, True, "optimizer.step() never skips"),
-            (step_twice, False, "scaler.step ran twice"),
-            (backward_twice, True, "write the two lines the lesson names"),
+            (the_broken_step, False, "backward ran on the loss itself"),
+            (the_broken_step, False, "optimizer.step() ran directly"),
+            (optimizer_step, False, "ran directly, on gradients still multiplied"),
+            (optimizer_step, True, "never skips an inf/NaN step"),
+            (own_update_too, False, "scaler.update() ran twice in one step"),
+            (own_update_too, True, "the lesson's cell already calls it"),
+            (unscaled_backward, True, "backward ran on the loss itself"),
+            (scaled_but_unused, False, "ran backward on the unscaled one"),
+            (step_before_backward, False, "the scaler's step ran before backward"),
+            (step_before_backward, True, "Backward first, then the step"),
+            (unscale_then_optimizer_step, False, "optimizer.step() yourself"),
+            (unscale_then_optimizer_step, True, "on the overflow step it wrote inf"),
+            (step_twice, False, "the scaler's step ran twice"),
+            (backward_twice, True, "backward ran 2 times in one step"),
+            (nothing_written, False, "no backward ran"),
+            (no_step, False, "update() ran with no step before it"),
         ],
     ),
     "quiz": (
         check_entry_quiz,
         quiz_answers,
         [
-            (quiz_one_wrong, False, "the check does not say which"),
-            (quiz_prediction_wrong, False, "the check does not say which"),
-            (quiz_one_wrong, True, "the check does not say which"),
-            (quiz_one_missing, False, "missing or invalid: scale_after_32"),
-            (quiz_not_a_letter, False, "missing or invalid: scale_after_32"),
+            (quiz_wrong, False, "(a) an overflow is not the only thing"),
+            (quiz_wrong, True, "(a) an overflow is not the only thing"),
+            (quiz_missing, False, "answer scale_after_32 with one of a, b, c, d"),
+            (quiz_not_a_letter, False, "answer scale_after_32 with one of"),
         ],
     ),
 }
@@ -147,35 +175,87 @@ test_other_correct_answers_pass = other_correct_test(
 )
 
 
-# --- fair grading -------------------------------------------------------------------
+# --- hints that teach: the fault named from the calls, the line left to write ------
+
+ANSWER_LINES = ("scaler.scale(loss).backward()", "scaler.step(optimizer)")
+WRONG_STEPS = [w for w, _, _ in CASES["amp_step"][2]]
 
 
-def test_quiz_table_never_says_which_answer_is_wrong(capsys):
-    """Told which answer is wrong, a reader passes by trying letters: the visible table
-    reads the same whichever of the two is wrong."""
-    tables = []
-    for wrong in (quiz_one_wrong, quiz_prediction_wrong):
+@pytest.mark.parametrize("wrong", dict.fromkeys(WRONG_STEPS), ids=lambda w: w.__name__)
+@pytest.mark.parametrize("hidden", [False, True], ids=["visible", "hidden"])
+def test_no_hint_writes_the_answer_line(wrong, hidden, capsys):
+    with pytest.raises(AssertionError):
+        check_entry_amp_step(wrong, hidden=hidden)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "hint:" in out
+    assert not any(line in out for line in ANSWER_LINES), out
+
+
+COMMON_MISTAKES = {  # wrong step: (its fault, hints of faults it did not make)
+    the_broken_step: (
+        ["backward ran on the loss itself", "optimizer.step() ran directly"],
+        ["ran twice", "before backward"],
+    ),
+    optimizer_step: (
+        ["optimizer.step() ran directly"],
+        ["backward ran on the loss itself", "ran twice", "before backward"],
+    ),
+    own_update_too: (
+        ["scaler.update() ran twice"],
+        ["optimizer.step() ran", "before backward", "backward ran on"],
+    ),
+    step_before_backward: (
+        ["the scaler's step ran before backward"],
+        ["backward ran on the loss itself", "optimizer.step() ran", "ran twice"],
+    ),
+}
+
+
+@pytest.mark.parametrize("wrong", COMMON_MISTAKES, ids=lambda w: w.__name__)
+def test_each_common_mistake_gets_its_own_fault_and_no_other(wrong, capsys):
+    """The hint says what this step did wrong, not a fault it did not make: on main
+    the recipe's own update() and the step before backward were told to add a line
+    they already had."""
+    with pytest.raises(AssertionError):
+        check_entry_amp_step(wrong)
+    out = " ".join(capsys.readouterr().out.split())
+    said, not_said = COMMON_MISTAKES[wrong]
+    assert all(s in out for s in said), out
+    assert not any(s in out for s in not_said), out
+
+
+def test_a_repeated_hint_is_printed_once(capsys):
+    with pytest.raises(AssertionError):
+        check_entry_amp_step(the_broken_step)
+    out = capsys.readouterr().out
+    assert out.count("backward ran on the loss itself") == 1
+    assert "the same as above" in out
+    assert len(out.splitlines()) <= 15
+
+
+def test_the_hint_follows_the_calls_not_the_error_text(capsys):
+    """The same torch error (no inf checks before update) from two different
+    faults gets two different hints."""
+    hints = []
+    for wrong in (optimizer_step, own_update_too):
         with pytest.raises(AssertionError):
-            check_entry_quiz(wrong)
-        tables.append(capsys.readouterr().out)
-    assert tables[0] == tables[1]
-    assert all(qid not in tables[0] for qid in ENTRY_QUESTIONS)
+            check_entry_amp_step(wrong)
+        hints.append(capsys.readouterr().out.split("hint:")[1])
+    assert hints[0] != hints[1]
 
 
-def test_every_wrong_letter_pair_fails():
-    for first in ENTRY_QUESTIONS["fp16_and_bf16"]:
-        for second in ENTRY_QUESTIONS["scale_after_32"]:
-            answers = {"fp16_and_bf16": first, "scale_after_32": second}
-            if answers == quiz_answers():
-                continue
-            with pytest.raises(AssertionError):
-                check_entry_quiz(lambda answers=answers: answers)
+def test_the_quiz_never_prints_the_right_letter(capsys):
+    for letter in (c for c in ENTRY_QUESTIONS["scale_after_32"] if c != "b"):
+        with pytest.raises(AssertionError):
+            check_entry_quiz(lambda letter=letter: {"scale_after_32": letter})
+        out = capsys.readouterr().out
+        assert f"({letter})" in out and "(b)" not in out
 
 
 # --- the notebook grades both, in the locked form -----------------------------------
 
 
-def test_notebook_grades_both_exercises():
+def test_notebook_grades_the_step_and_the_question_not_the_prediction():
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     graded = [
         "".join(c["source"])
@@ -186,3 +266,90 @@ def test_notebook_grades_both_exercises():
     assert "_checks.check_entry_amp_step(amp_step)" in graded[0]
     assert "_checks.check_entry_quiz(quiz_answers)" in graded[1]
     assert all("hidden=True" in text for text in graded)
+    source = {c.get("id"): "".join(c["source"]) for c in cells}
+    prediction = next(c for c in cells if "note_prediction(" in "".join(c["source"]))
+    assert "nbgrader" not in prediction["metadata"]  # a guess, not an answer
+    assert "prediction" not in source["e013"]  # the quiz does not read it
+    assert "reveal_prediction(prediction, kept)" in source["e004"]
+
+
+# --- the prediction: taken and shown beside the count, never graded ---------------
+
+
+@pytest.mark.parametrize("letter", PREDICTION_CHOICES)
+def test_the_prediction_is_acknowledged_the_same_way_right_or_wrong(letter, capsys):
+    note_prediction(letter)
+    said = capsys.readouterr().out
+    note_prediction("b")
+    assert said == capsys.readouterr().out.replace("(b)", f"({letter})")
+    assert f"({letter})" in said and "right" not in said
+
+
+@pytest.mark.parametrize("odd", ["", None, "e", 3, ["b"]])
+def test_a_missing_or_odd_prediction_is_told_what_to_write(odd, capsys):
+    note_prediction(odd)  # never raises: Run All goes on
+    out = capsys.readouterr().out
+    assert "a to d" in out and "(" not in out.split(":")[0]
+
+
+def test_each_choice_is_the_count_it_names():
+    for letter, (fp16, bf16) in PREDICTION_CHOICES.items():
+        assert measured_choice(fp16, bf16) == letter
+    assert measured_choice(20, 64) == "d" and measured_choice(60, 64) is None
+    assert measured_choice(0, 63) is None
+
+
+def test_the_reveal_compares_the_prediction_with_the_count(capsys):
+    kept = {"fp16": 0, "bf16": 64}
+    for guess, verdict in (("b", "right"), ("a", "not what happened"), ("", "no")):
+        reveal_prediction(guess, kept)
+        out = capsys.readouterr().out
+        assert "fp16 kept 0 of 64, bf16 64 of 64: that is (b)" in out
+        assert verdict in out
+    reveal_prediction("b", {"fp16": 64, "bf16": 64})  # the measured count decides
+    assert "that is (a)" in capsys.readouterr().out
+
+
+# --- the exercise cell itself, written as readers write it ------------------------
+
+FIRST_TRIES = {  # what readers write: the three commonest mistakes, then one more
+    "loss.backward()\noptimizer.step()": "backward ran on the loss itself",
+    "scaler.scale(loss).backward()\noptimizer.step()": "optimizer.step() ran directly",
+    "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()": (
+        "scaler.update() ran twice in one step"
+    ),
+    "scaler.step(optimizer)\nscaler.scale(loss).backward()": (
+        "the scaler's step ran before backward"
+    ),
+}
+
+
+def run_exercise(lines: str) -> None:
+    """Run the lesson's visible test cell on its solution cell with `lines`
+    in place of the solution (raises AssertionError when the check fails)."""
+    cells = {
+        c.get("id"): "".join(c["source"])
+        for c in json.loads(NOTEBOOK.read_text())["cells"]
+    }
+    solution, test = cells["e010"], cells["e011"].split("### BEGIN HIDDEN TESTS")[0]
+    head, rest = solution.split("    ### BEGIN SOLUTION\n")
+    tail = rest.split("    ### END SOLUTION\n")[1]
+    written = "".join(f"    {line}\n" for line in lines.splitlines())
+    namespace: dict = {}
+    exec(cells["e001"], namespace)  # the lesson's imports
+    exec(head + written + tail, namespace)
+    exec(test, namespace)
+
+
+@pytest.mark.parametrize("lines", FIRST_TRIES, ids=range(len(FIRST_TRIES)))
+def test_each_first_try_in_the_exercise_cell_gets_its_own_hint(lines, capsys):
+    with pytest.raises(AssertionError):
+        run_exercise(lines)
+    out = " ".join(capsys.readouterr().out.split())
+    assert FIRST_TRIES[lines] in out
+    assert not any(answer in out for answer in ANSWER_LINES), out
+
+
+def test_the_exercise_cell_passes_with_the_two_lines(capsys):
+    run_exercise("scaler.scale(loss).backward()\nscaler.step(optimizer)")
+    assert "all 2 cases passed" in capsys.readouterr().out

@@ -150,3 +150,15 @@ def test_the_table_in_the_text_is_the_table_the_proof_checks():
     assert [(gpu, against.lower(), speed) for _, gpu, against, speed in table] == proof
     assert "7.3x" in cells["e007"] and "== 7.3" in cells["e008"]
     assert "2.7x" in cells["e007"] and "== 2.7" in cells["e008"]
+
+
+def test_the_lesson_takes_the_prediction_then_shows_it_beside_the_count(
+    capsys, one_thread
+):
+    """The guess is echoed when its cell runs, without a verdict; the count's cell
+    holds it up against what was measured. Nothing grades it."""
+    run_until("e005", {"e003": ('prediction = ""', 'prediction = "a"')})
+    out = capsys.readouterr().out
+    taken, _, revealed = out.partition("Your prediction: (a)")[2].partition("not 0:")
+    assert "right" not in taken and "not what happened" not in taken
+    assert "that is (b)" in revealed and "You predicted (a): not what" in revealed

@@ -1,16 +1,30 @@
 """The entry lesson's demo material (notebooks/00_amp_in_10_minutes).
 
 `tiny_gradient_layer` builds a layer whose output gradients are all exactly 2^-25,
-so that fp16 loses every one of them and bf16 keeps them; `GPU_ROWS` names the
+so that fp16 loses every one of them and bf16 keeps them; `note_prediction` and
+`reveal_prediction` take the reader's guess of how many survive before the count and
+hold it up against the count after (the guess is never graded); `GPU_ROWS` names the
 published runs the lesson's table quotes (`amp_lessons.measure.published`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
-__all__ = ["GPU_ROWS", "RUNS", "tiny_gradient_layer"]
+from amp_lessons.i18n import _
+
+__all__ = [
+    "GPU_ROWS",
+    "PREDICTION_CHOICES",
+    "RUNS",
+    "measured_choice",
+    "note_prediction",
+    "reveal_prediction",
+    "tiny_gradient_layer",
+]
 
 GPU_ROWS = (
     "bert_large_seq128_v100_32gb",
@@ -54,3 +68,91 @@ RUNS = (
 )
 """(name, autocast dtype, loss scale) of each run of the lesson's gradient demo: the
 last multiplies the loss by 2^16, `torch.amp.GradScaler`'s first scale."""
+
+
+PREDICTION_CHOICES = {"a": (64, 64), "b": (0, 64), "c": (0, 0), "d": (32, 64)}
+"""The lesson's prediction: how many of the 64 weight gradients are not 0, (fp16,
+bf16), for each letter the lesson offers ("d" is "about 32 and 64")."""
+
+
+def measured_choice(fp16: int, bf16: int) -> str | None:
+    """The letter of PREDICTION_CHOICES that counts of (fp16, bf16) gradients not 0
+    match, or None where none does ("about 32": 16 to 48).
+
+    Example:
+        >>> measured_choice(0, 64)
+        'b'
+    """
+    for letter, (want16, want_bf16) in PREDICTION_CHOICES.items():
+        near = abs(fp16 - want16) <= 16 if letter == "d" else fp16 == want16
+        if near and bf16 == want_bf16:
+            return letter
+    return None
+
+
+def _as_letter(prediction: Any) -> str | None:
+    if not isinstance(prediction, str):
+        return None
+    letter = str.__str__(prediction).strip().strip("()").lower()
+    return letter if letter in PREDICTION_CHOICES else None
+
+
+def note_prediction(prediction: Any) -> None:
+    """Print that the reader's prediction is taken, without a word on whether it is
+    right (the count after it says that); a blank or odd one gets what to write.
+
+    Example:
+        >>> note_prediction("b")
+        Your prediction: (b). Run the next cell: it counts.
+    """
+    letter = _as_letter(prediction)
+    if letter:
+        print(
+            _("Your prediction: ({letter}). Run the next cell: it counts.").format(
+                letter=letter
+            )
+        )
+    elif prediction in ("", None):
+        print(
+            _(
+                "No prediction yet: put a letter, a to d, between the quotes and run "
+                "this cell again (or run on and just watch)."
+            )
+        )
+    else:
+        print(
+            _(
+                "{value} is not a letter from a to d: put one between the quotes."
+            ).format(value=repr(prediction)[:40])
+        )
+
+
+def reveal_prediction(prediction: Any, kept: dict[str, int]) -> None:
+    """Print the count of gradients not 0 in fp16 and bf16 (``kept``, as the lesson's
+    run measured them), the letter it makes, and the reader's prediction beside it.
+
+    Example:
+        >>> reveal_prediction("a", {"fp16": 0, "bf16": 64})
+        Measured: fp16 kept 0 of 64, bf16 64 of 64: that is (b).
+        You predicted (a): not what happened; the next paragraph says why.
+    """
+    measured = measured_choice(kept["fp16"], kept["bf16"])
+    counted = _("Measured: fp16 kept {fp16} of 64, bf16 {bf16} of 64").format(
+        fp16=kept["fp16"], bf16=kept["bf16"]
+    )
+    if measured:
+        print(counted + _(": that is ({letter}).").format(letter=measured))
+    else:
+        print(counted + _(": none of the four choices."))
+    letter = _as_letter(prediction)
+    if letter is None:
+        print(_("You made no prediction: next time, guess first; it sticks better."))
+    elif letter == measured:
+        print(_("You predicted ({letter}): right.").format(letter=letter))
+    else:
+        print(
+            _(
+                "You predicted ({letter}): not what happened; the next paragraph says "
+                "why."
+            ).format(letter=letter)
+        )

@@ -1,12 +1,13 @@
 """The entry lesson's graders (notebooks/00_amp_in_10_minutes): the AMP step the reader
-writes, and the reader's prediction and one question, graded as a pair.
+writes, and one question on the scaler (the prediction the lesson asks for first is
+not graded).
 
 `check_entry_amp_step` runs the reader's `amp_step` for a few steps on a tiny model
 beside the same step written with a real `torch.amp.GradScaler`, and compares the
 parameters, the scale and the growth tracker bit for bit, an overflow included. A
-wrong run is matched against the mistakes readers make (each run the same way) to
-name the one made. `check_entry_quiz` says only whether both answers are right: told
-which one is wrong, a reader could pass by trying letters.
+wrong run's hint comes from what the step did (the calls `RecordingScaler` saw, in
+order): it names the fault and why it is one, and leaves the line to the reader.
+`check_entry_quiz` says why a wrong letter is wrong, never which letter is right.
 """
 
 from __future__ import annotations
@@ -22,16 +23,15 @@ from torch import nn
 from amp_lessons.core.formats import same_bits
 from amp_lessons.i18n import N_, _
 from amp_lessons.teaching.checks._engine import (
-    NOT_SHOWN,
     Raised,
     Row,
     answer_of_type,
-    answered_row,
-    as_choice,
     call_student,
+    choice_row,
     grade,
     show_value,
 )
+from amp_lessons.teaching.checks._recording import RecordingScaler
 
 __all__ = ["ENTRY_QUESTIONS", "check_entry_amp_step", "check_entry_quiz"]
 
@@ -69,46 +69,100 @@ def _reference_step(model, optimizer, scaler, x, y):
     return loss
 
 
-def _mistaken_step(mistake: str) -> Callable:
-    """The lesson's step with one mistake readers make, to recognise it in a run."""
+# What each fault did wrong and why, named from the calls the reader's step made
+# (`RecordingScaler`); never the line to write: that is the exercise.
+_FAULTS = {
+    "unscaled": N_(
+        "backward ran on the loss itself, not on the scaled loss: fp16 flushes "
+        "gradients below 2^-24 to zero on the way back, and the scaler has nothing "
+        "to divide back. The scaler's scale method gives the loss to run backward on."),
+    "scaled_unused": N_(
+        "you scaled the loss but ran backward on the unscaled one: scale returns a "
+        "new tensor (loss times scale) and leaves the loss as it was; backward must "
+        "start from that new tensor."),
+    "no_backward": N_(
+        "no backward ran: the parameters got no gradients to step with."),
+    "backward_twice": N_(
+        "backward ran {count} times in one step: gradients add up, so the step "
+        "applied {count} times the gradient. Once per step."),
+    "step_before_backward": N_(
+        "the scaler's step ran before backward, when this batch had no gradients yet "
+        "(no loss even scaled, so torch refused). Backward first, then the step."),
+    "direct_step_scaled": N_(
+        "optimizer.step() ran directly, on gradients still multiplied by the scale; "
+        "it never skips an inf/NaN step, and update() finds no inf check. The "
+        "scaler's own step unscales, checks, then steps or skips."),
+    "direct_step": N_(
+        "optimizer.step() ran directly: it never skips an inf/NaN step, and update() "
+        "finds no inf check. The scaler's own step unscales, checks, then steps or "
+        "skips."),
+    "unscale_then_direct_step": N_(
+        "you unscaled, then called optimizer.step() yourself: it never skips, so on "
+        "the overflow step it wrote inf/NaN into the weights. The scaler's own step "
+        "checks what unscale_ found and skips such a step."),
+    "no_step": N_(
+        "update() ran with no step before it: the weights did not move, and update() "
+        "acts on the inf check the scaler's step makes. That step goes between "
+        "backward and update()."),
+    "step_twice": N_(
+        "the scaler's step ran twice in one step: the second would apply the same "
+        "gradients again, so torch refuses it. Once per step."),
+    "unscale_twice": N_(
+        "unscale_ ran twice in one step: the second would divide the gradients by "
+        "the scale again, so torch refuses it. The scaler's step unscales by itself."),
+    "update_twice": N_(
+        "scaler.update() ran twice in one step: the lesson's cell already calls it "
+        "after your lines, and the second call finds no inf check left. Your lines "
+        "end with the step."),
+    "no_update": N_(
+        "scaler.update() never ran, so the scale never changes: keep the given "
+        "update() at the end of the step."),
+}  # fmt: skip
 
-    def step(model, optimizer, scaler, x, y):
-        optimizer.zero_grad()
-        with torch.autocast(x.device.type, dtype=torch.float16):
-            loss = F.mse_loss(model(x), y)
-        scaler.scale(loss).backward()
-        if mistake == "unscale_then_optimizer_step":
-            scaler.unscale_(optimizer)
-            optimizer.step()
+
+def _faults(calls: list[str], finished: bool) -> list[str]:
+    """The faults (keys of `_FAULTS`) one step's `calls` show. `finished`: the step
+    returned; when it raised, what it never reached is not called missing."""
+    count = calls.count
+    backward = [i for i, c in enumerate(calls) if c.startswith("backward")]
+    stepped = "step" in calls or "optimizer.step" in calls
+    reached_end = finished or "update" in calls
+    faults = []
+    if "backward_unscaled" in calls:
+        faults.append("scaled_unused" if "scale" in calls else "unscaled")
+    elif len(backward) > 1:
+        faults.append("backward_twice")
+    if "step" in calls and (not backward or calls.index("step") < backward[0]):
+        faults.append("step_before_backward")
+    elif not backward and reached_end:
+        faults.append("no_backward")
+    if "optimizer.step" in calls:
+        before = calls[: calls.index("optimizer.step")]
+        if "unscale_" in before:
+            faults.append("unscale_then_direct_step")
+        elif "backward" in before and "backward_unscaled" not in before:
+            faults.append("direct_step_scaled")
         else:
-            scaler.step(optimizer)
-        scaler.update()
-        return loss
+            faults.append("direct_step")
+    elif not stepped and reached_end:
+        faults.append("no_step")
+    for call in ("step", "unscale_", "update"):
+        if count(call) > 1:
+            faults.append(f"{call}_twice")
+    if finished and not count("update"):
+        faults.append("no_update")
+    return faults
 
-    return step
 
-
-_MISTAKES = {
-    "unscale_then_optimizer_step": N_(
-        "on the overflow step your step applied inf: optimizer.step() never skips. "
-        "scaler.step(optimizer) unscales and skips a step whose gradients hold "
-        "inf/NaN"),
-}  # fmt: skip
-_ERRORS = {
-    "No inf checks were recorded": N_(
-        "the gradients went to the optimizer without scaler.step(optimizer), so "
-        "scaler.update() found no inf check to act on: call scaler.step(optimizer) "
-        "instead of optimizer.step()"),
-    "_scale is None": N_(
-        "backward ran on the unscaled loss, so the scaler has no scale to divide "
-        "by (and in fp16 the gradients below 2^-24 were already lost): call "
-        "scaler.scale(loss).backward()"),
-    "step() has already been called since the last update()": N_(
-        "scaler.step ran twice in one step: call it once, then the given "
-        "scaler.update()"),
-    "has already been called on this optimizer since the last update": N_(
-        "the scaler unscaled twice in one step: call scaler.step(optimizer) once"),
-}  # fmt: skip
+def _fault_hint(trace: list[list[str]], finished: bool) -> str:
+    """The hint for the first step of `trace` that shows a fault (at most two of its
+    faults, each with why), or "" when every step called the scaler as it should."""
+    for i, calls in enumerate(trace):
+        faults = _faults(calls, finished or i < len(trace) - 1)
+        if faults:
+            count = len([c for c in calls if c.startswith("backward")])
+            return " ".join(_(_FAULTS[f]).format(count=count) for f in faults[:2])
+    return ""
 
 
 def _make_optimizer(name: str, params) -> torch.optim.Optimizer:
@@ -117,23 +171,37 @@ def _make_optimizer(name: str, params) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=0.1)
 
 
-def _run(amp_step: Callable, case: _StepCase) -> Any:
-    """(params, scale, growth tracker) after the case's steps, or Raised."""
+@dataclass
+class _Run:
+    """What a case's run left: (params, scale, growth tracker), or Raised; and the
+    calls each step made (`RecordingScaler.calls`), up to the one that raised."""
+
+    result: Any
+    trace: list[list[str]]
+
+
+def _run(amp_step: Callable, case: _StepCase) -> _Run:
     torch.manual_seed(11)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     optimizer = _make_optimizer(case.optimizer, model.parameters())
-    scaler = torch.amp.GradScaler(
+    scaler = RecordingScaler(
         "cpu", init_scale=case.init_scale, growth_interval=case.growth_interval
     )
+    scaler.watch(model, optimizer)
     gen = torch.Generator().manual_seed(12)
+    trace = []
     for size in case.targets:
         x = torch.randn(16, 4, generator=gen) * 2**-6  # small: gradients near 2^-24
         y = torch.randn(16, 2, generator=gen) * size * 2**-6
+        scaler.calls = []
         got = call_student(amp_step, model, optimizer, scaler, x, y)
+        trace.append(scaler.calls)
         if isinstance(got, Raised):
-            return got
+            return _Run(got, trace)
     params = [p.detach().clone() for p in model.parameters()]
-    return params, scaler.get_scale(), scaler.state_dict()["_growth_tracker"]
+    return _Run(
+        (params, scaler.get_scale(), scaler.state_dict()["_growth_tracker"]), trace
+    )
 
 
 def _same_run(a: Any, b: Any) -> bool:
@@ -143,24 +211,23 @@ def _same_run(a: Any, b: Any) -> bool:
     return sa == sb and all(same_bits(x, y) for x, y in zip(pa, pb, strict=True))
 
 
-def _step_hint(case: _StepCase, got: Any) -> str:
-    if isinstance(got, Raised):
-        for fragment, hint in _ERRORS.items():
-            if fragment in got.message:
-                return _(hint)
+def _step_hint(run: _Run) -> str:
+    got = run.result
+    raised = isinstance(got, Raised)
+    hint = _fault_hint(run.trace, finished=not raised)
+    if hint:
+        return hint
+    if raised:
         return got.hint
-    for mistake, hint in _MISTAKES.items():
-        if _same_run(got, _run(_mistaken_step(mistake), case)):
-            return _(hint)
     if any(not torch.isfinite(p).all() for p in got[0]):
         return _(
             "a parameter is inf or NaN: a step with inf/NaN gradients was not "
-            "skipped; scaler.step(optimizer) skips it"
+            "skipped; the scaler's step skips such a step"
         )
     return _(
-        "write the two lines the lesson names: scaler.scale(loss).backward(), "
-        "then scaler.step(optimizer); zero_grad, the forward pass and "
-        "scaler.update() are given"
+        "your step calls the scaler in the right order, yet the weights differ from "
+        "torch's: keep the given lines (zero_grad, the forward pass under autocast, "
+        "the final update()) as they are, and scale, backward and step once each"
     )
 
 
@@ -171,22 +238,19 @@ def _describe(run: Any) -> str:
 
 
 def _step_rows(amp_step: Callable, hidden: bool) -> list[Row]:
-    rows = []
+    rows, last_hint = [], ""
     for case in _HIDDEN if hidden else _CASES:
-        expected, got = _run(_reference_step, case), _run(amp_step, case)
+        expected, run = _run(_reference_step, case).result, _run(amp_step, case)
+        got = run.result
         ok = _same_run(got, expected)
         shown = _describe(got)
         if not ok and not isinstance(got, Raised) and got[1:] == expected[1:]:
             shown = _("params differ")
-        rows.append(
-            Row(
-                _(case.name),
-                _describe(expected),
-                shown,
-                ok,
-                "" if ok else _step_hint(case, got),
-            )
-        )
+        hint = "" if ok else _step_hint(run)
+        # the same fault in the next case: said once, the table stays short
+        shown_hint = _("the same as above") if hint and hint == last_hint else hint
+        last_hint = hint or last_hint
+        rows.append(Row(_(case.name), _describe(expected), shown, ok, shown_hint))
     return rows
 
 
@@ -198,6 +262,8 @@ def check_entry_amp_step(amp_step: Callable, hidden: bool = False) -> None:
     the CPU) beside the reference step with a real `torch.amp.GradScaler`;
     parameters, scale and growth tracker must match bit for bit. The visible cases
     include an overflow; the hidden ones use Adam and a scale that grows every step.
+    A failing case's hint names the fault from the calls the step made (recorded by
+    `RecordingScaler`), and why it is one, never the line to write.
 
     Example:
         >>> check_entry_amp_step(amp_step)
@@ -207,68 +273,54 @@ def check_entry_amp_step(amp_step: Callable, hidden: bool = False) -> None:
 
 # --- the two questions --------------------------------------------------------------
 
-ENTRY_QUESTIONS: dict[str, tuple[str, ...]] = {
-    "fp16_and_bf16": ("a", "b", "c", "d"),
-    "scale_after_32": ("a", "b", "c", "d"),
-}
-"""The entry lesson's questions (their text is the lesson's) and their choices: the
-prediction made before the gradients are counted, and a question on the scaler."""
-_RIGHT = {"fp16_and_bf16": "b", "scale_after_32": "b"}
-_WHERE = N_("the lesson's table of gradients and the paragraph on GradScaler")
+ENTRY_QUESTIONS: dict[str, tuple[str, ...]] = {"scale_after_32": ("a", "b", "c", "d")}
+"""The entry lesson's graded question (its text is the lesson's) and its choices. The
+prediction before the count is not graded: the lesson takes it and shows it beside
+the count (`amp_lessons.teaching.entry.note_prediction`, `reveal_prediction`)."""
+_RIGHT = {"scale_after_32": "b"}
+_WHY_WRONG = {
+    "scale_after_32": {
+        "a": N_(
+            "an overflow is not the only thing that moves the scale: GradScaler "
+            "also raises it, and 32 clean steps did not trigger that"),
+        "c": N_(
+            "autocast never touches the scale: it lives in the GradScaler, and only "
+            "its update() changes it"),
+        "d": N_(
+            "each of the 32 AMP steps ended with update(), as an AMP step does: the "
+            "scale stayed by the rule update() applies"),
+    },
+}  # fmt: skip
 
 
 def _quiz_rows(quiz_answers: Callable, hidden: bool) -> list[Row]:
     got = answer_of_type(quiz_answers, dict, "dict", N_("a dict {question id: letter}"))
-    choices = {q: as_choice(got.get(q), c) for q, c in ENTRY_QUESTIONS.items()}
-    bad = [q for q, choice in choices.items() if choice is None]
-    rows = [
-        answered_row(
-            _("both questions answered"),
-            bad,
-            _(
-                "answer each question id with one of its letters; missing or invalid: "
-                "{ids}"
-            ).format(ids=", ".join(bad)),
+    return [
+        choice_row(
+            qid,
+            _RIGHT[qid],
+            got.get(qid),
+            choices,
+            lambda c, qid=qid: f"({c}) {_(_WHY_WRONG[qid][c])}",
+            _("answer {qid} with one of {letters}").format(
+                qid=qid, letters=", ".join(choices)
+            ),
         )
+        for qid, choices in ENTRY_QUESTIONS.items()
     ]
-    if bad:
-        return rows
-    right = all(choices[q] == _RIGHT[q] for q in ENTRY_QUESTIONS)
-    rows.append(
-        Row(
-            _("both answers right"),
-            NOT_SHOWN,
-            _("yes") if right else _("no"),
-            right,
-            _(
-                "at least one answer is wrong (the check does not say which): "
-                "reread {where}"
-            ).format(where=_(_WHERE)),
-        )
-    )
-    if hidden:  # the instructor's grade: each question on its own
-        rows += [
-            Row(
-                q,
-                NOT_SHOWN,
-                _("right") if choices[q] == _RIGHT[q] else _("wrong"),
-                choices[q] == _RIGHT[q],
-            )
-            for q in ENTRY_QUESTIONS
-        ]
-    return rows
 
 
 def check_entry_quiz(
     quiz_answers: Callable[[], dict[str, str]], hidden: bool = False
 ) -> None:
-    """Check `quiz_answers() -> {question id: letter}` for ENTRY_QUESTIONS.
+    """Check `quiz_answers() -> {question id: letter}` for ENTRY_QUESTIONS, asked
+    after the lesson has shown the scaler at work.
 
-    The table says whether both answers are right, never which one is wrong, so
-    trying letters one question at a time does not work; the hidden cases also grade
-    each question on its own for the instructor.
+    A wrong letter gets the reason it is wrong, never the right letter; the hidden
+    cases grade the same question again for the instructor. The prediction the lesson
+    asks for before its count is not graded (the lesson shows it beside the count).
 
     Example:
-        >>> check_entry_quiz(lambda: {"fp16_and_bf16": "b", "scale_after_32": "b"})
+        >>> check_entry_quiz(lambda: {"scale_after_32": "b"})
     """
     grade("check_entry_quiz", quiz_answers, hidden, _quiz_rows)
