@@ -1,11 +1,12 @@
 """The command line: ``python -m amp_lessons.grading [--course DIR] student|submit|
-autograde|grades|rehearse|lint|fix-tests|slides`` (what ``make student``, ``make
-grade`` and ``make slides`` run).
+autograde|grades|feedback|rehearse|lint|fix-tests|slides`` (what ``make student``,
+``make grade`` and ``make slides`` run). A refusal is one line on stderr, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,9 @@ from pathlib import Path
 from amp_lessons.tooling.grading import (
     autograder,
     course,
+    feedback,
+    gradebook,
+    handin,
     lint,
     rehearsal,
     review,
@@ -38,6 +42,16 @@ def _table(course_dir: Path) -> str:
         for s in scores
     }
     return course.format_scores(scores, {k: v for k, v in flags.items() if v})
+
+
+def _when(text: str) -> datetime.datetime:
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: write it as 2026-12-06 17:30"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
 
 
 def _positive(text: str) -> int:
@@ -79,9 +93,20 @@ def _add_handout_commands(sub) -> None:
     """What goes out to students and what comes back: student, submit."""
     p = sub.add_parser("student", help="generate the student edition")
     p.add_argument("--out", type=Path, default=course.STUDENT_DIR)
-    p = sub.add_parser("submit", help="file a student's returned notebooks")
-    p.add_argument("student")
+    p = sub.add_parser(
+        "submit",
+        help="file a student's returned notebooks (any name that holds the "
+        "lesson's: '03_loss_scaling-Copy1', '03_loss_scaling - Alice Smith'); an "
+        "earlier hand-in is kept in history/",
+    )
+    p.add_argument("student", help="the student's id (spaces become '_')")
     p.add_argument("files", nargs="+", type=Path)
+    p.add_argument(
+        "--at",
+        type=_when,
+        default=None,
+        help="when it was handed in, e.g. '2026-12-06 17:30' (UTC; default: now)",
+    )
 
 
 def _add_grading_commands(sub) -> None:
@@ -91,7 +116,13 @@ def _add_grading_commands(sub) -> None:
         help="autograde every submission, each in its own "
         "bubblewrap sandbox; print the scores and what to review",
     )
-    p.add_argument("--student", default="*")
+    p.add_argument("--student", default="*", help="one student's id (default: all)")
+    p.add_argument("--lesson", default="*", help="one lesson (default: all)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="regrade every submission, not only the new or changed ones",
+    )
     p.add_argument(
         "--timeout",
         type=float,
@@ -111,12 +142,28 @@ def _add_grading_commands(sub) -> None:
         help="run submissions with YOUR rights (no bwrap): only for a "
         "machine you do not mind student code touching",
     )
-    p = sub.add_parser("grades", help="print the gradebook")
+    p = sub.add_parser(
+        "grades",
+        help="print the gradebook: one row per student and handed-in lesson",
+    )
     p.add_argument(
         "--json",
         action="store_true",
-        help="as JSON: [{student, lesson, score, max_score, flags}]",
+        help="as JSON: [{student, lesson, score, max_score, flags, core_score, "
+        "core_max, optional_score, optional_max, submitted_at, exercises}]",
     )
+    p.add_argument(
+        "--csv",
+        type=Path,
+        metavar="FILE",
+        help="write it as CSV to FILE: the same columns, one per exercise too",
+    )
+    p = sub.add_parser(
+        "feedback",
+        help="each student's feedback on each graded lesson, without hidden cases",
+    )
+    p.add_argument("--student", default="*", help="one student's id (default: all)")
+    p.add_argument("--lesson", default="*", help="one lesson (default: all)")
     p = sub.add_parser(
         "rehearse",
         help="solved -> full marks, blank -> zero, in a "
@@ -167,8 +214,19 @@ def _student(args, notebooks: list[Path]) -> int:
 
 
 def _submit(args, notebooks: list[Path]) -> int:
-    for dest in course.submit(args.student, args.files, args.course):
-        print("filed", dest)
+    try:
+        filed = handin.submit(args.student, args.files, args.course, at=args.at)
+    except (ValueError, RuntimeError) as exc:
+        print(f"submit: {exc}", file=sys.stderr)
+        return 2
+    for one in filed:
+        if one.student != args.student:
+            print(f"student id {args.student!r} filed as {one.student!r}")
+            break
+    for one in filed:
+        print(f"filed {one.source.name} as {one.lesson}: {one.dest}")
+        if one.kept:
+            print(f"  the earlier hand-in is kept: {one.kept}")
     return 0
 
 
@@ -178,6 +236,8 @@ def _autograde(args, notebooks: list[Path]) -> int:
         outcomes = autograder.autograde(
             args.course,
             args.student,
+            lesson=args.lesson,
+            changed_only=not args.all,
             sandboxed=not args.unsafe_no_sandbox,
             timeout=args.timeout,
             jobs=args.jobs,
@@ -194,10 +254,21 @@ def _autograde(args, notebooks: list[Path]) -> int:
 
 
 def _grades(args, notebooks: list[Path]) -> int:
+    if args.csv:
+        table = gradebook.rows(args.course)
+        gradebook.write_csv(table, args.csv)
+        print(f"{len(table)} row(s) in {args.csv}", file=sys.stderr)
     if args.json:
         print(json.dumps(autograder.grades(args.course), indent=1))
-    else:
+    elif not args.csv:
         print(_table(args.course))
+    return 0
+
+
+def _feedback(args, notebooks: list[Path]) -> int:
+    written = feedback.write_feedback(args.course, args.student, args.lesson)
+    folder = args.course / "feedback"
+    print(f"{len(written)} feedback file(s) in {folder}/<student>/<lesson>/")
     return 0
 
 
@@ -250,6 +321,7 @@ COMMANDS = {
     "submit": _submit,
     "autograde": _autograde,
     "grades": _grades,
+    "feedback": _feedback,
     "rehearse": _rehearse,
     "lint": _lint,
     "fix-tests": _fix_tests,

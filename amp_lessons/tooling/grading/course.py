@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -136,9 +135,10 @@ def nbgrader_config(course_dir: Path, language: str = "en") -> str:
             f"c.ClearSolutions.code_stub = {{'python': {ascii(CODE_STUBS[language])}}}",
             f"c.ClearSolutions.text_stub = {ascii(TEXT_STUBS[language])}",
             f"c.Execute.timeout = {CELL_TIMEOUT_S}",
-            "# Autograde executes each notebook in a bubblewrap sandbox, in a guarded",
-            "# kernel, then reviews it (amp_lessons/tooling/grading/autograde.py): the",
-            "# same steps as nbgrader's own list with Execute replaced.",
+            "# Autograde executes each notebook in a bubblewrap sandbox, in a",
+            "# guarded kernel, then reviews it",
+            "# (amp_lessons/tooling/grading/autograder.py): the same steps as",
+            "# nbgrader's own list with Execute replaced.",
             f"c.Autograde.autograde_preprocessors = {AUTOGRADE_PREPROCESSORS!r}",
             f"c.SandboxExecute.timeout = {CELL_TIMEOUT_S}",
             "",
@@ -296,39 +296,14 @@ def export_student_edition(
 def submit(
     student_id: str, notebooks: Iterable[Path], course_dir: Path = COURSE_DIR
 ) -> list[Path]:
-    """File a student's returned notebooks where ``nbgrader autograde`` looks.
+    """File a student's returned notebooks where ``nbgrader autograde`` looks
+    (``handin.submit``, which says what it did); return where each went.
 
-    Each notebook goes to ``submitted/<student>/<lesson>/<lesson>.ipynb``, the lesson
-    read from the file name (``02_underflow.ipynb``; a browser's ``02_underflow (1)``
-    copy is recognised too).
-
-    Example: ``submit("alice", [Path("~/Downloads/02_underflow.ipynb")])``.
+    Example: ``submit("alice", [Path("~/Downloads/02_underflow (1).ipynb")])``.
     """
-    if not student_id or not re.fullmatch(r"[A-Za-z0-9_.@-]+", student_id):
-        raise ValueError(
-            f"student id {student_id!r}: use letters, digits, '_', '-', "
-            "'.', '@' only (it becomes a folder name)"
-        )
-    lessons = (
-        {p.name for p in (Path(course_dir) / "source").iterdir() if p.is_dir()}
-        if (Path(course_dir) / "source").is_dir()
-        else set()
-    )
-    if not lessons:
-        raise RuntimeError(f"no course in {course_dir}: run `make student` first")
-    filed = []
-    for path in map(Path, notebooks):
-        lesson = re.sub(r"\s*\(\d+\)$", "", path.stem)
-        if path.suffix != ".ipynb" or lesson not in lessons:
-            raise ValueError(
-                f"{path.name}: not a lesson of this course; expected one "
-                f"of {', '.join(sorted(lessons))} (.ipynb)"
-            )
-        dest = Path(course_dir) / "submitted" / student_id / lesson / f"{lesson}.ipynb"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, dest)
-        filed.append(dest)
-    return filed
+    from amp_lessons.tooling.grading import handin
+
+    return [filed.dest for filed in handin.submit(student_id, notebooks, course_dir)]
 
 
 @dataclass(frozen=True)
