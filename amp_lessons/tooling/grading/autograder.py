@@ -155,6 +155,15 @@ def _zero(course_dir: Path, student: str, lesson: str) -> bool:
             submission = gb.update_or_create_submission(lesson, student)
         except MissingEntry:
             return False
+        stamp = Path(course_dir) / "submitted" / student / lesson / "timestamp.txt"
+        if stamp.exists() and submission.timestamp is None:
+            # nbgrader reads it when it grades; a file it could not grade keeps it too
+            from nbgrader.utils import parse_utc
+
+            try:
+                submission.timestamp = parse_utc(stamp.read_text().strip())
+            except ValueError:
+                pass
         for notebook in submission.notebooks:
             for grade in notebook.grades:
                 grade.auto_score, grade.needs_manual_grade = 0, False

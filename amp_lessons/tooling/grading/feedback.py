@@ -184,7 +184,9 @@ def _flag_notes(flags: list[str], texts: dict) -> list[str]:
 
 
 def _exercise_html(cell, graded: dict, untrusted: bool, texts: dict) -> str:
-    title = graded["title"] + (texts["optional"] if graded["optional"] else "")
+    title = graded["title"]
+    if graded["optional"] and not gradebook.OPTIONAL.search(title):
+        title += texts["optional"]
     parts = [
         "<h2>"
         + html.escape(
