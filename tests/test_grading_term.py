@@ -14,6 +14,7 @@ import re
 
 import nbformat
 import pytest
+from paths import LESSONS as LESSON_PATHS
 from test_grading import code, graded_test, md, sol, solution, write
 
 from amp_lessons.tooling import grading
@@ -453,3 +454,84 @@ def test_a_class_of_six(tmp_path, capsys):
     new = {(r["student"], r["lesson"]): r["score"] for r in gradebook.rows(course)}
     assert new[("cy", "01_pair")] == 3
     assert autograder.autograde(course, **options) == []
+    # nbgrader's own autograde of an untouched student edition warns of nothing
+    log = grading.run_nbgrader(course, "autograde", "01_pair", "--student=Bob_Jones")
+    assert "has changed" not in log and "Bob_Jones" in log
+
+
+# ---------------------------------------------------------------------------------
+# Handouts: the decks without answers
+
+
+def _lines(text: str) -> set[str]:
+    return {line.strip() for line in text.splitlines()}
+
+
+def _solution_lines(nb) -> set[str]:
+    """The lines of the solutions that appear nowhere else in the lesson."""
+    elsewhere = {
+        line.strip()
+        for c in nb.cells
+        if not grading.is_solution_cell(c)
+        for line in c.source.splitlines()
+    }
+    lines = set()
+    for cell in nb.cells:
+        if grading.is_solution_cell(cell) and cell.cell_type == "code":
+            inside = False
+            for line in cell.source.splitlines():
+                if "BEGIN SOLUTION" in line or "END SOLUTION" in line:
+                    inside = "BEGIN" in line
+                elif inside and len(line.strip()) > 6:
+                    lines.add(line.strip())
+    return lines - elsewhere
+
+
+@pytest.mark.parametrize("path", [p for p in LESSON_PATHS if grading.is_graded(p)])
+def test_a_handout_holds_no_line_of_a_solution(path):
+    from amp_lessons.tooling.grading import deck_layout
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:  # as if executed: what the checks print of the answers
+        if grading.is_test_cell(cell):
+            cell.outputs = [_stream("all 3 cases passed\n  key: B  ok\n")]
+    solution_lines = _solution_lines(nb)
+    assert solution_lines, "a graded lesson has solution lines"
+    handout = deck_layout.lay_out_deck(nb, handout=True)
+    shown = "\n".join(
+        [c.source for c in handout.cells]
+        + [o.get("text", "") for c in handout.cells for o in c.get("outputs", [])]
+    )
+    assert solution_lines.isdisjoint(_lines(shown))
+    assert "key: B" not in shown and "HIDDEN TESTS" not in shown
+    assert not any(
+        c.metadata.get("slideshow", {}).get("slide_type") == "notes"
+        for c in handout.cells
+    )
+    presenter = deck_layout.lay_out_deck(nb)
+    shown = "\n".join(c.source for c in presenter.cells)
+    assert not solution_lines.isdisjoint(_lines(shown))  # the test can fail
+
+
+def test_slides_of_one_lesson_with_its_handout(tmp_path, capsys):
+    from paths import NOTEBOOKS_DIR
+
+    out = tmp_path / "slides"
+    argv = ["slides", "08", "--no-execute", "--out", str(out)]
+    assert grading.main(argv) == 0
+    assert sorted(p.name for p in out.glob("*.slides.html")) == [
+        "08_quick_check.slides.html"
+    ]
+    handout = (out / "handout" / "08_quick_check.slides.html").read_text()
+    nb = nbformat.read(NOTEBOOKS_DIR / "08_quick_check.ipynb", as_version=4)
+    import html as html_lib
+
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", handout))
+    assert _solution_lines(nb).isdisjoint(_lines(text))
+    presenter = html_lib.unescape(
+        re.sub(r"<[^>]+>", "", (out / "08_quick_check.slides.html").read_text())
+    )
+    assert not _solution_lines(nb).isdisjoint(_lines(presenter))
+    assert (out / "handout" / "_assets" / "reveal.js" / "dist" / "reveal.js").exists()
+    assert grading.main(["slides", "nope", "--out", str(out)]) == 2
+    assert "'nope' is no lesson" in capsys.readouterr().err

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Float, Integer
 
 from amp_lessons.tooling.grading import nbgrader_main, review, sandbox
@@ -122,6 +122,46 @@ class SandboxExecute(NbGraderPreprocessor):
             "%s/%s ran in %.0f s; %d flag(s)", student, lesson, run.seconds, len(flags)
         )
         return executed, resources
+
+
+class ReleasedCells(OverwriteCells):
+    """nbgrader's OverwriteCells, quiet about a test cell left as it was released.
+
+    The student edition's test cells lack their hidden tests, so their checksum never
+    matches the source's: plain OverwriteCells warns "Attribute 'checksum' for cell
+    ... has changed!" on every untouched notebook. A locked cell whose source is the
+    source cell's with its hidden tests cut is given the source back first, silently;
+    any other change is still reported (and overwritten) as nbgrader does.
+    """
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id is not None and cell.cell_type == "code":
+            from nbgrader.api import MissingEntry
+
+            try:
+                source = self.gradebook.find_source_cell(
+                    grade_id, self.notebook_id, self.assignment_id
+                )
+            except MissingEntry:
+                source = None
+            if (
+                source is not None
+                and source.locked
+                and cell.source != source.source
+                and cell.source.strip() == released_source(source.source).strip()
+            ):
+                cell.source = source.source
+        return super().preprocess_cell(cell, resources, cell_index)
+
+
+def released_source(source: str) -> str:
+    """``source`` as the student edition has it: its hidden tests cut."""
+    from nbgrader.preprocessors import ClearHiddenTests
+
+    cell = nbformat.v4.new_code_cell(source)
+    ClearHiddenTests()._remove_hidden_test_region(cell)
+    return cell.source
 
 
 @dataclass

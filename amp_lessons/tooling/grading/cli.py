@@ -186,7 +186,16 @@ def _add_upkeep_commands(sub) -> None:
     p.add_argument(
         "paths", nargs="*", type=Path, help="notebooks (default: every course notebook)"
     )
-    p = sub.add_parser("slides", help="offline reveal.js decks into build/slides")
+    p = sub.add_parser(
+        "slides",
+        help="offline reveal.js decks into build/slides: the presenter's, and "
+        "handouts without solutions in build/slides/handout",
+    )
+    p.add_argument(
+        "lessons",
+        nargs="*",
+        help="only these lessons, e.g. 03_loss_scaling or 03 (default: all)",
+    )
     p.add_argument("--out", type=Path, default=slides.SLIDES_DIR)
     p.add_argument(
         "--no-execute",
@@ -306,12 +315,39 @@ def _fix_tests(args, notebooks: list[Path]) -> int:
     return 0
 
 
+def pick_lessons(notebooks: list[Path], names: Sequence[str]) -> list[Path]:
+    """The notebooks ``names`` pick (a stem, a file name or a unique start such as
+    ``03``); all of them when ``names`` is empty. Raises ValueError (one line)."""
+    picked = []
+    for name in names:
+        stem = Path(name).stem if name.endswith(".ipynb") else name
+        found = [p for p in notebooks if p.stem == stem] or [
+            p for p in notebooks if p.stem.startswith(stem)
+        ]
+        if len(found) != 1:
+            choices = ", ".join(p.stem for p in (found or notebooks))
+            raise ValueError(
+                f"{name!r} is {'no' if not found else 'more than one'} lesson: "
+                f"one of {choices}"
+            )
+        picked += [p for p in found if p not in picked]
+    return picked or notebooks
+
+
 def _slides(args, notebooks: list[Path]) -> int:
-    decks = slides.export_slides(notebooks, args.out, execute=not args.no_execute)
+    try:
+        chosen = pick_lessons(notebooks, args.lessons)
+    except ValueError as exc:
+        print(f"slides: {exc}", file=sys.stderr)
+        return 2
+    decks = slides.export_slides(
+        chosen, args.out, execute=not args.no_execute, handout=True
+    )
     problems = [p for deck in decks for p in slides.offline_problems(deck)]
     print(
-        f"{len(decks)} decks in {args.out}; open one in a browser, press s for "
-        "the speaker notes"
+        f"{len(chosen)} presenter deck(s) in {args.out} (open one in a browser, press "
+        f"s for the speaker notes); handouts without solutions in "
+        f"{args.out / slides.HANDOUT}"
     )
     return _report(problems, "no network needed")
 

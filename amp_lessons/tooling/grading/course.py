@@ -41,6 +41,15 @@ CODE_STUBS = {
 }
 TEXT_STUBS = {"en": "YOUR ANSWER HERE", "es": "ESCRIBA SU RESPUESTA AQUÍ"}
 CODE_STUB = CODE_STUBS["en"]
+# nbgrader's Autograde.sanitize_preprocessors (0.9), OverwriteCells replaced by ours
+# (quiet about test cells left as released: their hidden tests were cut)
+SANITIZE_PREPROCESSORS = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "amp_lessons.tooling.grading.autograder.ReleasedCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 # nbgrader's Autograde.autograde_preprocessors (0.9), Execute replaced by ours
 AUTOGRADE_PREPROCESSORS = [
     "amp_lessons.tooling.grading.autograder.SandboxExecute",
@@ -140,6 +149,9 @@ def nbgrader_config(course_dir: Path, language: str = "en") -> str:
             "# (amp_lessons/tooling/grading/autograder.py): the same steps as",
             "# nbgrader's own list with Execute replaced.",
             f"c.Autograde.autograde_preprocessors = {AUTOGRADE_PREPROCESSORS!r}",
+            "# ... and OverwriteCells replaced, so that a test cell as released (its",
+            "# hidden tests cut) is not reported as changed.",
+            f"c.Autograde.sanitize_preprocessors = {SANITIZE_PREPROCESSORS!r}",
             f"c.SandboxExecute.timeout = {CELL_TIMEOUT_S}",
             "",
         ]
