@@ -16,6 +16,7 @@ import nbformat
 import pytest
 from paths import LESSONS as LESSON_PATHS
 from test_grading import code, graded_test, md, sol, solution, write
+from test_tooling import served  # noqa: F401 (a fixture)
 
 from amp_lessons.tooling import grading
 from amp_lessons.tooling.grading import (
@@ -535,3 +536,82 @@ def test_slides_of_one_lesson_with_its_handout(tmp_path, capsys):
     assert (out / "handout" / "_assets" / "reveal.js" / "dist" / "reveal.js").exists()
     assert grading.main(["slides", "nope", "--out", str(out)]) == 2
     assert "'nope' is no lesson" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------
+# The student install: CPU torch on a Linux machine without an NVIDIA GPU
+
+
+def _fake_course_wheel(folder):
+    """A stand-in amp_lessons wheel that needs torch, as the real one does."""
+    import zipfile
+
+    wheel = folder / "amp_lessons-0.1.0-py3-none-any.whl"
+    info = "amp_lessons-0.1.0.dist-info/"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("amp_lessons/__init__.py", "")
+        archive.writestr(
+            info + "METADATA",
+            "Metadata-Version: 2.1\nName: amp_lessons\nVersion: 0.1.0\n"
+            "Requires-Dist: torch>=2.13,<3\n",
+        )
+        archive.writestr(
+            info + "WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+            "Tag: py3-none-any\n",
+        )
+        archive.writestr(info + "RECORD", "")
+    return wheel
+
+
+@pytest.mark.slow
+def test_the_student_install_gets_the_cpu_torch_the_instructor_grades_on(
+    tmp_path,
+    served,  # noqa: F811 (test_tooling's fixture)
+):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from paths import ROOT
+    from test_tooling import fake_torch_index
+
+    folder, url = served
+    fake_torch_index(folder / "cpu", "2.13.0+cpu")  # PyTorch's CPU index
+    fake_torch_index(folder / "pypi", "2.14.1")  # PyPI: the CUDA build, newer
+    student = tmp_path / "student"
+    student.mkdir()
+    _fake_course_wheel(student)
+    for name, dest in grading.course.INSTALL_FILES.items():
+        shutil.copyfile(ROOT / "amp_lessons" / "tooling" / name, student / dest)
+    (student / grading.course.TORCH_PIN).write_text("2.13.0\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_CACHE_DIR="1",
+        PIP_INDEX_URL=f"{url}pypi/",
+        AMP_LESSONS_TORCH_INDEX=f"{url}cpu/",
+        AMP_LESSONS_GPU="0",
+    )
+    done = subprocess.run(
+        [sys.executable, "install.py"],
+        cwd=student,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "installed torch 2.13.0+cpu, the CPU build" in done.stdout
+    assert "-m amp_lessons.tooling.lab ." in done.stdout
+    version = subprocess.run(
+        [
+            str(student / ".venv/bin/python"),
+            "-c",
+            "import torch; print(torch.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert version == "2.13.0+cpu"

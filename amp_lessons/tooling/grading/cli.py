@@ -93,6 +93,11 @@ def _add_handout_commands(sub) -> None:
     """What goes out to students and what comes back: student, submit."""
     p = sub.add_parser("student", help="generate the student edition")
     p.add_argument("--out", type=Path, default=course.STUDENT_DIR)
+    p.add_argument(
+        "--no-wheel",
+        action="store_true",
+        help="the notebooks only: no wheel and install.py beside them",
+    )
     p = sub.add_parser(
         "submit",
         help="file a student's returned notebooks (any name that holds the "
@@ -219,6 +224,9 @@ def _student(args, notebooks: list[Path]) -> int:
     for source in notebooks:
         problems += lint.lint_student_edition(source, args.out / source.name)
     print(f"student edition: {len(written)} notebooks in {args.out}")
+    if not args.no_wheel:
+        wheel = course.write_install_kit(args.out)
+        print(f"and {wheel.name} with install.py (students run `python3 install.py`)")
     return _report(problems, f"hand out {args.out} (zip it, or see INSTRUCTORS.md)")
 
 

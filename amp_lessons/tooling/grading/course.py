@@ -318,6 +318,44 @@ def submit(
     return [filed.dest for filed in handin.submit(student_id, notebooks, course_dir)]
 
 
+# What `student` puts beside the notebooks so that `python3 install.py` sets the folder
+# up: this file's source -> its name there (the set-up it reuses, imported by name)
+INSTALL_FILES = {"student_install.py": "install.py", "bootstrap.py": "_bootstrap.py"}
+TORCH_PIN = "torch-version.txt"  # the torch the instructor grades on
+
+
+def write_install_kit(out_dir: Path = STUDENT_DIR) -> Path:
+    """Put the course's wheel, ``install.py`` (``tooling/student_install.py``) and
+    the instructor's torch version into ``out_dir``: ``python3 install.py`` there
+    makes ``.venv`` with torch's CPU build on a Linux machine without an NVIDIA GPU,
+    and the torch version the instructor grades on. Returns the wheel.
+
+    Example: after ``make student``, ``student/amp_lessons-0.1.0-py3-none-any.whl``.
+    """
+    import torch
+
+    out_dir = Path(out_dir)
+    for old in out_dir.glob("amp_lessons-*.whl"):
+        old.unlink()
+    # no build isolation: the venv's setuptools, so it builds offline too
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+        + ["--disable-pip-version-check", "-q", "-w", str(out_dir), str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
+    wheels = sorted(out_dir.glob("amp_lessons-*.whl"))
+    if done.returncode != 0 or not wheels:
+        raise RuntimeError(
+            f"could not build the course's wheel: {(done.stdout + done.stderr)[-400:]}"
+        )
+    tooling = Path(__file__).resolve().parents[1]
+    for name, dest in INSTALL_FILES.items():
+        shutil.copyfile(tooling / name, out_dir / dest)
+    (out_dir / TORCH_PIN).write_text(torch.__version__.split("+")[0] + "\n")
+    return wheels[-1]
+
+
 @dataclass(frozen=True)
 class NotebookScore:
     """One student's score on one lesson, and per graded cell (grade_id -> points)."""

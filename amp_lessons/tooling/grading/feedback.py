@@ -281,9 +281,12 @@ def write_feedback(
         folder.mkdir(parents=True, exist_ok=True)
         page = folder / f"{row['lesson']}.html"
         page.write_text(feedback_html(row, nb, language), encoding="utf-8")
+        handed_in = course_dir / "submitted" / row["student"] / row["lesson"]
         for name in ("timestamp.txt", "submission_secret.txt"):
-            kept = executed.parent / name
-            if kept.exists():  # what nbgrader's release_feedback reads
-                shutil.copyfile(kept, folder / name)
+            # what nbgrader's release_feedback reads (the secret: exchange only)
+            kept = [p / name for p in (executed.parent, handed_in)]
+            kept = [p for p in kept if p.exists()]
+            if kept:
+                shutil.copyfile(kept[0], folder / name)
         written.append(page)
     return written
