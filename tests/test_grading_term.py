@@ -615,3 +615,77 @@ def test_the_student_install_gets_the_cpu_torch_the_instructor_grades_on(
         text=True,
     ).stdout.strip()
     assert version == "2.13.0+cpu"
+
+
+# ---------------------------------------------------------------------------------
+# The instructor guides say what the commands do
+
+GUIDES = ["INSTRUCTORS.md", "es/INSTRUCTORES.md"]
+
+
+def _guide(name):
+    from paths import NOTEBOOKS_DIR
+
+    return (NOTEBOOKS_DIR / name).read_text()
+
+
+def _grading_command_lines(text):
+    """Each `python -m amp_lessons.grading ...` (or `... grading ...`) the guide
+    shows, in a code block or in backticks, as its arguments."""
+    import shlex
+
+    spans = re.findall(r"```bash\n(.*?)```", text, re.S)
+    spans = [
+        line for block in spans for line in block.replace("\\\n", " ").splitlines()
+    ]
+    spans += re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+    found = []
+    for span in spans:
+        span = " ".join(span.split()).split(" # ")[0]
+        match = re.search(
+            r"(?:-m amp_lessons\.grading|^\.\.\. (?:grading )?)(.*)", span
+        )
+        if match and match.group(1).strip():
+            found.append(shlex.split(match.group(1)))
+    return found
+
+
+@pytest.mark.parametrize("name", GUIDES)
+def test_every_grading_command_in_the_guide_parses(name):
+    from amp_lessons.tooling.grading import cli
+
+    commands = _grading_command_lines(_guide(name))
+    assert len(commands) >= 8, commands
+    parser = cli._build_parser()
+    known = set(cli.COMMANDS)
+    for args in commands:
+        if not (set(args) & known):
+            continue  # "... --course build/course-es grades": a fragment
+        first = next(i for i, a in enumerate(args) if a in known)
+        options = args[:first]
+        if options and not options[0].startswith("--"):
+            continue
+        try:
+            parser.parse_args(args)
+        except SystemExit:
+            pytest.fail(f"{name}: `{' '.join(args)}` does not parse")
+
+
+@pytest.mark.parametrize("name", GUIDES)
+def test_the_guide_runs_python_from_the_venv(name):
+    """A bare `python` fails outside the venv: every command names .venv's (or a
+    student's python3 before there is one)."""
+    bare = re.findall(r"(?:^|[`\s])python(?= -[mc] | tests/)", _guide(name), re.M)
+    assert bare == []
+
+
+@pytest.mark.parametrize("name", GUIDES)
+def test_the_guide_lists_the_student_files_the_course_has(name):
+    from paths import NOTEBOOKS_DIR
+
+    stems = [p.stem for p in grading.course_notebooks(NOTEBOOKS_DIR)]
+    listed = re.findall(
+        r"`student/(?:es/)?(\w+)\.ipynb` \.\.\.\s+`student/(?:es/)?(\w+)\.ipynb`",
+        _guide(name),
+    )
+    assert listed == [(stems[0], stems[-1])]
