@@ -95,6 +95,7 @@ def test_a_resubmission_keeps_the_earlier_one_with_its_time(tmp_path, capsys):
     assert filed.student == "Alice_Smith" and filed.kept is None
     folder = course / "submitted" / "Alice_Smith" / "01_pair"
     assert (folder / "timestamp.txt").read_text() == "2026-12-07 09:30:00.000000 UTC"
+    assert len((folder / "submission_secret.txt").read_text()) == 128
     from nbgrader.utils import parse_utc  # nbgrader reads our time
 
     assert parse_utc((folder / "timestamp.txt").read_text()) == monday.replace(
@@ -689,3 +690,19 @@ def test_the_guide_lists_the_student_files_the_course_has(name):
         _guide(name),
     )
     assert listed == [(stems[0], stems[-1])]
+
+
+def test_no_rate_for_a_run_under_a_second(tmp_path, capsys):
+    """A corrupt file is scored 0 at once: "1735.6 a minute" said nothing."""
+    course = _tiny_course(tmp_path)
+    broken = tmp_path / "01_pair.ipynb"
+    broken.write_text('{"cells": [')
+    handin.submit("amy", [broken], course)
+    [outcome] = autograder.autograde(
+        course, sandboxed=sandbox.sandbox_problem() is None, jobs=1
+    )
+    assert outcome.flags[0].startswith("corrupt:")
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "in under a second (--jobs 1)" in line or re.search(
+        r"in \d+ s, [\d.]+ a minute", line
+    ), line

@@ -187,7 +187,10 @@ def _zero(course_dir: Path, student: str, lesson: str) -> bool:
     missing notebook); False when the lesson is not in the gradebook at all."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    db = f"sqlite:///{(Path(course_dir) / 'gradebook.db').resolve()}"
+    path = Path(course_dir) / "gradebook.db"
+    if not path.exists():  # no lesson in it: nothing to record 0 for
+        return False
+    db = f"sqlite:///{path.resolve()}"
     with warnings.catch_warnings(), Gradebook(db, COURSE_ID) as gb:
         warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes on new rows
         try:
@@ -501,11 +504,12 @@ def autograde(
     )
     seconds = time.perf_counter() - start
     # a rate from under a second of work (a corrupt file) says nothing
-    rate = f", {len(todo) * 60 / seconds:.1f} a minute" if seconds >= 1 else ""
-    print(
-        f"graded {len(todo)} submission(s) in {seconds:.0f} s{rate} (--jobs {jobs})",
-        flush=True,
+    took = (
+        f"in {seconds:.0f} s, {len(todo) * 60 / seconds:.1f} a minute"
+        if seconds >= 1
+        else "in under a second"
     )
+    print(f"graded {len(todo)} submission(s) {took} (--jobs {jobs})", flush=True)
     return outcomes
 
 

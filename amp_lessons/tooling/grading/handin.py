@@ -2,8 +2,9 @@
 ``python -m amp_lessons.grading submit STUDENT FILES...`` runs.
 
 A file goes to ``submitted/<student>/<lesson>/<lesson>.ipynb`` with a
-``timestamp.txt`` (what nbgrader's exchange writes: the export's time column and
-late penalties read it). The lesson is found in the file's name whatever was added
+``timestamp.txt`` and a ``submission_secret.txt``, as nbgrader's exchange writes them
+(the export's time column and late penalties read the first, ``release_feedback``
+both). The lesson is found in the file's name whatever was added
 to it: JupyterLab's ``03_loss_scaling-Copy1``, a browser's ``03_loss_scaling (1)``, an
 LMS's ``03_loss_scaling - Alice Smith`` or ``alice_123_03_loss_scaling``, any case.
 A student id is a folder name: one with spaces or accents becomes a safe id
@@ -22,6 +23,7 @@ from __future__ import annotations
 import datetime
 import filecmp
 import re
+import secrets
 import shutil
 import unicodedata
 from collections.abc import Iterable
@@ -178,5 +180,8 @@ def submit(
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest)
         (folder / "timestamp.txt").write_text(stamp)
+        # as nbgrader's exchange writes it: release_feedback needs one for each
+        # student, or it stops at the first hand-in filed here
+        (folder / "submission_secret.txt").write_text(secrets.token_hex(64))
         filed.append(Filed(path, dest, student, lesson, kept))
     return filed
