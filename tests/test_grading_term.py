@@ -212,10 +212,18 @@ def test_feedback_keeps_the_visible_table_and_cuts_the_hidden_one():
     cell = _test_cell(
         [_stream(visible + hidden), _error("AssertionError", "1 of 3 cases failed")]
     )
-    shown, error = feedback.visible_output(cell)
+    shown, error, hidden_failed = feedback.visible_output(cell)
     assert "overflow" in shown and "all 2 cases passed" in shown
     assert "secret_case" not in shown and "hidden" not in shown
-    assert error is None  # the hidden check's error: said in a sentence instead
+    assert error is None and hidden_failed  # said in a sentence instead
+    # an error after the visible cases passed, before the hidden ones ran: shown
+    pristine = _test_cell(
+        [_stream(visible), _error("AssertionError", "the grading code was changed")]
+    )
+    assert feedback.visible_output(pristine)[1:] == (
+        "AssertionError: the grading code was changed",
+        False,
+    )
     spanish = _test_cell(
         [
             _stream(
@@ -236,7 +244,7 @@ def test_feedback_keeps_the_visible_table_and_cuts_the_hidden_one():
     spanish.outputs[0].text = spanish.outputs[0].text.replace(
         "check_x: 3 casos ocultos", header
     )
-    shown, _ = feedback.visible_output(spanish)
+    shown, _, _ = feedback.visible_output(spanish)
     assert "secreto" not in shown and "a  1  1  ok" in shown
 
 
@@ -247,7 +255,7 @@ def test_feedback_shows_an_error_in_one_line_without_paths():
             _error("NameError", "name 'f' is not defined in /home/teacher/x/nb.py"),
         ]
     )
-    shown, error = feedback.visible_output(cell)
+    shown, error, _ = feedback.visible_output(cell)
     assert error == "NameError: name 'f' is not defined in nb.py"
     assert feedback.without_paths("C:\\Users\\t\\a.py and /tmp/ipykernel_1/2.py") == (
         "a.py and 2.py"
@@ -706,3 +714,25 @@ def test_no_rate_for_a_run_under_a_second(tmp_path, capsys):
     assert "in under a second (--jobs 1)" in line or re.search(
         r"in \d+ s, [\d.]+ a minute", line
     ), line
+
+
+@pytest.mark.slow
+def test_make_student_puts_the_wheel_and_its_installer_beside_the_notebooks(tmp_path):
+    import importlib.util
+
+    import torch
+
+    wheel = grading.course.write_install_kit(tmp_path)
+    assert wheel.name.startswith("amp_lessons-") and wheel.suffix == ".whl"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [wheel.name, "install.py", "_bootstrap.py", "torch-version.txt"]
+    )
+    assert (tmp_path / "torch-version.txt").read_text().strip() == (
+        torch.__version__.split("+")[0]
+    )
+    spec = importlib.util.spec_from_file_location("install", tmp_path / "install.py")
+    install = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(install)
+    assert install.torch_requirement(wheel).startswith("torch>=")
+    assert install.torch_pin(tmp_path) == "torch==" + torch.__version__.split("+")[0]
+    assert install.wheel_path(tmp_path) == str(wheel)

@@ -148,25 +148,26 @@ VISIBLE_HEADER = _header_patterns("{title}: {total} cases")
 VISIBLE_PASSED = _header_patterns("all {total} cases passed")
 
 
-def visible_output(cell) -> tuple[str, str | None]:
+def visible_output(cell) -> tuple[str, str | None, bool]:
     """(the printed text of a test cell without its hidden tables, its error's one
-    line or None). An error after the visible cases passed is the hidden check's:
-    it is left out too."""
-    lines, hidden = [], False
+    line or None, whether the hidden cases failed). An error raised once the hidden
+    check had started is the hidden check's: it is left out, and the third value
+    says so."""
+    lines, hidden, hidden_ran = [], False, False
     text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
     for line in text.splitlines():
         if HIDDEN_HEADER.match(line):
-            hidden = True
+            hidden = hidden_ran = True
         elif VISIBLE_HEADER.match(line):
             hidden = False
         if not hidden:
             lines.append(line)
     error = next((o for o in cell.outputs if o.output_type == "error"), None)
-    passed = any(VISIBLE_PASSED.match(line) for line in lines)
     message = None
-    if error is not None and not passed:
+    if error is not None and not hidden_ran:
         message = f"{error.get('ename', 'Error')}: {error.get('evalue', '')}".strip()
-    return without_paths("\n".join(lines)), message and without_paths(message)
+    shown = without_paths("\n".join(lines))
+    return shown, message and without_paths(message), error is not None and hidden_ran
 
 
 def _flag_notes(flags: list[str], texts: dict) -> list[str]:
@@ -202,12 +203,12 @@ def _exercise_html(cell, graded: dict, untrusted: bool, texts: dict) -> str:
     if cell is None or cell.get("execution_count") is None:
         parts.append(f"<p>{html.escape(texts['not_run'])}</p>")
         return "\n".join(parts)
-    shown, error = visible_output(cell)
+    shown, error, hidden_failed = visible_output(cell)
     if shown.strip():
         parts.append(f"<pre>{html.escape(shown)}</pre>")
     if error:
         parts.append(f"<pre>{html.escape(error)}</pre>")
-    elif graded["score"] < graded["max_score"]:
+    if hidden_failed:
         parts.append(f"<p>{html.escape(texts['hidden_failed'])}</p>")
     return "\n".join(parts)
 
