@@ -86,23 +86,26 @@ endif
 # bubblewrap) and refuses without one; GRADE_ARGS=--unsafe-no-sandbox overrides that.
 # EDITION=es does the same for the Spanish edition (notebooks/es/), in a course of its
 # own: build/course-es/, student/es/, build/slides/es/.
+# SLIDES_ARGS=03_loss_scaling builds one lesson's decks (presenter and handout).
 GRADE_ARGS ?=
+STUDENT_ARGS ?=
+SLIDES_ARGS ?=
 EDITION ?= en
 ifeq ($(EDITION),es)
 EDITION_ARGS := --notebooks notebooks/es --course build/course-es
-STUDENT_ARGS := --out student/es
-SLIDES_ARGS := --out build/slides/es
+STUDENT_OUT := --out student/es
+SLIDES_OUT := --out build/slides/es
 else ifneq ($(EDITION),en)
 $(error EDITION=$(EDITION): the course has the editions en (notebooks/) and es (notebooks/es/))
 endif
 student: setup-dev
-	$(VENV_PY) -m amp_lessons.grading $(EDITION_ARGS) student $(STUDENT_ARGS)
+	$(VENV_PY) -m amp_lessons.grading $(EDITION_ARGS) student $(STUDENT_OUT) $(STUDENT_ARGS)
 
 grade: setup-dev
 	$(VENV_PY) -m amp_lessons.grading $(EDITION_ARGS) autograde $(GRADE_ARGS)
 
 slides: setup-dev
-	$(VENV_PY) -m amp_lessons.grading $(EDITION_ARGS) slides $(SLIDES_ARGS)
+	$(VENV_PY) -m amp_lessons.grading $(EDITION_ARGS) slides $(SLIDES_OUT) $(SLIDES_ARGS)
 
 # The Spanish edition after an English notebook changed: new and changed cells into
 # notebooks/es/po/*.po (changed ones keep their old translation, marked fuzzy), then,

@@ -22,11 +22,13 @@ Example (what ``make grade`` runs)::
     python -m amp_lessons.grading autograde             # every submission
     python -m amp_lessons.grading autograde --student alice --timeout 300
     python -m amp_lessons.grading autograde --jobs 4    # four at once
+    python -m amp_lessons.grading autograde --lesson 03_loss_scaling --all
     python -m amp_lessons.grading grades --json
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Float, Integer
 
 from amp_lessons.tooling.grading import nbgrader_main, review, sandbox
@@ -50,7 +52,6 @@ from amp_lessons.tooling.grading.course import (
     ROOT,
     is_test_cell,
     jupyter_env,
-    read_scores,
 )
 from amp_lessons.tooling.grading.sandbox import NOTEBOOK_TIMEOUT_S
 from amp_lessons.tooling.grading.testcells import check_calls
@@ -123,6 +124,46 @@ class SandboxExecute(NbGraderPreprocessor):
         return executed, resources
 
 
+class ReleasedCells(OverwriteCells):
+    """nbgrader's OverwriteCells, quiet about a test cell left as it was released.
+
+    The student edition's test cells lack their hidden tests, so their checksum never
+    matches the source's: plain OverwriteCells warns "Attribute 'checksum' for cell
+    ... has changed!" on every untouched notebook. A locked cell whose source is the
+    source cell's with its hidden tests cut is given the source back first, silently;
+    any other change is still reported (and overwritten) as nbgrader does.
+    """
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id is not None and cell.cell_type == "code":
+            from nbgrader.api import MissingEntry
+
+            try:
+                source = self.gradebook.find_source_cell(
+                    grade_id, self.notebook_id, self.assignment_id
+                )
+            except MissingEntry:
+                source = None
+            if (
+                source is not None
+                and source.locked
+                and cell.source != source.source
+                and cell.source.strip() == released_source(source.source).strip()
+            ):
+                cell.source = source.source
+        return super().preprocess_cell(cell, resources, cell_index)
+
+
+def released_source(source: str) -> str:
+    """``source`` as the student edition has it: its hidden tests cut."""
+    from nbgrader.preprocessors import ClearHiddenTests
+
+    cell = nbformat.v4.new_code_cell(source)
+    ClearHiddenTests()._remove_hidden_test_region(cell)
+    return cell.source
+
+
 @dataclass
 class Outcome:
     """One submission's grading: what happened, in one line, and its flags."""
@@ -146,7 +187,10 @@ def _zero(course_dir: Path, student: str, lesson: str) -> bool:
     missing notebook); False when the lesson is not in the gradebook at all."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    db = f"sqlite:///{(Path(course_dir) / 'gradebook.db').resolve()}"
+    path = Path(course_dir) / "gradebook.db"
+    if not path.exists():  # no lesson in it: nothing to record 0 for
+        return False
+    db = f"sqlite:///{path.resolve()}"
     with warnings.catch_warnings(), Gradebook(db, COURSE_ID) as gb:
         warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes on new rows
         try:
@@ -154,6 +198,15 @@ def _zero(course_dir: Path, student: str, lesson: str) -> bool:
             submission = gb.update_or_create_submission(lesson, student)
         except MissingEntry:
             return False
+        stamp = Path(course_dir) / "submitted" / student / lesson / "timestamp.txt"
+        if stamp.exists() and submission.timestamp is None:
+            # nbgrader reads it when it grades; a file it could not grade keeps it too
+            from nbgrader.utils import parse_utc
+
+            try:
+                submission.timestamp = parse_utc(stamp.read_text().strip())
+            except ValueError:
+                pass
         for notebook in submission.notebooks:
             for grade in notebook.grades:
                 grade.auto_score, grade.needs_manual_grade = 0, False
@@ -257,12 +310,42 @@ def grade_one(
     return Outcome(student, lesson, False, flags)
 
 
-def submissions(course_dir: Path, student: str = "*") -> list[tuple[str, str]]:
+def submissions(
+    course_dir: Path, student: str = "*", lesson: str = "*"
+) -> list[tuple[str, str]]:
     """(student, lesson) for every submitted lesson folder, sorted."""
     folder = Path(course_dir) / "submitted"
     return sorted(
-        (p.parent.name, p.name) for p in folder.glob(f"{student}/*") if p.is_dir()
+        (p.parent.name, p.name)
+        for p in folder.glob(f"{student}/{lesson}")
+        if p.is_dir()
     )
+
+
+def fingerprint(course_dir: Path, student: str, lesson: str) -> str:
+    """A hash of what grading this submission reads: the files handed in (not their
+    timestamp) and the lesson's source notebook."""
+    digest = hashlib.sha256()
+    folder = Path(course_dir) / "submitted" / student / lesson
+    source = Path(course_dir) / "source" / lesson / f"{lesson}.ipynb"
+    files = [p for p in sorted(folder.rglob("*")) if p.name != "timestamp.txt"]
+    for path in [*files, source]:
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _fingerprint_path(course_dir: Path, student: str, lesson: str) -> Path:
+    return review.review_path(course_dir, student, lesson).with_suffix(".sha256")
+
+
+def unchanged(course_dir: Path, student: str, lesson: str) -> bool:
+    """Whether this submission was graded as it is now (see `fingerprint`)."""
+    path = _fingerprint_path(course_dir, student, lesson)
+    try:
+        return path.read_text() == fingerprint(course_dir, student, lesson)
+    except OSError:
+        return False
 
 
 def check_package(course_dir: Path) -> list[str]:
@@ -327,7 +410,11 @@ def _grade_all(
     before, stopping = seal(checks), threading.Event()
 
     def grade(who: str, lesson: str) -> Outcome:
+        seen = fingerprint(course_dir, who, lesson)
         outcome = grade_one(course_dir, who, lesson, stopping=stopping, **options)
+        path = _fingerprint_path(course_dir, who, lesson)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(seen)
         if seal(checks) != before:
             outcome.flags.append(
                 "runtime: the course's checks changed on disk while this submission ran"
@@ -363,13 +450,17 @@ def autograde(
     course_dir: Path = COURSE_DIR,
     student: str = "*",
     *,
+    lesson: str = "*",
+    changed_only: bool = False,
     sandboxed: bool = True,
     timeout: float = NOTEBOOK_TIMEOUT_S,
     jobs: int | None = None,
 ) -> list[Outcome]:
-    """Grade each submission on its own (see module docstring), ``jobs`` at a time
-    (default: ``default_jobs()``), each in its own sandbox; print progress, then how
-    many a minute. The outcomes and the gradebook are the same whatever ``jobs``.
+    """Grade each submission of ``student`` on ``lesson`` (glob patterns) on its own
+    (see module docstring), ``jobs`` at a time (default: ``default_jobs()``), each in
+    its own sandbox; print progress, then how many a minute. The outcomes and the
+    gradebook are the same whatever ``jobs``. ``changed_only``: skip a submission
+    graded before whose files and lesson have not changed since (`unchanged`).
 
     Raises RuntimeError when nothing was submitted, or when ``sandboxed`` and bwrap
     cannot sandbox here (the message says how to install it); ValueError when
@@ -378,13 +469,25 @@ def autograde(
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be 1 or more, not {jobs}")
-    todo = submissions(course_dir, student)
+    todo = submissions(course_dir, student, lesson)
     if not todo:
         raise RuntimeError(
-            f"nothing submitted in {Path(course_dir) / 'submitted'}: "
-            "file notebooks with `python -m amp_lessons.grading submit "
+            f"nothing submitted in {Path(course_dir) / 'submitted'}"
+            + ("" if (student, lesson) == ("*", "*") else f" for {student}/{lesson}")
+            + ": file notebooks with `python -m amp_lessons.grading submit "
             "STUDENT FILES...`"
         )
+    if changed_only:
+        skipped = [pair for pair in todo if unchanged(course_dir, *pair)]
+        todo = [pair for pair in todo if pair not in skipped]
+        if skipped:
+            print(
+                f"{len(skipped)} submission(s) unchanged since graded: kept "
+                "(--all regrades them)",
+                flush=True,
+            )
+        if not todo:
+            return []
     if sandboxed:
         problem = sandbox.sandbox_problem()
         if problem:
@@ -400,23 +503,19 @@ def autograde(
         course_dir, todo, min(jobs, len(todo)), sandboxed=sandboxed, timeout=timeout
     )
     seconds = time.perf_counter() - start
-    print(
-        f"graded {len(todo)} submission(s) in {seconds:.0f} s, "
-        f"{len(todo) * 60 / seconds:.1f} a minute (--jobs {jobs})",
-        flush=True,
+    # a rate from under a second of work (a corrupt file) says nothing
+    took = (
+        f"in {seconds:.0f} s, {len(todo) * 60 / seconds:.1f} a minute"
+        if seconds >= 1
+        else "in under a second"
     )
+    print(f"graded {len(todo)} submission(s) {took} (--jobs {jobs})", flush=True)
     return outcomes
 
 
 def grades(course_dir: Path = COURSE_DIR) -> list[dict]:
-    """The gradebook with each submission's flags: what ``grades --json`` prints."""
-    return [
-        {
-            "student": s.student,
-            "lesson": s.notebook,
-            "score": s.score,
-            "max_score": s.max_score,
-            "flags": review.read_review(course_dir, s.student, s.notebook),
-        }
-        for s in read_scores(course_dir)
-    ]
+    """The gradebook with each submission's flags: what ``grades --json`` prints,
+    one row per student and handed-in lesson with points (``gradebook.rows``)."""
+    from amp_lessons.tooling.grading import gradebook
+
+    return gradebook.rows(course_dir)

@@ -1,11 +1,12 @@
 """The command line: ``python -m amp_lessons.grading [--course DIR] student|submit|
-autograde|grades|rehearse|lint|fix-tests|slides`` (what ``make student``, ``make
-grade`` and ``make slides`` run).
+autograde|grades|feedback|rehearse|lint|fix-tests|slides`` (what ``make student``,
+``make grade`` and ``make slides`` run). A refusal is one line on stderr, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,9 @@ from pathlib import Path
 from amp_lessons.tooling.grading import (
     autograder,
     course,
+    feedback,
+    gradebook,
+    handin,
     lint,
     rehearsal,
     review,
@@ -38,6 +42,16 @@ def _table(course_dir: Path) -> str:
         for s in scores
     }
     return course.format_scores(scores, {k: v for k, v in flags.items() if v})
+
+
+def _when(text: str) -> datetime.datetime:
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: write it as 2026-12-06 17:30"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
 
 
 def _positive(text: str) -> int:
@@ -79,9 +93,25 @@ def _add_handout_commands(sub) -> None:
     """What goes out to students and what comes back: student, submit."""
     p = sub.add_parser("student", help="generate the student edition")
     p.add_argument("--out", type=Path, default=course.STUDENT_DIR)
-    p = sub.add_parser("submit", help="file a student's returned notebooks")
-    p.add_argument("student")
+    p.add_argument(
+        "--no-wheel",
+        action="store_true",
+        help="the notebooks only: no wheel and install.py beside them",
+    )
+    p = sub.add_parser(
+        "submit",
+        help="file a student's returned notebooks (any name that holds the "
+        "lesson's: '03_loss_scaling-Copy1', '03_loss_scaling - Alice Smith'); an "
+        "earlier hand-in is kept in history/",
+    )
+    p.add_argument("student", help="the student's id (spaces become '_')")
     p.add_argument("files", nargs="+", type=Path)
+    p.add_argument(
+        "--at",
+        type=_when,
+        default=None,
+        help="when it was handed in, e.g. '2026-12-06 17:30' (UTC; default: now)",
+    )
 
 
 def _add_grading_commands(sub) -> None:
@@ -91,7 +121,13 @@ def _add_grading_commands(sub) -> None:
         help="autograde every submission, each in its own "
         "bubblewrap sandbox; print the scores and what to review",
     )
-    p.add_argument("--student", default="*")
+    p.add_argument("--student", default="*", help="one student's id (default: all)")
+    p.add_argument("--lesson", default="*", help="one lesson (default: all)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="regrade every submission, not only the new or changed ones",
+    )
     p.add_argument(
         "--timeout",
         type=float,
@@ -111,12 +147,28 @@ def _add_grading_commands(sub) -> None:
         help="run submissions with YOUR rights (no bwrap): only for a "
         "machine you do not mind student code touching",
     )
-    p = sub.add_parser("grades", help="print the gradebook")
+    p = sub.add_parser(
+        "grades",
+        help="print the gradebook: one row per student and handed-in lesson",
+    )
     p.add_argument(
         "--json",
         action="store_true",
-        help="as JSON: [{student, lesson, score, max_score, flags}]",
+        help="as JSON: [{student, lesson, score, max_score, flags, core_score, "
+        "core_max, optional_score, optional_max, submitted_at, exercises}]",
     )
+    p.add_argument(
+        "--csv",
+        type=Path,
+        metavar="FILE",
+        help="write it as CSV to FILE: the same columns, one per exercise too",
+    )
+    p = sub.add_parser(
+        "feedback",
+        help="each student's feedback on each graded lesson, without hidden cases",
+    )
+    p.add_argument("--student", default="*", help="one student's id (default: all)")
+    p.add_argument("--lesson", default="*", help="one lesson (default: all)")
     p = sub.add_parser(
         "rehearse",
         help="solved -> full marks, blank -> zero, in a "
@@ -139,7 +191,16 @@ def _add_upkeep_commands(sub) -> None:
     p.add_argument(
         "paths", nargs="*", type=Path, help="notebooks (default: every course notebook)"
     )
-    p = sub.add_parser("slides", help="offline reveal.js decks into build/slides")
+    p = sub.add_parser(
+        "slides",
+        help="offline reveal.js decks into build/slides: the presenter's, and "
+        "handouts without solutions in build/slides/handout",
+    )
+    p.add_argument(
+        "lessons",
+        nargs="*",
+        help="only these lessons, e.g. 03_loss_scaling or 03 (default: all)",
+    )
     p.add_argument("--out", type=Path, default=slides.SLIDES_DIR)
     p.add_argument(
         "--no-execute",
@@ -163,12 +224,26 @@ def _student(args, notebooks: list[Path]) -> int:
     for source in notebooks:
         problems += lint.lint_student_edition(source, args.out / source.name)
     print(f"student edition: {len(written)} notebooks in {args.out}")
+    if not args.no_wheel:
+        wheel = course.write_install_kit(args.out)
+        print(f"and {wheel.name} with install.py (students run `python3 install.py`)")
     return _report(problems, f"hand out {args.out} (zip it, or see INSTRUCTORS.md)")
 
 
 def _submit(args, notebooks: list[Path]) -> int:
-    for dest in course.submit(args.student, args.files, args.course):
-        print("filed", dest)
+    try:
+        filed = handin.submit(args.student, args.files, args.course, at=args.at)
+    except (ValueError, RuntimeError) as exc:
+        print(f"submit: {exc}", file=sys.stderr)
+        return 2
+    for one in filed:
+        if one.student != args.student:
+            print(f"student id {args.student!r} filed as {one.student!r}")
+            break
+    for one in filed:
+        print(f"filed {one.source.name} as {one.lesson}: {one.dest}")
+        if one.kept:
+            print(f"  the earlier hand-in is kept: {one.kept}")
     return 0
 
 
@@ -178,6 +253,8 @@ def _autograde(args, notebooks: list[Path]) -> int:
         outcomes = autograder.autograde(
             args.course,
             args.student,
+            lesson=args.lesson,
+            changed_only=not args.all,
             sandboxed=not args.unsafe_no_sandbox,
             timeout=args.timeout,
             jobs=args.jobs,
@@ -194,10 +271,21 @@ def _autograde(args, notebooks: list[Path]) -> int:
 
 
 def _grades(args, notebooks: list[Path]) -> int:
+    if args.csv:
+        table = gradebook.rows(args.course)
+        gradebook.write_csv(table, args.csv)
+        print(f"{len(table)} row(s) in {args.csv}", file=sys.stderr)
     if args.json:
         print(json.dumps(autograder.grades(args.course), indent=1))
-    else:
+    elif not args.csv:
         print(_table(args.course))
+    return 0
+
+
+def _feedback(args, notebooks: list[Path]) -> int:
+    written = feedback.write_feedback(args.course, args.student, args.lesson)
+    folder = args.course / "feedback"
+    print(f"{len(written)} feedback file(s) in {folder}/<student>/<lesson>/")
     return 0
 
 
@@ -235,12 +323,39 @@ def _fix_tests(args, notebooks: list[Path]) -> int:
     return 0
 
 
+def pick_lessons(notebooks: list[Path], names: Sequence[str]) -> list[Path]:
+    """The notebooks ``names`` pick (a stem, a file name or a unique start such as
+    ``03``); all of them when ``names`` is empty. Raises ValueError (one line)."""
+    picked = []
+    for name in names:
+        stem = Path(name).stem if name.endswith(".ipynb") else name
+        found = [p for p in notebooks if p.stem == stem] or [
+            p for p in notebooks if p.stem.startswith(stem)
+        ]
+        if len(found) != 1:
+            choices = ", ".join(p.stem for p in (found or notebooks))
+            raise ValueError(
+                f"{name!r} is {'no' if not found else 'more than one'} lesson: "
+                f"one of {choices}"
+            )
+        picked += [p for p in found if p not in picked]
+    return picked or notebooks
+
+
 def _slides(args, notebooks: list[Path]) -> int:
-    decks = slides.export_slides(notebooks, args.out, execute=not args.no_execute)
+    try:
+        chosen = pick_lessons(notebooks, args.lessons)
+    except ValueError as exc:
+        print(f"slides: {exc}", file=sys.stderr)
+        return 2
+    decks = slides.export_slides(
+        chosen, args.out, execute=not args.no_execute, handout=True
+    )
     problems = [p for deck in decks for p in slides.offline_problems(deck)]
     print(
-        f"{len(decks)} decks in {args.out}; open one in a browser, press s for "
-        "the speaker notes"
+        f"{len(chosen)} presenter deck(s) in {args.out} (open one in a browser, press "
+        f"s for the speaker notes); handouts without solutions in "
+        f"{args.out / slides.HANDOUT}"
     )
     return _report(problems, "no network needed")
 
@@ -250,6 +365,7 @@ COMMANDS = {
     "submit": _submit,
     "autograde": _autograde,
     "grades": _grades,
+    "feedback": _feedback,
     "rehearse": _rehearse,
     "lint": _lint,
     "fix-tests": _fix_tests,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,15 @@ CODE_STUBS = {
 }
 TEXT_STUBS = {"en": "YOUR ANSWER HERE", "es": "ESCRIBA SU RESPUESTA AQUÍ"}
 CODE_STUB = CODE_STUBS["en"]
+# nbgrader's Autograde.sanitize_preprocessors (0.9), OverwriteCells replaced by ours
+# (quiet about test cells left as released: their hidden tests were cut)
+SANITIZE_PREPROCESSORS = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "amp_lessons.tooling.grading.autograder.ReleasedCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 # nbgrader's Autograde.autograde_preprocessors (0.9), Execute replaced by ours
 AUTOGRADE_PREPROCESSORS = [
     "amp_lessons.tooling.grading.autograder.SandboxExecute",
@@ -136,10 +144,14 @@ def nbgrader_config(course_dir: Path, language: str = "en") -> str:
             f"c.ClearSolutions.code_stub = {{'python': {ascii(CODE_STUBS[language])}}}",
             f"c.ClearSolutions.text_stub = {ascii(TEXT_STUBS[language])}",
             f"c.Execute.timeout = {CELL_TIMEOUT_S}",
-            "# Autograde executes each notebook in a bubblewrap sandbox, in a guarded",
-            "# kernel, then reviews it (amp_lessons/tooling/grading/autograde.py): the",
-            "# same steps as nbgrader's own list with Execute replaced.",
+            "# Autograde executes each notebook in a bubblewrap sandbox, in a",
+            "# guarded kernel, then reviews it",
+            "# (amp_lessons/tooling/grading/autograder.py): the same steps as",
+            "# nbgrader's own list with Execute replaced.",
             f"c.Autograde.autograde_preprocessors = {AUTOGRADE_PREPROCESSORS!r}",
+            "# ... and OverwriteCells replaced, so that a test cell as released (its",
+            "# hidden tests cut) is not reported as changed.",
+            f"c.Autograde.sanitize_preprocessors = {SANITIZE_PREPROCESSORS!r}",
             f"c.SandboxExecute.timeout = {CELL_TIMEOUT_S}",
             "",
         ]
@@ -296,39 +308,52 @@ def export_student_edition(
 def submit(
     student_id: str, notebooks: Iterable[Path], course_dir: Path = COURSE_DIR
 ) -> list[Path]:
-    """File a student's returned notebooks where ``nbgrader autograde`` looks.
+    """File a student's returned notebooks where ``nbgrader autograde`` looks
+    (``handin.submit``, which says what it did); return where each went.
 
-    Each notebook goes to ``submitted/<student>/<lesson>/<lesson>.ipynb``, the lesson
-    read from the file name (``02_underflow.ipynb``; a browser's ``02_underflow (1)``
-    copy is recognised too).
-
-    Example: ``submit("alice", [Path("~/Downloads/02_underflow.ipynb")])``.
+    Example: ``submit("alice", [Path("~/Downloads/02_underflow (1).ipynb")])``.
     """
-    if not student_id or not re.fullmatch(r"[A-Za-z0-9_.@-]+", student_id):
-        raise ValueError(
-            f"student id {student_id!r}: use letters, digits, '_', '-', "
-            "'.', '@' only (it becomes a folder name)"
-        )
-    lessons = (
-        {p.name for p in (Path(course_dir) / "source").iterdir() if p.is_dir()}
-        if (Path(course_dir) / "source").is_dir()
-        else set()
+    from amp_lessons.tooling.grading import handin
+
+    return [filed.dest for filed in handin.submit(student_id, notebooks, course_dir)]
+
+
+# What `student` puts beside the notebooks so that `python3 install.py` sets the folder
+# up: this file's source -> its name there (the set-up it reuses, imported by name)
+INSTALL_FILES = {"student_install.py": "install.py", "bootstrap.py": "_bootstrap.py"}
+TORCH_PIN = "torch-version.txt"  # the torch the instructor grades on
+
+
+def write_install_kit(out_dir: Path = STUDENT_DIR) -> Path:
+    """Put the course's wheel, ``install.py`` (``tooling/student_install.py``) and
+    the instructor's torch version into ``out_dir``: ``python3 install.py`` there
+    makes ``.venv`` with torch's CPU build on a Linux machine without an NVIDIA GPU,
+    and the torch version the instructor grades on. Returns the wheel.
+
+    Example: after ``make student``, ``student/amp_lessons-0.1.0-py3-none-any.whl``.
+    """
+    import torch
+
+    out_dir = Path(out_dir)
+    for old in out_dir.glob("amp_lessons-*.whl"):
+        old.unlink()
+    # no build isolation: the venv's setuptools, so it builds offline too
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+        + ["--disable-pip-version-check", "-q", "-w", str(out_dir), str(ROOT)],
+        capture_output=True,
+        text=True,
     )
-    if not lessons:
-        raise RuntimeError(f"no course in {course_dir}: run `make student` first")
-    filed = []
-    for path in map(Path, notebooks):
-        lesson = re.sub(r"\s*\(\d+\)$", "", path.stem)
-        if path.suffix != ".ipynb" or lesson not in lessons:
-            raise ValueError(
-                f"{path.name}: not a lesson of this course; expected one "
-                f"of {', '.join(sorted(lessons))} (.ipynb)"
-            )
-        dest = Path(course_dir) / "submitted" / student_id / lesson / f"{lesson}.ipynb"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, dest)
-        filed.append(dest)
-    return filed
+    wheels = sorted(out_dir.glob("amp_lessons-*.whl"))
+    if done.returncode != 0 or not wheels:
+        raise RuntimeError(
+            f"could not build the course's wheel: {(done.stdout + done.stderr)[-400:]}"
+        )
+    tooling = Path(__file__).resolve().parents[1]
+    for name, dest in INSTALL_FILES.items():
+        shutil.copyfile(tooling / name, out_dir / dest)
+    (out_dir / TORCH_PIN).write_text(torch.__version__.split("+")[0] + "\n")
+    return wheels[-1]
 
 
 @dataclass(frozen=True)

@@ -64,14 +64,16 @@ def _without_markers(source: str) -> str:
     )
 
 
-def present_exercises(nb):
+def present_exercises(nb, handout: bool = False):
     """Show each exercise as a student gets it; keep its solution for the reveal.
 
     The solution cell shows nbgrader's stub and the graded cell its visible tests
     (nbgrader's own ClearSolutions and ClearHiddenTests, as in the student edition).
     The solution goes into the exercise slide's speaker notes and onto a
     "Solution" slide right after it, with the check's output on it (executed decks):
-    the room sees it when the instructor moves on.
+    the room sees it when the instructor moves on. A ``handout`` keeps neither, and
+    no test cell's output either (what the check printed of the solution's answers,
+    a quiz's key among them).
     """
     from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
 
@@ -92,6 +94,12 @@ def present_exercises(nb):
         if cell.cell_type == "markdown" and slide_type(cell) in ("slide", "subslide"):
             title = _title(cell.source) or title
         cells.append(cell)
+        if id(cell) in solutions and handout:
+            cell.outputs = []
+            continue
+        if handout and is_test_cell(cell):
+            cell.outputs = []
+            continue
         if id(cell) in solutions:  # the notes go with the stub, on its slide
             cell.outputs = []
             pending.append(solutions[id(cell)])
@@ -391,12 +399,16 @@ def _join_streams(nb) -> None:
             cell.outputs = joined
 
 
-def lay_out_deck(nb):
+def lay_out_deck(nb, handout: bool = False):
     """The lesson as the deck shows it: exercises stubbed, solutions behind them,
-    proof cells dropped, slides cut to fit. Works on a copy."""
+    proof cells dropped, slides cut to fit. Works on a copy. A ``handout`` has no
+    solutions, no check outputs and no speaker notes (`present_exercises`)."""
     nb = copy.deepcopy(nb)
     _join_streams(nb)
-    nb = cut_to_fit(present_exercises(nb))
+    nb = present_exercises(nb, handout)
+    if handout:
+        nb.cells = [c for c in nb.cells if slide_type(c) != "notes"]
+    nb = cut_to_fit(nb)
     for i, cell in enumerate(nb.cells):  # new cells get random ids: the same deck twice
         cell["id"] = f"slide-cell-{i}"  # must be the same file
     return nb

@@ -112,6 +112,7 @@ for _name in ("STAGE_W", "STAGE_H", "PAD_X", "PAD_Y", "IMG_MAX_H", "MIN_ZOOM"):
         f"__{_name}__", str(getattr(slide_heights, _name))
     )
 ASSETS = "_assets"  # beside the .slides.html files
+HANDOUT = "handout"  # the decks for students, in a folder of their own
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"  # one jupyter-server-mathjax ships
 WIDGET_NOTE = "[interactive widget: open this lesson in JupyterLab to use it]"
 
@@ -222,13 +223,18 @@ def execute_notebooks(notebooks: Sequence[Path], out_dir: Path) -> list[Path]:
 
 
 def export_slides(
-    notebooks: Sequence[Path], out_dir: Path = SLIDES_DIR, execute: bool = False
+    notebooks: Sequence[Path],
+    out_dir: Path = SLIDES_DIR,
+    execute: bool = False,
+    handout: bool = False,
 ) -> list[Path]:
     """``jupyter nbconvert --to slides`` for each notebook, offline, into ``out_dir``.
 
     With ``execute=True`` each lesson runs first, so the deck shows what this machine
     measured; otherwise the deck shows the code only. Open ``NN_x.slides.html`` in a
-    browser: arrows move, ``s`` opens the speaker notes.
+    browser: arrows move, ``s`` opens the speaker notes. With ``handout=True``, a
+    second deck of each lesson goes into ``out_dir/handout/`` (with its own assets,
+    to zip alone): no solution, no check's output, no speaker notes.
 
     Example: ``export_slides(course_notebooks())`` ->
     ``[build/slides/00_welcome.slides.html, ...]``.
@@ -244,18 +250,30 @@ def export_slides(
     else:
         nbs = [nbformat.read(p, as_version=4) for p in sources]
     exporter = slides_exporter()
-    return [
+    decks = [
         export_deck(nb, path.stem, out_dir, exporter)
         for path, nb in zip(sources, nbs, strict=True)
     ]
+    if handout:
+        copy_slide_assets(out_dir / HANDOUT)
+        decks += [
+            export_deck(nb, path.stem, out_dir / HANDOUT, exporter, handout=True)
+            for path, nb in zip(sources, nbs, strict=True)
+        ]
+    return decks
 
 
-def export_deck(nb, name: str, out_dir: Path, exporter=None) -> Path:
+def export_deck(
+    nb, name: str, out_dir: Path, exporter=None, handout: bool = False
+) -> Path:
     """One lesson (a notebook node, executed or not) as ``out_dir/<name>.slides.html``,
-    laid out by ``deck_layout``; ``out_dir`` needs the assets (`copy_slide_assets`).
+    laid out by ``deck_layout`` (as a handout: without solutions); ``out_dir`` needs
+    the assets (`copy_slide_assets`).
     """
     exporter = exporter or slides_exporter()
-    deck = deck_layout.lay_out_deck(_without_live_widgets(copy.deepcopy(nb)))
+    deck = deck_layout.lay_out_deck(
+        _without_live_widgets(copy.deepcopy(nb)), handout=handout
+    )
     body, _ = exporter.from_notebook_node(deck, {"metadata": {"name": name}})
     dest = Path(out_dir) / f"{name}.slides.html"
     dest.write_text(body, encoding="utf-8")
