@@ -16,7 +16,12 @@ from paths import NOTEBOOKS_DIR, ROOT
 
 from amp_lessons.cli import main
 from amp_lessons.teaching import progress
-from amp_lessons.teaching.lessons import course_exercises, exercise_of, lesson_order
+from amp_lessons.teaching.lessons import (
+    course_exercises,
+    exercise_of,
+    lesson_order,
+    read_course,
+)
 from amp_lessons.teaching.progress_report import (
     lesson_end,
     next_step,
@@ -168,6 +173,10 @@ def test_the_grading_sandbox_and_nbgrader_run_with_progress_off(tmp_path, monkey
 
 
 def test_lessons_and_totals_come_from_the_notebooks():
+    assert course_exercises() == read_course(), (
+        "amp_lessons/teaching/data/lessons.json is not current: run "
+        "python -m amp_lessons.teaching.lessons"
+    )
     order = lesson_order()
     assert order[:3] == ("00_amp_in_10_minutes", "00_welcome", "01_number_formats")
     assert order == tuple(sorted(p.stem for p in NOTEBOOKS_DIR.glob("*.ipynb")))
@@ -280,3 +289,35 @@ def test_cli_speaks_spanish(data_dir, capsys):
     assert main(["progress", "--lang", "es"]) == 0
     out = capsys.readouterr().out
     assert "lección" in out and "Siguiente" in out, out
+
+
+@pytest.mark.slow
+def test_a_sandboxed_grading_records_nothing_and_the_lesson_still_ends(tmp_path):
+    """One submission graded in bwrap: its check runs and the lesson's last cell
+    prints its line (the index travels with the package), progress off."""
+    from test_sandbox import require_sandbox, tiny_notebook
+
+    from amp_lessons.tooling.grading import sandbox
+
+    require_sandbox()
+    test = (
+        "import amp_lessons.teaching.checks as _checks\n_checks.verify_pristine()\n"
+        "_checks.check_amp_step_order(amp_step_order)"
+    )
+    end = (
+        "from amp_lessons.teaching import progress\n"
+        "from amp_lessons.teaching.progress_report import lesson_end\n"
+        "print(progress.enabled())\n"
+        'print(lesson_end("05_amp_loop"))'
+    )
+    nb = tiny_notebook("def amp_step_order():\n    return []\n", test, end)
+    run = sandbox.run_notebook(
+        nb, tmp_path, test_cells={1: test}, course_cells=[test], protected=[]
+    )
+    assert run.reason is None, run.reason
+    [verdict] = [r for r in run.records if r["kind"] == "check"]
+    assert verdict["genuine"] and not verdict["passed"]
+    outputs = run.notebook.cells[2].outputs
+    text = "".join(o.get("text", "") for o in outputs)
+    assert {o.output_type for o in outputs} == {"stream"}, outputs
+    assert text.startswith("False\n") and "06_speed_memory" in text, text

@@ -7,6 +7,11 @@ in notebook order, each named by its nbgrader ``grade_id`` and by the check it c
 (the title ``grade()`` reports, so a check run can be traced to its exercise). Both
 editions share the file names, grade_ids and checks, so the English notebooks are read.
 
+What they say is kept in the package, ``teaching/data/lessons.json``, written from
+them by ``python -m amp_lessons.teaching.lessons`` (``--check``: exit 1 when it is not
+current), because a kernel that records a check does not always see the course's
+folder: the grading sandbox, Colab (which installs the package alone).
+
 Example:
     >>> [e.function for e in course_exercises()["03_loss_scaling"]]
     ['update_scale', 'unscale_grads']
@@ -27,6 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = ROOT / "notebooks"
 README = ROOT / "README.md"
+# The index the package reads: the notebooks and the README, as `read_course` read
+# them when it was written (tests/test_progress.py checks it is current)
+INDEX = Path(__file__).resolve().parent / "data" / "lessons.json"
+INDEX_SOURCE = (
+    "written by python -m amp_lessons.teaching.lessons from README.md's lesson table "
+    "and the notebooks' graded test cells; do not edit"
+)
 HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
 # a row of the README's lesson table: | 03 | `03_loss_scaling` | ...
 README_ROW = re.compile(r"^\|\s*\d\d\s*\|\s*`(\w+)`", re.M)
@@ -82,8 +94,7 @@ def _exercises_of(path: Path) -> tuple[Exercise, ...]:
     return tuple(found)
 
 
-@functools.lru_cache(maxsize=4)
-def lesson_order(notebooks_dir: Path = NOTEBOOKS_DIR, readme: Path = README):
+def _readme_order(notebooks_dir: Path, readme: Path) -> list[str]:
     """The lessons' stems in the README's table order; a notebook the table does not
     list comes after, by name (and without a README, all by name, the same order)."""
     stems = sorted(p.stem for p in Path(notebooks_dir).glob("*.ipynb"))
@@ -92,19 +103,52 @@ def lesson_order(notebooks_dir: Path = NOTEBOOKS_DIR, readme: Path = README):
     except OSError:
         listed = []
     ordered = [s for s in dict.fromkeys(listed) if s in stems]
-    return tuple(ordered + [s for s in stems if s not in ordered])
+    return ordered + [s for s in stems if s not in ordered]
 
 
-@functools.lru_cache(maxsize=4)
-def course_exercises(
+def read_course(
     notebooks_dir: Path = NOTEBOOKS_DIR, readme: Path = README
 ) -> dict[str, tuple[Exercise, ...]]:
-    """Each lesson's graded exercises, lessons in reading order (a lesson with none
-    maps to an empty tuple). Read once per process."""
+    """Each lesson's graded exercises, read from the notebooks now, lessons in the
+    README's order (a lesson with none maps to an empty tuple)."""
     return {
         stem: _exercises_of(Path(notebooks_dir) / f"{stem}.ipynb")
-        for stem in lesson_order(Path(notebooks_dir), Path(readme))
+        for stem in _readme_order(Path(notebooks_dir), Path(readme))
     }
+
+
+def write_index(path: Path = INDEX) -> None:
+    """Write `read_course()` to the package's index (``python -m
+    amp_lessons.teaching.lessons`` does, after a lesson's exercises change)."""
+    lessons = [
+        {
+            "lesson": stem,
+            "exercises": [
+                {"grade_id": e.grade_id, "check": e.check, "function": e.function}
+                for e in exercises
+            ],
+        }
+        for stem, exercises in read_course().items()
+    ]
+    document = {"source": INDEX_SOURCE, "lessons": lessons}
+    Path(path).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=1)
+def course_exercises() -> dict[str, tuple[Exercise, ...]]:
+    """Each lesson's graded exercises, lessons in reading order, from the package's
+    index (the same in a sandbox, in Colab and in a learner's copy, where the
+    course's notebooks may not be at hand)."""
+    lessons = json.loads(INDEX.read_text(encoding="utf-8"))["lessons"]
+    return {
+        item["lesson"]: tuple(Exercise(item["lesson"], **e) for e in item["exercises"])
+        for item in lessons
+    }
+
+
+def lesson_order() -> tuple[str, ...]:
+    """The lessons' stems in the README's order."""
+    return tuple(course_exercises())
 
 
 def exercise_of(check: str) -> Exercise | None:
@@ -117,3 +161,22 @@ def exercise_of(check: str) -> Exercise | None:
     session = Path(os.environ.get("JPY_SESSION_NAME", "")).stem
     mine = [e for e in matches if e.lesson == session]
     return (mine or matches or [None])[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m amp_lessons.teaching.lessons [--check]``."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if "--check" in argv:
+        current = read_course() == course_exercises()
+        if not current:
+            print(f"{INDEX} is not current: run python -m amp_lessons.teaching.lessons")
+        return 0 if current else 1
+    write_index()
+    print(f"wrote {INDEX}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
