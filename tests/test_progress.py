@@ -321,3 +321,24 @@ def test_a_sandboxed_grading_records_nothing_and_the_lesson_still_ends(tmp_path)
     text = "".join(o.get("text", "") for o in outputs)
     assert {o.output_type for o in outputs} == {"stream"}, outputs
     assert text.startswith("False\n") and "06_speed_memory" in text, text
+
+
+def test_the_site_and_the_slides_leave_the_progress_cells_out():
+    """A static page has no learner: the site drops the welcome's table and each
+    lesson's last line; the slides skip them."""
+    import nbformat
+
+    from amp_lessons.tooling.site.sanitize import sanitize
+
+    for stem in ("00_welcome", "03_loss_scaling"):
+        nb = nbformat.read(NOTEBOOKS_DIR / f"{stem}.ipynb", as_version=4)
+        ours = [
+            c
+            for c in nb.cells
+            if {"lesson-end", "learner-progress"} & set(c.metadata.get("tags", []))
+        ]
+        assert len(ours) == (5 if stem == "00_welcome" else 2)
+        assert all(c.metadata["slideshow"]["slide_type"] == "skip" for c in ours)
+        page = sanitize(nb, leaks=set())
+        assert not any("lesson_end" in c.source for c in page.cells), stem
+        assert not any("progress_table" in c.source for c in page.cells), stem
