@@ -342,3 +342,22 @@ def test_the_site_and_the_slides_leave_the_progress_cells_out():
         page = sanitize(nb, leaks=set())
         assert not any("lesson_end" in c.source for c in page.cells), stem
         assert not any("progress_table" in c.source for c in page.cells), stem
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_the_lessons_with_progress_off(tmp_path, monkeypatch):
+    import time
+
+    import nbformat
+
+    from amp_lessons.tooling import gpu_check
+
+    monkeypatch.delenv(progress.ENV, raising=False)  # as make gpu-check starts
+    cell = nbformat.v4.new_code_cell(f"import os\nprint(os.environ[{progress.ENV!r}])")
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    src = tmp_path / "lesson.ipynb"
+    nbformat.write(nb, src)
+    dest = tmp_path / "ran.ipynb"
+    assert gpu_check.execute_lesson(src, dest, time.time() + 120) == ""
+    ran = nbformat.read(dest, as_version=4)
+    assert ran.cells[0].outputs[0]["text"] == "off\n"
