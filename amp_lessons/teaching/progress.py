@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from amp_lessons.i18n import _
+from amp_lessons.teaching.lessons import exercise_of
 
 try:  # not on Windows: there the single O_APPEND write is all the safety there is
     import fcntl
@@ -95,11 +96,9 @@ def now() -> str:
 def record(check: str, hidden: bool, passed: bool) -> None:
     """Append one record for a visible check run, unless progress is off. Never
     raises (a check must end with its own verdict): a failure records nothing."""
-    if hidden or not enabled():
-        return
     try:
-        from amp_lessons.teaching.lessons import exercise_of
-
+        if hidden or not enabled():
+            return
         exercise = exercise_of(check)
         lesson, exercise_id = (
             (exercise.lesson, exercise.grade_id) if exercise else ("", check)
