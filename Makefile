@@ -26,6 +26,9 @@ lab-instructor: setup
 # Two workers (pytest-xdist): tests/conftest.py keeps each file, each notebook and the
 # tests that share the lesson runs whole on one worker.
 TEST_WORKERS ?= 2
+# the lessons these targets run record nobody's progress (tests/conftest.py says so
+# too; a notebook named alone, as test-notebook does, never loads it)
+test test-notebook test-newest-torch-tests: export AMP_LESSONS_PROGRESS = off
 test: setup-dev
 	$(VENV_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 

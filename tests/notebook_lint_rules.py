@@ -142,6 +142,8 @@ def cell_minutes(cell) -> float:
         return 0.0
     if "colab-setup" in cell.get("metadata", {}).get("tags", []):
         return 0.0  # set-up, not study: installs the course in Colab (tooling/colab.py)
+    if "lesson-end" in cell.get("metadata", {}).get("tags", []):
+        return 0.0  # way-finding, not study: the lesson's progress line and the next
     if nbgrader(cell).get("grade") or nbgrader(cell).get("solution"):
         return 0.0  # written and checked, not run and read: see exercise_minutes
     past = max(0, code_lines(cell) - FREE_CODE_LINES)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m amp_lessons train|bench|estimate|gpu-check`` (or
+"""Command line: ``python -m amp_lessons train|bench|estimate|gpu-check|progress`` (or
 ``amp-lessons``).
 
 Examples::
@@ -12,6 +12,7 @@ Examples::
     python -m amp_lessons gpu-check  # the whole GPU proof, <= 8 min (exit 2 without)
     python -m amp_lessons estimate --gpu A100-SXM4-80GB --model transformer \
         --layers 24 --width 1024 --seq 512 --batch 32  # a GPU's step time, predicted
+    python -m amp_lessons progress  # the exercises you passed, and what comes next
 
 Mistakes (an unknown precision, CUDA asked without CUDA, a scaler with bf16, ...) end
 with one line on stderr saying what to do instead, and exit status 2.
@@ -22,10 +23,11 @@ flag wins); English otherwise, a locale the package does not speak included. The
 the run's log lines and the one-line errors are translated; flag names, dtype names,
 identifiers and torch's own messages are not.
 
-One module a command (``train``, ``bench``, ``estimate``, ``gpu_check``), each adding
-its parser and running it; ``language`` chooses the language and makes argparse speak
-it; ``flags`` holds the flags several commands share and words the core's errors as
-flags. ``amp_lessons.__main__`` only calls ``main``.
+One module a command (``train``, ``bench``, ``estimate``, ``gpu_check``,
+``progress``), each adding its parser and running it; ``language`` chooses the
+language and makes argparse speak it; ``flags`` holds the flags several commands
+share and words the core's errors as flags. ``amp_lessons.__main__`` only calls
+``main``.
 
 The top of the package: it may import every layer (``core``, ``measure``, ``tooling``)
 and ``i18n``; none imports it.
@@ -37,7 +39,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from amp_lessons.cli import bench, estimate, gpu_check, train
+from amp_lessons.cli import bench, estimate, gpu_check, progress, train
 from amp_lessons.cli.flags import in_flags
 from amp_lessons.cli.language import (
     OneLineParser,
@@ -62,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lang_option(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
     # the help lists the commands in this order
-    for command in (train, bench, estimate, gpu_check):
+    for command in (train, bench, estimate, gpu_check, progress):
         add_lang_option(command.add_command(commands))
     return parser
 
@@ -107,6 +109,8 @@ def _run(argv: list[str]) -> int:
             return gpu_check.run_gpu_check(args, argv)
         if args.command == "estimate":
             return estimate.run_estimate(args)
+        if args.command == "progress":
+            return progress.run_progress(args)
         return bench.run_bench(args, argv)
     except torch.OutOfMemoryError as e:
         print(

@@ -57,6 +57,12 @@ if "google.colab" in sys.modules and not source:
 elif "google.colab" in sys.modules:
     print(f"Colab: installing the course (amp_lessons) from {{source}}")
     {install}
+    # Colab forgets a runtime's files when it ends, your progress among them. To keep
+    # it in Google Drive, run this in a cell before the exercises:
+    #   from google.colab import drive; drive.mount("/content/drive")
+    #   %env JUPYTER_DATA_DIR=/content/drive/MyDrive/amp_lessons
+    # or carry it: python -m amp_lessons progress --export FILE, then --import FILE
+    print("Your progress ends with this runtime: open this cell to keep it in Drive.")
 """
 
 

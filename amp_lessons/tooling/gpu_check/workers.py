@@ -169,7 +169,9 @@ def execute_lesson(src: Path, dest: Path, deadline: float) -> str:
     )
     error = ""
     try:
-        client.execute()  # starts the kernel, runs every cell, shuts the kernel down
+        # starts the kernel (recording no learner's progress: amp_lessons.teaching.
+        # progress), runs every cell, shuts the kernel down
+        client.execute(env={**os.environ, "AMP_LESSONS_PROGRESS": "off"})
     except CellTimeoutError:
         error = f"{_failing_cell(nb)}: the time limit ran out"
     except CellExecutionError as e:

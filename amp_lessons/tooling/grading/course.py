@@ -19,6 +19,7 @@ from pathlib import Path
 
 import nbformat
 
+from amp_lessons.teaching import progress
 from amp_lessons.tooling.grading import nbgrader_main
 
 # amp_lessons/tooling/grading/course.py -> the repository
@@ -177,8 +178,8 @@ def _kernel_home(course_dir: Path) -> Path:
 
 
 def jupyter_env(course_dir: Path) -> dict[str, str]:
-    """The environment nbgrader and nbconvert run in: this venv first on PATH, and
-    its own ``python3`` kernel first on JUPYTER_PATH."""
+    """The environment nbgrader and nbconvert run in: this venv first on PATH, its
+    own ``python3`` kernel first on JUPYTER_PATH, and no progress recorded."""
     env = dict(os.environ)
     # nbgrader shells out to `alembic` when it creates a gradebook: this venv's one
     env["PATH"] = os.pathsep.join(
@@ -189,6 +190,9 @@ def jupyter_env(course_dir: Path) -> dict[str, str]:
     # nbgrader imports the sandboxed Execute from this very package
     paths = [str(ROOT), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    # the checks these runs call (autograde, the site, the slides) are nobody's
+    # progress: the learner's file stays theirs
+    env[progress.ENV] = "off"
     return env
 
 

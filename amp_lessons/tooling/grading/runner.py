@@ -32,6 +32,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from amp_lessons.teaching import progress
 from amp_lessons.tooling.grading import guard, nbgrader_main
 
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
@@ -108,6 +109,7 @@ def _prepare(job: dict) -> Path:
             "JUPYTER_PLATFORM_DIRS": "1",
             "IPYTHONDIR": str(private / "ipython"),
             "MPLCONFIGDIR": str(private / "matplotlib"),
+            progress.ENV: "off",  # a submission's checks are not the learner's own
         }
     )
     return work

@@ -11,7 +11,8 @@
 - A widget becomes a static picture of its state (its images and HTML, read from the
   notebook's saved widget state) and a line saying the live one runs in JupyterLab.
 - Collapsed proof cells stay collapsed (myst-nb's ``hide-input``/``hide-output`` tags);
-  the Colab set-up cell goes (the page links to Colab itself).
+  the Colab set-up cell goes (the page links to Colab itself), and so do the cells
+  that show a learner's progress (``lesson-end``, ``learner-progress``).
 
 Example: ``sanitize(nb, leaks=solution_lines(nbs))`` returns the page's notebook;
 ``solution_lines`` gives the lines no page may show.
@@ -76,6 +77,9 @@ NOTES = {
 }
 MIN_LEAK_CHARS = 12  # shorter lines ("else:", "return x") are not an answer
 SETUP_TAG = "colab-setup"
+# A learner's progress (the welcome's table, each lesson's last line) is nobody's on
+# a static page: the site's own navigation says what comes next
+LEFT_OUT_TAGS = (SETUP_TAG, "lesson-end", "learner-progress")
 
 
 def _normal(text: str) -> str:
@@ -199,7 +203,7 @@ def sanitize(nb, leaks: set[str], banner: str | None = None, lang: str = "en"):
     models = _widget_models(nb)
     cells = []
     for cell in nb.cells:
-        if SETUP_TAG in cell.get("metadata", {}).get("tags", []):
+        if set(LEFT_OUT_TAGS) & set(cell.get("metadata", {}).get("tags", [])):
             continue
         if is_solution_cell(cell):
             cell.source = clear_solution(cell.source, cell.cell_type == "code", lang)
