@@ -278,11 +278,14 @@ def _toctree(stems: Iterable[str]) -> str:
 
 
 def readme_intro(readme: Path = README) -> str:
-    """The README's first paragraph of prose, what the course is: not its title, nor
-    the line under it that links the Spanish README (README.es.md)."""
+    """The README's first paragraph of prose, what the course is: not its title, the
+    line under it that links the Spanish README (README.es.md), nor the test
+    workflow's status line."""
     paragraphs = Path(readme).read_text(encoding="utf-8").split("\n\n")
     return next(
-        p for p in paragraphs if not p.startswith("#") and "(README.es.md)" not in p
+        p
+        for p in paragraphs
+        if not p.startswith(("#", "<!--")) and "(README.es.md)" not in p
     )
 
 
