@@ -86,6 +86,7 @@ FIRST_GROUPS = [
     "test_student_paths_py",  # 150 s
     "test_sandbox_py",  # 100 s
     "test_checks_fuzz_py",  # 60 s
+    "test_progress_py",  # 55 s: a sandboxed grading, a solved check in a kernel
     "test_train_distributed_py",  # 30 s
     "test_launch_stress_py",  # 30 s
     "test_estimate_py",  # 30 s

@@ -9,8 +9,10 @@ README's order.
 
 Example:
     >>> print(lesson_end("03_loss_scaling"))  # doctest: +SKIP
-    Your progress in 03_loss_scaling: 1 of 2 exercises passed (last 2026-12-06 14:31).
-    Next: write unscale_grads in this lesson, then 04_autocast.
+    Your progress in 03_loss_scaling: 1 of 2 exercises passed.
+    Last activity: 2026-12-06 14:31.
+    Still to do here: unscale_grads.
+    Next lesson: 04_autocast.ipynb
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from amp_lessons.teaching.lessons import Exercise, course_exercises, lesson_orde
 
 LAST_CORE_LESSON = "08_quick_check"  # lessons 00-08 are the core course
 # Where to read next after the last lesson: the references the course is built on
+# (torch.amp's docs and recipe, torchao's float8, Micikevicius et al. 2018 and 2022)
 READ_NEXT = (
     "https://docs.pytorch.org/docs/stable/amp.html",
     "https://docs.pytorch.org/tutorials/recipes/recipes/amp_recipe.html",
     "https://github.com/pytorch/ao/tree/main/torchao/float8",
     "https://arxiv.org/abs/1710.03740",
+    "https://arxiv.org/abs/2209.05433",
 )
 
 
@@ -220,7 +224,7 @@ def lesson_end(lesson: str) -> LessonEnd:
             ).format(lesson=lesson, passed=len(row.passed), total=row.total)
         )
         if row.last:
-            lines[-1] += " " + _("Last activity: {last}.").format(last=_local(row.last))
+            lines.append(_("Last activity: {last}.").format(last=_local(row.last)))
         if row.next_exercise:
             lines.append(
                 _("Still to do here: {function}.").format(
