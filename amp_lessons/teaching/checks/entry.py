@@ -215,6 +215,10 @@ def _step_hint(run: _Run) -> str:
     got = run.result
     raised = isinstance(got, Raised)
     hint = _fault_hint(run.trace, finished=not raised)
+    if hint and raised:  # the error's own words too, its first sentence
+        said = got.message.split(". ")[0].strip().rstrip(".")
+        error = f"{type(got.exc).__name__}: {said}." if said else str(got)
+        return hint + " " + _("(The error: {error})").format(error=error)
     if hint:
         return hint
     if raised:
