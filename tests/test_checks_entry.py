@@ -355,3 +355,21 @@ def test_each_first_try_in_the_exercise_cell_gets_its_own_hint(lines, capsys):
 def test_the_exercise_cell_passes_with_the_two_lines(capsys):
     run_exercise("scaler.scale(loss).backward()\nscaler.step(optimizer)")
     assert "all 2 cases passed" in capsys.readouterr().out
+
+
+def test_a_step_that_tampers_with_the_record_still_gets_a_table(capsys):
+    """The record is the hint's source, never the verdict's: a step that rewrites
+    it is graded on what it did to the weights, and the check does not crash."""
+
+    def meddling(model, optimizer, scaler, x, y):
+        optimizer.zero_grad()
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        scaler.calls = [None, 3]
+        return loss
+
+    with pytest.raises(AssertionError, match="cases failed"):
+        check_entry_amp_step(meddling)
+    assert "hint:" in capsys.readouterr().out
