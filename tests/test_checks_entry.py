@@ -125,6 +125,7 @@ CASES = {
             (optimizer_step, True, "never skips an inf/NaN step"),
             (own_update_too, False, "scaler.update() ran twice in one step"),
             (own_update_too, True, "the lesson's cell already calls it"),
+            (own_update_too, False, "No inf checks were recorded prior to update."),
             (unscaled_backward, True, "backward ran on the loss itself"),
             (scaled_but_unused, False, "ran backward on the unscaled one"),
             (step_before_backward, False, "the scaler's step ran before backward"),
@@ -132,6 +133,7 @@ CASES = {
             (unscale_then_optimizer_step, False, "optimizer.step() yourself"),
             (unscale_then_optimizer_step, True, "on the overflow step it wrote inf"),
             (step_twice, False, "the scaler's step ran twice"),
+            (step_twice, True, "RuntimeError: step() has already been called"),
             (backward_twice, True, "backward ran 2 times in one step"),
             (nothing_written, False, "no backward ran"),
             (no_step, False, "update() ran with no step before it"),
@@ -353,3 +355,21 @@ def test_each_first_try_in_the_exercise_cell_gets_its_own_hint(lines, capsys):
 def test_the_exercise_cell_passes_with_the_two_lines(capsys):
     run_exercise("scaler.scale(loss).backward()\nscaler.step(optimizer)")
     assert "all 2 cases passed" in capsys.readouterr().out
+
+
+def test_a_step_that_tampers_with_the_record_still_gets_a_table(capsys):
+    """The record is the hint's source, never the verdict's: a step that rewrites
+    it is graded on what it did to the weights, and the check does not crash."""
+
+    def meddling(model, optimizer, scaler, x, y):
+        optimizer.zero_grad()
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        scaler.calls = [None, 3]
+        return loss
+
+    with pytest.raises(AssertionError, match="cases failed"):
+        check_entry_amp_step(meddling)
+    assert "hint:" in capsys.readouterr().out
