@@ -464,6 +464,10 @@ def test_a_class_of_six(tmp_path, capsys):
     new = {(r["student"], r["lesson"]): r["score"] for r in gradebook.rows(course)}
     assert new[("cy", "01_pair")] == 3
     assert autograder.autograde(course, **options) == []
+    # a new gradebook: nothing in it is kept for being unchanged on disk
+    (course / "gradebook.db").rename(course / "old.db")
+    grading.run_nbgrader(course, "generate_assignment", "*", "--force")
+    assert len(autograder.autograde(course, lesson="02_other", **options)) == 2
     # nbgrader's own autograde of an untouched student edition warns of nothing
     log = grading.run_nbgrader(course, "autograde", "01_pair", "--student=Bob_Jones")
     assert "has changed" not in log and "Bob_Jones" in log

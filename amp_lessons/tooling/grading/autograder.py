@@ -323,8 +323,12 @@ def submissions(
 
 
 def _changed(course_dir: Path, todo: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The submissions of ``todo`` not graded as they are now; says how many kept."""
-    kept = [pair for pair in todo if unchanged(course_dir, *pair)]
+    """The submissions of ``todo`` not graded as they are now (or missing from the
+    gradebook: a new one, say); says how many kept."""
+    from amp_lessons.tooling.grading.course import read_scores
+
+    graded = {(s.student, s.notebook) for s in read_scores(course_dir)}
+    kept = [p for p in todo if p in graded and unchanged(course_dir, *p)]
     if kept:
         print(
             f"{len(kept)} submission(s) unchanged since graded: kept "

@@ -34,7 +34,8 @@ def _report(problems: list[str], ok: str) -> int:
 
 
 def _table(course_dir: Path) -> str:
-    scores = course.read_scores(course_dir)
+    # a lesson without points (00_welcome) has nothing to report
+    scores = [s for s in course.read_scores(course_dir) if s.max_score > 0]
     flags = {
         (s.student, s.notebook): review.short(
             review.read_review(course_dir, s.student, s.notebook)
