@@ -1,7 +1,9 @@
 """Teaching the course: student edition, autograding, metadata lint and offline slides.
 
 One module per step: ``course`` (the nbgrader course and its runs; ``nbgrader_main``
-starts nbgrader's command), ``autograder``
+starts nbgrader's command), ``handin`` (filing what students hand back),
+``gradebook`` (the grades to post: per exercise, core and optional apart),
+``feedback`` (each student's page, without hidden cases), ``autograder``
 (each submission on its own, sandboxed, never stopping for a bad one), ``sandbox``
 (bubblewrap around one notebook's run), ``runner`` and ``guard`` (what runs inside:
 nbclient set up as nbgrader's executor, and the audited kernel), ``review`` (flags
@@ -28,6 +30,8 @@ Example (what ``make student``, ``make grade`` and ``make slides`` run)::
     python -m amp_lessons.grading submit alice ~/Downloads/alice/*.ipynb
     python -m amp_lessons.grading autograde          # sandboxed -> gradebook + table
     python -m amp_lessons.grading grades --json      # scores and review flags
+    python -m amp_lessons.grading grades --csv g.csv # per exercise, to post
+    python -m amp_lessons.grading feedback           # -> feedback/<student>/...
     python -m amp_lessons.grading rehearse           # solved = full marks, blank = 0
     python -m amp_lessons.grading lint               # nbgrader + slideshow metadata
     python -m amp_lessons.grading fix-tests          # test cells into the one form
@@ -71,8 +75,11 @@ _HOMES = {
         "nbgrader_meta",
         "read_scores",
         "run_nbgrader",
-        "submit",
+        "write_install_kit",
     ),
+    "feedback": ("write_feedback",),
+    "gradebook": ("exercises", "rows", "write_csv"),
+    "handin": ("file_hand_ins", "find_lesson", "safe_student_id", "submit"),
     "lint": (
         "GRADE_ID_PATTERN",
         "HIDDEN_MARKERS",

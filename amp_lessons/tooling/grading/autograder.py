@@ -322,10 +322,28 @@ def submissions(
     )
 
 
+def _changed(course_dir: Path, todo: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The submissions of ``todo`` not graded as they are now (or missing from the
+    gradebook: a new one, say); says how many kept."""
+    from amp_lessons.tooling.grading.course import read_scores
+
+    graded = {(s.student, s.notebook) for s in read_scores(course_dir)}
+    kept = [p for p in todo if p in graded and unchanged(course_dir, *p)]
+    if kept:
+        print(
+            f"{len(kept)} submission(s) unchanged since graded: kept "
+            "(--all regrades them)",
+            flush=True,
+        )
+    return [pair for pair in todo if pair not in kept]
+
+
 def fingerprint(course_dir: Path, student: str, lesson: str) -> str:
     """A hash of what grading this submission reads: the files handed in (not their
-    timestamp) and the lesson's source notebook."""
-    digest = hashlib.sha256()
+    timestamp), the lesson's source notebook and the checks' sources."""
+    from amp_lessons.teaching.checks import seal
+
+    digest = hashlib.sha256(json.dumps(seal(), sort_keys=True).encode())
     folder = Path(course_dir) / "submitted" / student / lesson
     source = Path(course_dir) / "source" / lesson / f"{lesson}.ipynb"
     files = [p for p in sorted(folder.rglob("*")) if p.name != "timestamp.txt"]
@@ -478,14 +496,7 @@ def autograde(
             "STUDENT FILES...`"
         )
     if changed_only:
-        skipped = [pair for pair in todo if unchanged(course_dir, *pair)]
-        todo = [pair for pair in todo if pair not in skipped]
-        if skipped:
-            print(
-                f"{len(skipped)} submission(s) unchanged since graded: kept "
-                "(--all regrades them)",
-                flush=True,
-            )
+        todo = _changed(course_dir, todo)
         if not todo:
             return []
     if sandboxed:

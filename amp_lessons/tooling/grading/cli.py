@@ -34,7 +34,8 @@ def _report(problems: list[str], ok: str) -> int:
 
 
 def _table(course_dir: Path) -> str:
-    scores = course.read_scores(course_dir)
+    # a lesson without points (00_welcome) has nothing to report
+    scores = [s for s in course.read_scores(course_dir) if s.max_score > 0]
     flags = {
         (s.student, s.notebook): review.short(
             review.read_review(course_dir, s.student, s.notebook)
@@ -85,6 +86,7 @@ def _build_parser() -> argparse.ArgumentParser:
     # added in the order `--help` lists them
     _add_handout_commands(sub)
     _add_grading_commands(sub)
+    _add_gradebook_commands(sub)
     _add_upkeep_commands(sub)
     return parser
 
@@ -115,7 +117,7 @@ def _add_handout_commands(sub) -> None:
 
 
 def _add_grading_commands(sub) -> None:
-    """autograde, grades and rehearse."""
+    """autograde and rehearse."""
     p = sub.add_parser(
         "autograde",
         help="autograde every submission, each in its own "
@@ -148,6 +150,21 @@ def _add_grading_commands(sub) -> None:
         "machine you do not mind student code touching",
     )
     p = sub.add_parser(
+        "rehearse",
+        help="solved -> full marks, blank -> zero, in a "
+        "scratch course (never --course)",
+    )
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="the scratch course (default: a new build/rehearsal-*)",
+    )
+
+
+def _add_gradebook_commands(sub) -> None:
+    """What comes out of grading: grades and feedback."""
+    p = sub.add_parser(
         "grades",
         help="print the gradebook: one row per student and handed-in lesson",
     )
@@ -169,17 +186,6 @@ def _add_grading_commands(sub) -> None:
     )
     p.add_argument("--student", default="*", help="one student's id (default: all)")
     p.add_argument("--lesson", default="*", help="one lesson (default: all)")
-    p = sub.add_parser(
-        "rehearse",
-        help="solved -> full marks, blank -> zero, in a "
-        "scratch course (never --course)",
-    )
-    p.add_argument(
-        "--dir",
-        type=Path,
-        default=None,
-        help="the scratch course (default: a new build/rehearsal-*)",
-    )
 
 
 def _add_upkeep_commands(sub) -> None:
@@ -232,7 +238,7 @@ def _student(args, notebooks: list[Path]) -> int:
 
 def _submit(args, notebooks: list[Path]) -> int:
     try:
-        filed = handin.submit(args.student, args.files, args.course, at=args.at)
+        filed = handin.file_hand_ins(args.student, args.files, args.course, at=args.at)
     except (ValueError, RuntimeError) as exc:
         print(f"submit: {exc}", file=sys.stderr)
         return 2

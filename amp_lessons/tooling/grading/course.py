@@ -309,19 +309,6 @@ def export_student_edition(
     return sorted(written)
 
 
-def submit(
-    student_id: str, notebooks: Iterable[Path], course_dir: Path = COURSE_DIR
-) -> list[Path]:
-    """File a student's returned notebooks where ``nbgrader autograde`` looks
-    (``handin.submit``, which says what it did); return where each went.
-
-    Example: ``submit("alice", [Path("~/Downloads/02_underflow (1).ipynb")])``.
-    """
-    from amp_lessons.tooling.grading import handin
-
-    return [filed.dest for filed in handin.submit(student_id, notebooks, course_dir)]
-
-
 # What `student` puts beside the notebooks so that `python3 install.py` sets the folder
 # up: this file's source -> its name there (the set-up it reuses, imported by name)
 INSTALL_FILES = {"student_install.py": "install.py", "bootstrap.py": "_bootstrap.py"}

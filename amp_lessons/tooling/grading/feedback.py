@@ -77,8 +77,8 @@ TEXTS = {
         "title": "Comentarios: {lesson}",
         "student": "Estudiante: {student}",
         "handed_in": "Entregado: {when}",
-        "score": "Nota: {score:g} de {max:g} (básico {core:g} de {core_max:g}, "
-        "opcional {opt:g} de {opt_max:g})",
+        "score": "Nota: {score:g} de {max:g} (ruta principal {core:g} de "
+        "{core_max:g}, partes opcionales {opt:g} de {opt_max:g})",
         "exercise": "{title}: {score:g} de {max:g} puntos",
         "optional": " (opcional)",
         "hidden_failed": "Su respuesta superó los casos mostrados pero falló casos "

@@ -14,7 +14,7 @@ overwritten. Every refusal is one line (ValueError or RuntimeError).
 
 Example::
 
-    filed = submit("Alice Smith", [Path("03_loss_scaling - Alice Smith.ipynb")])
+    filed = file_hand_ins("Alice Smith", [Path("03_loss_scaling - Alice Smith.ipynb")])
     filed[0].dest  # build/course/submitted/Alice_Smith/03_loss_scaling/...
 """
 
@@ -143,15 +143,26 @@ def _keep_earlier(folder: Path, dest: Path, history: Path) -> Path:
 
 
 def submit(
+    student_id: str, notebooks: Iterable[Path], course_dir: Path = COURSE_DIR
+) -> list[Path]:
+    """File a student's returned notebooks (`file_hand_ins`, handed in now); return
+    where each went.
+
+    Example: ``submit("alice", [Path("~/Downloads/02_underflow (1).ipynb")])`` ->
+    ``[build/course/submitted/alice/02_underflow/02_underflow.ipynb]``.
+    """
+    return [filed.dest for filed in file_hand_ins(student_id, notebooks, course_dir)]
+
+
+def file_hand_ins(
     student_id: str,
     notebooks: Iterable[Path],
     course_dir: Path = COURSE_DIR,
     at: datetime.datetime | None = None,
 ) -> list[Filed]:
     """File a student's returned notebooks where ``nbgrader autograde`` looks, handed
-    in ``at`` (default: now). Every file is checked before any is filed.
-
-    Example: ``submit("alice", [Path("~/Downloads/02_underflow (1).ipynb")])``.
+    in ``at`` (default: now), and say what was done with each (see module doc).
+    Every file is checked before any is filed.
     """
     student = safe_student_id(student_id)
     lessons = _lessons(course_dir)

@@ -25,8 +25,8 @@ from amp_lessons.tooling.grading.course import (
     is_test_cell,
     locate,
     read_scores,
-    submit,
 )
+from amp_lessons.tooling.grading.handin import submit
 
 REHEARSAL_MARK = ".amp-rehearsal"  # rehearse() only ever deletes folders carrying it
 REFERENCE_STUDENT = "reference"  # submits the solved source notebooks
