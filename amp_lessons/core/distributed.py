@@ -51,6 +51,7 @@ from amp_lessons.core.errors import (
 # from here, beside the World the processes make (its home is core/launch.py)
 from amp_lessons.core.launch import Launch as Launch
 from amp_lessons.core.launch import launch as launch
+from amp_lessons.i18n import _
 
 MODES = ("none", "ddp", "fsdp2")
 # fully_shard became public in torch.distributed.fsdp in 2.6 (its docs page dates from
@@ -530,8 +531,10 @@ def read_meta(path: str | os.PathLike) -> dict:
         )
     if not (path / META_FILE).is_file():
         raise CheckpointNotFound(
-            f"no checkpoint at {path}: run once without "
-            "`resume=True` (with `checkpoint_path`) to create it"
+            _(
+                "no checkpoint at {path}: run once without `resume=True` (with "
+                "`checkpoint_path`) to create it"
+            ).format(path=path)
         )
     meta = json.loads((path / META_FILE).read_text())
     if meta.get("format") != CHECKPOINT_FORMAT:
