@@ -195,9 +195,11 @@ class World:
             n = self.world_size
             lower = batch_size - batch_size % n
             raise SettingError(
-                f"`batch_size={batch_size}` is the global batch, split over {n} "
-                f"processes, and {batch_size} is not a multiple of {n}. Fix: use a "
-                f"multiple, e.g. {lower or n} or {lower + n}."
+                _(
+                    "`batch_size={batch_size}` is the global batch, split over {n} "
+                    "processes, and {batch_size} is not a multiple of {n}. Fix: use a "
+                    "multiple, e.g. {lower} or {higher}."
+                ).format(batch_size=batch_size, n=n, lower=lower or n, higher=lower + n)
             )
 
     def split(
