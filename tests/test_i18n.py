@@ -239,3 +239,24 @@ def test_the_estimate_panel_and_breakdowns_speak_spanish(spanish, no_pyplot_figu
     fig = plot_breakdowns(published.load_fit())
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend == ["cómputo", "memoria", "sobrecoste"]
+
+
+def test_the_memory_breakdown_table_in_spanish(spanish):
+    """Lesson 06's table of what training holds: its columns are words, not the
+    attribute names (``optimizer_state``), in the reader's language."""
+    import torch
+
+    from amp_lessons.core import memory
+
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    table = memory.format_breakdowns(
+        {2: memory.compare_precisions(mlp, torch.randn(2, 8), (None,), "adam")}
+    )
+    header, row = table.splitlines()
+    assert "estado del optimizador" in header and "copias de pesos" in header
+    assert "optimizer_state" not in header and row.startswith("lote    2 fp32")
+    amp_lessons.set_language("en")
+    english = memory.format_breakdowns(
+        {2: memory.compare_precisions(mlp, torch.randn(2, 8), (None,), "adam")}
+    )
+    assert "optimizer state" in english and english.splitlines()[1].startswith("batch")
