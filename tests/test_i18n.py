@@ -260,3 +260,18 @@ def test_the_memory_breakdown_table_in_spanish(spanish):
         {2: memory.compare_precisions(mlp, torch.randn(2, 8), (None,), "adam")}
     )
     assert "optimizer state" in english and english.splitlines()[1].startswith("batch")
+
+
+def test_the_estimate_panels_picture_differs_by_language(no_pyplot_figures):
+    """The figure that was byte-identical in both editions of lesson 06 (its site
+    page failed `make site`'s chrome check by the shared file name) was the GPU
+    panel's, drawn with English words: each edition now draws its own."""
+    from amp_lessons.teaching.estimate_widget import estimate_explorer
+
+    english = estimate_explorer().image.value
+    amp_lessons.set_language("es")
+    try:
+        spanish = estimate_explorer().image.value
+    finally:
+        amp_lessons.set_language("en")
+    assert english and spanish and english != spanish
