@@ -5,7 +5,8 @@ plugin reads what each cell showed the student (its streams, its text and HTML
 outputs, and the text of every matplotlib figure, drawn as SVG with real text for
 that purpose) and counts the lines of four or more words that read as English. When a
 Spanish lesson's last cell has run, the lesson fails if more than `MAX_ENGLISH` of
-those lines are English, naming them. Source code a lesson prints on purpose
+those lines are English, naming them; and it fails on any number printed the English
+way (``131,072``, ``12 us``). Source code a lesson prints on purpose
 (``inspect.getsource``) is left out, as are identifiers and numbers.
 
 `tests/conftest.py` registers it; `tests/test_spanish_outputs.py` shows it failing on
@@ -71,6 +72,21 @@ def reads_as_english(line: str) -> bool | None:
 
 
 TORCH_MESSAGE = re.compile(r"\b[A-Z]\w*(Error|Warning|Exception): ")
+# a number of four or more digits with the English thousands comma (131,072): a
+# Spanish reader reads 131 point 072; the edition writes 131072 (GLOSARIO.md). A list
+# printed by Python has a space after its commas, so (1, 024) is no such number.
+COMMA_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\d,])")
+# microseconds written the English way, "12 us": the edition writes µs
+US = re.compile(r"\d us\b")
+
+
+def comma_numbers(outputs: list[dict]) -> list[str]:
+    """The output lines with a number in English style (131,072 or 12 us)."""
+    return [
+        line
+        for line in output_lines(outputs)
+        if COMMA_NUMBER.search(line) or US.search(line)
+    ]
 
 
 def is_source_code(text: str) -> bool:
@@ -163,6 +179,7 @@ class SpanishOutputs:
         self.profile: Path | None = None
         self.last: dict[str, str] = {}  # notebook -> node id of its last cell
         self.found: dict[str, tuple[list[str], int]] = {}
+        self.numbers: dict[str, list[str]] = {}  # notebook -> its English numbers
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items) -> None:
@@ -194,13 +211,26 @@ class SpanishOutputs:
         if call.when != "call" or not _is_spanish_cell(item):
             return
         key = str(item.path)
-        english, prose = english_lines(getattr(item, "test_outputs", None) or [])
+        outputs = getattr(item, "test_outputs", None) or []
+        english, prose = english_lines(outputs)
         seen = self.found.setdefault(key, ([], 0))
         self.found[key] = (seen[0] + english, seen[1] + prose)
+        self.numbers.setdefault(key, []).extend(comma_numbers(outputs))
         if item.nodeid != self.last.get(key) or item.path.stem in NOT_YET:
             return
         english, prose = self.found.pop(key)
+        numbers = self.numbers.pop(key, [])
         report = outcome.get_result()
+        if report.passed and numbers:  # none may pass: a wrong number, not a word
+            report.outcome = "failed"
+            report.longrepr = (
+                f"{item.path.name}: {len(numbers)} output line(s) write a number the "
+                "English way (131,072 or 12 us; the Spanish edition writes 131072 "
+                "and 12 µs): format it with amp_lessons.i18n.number, or drop the "
+                "comma of its format in the lesson's catalogue:\n"
+                + "\n".join(f"  {line.strip()[:100]}" for line in numbers[:40])
+            )
+            return
         if report.passed and prose and len(english) > MAX_ENGLISH * prose:
             report.outcome = "failed"
             report.longrepr = (

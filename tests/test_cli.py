@@ -715,3 +715,75 @@ def test_lang_fr_is_an_error_naming_en_and_es(argv, capsys):
         "en (English), es (Spanish) (see python -m amp_lessons"
         f"{' train' if argv[0] == 'train' else ''} --help)\n"
     )
+
+
+# -- every mistake of the command line, and its first log line, in Spanish ---------
+# words of English prose that Spanish never uses (flags, paths, dtype and API names are
+# taken out first): an error left in English shows several
+ENGLISH_PROSE = {
+    "the", "must", "needs", "unknown", "got", "is", "was", "has", "give", "with",
+    "without", "and", "to", "of", "choose", "asked", "nothing", "written", "sees",
+    "none", "directory", "file", "run", "once", "create", "it", "or", "newer",
+    "integer", "number", "positive", "needed", "master", "weights", "everywhere",
+    "width", "layers", "batch", "heads",
+}  # fmt: skip
+
+
+def english_left(text: str) -> list[str]:
+    """The English prose words of ``text`` (backticked, flagged, quoted and path
+    words removed: those stay as they are in every language)."""
+    text = re.sub(
+        r"`[^`]*`|--[\w-]+(?: [\w.:-]+)?|'[^']*'|\S*[/.]\S*|\S*\(\)\S*", " ", text
+    )
+    return [w for w in re.findall(r"[a-z]+", text.lower()) if w in ENGLISH_PROSE]
+
+
+def test_english_left_is_caught():
+    assert english_left("error: --steps must be a positive integer, got -1")
+    assert not english_left("error: --steps debe ser un entero positivo; se recibió -1")
+
+
+SPANISH_ERRORS = {
+    "steps": ["train", "--steps", "-1"],
+    "precision": ["train", "--precision", "fp64"],
+    "cuda": ["train", "--device", "cuda"],
+    "resume": ["train", "--resume"],
+    "resume-missing": ["train", "--resume", "--checkpoint", "{tmp}/none.pt"],
+    "lr": ["train", "--lr", "-1"],
+    "batch-size": ["train", "--batch-size", "0"],
+    "checkpoint-folder": ["train", "--checkpoint", "{tmp}"],
+    "bench-precision": ["bench", "--precisions", "fp64"],
+    "estimate-bf16": ["estimate", "--gpu", "V100-SXM2-16GB", "--precision", "bf16"],
+    "gpu-check": ["gpu-check"],
+    "scaler-bf16": ["train", "--precision", "bf16", "--scaler", "torch"],
+}
+
+
+@pytest.mark.parametrize("case", SPANISH_ERRORS)
+def test_a_mistake_is_one_spanish_line(case, capsys, monkeypatch, tmp_path):
+    """Under LANGUAGE=es each mistake is one line of Spanish on stderr (the flags,
+    paths and values as they are), exit status 2, nothing on stdout."""
+    monkeypatch.setenv("LANGUAGE", "es")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a GPU or not
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in SPANISH_ERRORS[case]]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith("error: ")
+    assert not english_left(err), f"English in {err!r}: {english_left(err)}"
+    assert i18n.language() == "en"
+
+
+def test_the_first_log_line_and_the_bench_help_are_spanish(capsys, monkeypatch):
+    monkeypatch.setenv("LANGUAGE", "es")
+    for precision in ("fp32", "fp16", "bf16"):
+        argv = [*TINY_TRAIN, "--precision", precision]
+        assert main(argv) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.startswith(f"entrenamiento de spirals en cpu | {precision}: ")
+        assert not english_left(first), first
+    assert main(["bench", "--help"]) == 0
+    sizes = capsys.readouterr().out.partition("\ntamaños:\n")[2]
+    assert "--gpt-batch N" in sizes and not english_left(sizes), sizes
+    assert main(["--help"]) == 0
+    assert "command" not in capsys.readouterr().out

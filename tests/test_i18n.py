@@ -192,3 +192,86 @@ def test_a_plot_is_titled_in_spanish_then_english(no_pyplot_figures):
         amp_lessons.set_language("en")
     fig = plot_format_ranges()
     assert fig.axes[0].get_title().startswith("Positive range of each format")
+
+
+def test_numbers_follow_the_editions_convention(spanish):
+    """No comma thousands separator in Spanish (a reader takes 131,072 for 131 point
+    072); the decimal point stays, as in the code."""
+    assert i18n.number(131072) == "131072" and i18n.number(1234.5, ".2f") == "1234.50"
+    amp_lessons.set_language("en")
+    assert i18n.number(131072) == "131,072" and i18n.number(1234.5, ".2f") == "1,234.50"
+
+
+def test_the_rank_memory_table_in_spanish(spanish):
+    """Lesson 10's table: its header, its «cabe» column, sí/no and its numbers."""
+    from amp_lessons.teaching import rank_memory
+
+    rows = rank_memory.paper_table(rank_memory.llama_7b_shapes())
+    lines = rank_memory.format_table(rows, 1e9, budget=80).splitlines()
+    assert lines[0].split() == [
+        "modo", "precisión", "ranks", "rank", "parámetros", "gradientes",
+        "optimizador", "total", "cabe",
+    ]  # fmt: skip
+    assert {line.split()[-1] for line in lines[1:]} == {"sí", "no"}
+    exact = rank_memory.format_table(rows[:1]).splitlines()[1]
+    assert "," not in exact and str(rows[0].total) in exact.split()
+    amp_lessons.set_language("en")
+    english = rank_memory.format_table(rows[:1]).splitlines()
+    assert english[0].split()[0] == "mode" and f"{rows[0].total:,}" in english[1]
+
+
+def test_the_estimate_panel_and_breakdowns_speak_spanish(spanish, no_pyplot_figures):
+    """Lesson 06's GPU panel (its labels, message, axis and legend) and the legend
+    of plot_breakdowns: regime names are code in English, words in Spanish."""
+    from amp_lessons.measure import published
+    from amp_lessons.teaching.estimate_widget import estimate_explorer
+    from amp_lessons.teaching.plots.estimate import plot_breakdowns
+
+    panel = estimate_explorer()
+    assert [panel.model.description, panel.width.description] == ["modelo", "ancho"]
+    assert "Estimado, no medido" in panel.message.value
+    assert "dominated" not in panel.message.value
+    fig = panel.figure()
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "tiempo estimado por paso (ms)"
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["cómputo", "memoria", "sobrecoste"]
+    fig = plot_breakdowns(published.load_fit())
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["cómputo", "memoria", "sobrecoste"]
+
+
+def test_the_memory_breakdown_table_in_spanish(spanish):
+    """Lesson 06's table of what training holds: its columns are words, not the
+    attribute names (``optimizer_state``), in the reader's language."""
+    import torch
+
+    from amp_lessons.core import memory
+
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    table = memory.format_breakdowns(
+        {2: memory.compare_precisions(mlp, torch.randn(2, 8), (None,), "adam")}
+    )
+    header, row = table.splitlines()
+    assert "estado del optimizador" in header and "copias de pesos" in header
+    assert "optimizer_state" not in header and row.startswith("lote    2 fp32")
+    amp_lessons.set_language("en")
+    english = memory.format_breakdowns(
+        {2: memory.compare_precisions(mlp, torch.randn(2, 8), (None,), "adam")}
+    )
+    assert "optimizer state" in english and english.splitlines()[1].startswith("batch")
+
+
+def test_the_estimate_panels_picture_differs_by_language(no_pyplot_figures):
+    """The figure that was byte-identical in both editions of lesson 06 (its site
+    page failed `make site`'s chrome check by the shared file name) was the GPU
+    panel's, drawn with English words: each edition now draws its own."""
+    from amp_lessons.teaching.estimate_widget import estimate_explorer
+
+    english = estimate_explorer().image.value
+    amp_lessons.set_language("es")
+    try:
+        spanish = estimate_explorer().image.value
+    finally:
+        amp_lessons.set_language("en")
+    assert english and spanish and english != spanish

@@ -534,6 +534,25 @@ def test_chrome_check_rejects_english_labels_on_a_spanish_page(site, tmp_path):
     ]
 
 
+def test_chrome_check_judges_text_not_file_names(tmp_path):
+    """A figure identical in both editions (no text in it) has the same file, and
+    myst-nb gives its <img> that path as ``alt``: a path is no English label; an
+    English ``alt`` or button is (issue 42, item 9: ``make site`` failed on
+    ``es/06_speed_memory.html: theme text in English: '_images/8c7f...png'``)."""
+    image = '<img alt="../_images/8c7fb349e0.png" src="../_images/8c7fb349e0.png">'
+    (tmp_path / "es").mkdir()
+    (tmp_path / "06_speed_memory.html").write_text(
+        f'<p>{image}<img alt="A bar chart" src="a.svg"><button>Copy</button></p>'
+    )
+    (tmp_path / "es" / "06_speed_memory.html").write_text(
+        f'<p>{image}<img alt="A bar chart" src="a.svg"><button>Copy</button></p>'
+    )
+    assert verify.chrome_problems(tmp_path, ["es"]) == [
+        "es/06_speed_memory.html: theme text in English: 'A bar chart'",
+        "es/06_speed_memory.html: theme text in English: 'Copy'",
+    ]
+
+
 def test_each_index_links_the_other_edition(site):
     english = (site / "index.html").read_text()
     spanish = (site / build.SPANISH / "index.html").read_text()

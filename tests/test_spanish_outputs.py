@@ -7,7 +7,12 @@ import sys
 from pathlib import Path
 
 import nbformat
-from spanish_outputs import english_lines, output_lines, reads_as_english
+from spanish_outputs import (
+    comma_numbers,
+    english_lines,
+    output_lines,
+    reads_as_english,
+)
 
 TESTS = Path(__file__).resolve().parent
 
@@ -162,3 +167,28 @@ def test_an_english_plot_title_fails_a_spanish_lesson(tmp_path):
     run = run_pytest_on(tmp_path, [SPANISH_CELL, plot])
     assert run.returncode == 1, run.stdout[-2000:]
     assert "the loss of the run in fp16" in run.stdout
+
+
+def test_a_number_with_a_comma_separator_is_caught():
+    """131,072 reads as 131 point 072 to a Spanish reader; a Python list's commas,
+    decimals and three-digit numbers are no such number."""
+
+    def stream(text):
+        return [{"output_type": "stream", "name": "stdout", "text": text}]
+
+    assert comma_numbers(stream("se guardan 131,072 B\n")) == ["se guardan 131,072 B"]
+    assert comma_numbers(stream("reduce el paso 65,536x\n"))
+    assert comma_numbers(stream("GradScaler 12 us por paso\n"))
+    for fine in (
+        "se guardan 131072 B",
+        "torch.Size([1024, 1024]) y (1, 024)",
+        "error 0.125, 1.5e-05, [3, 4]",
+        "GradScaler 12 µs por paso",
+    ):
+        assert comma_numbers(stream(fine + "\n")) == [], fine
+
+
+def test_a_comma_number_fails_a_spanish_lesson(tmp_path):
+    run = run_pytest_on(tmp_path, [SPANISH_CELL, 'print(f"se guardan {131072:,} B")'])
+    assert run.returncode == 1, run.stdout[-2000:]
+    assert "se guardan 131,072 B" in run.stdout and "the English way" in run.stdout

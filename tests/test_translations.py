@@ -95,13 +95,14 @@ def code_without_comments(source: str) -> str:
         return source
 
 
-def shown_strings_of(path) -> dict[str, dict[str, str]]:
-    """{cell id: {English literal: its translation}} from the lesson's catalogue."""
+def shown_strings_of(path, kind: str = "text") -> dict[str, dict[str, str]]:
+    """{cell id: {English literal: its translation}} from the lesson's catalogue (the
+    shown strings, or with ``kind="docstring"`` the exercises' docstrings)."""
     import polib
 
     found: dict[str, dict[str, str]] = {}
     for entry in polib.pofile(str(translations.catalogue_path(path.stem))):
-        if entry.msgctxt.endswith(" text") and entry.msgstr:
+        if entry.msgctxt.endswith(f" {kind}") and entry.msgstr:
             found.setdefault(entry.msgctxt.split()[0], {})[entry.msgid] = entry.msgstr
     return found
 
@@ -148,12 +149,13 @@ def test_code_is_the_english_code(path):
     assert len(spanish.cells) == len(english.cells)
     switch = translations.SWITCH.format(lang="es")
     texts = shown_strings_of(path)
+    docstrings = shown_strings_of(path, "docstring")
     for index, (es, en) in enumerate(zip(spanish.cells, english.cells, strict=True)):
         assert es.cell_type == en.cell_type and es.id == en.id
         if es.cell_type == "code":
             source = es.source.replace("\n" + switch, "")
             english_code = translations._translate_texts(
-                en.source, texts.get(en.id, {})
+                en.source, texts.get(en.id, {}), docstrings.get(en.id, {})
             )
             assert code_without_comments(source) == code_without_comments(
                 english_code
@@ -371,5 +373,91 @@ def test_a_header_field_may_be_translated_but_not_a_real_field(tmp_path):
         "f\"{'paso':>4s} {'escala'!r:>12s} {n:6d}  omitidos\"",  # a conversion
         "f\"{'paso':>4s} {escala:>12s} {n:6d}  omitidos\"",  # a name, not a constant
         "f\"{'paso':>4s} {n:6d}  omitidos\"",  # a header lost
+    ):
+        assert verdict(wrong) == ["broken"], wrong
+
+
+def exercise_prose(source: str) -> list[str]:
+    """The words a student reads in an exercise cell: its docstrings and comments
+    (a tool's comment, ``### BEGIN SOLUTION``, excluded)."""
+    texts = [lit for _, _, lit in translations._docstrings(source)]
+    for _, _, comment in translations._comments(source):
+        if translations._prose(comment) is not None:
+            texts.append(translations._prose(comment))
+    return texts
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.stem)
+def test_exercise_docstrings_and_comments_are_spanish(path):
+    """What a student reads while solving an exercise (the function's docstring, the
+    comments of its cell, the stub nbgrader leaves) is Spanish: a docstring or comment
+    of three words or more equal to its English one, or with more English words than
+    Spanish ones, is a defect."""
+    from amp_lessons.tooling.grading.course import CODE_STUBS
+
+    spanish = nbformat.read(translations.EDITION / path.name, as_version=4)
+    english = nbformat.read(path, as_version=4)
+    left = []
+    for index, (es, en) in enumerate(zip(spanish.cells, english.cells, strict=True)):
+        if es.cell_type != "code" or not translations._is_exercise(es):
+            continue
+        pairs = zip(exercise_prose(es.source), exercise_prose(en.source), strict=True)
+        for es_text, en_text in pairs:
+            found = words(es_text)
+            english_words = sum(w in ENGLISH_WORDS for w in found)
+            if (len(found) >= 3 and es_text == en_text) or english_words > sum(
+                w in SPANISH_WORDS for w in found
+            ):
+                left.append(f"cell {index}: {es_text!r}")
+    assert not left, f"{path.name}: English in exercise cells:\n" + "\n".join(left)
+    assert "ESCRIBA SU CÓDIGO AQUÍ" in CODE_STUBS["es"]
+
+
+EXERCISE = '''def double(x):
+    """Twice the number `x`, as a float."""
+    ### BEGIN SOLUTION
+    return 2.0 * x  # a float, even for an int
+    ### END SOLUTION
+'''
+
+
+def test_an_exercise_docstring_is_a_unit_and_is_put_in_place(tmp_path):
+    """The docstring of a function in a solution cell is catalogued (in any other
+    code cell it is code, left alone); its translation replaces the literal, the code
+    is kept, and a translation that is not one plain string literal is broken."""
+    import polib
+
+    path = tmp_path / "00_fixture.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(EXERCISE, id="c000"),
+        nbformat.v4.new_code_cell(EXERCISE.replace("double", "triple"), id="c001"),
+    ]
+    nb.cells[0].metadata["nbgrader"] = {"solution": True, "grade": False}
+    nbformat.write(nb, path)
+    assert [(u.cell_id, u.kind, u.text) for u in translations.units(nb)] == [
+        ("c000", "comment", "a float, even for an int"),
+        ("c000", "docstring", '"""Twice the number `x`, as a float."""'),
+        ("c001", "comment", "a float, even for an int"),
+    ]
+    translations.update(path, tmp_path)
+
+    def verdict(docstring: str) -> list[str]:
+        po = polib.pofile(str(tmp_path / "00_fixture.po"))
+        for entry in po:
+            entry.msgstr = (
+                docstring if entry.msgctxt.endswith("docstring") else "un float"
+            )
+        po.save()
+        return [p.split(":")[0] for p in translations.problems(path, tmp_path)]
+
+    assert verdict('"""El doble del número `x`, como float."""') == []
+    source = translations.translated(path, tmp_path).cells[0].source
+    assert '"""El doble del número `x`, como float."""' in source
+    assert "return 2.0 * x  # un float" in source
+    for wrong in (
+        'f"""El doble de {x}."""',  # an f-string is no docstring
+        '"""El doble de `x`.',  # no closing quotes
+        '"""El doble.""" + x',  # code
     ):
         assert verdict(wrong) == ["broken"], wrong

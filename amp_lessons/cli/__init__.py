@@ -62,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     add_lang_option(parser)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="command")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar=_("command")
+    )
     # the help lists the commands in this order
     for command in (train, bench, estimate, gpu_check, progress):
         add_lang_option(command.add_command(commands))

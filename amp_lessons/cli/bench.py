@@ -16,19 +16,30 @@ from collections.abc import Sequence
 
 from amp_lessons.cli.flags import add_device_option, non_negative_int, positive_int
 from amp_lessons.core.precision import PRECISIONS
-from amp_lessons.i18n import _
+from amp_lessons.i18n import N_, _
 
-# the sizes flags, each a config's setting: --mlp-width 64 is {"mlp": {"width": 64}}
+# the sizes flags, each a config's setting: --mlp-width 64 is {"mlp": {"width": 64}};
+# and the help that says which
 SIZE_FLAGS = (
-    ("--mlp-width", "mlp", "width"),
-    ("--mlp-layers", "mlp", "layers"),
-    ("--mlp-batch", "mlp", "batch"),
-    ("--gpt-layers", "transformer", "n_layer"),
-    ("--gpt-heads", "transformer", "n_head"),
-    ("--gpt-embd", "transformer", "n_embd"),
-    ("--gpt-block", "transformer", "block_size"),
-    ("--gpt-batch", "transformer", "batch"),
-    ("--gpt-vocab", "transformer", "vocab_size"),
+    ("--mlp-width", "mlp", "width", N_("the MLP's width (features per layer)")),
+    ("--mlp-layers", "mlp", "layers", N_("the MLP's number of layers")),
+    ("--mlp-batch", "mlp", "batch", N_("the MLP's batch size")),
+    ("--gpt-layers", "transformer", "n_layer", N_("the transformer's layers")),
+    ("--gpt-heads", "transformer", "n_head", N_("the transformer's attention heads")),
+    ("--gpt-embd", "transformer", "n_embd", N_("the transformer's embedding width")),
+    (
+        "--gpt-block",
+        "transformer",
+        "block_size",
+        N_("the transformer's sequence length"),
+    ),
+    ("--gpt-batch", "transformer", "batch", N_("the transformer's batch size")),
+    (
+        "--gpt-vocab",
+        "transformer",
+        "vocab_size",
+        N_("the transformer's vocabulary size"),
+    ),
 )
 
 
@@ -102,9 +113,9 @@ def _add_bench_size_options(p: argparse.ArgumentParser) -> None:
             "4096-wide MLP at batch 512 and a 12 x 768 GPT at T=1024)"
         ),
     )
-    for flag, config, key in SIZE_FLAGS:
+    for flag, _config, _key, what in SIZE_FLAGS:
         sizes.add_argument(
-            flag, type=positive_int, default=None, metavar="N", help=f"{config} {key}"
+            flag, type=positive_int, default=None, metavar="N", help=_(what)
         )
 
 
@@ -174,7 +185,7 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _size_overrides(args: argparse.Namespace) -> dict[str, dict[str, int]]:
     """The sizes flags set, per config: ``{"mlp": {"width": 64}}``."""
     overrides: dict[str, dict[str, int]] = {}
-    for flag, config, key in SIZE_FLAGS:
+    for flag, config, key, _what in SIZE_FLAGS:
         value = getattr(args, flag.removeprefix("--").replace("-", "_"))
         if value is not None:
             overrides.setdefault(config, {})[key] = value

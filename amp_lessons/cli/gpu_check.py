@@ -95,4 +95,24 @@ def run_gpu_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print(_("what a GPU run would lack (no network there):"))
             print("\n".join(f"- {p}" for p in problems))
         return 1 if problems else 0
-    return gpu_check.run_gpu_check(args.out, args.budget, command)
+    try:
+        return gpu_check.run_gpu_check(args.out, args.budget, command)
+    except gpu_check.NoCudaError:  # the tooling's English line, said in ours
+        raise RuntimeError(_no_cuda()) from None
+
+
+def _no_cuda() -> str:
+    """The one line printed where there is no CUDA GPU (the command line's wording of
+    ``tooling.gpu_check.refusal``)."""
+    import torch
+
+    why = (
+        _(" (this torch is a CPU-only build)")
+        if torch.version.cuda is None
+        else _(" (torch built for CUDA {cuda})").format(cuda=torch.version.cuda)
+    )
+    return _(
+        "gpu-check needs a CUDA GPU and torch {version} sees none{why}; nothing was "
+        "run or written. Run it on a machine with an NVIDIA GPU (see "
+        "notebooks/results/README.md)."
+    ).format(version=torch.__version__, why=why)

@@ -256,7 +256,7 @@ def run_train(args: argparse.Namespace) -> int:
                 task=config.task,
                 device=device,
                 precision=p.name,
-                summary=p.summary,
+                summary=_(p.summary),
                 steps=config.num_steps,
                 batch=config.batch_size,
                 accum=config.accum_steps,

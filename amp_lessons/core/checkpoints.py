@@ -13,6 +13,7 @@ import torch
 
 from amp_lessons.core.errors import CheckpointNotFound, SettingError
 from amp_lessons.core.output_files import write_atomically
+from amp_lessons.i18n import _
 
 CHECKPOINT_FORMAT = "amp_lessons.core.train/1"
 
@@ -57,8 +58,10 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         )
     if not path.is_file():
         raise CheckpointNotFound(
-            f"no checkpoint at {path}: run once without "
-            "`resume=True` (with `checkpoint_path`) to create it"
+            _(
+                "no checkpoint at {path}: run once without `resume=True` (with "
+                "`checkpoint_path`) to create it"
+            ).format(path=path)
         )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)

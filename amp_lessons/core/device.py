@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from amp_lessons.core.errors import SettingUnavailable
-from amp_lessons.i18n import N_
+from amp_lessons.i18n import N_, _
 
 # CPU instruction-set flags (Linux /proc/cpuinfo names) that make bf16 fast on a CPU.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -76,14 +76,18 @@ def resolve_device(name: str = "auto") -> torch.device:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             build = (
-                f"this torch ({torch.__version__}) was built without CUDA"
+                _("this torch ({version}) was built without CUDA").format(
+                    version=torch.__version__
+                )
                 if torch.version.cuda is None
-                else "no NVIDIA GPU is visible to this torch"
+                else _("no NVIDIA GPU is visible to this torch")
             )
             raise SettingUnavailable(
-                f"CUDA was asked for, but torch.cuda.is_available() is False: {build}. "
-                "Fix: use `device='cpu'` (or `device='auto'`), or run on a machine "
-                "with an NVIDIA GPU and a CUDA build of torch."
+                _(
+                    "CUDA was asked for, but torch.cuda.is_available() is False: "
+                    "{build}. Fix: use `device='cpu'` (or `device='auto'`), or run on "
+                    "a machine with an NVIDIA GPU and a CUDA build of torch."
+                ).format(build=build)
             )
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:

@@ -51,6 +51,7 @@ from amp_lessons.core.errors import (
 # from here, beside the World the processes make (its home is core/launch.py)
 from amp_lessons.core.launch import Launch as Launch
 from amp_lessons.core.launch import launch as launch
+from amp_lessons.i18n import _
 
 MODES = ("none", "ddp", "fsdp2")
 # fully_shard became public in torch.distributed.fsdp in 2.6 (its docs page dates from
@@ -194,9 +195,11 @@ class World:
             n = self.world_size
             lower = batch_size - batch_size % n
             raise SettingError(
-                f"`batch_size={batch_size}` is the global batch, split over {n} "
-                f"processes, and {batch_size} is not a multiple of {n}. Fix: use a "
-                f"multiple, e.g. {lower or n} or {lower + n}."
+                _(
+                    "`batch_size={batch_size}` is the global batch, split over {n} "
+                    "processes, and {batch_size} is not a multiple of {n}. Fix: use a "
+                    "multiple, e.g. {lower} or {higher}."
+                ).format(batch_size=batch_size, n=n, lower=lower or n, higher=lower + n)
             )
 
     def split(
@@ -530,8 +533,10 @@ def read_meta(path: str | os.PathLike) -> dict:
         )
     if not (path / META_FILE).is_file():
         raise CheckpointNotFound(
-            f"no checkpoint at {path}: run once without "
-            "`resume=True` (with `checkpoint_path`) to create it"
+            _(
+                "no checkpoint at {path}: run once without `resume=True` (with "
+                "`checkpoint_path`) to create it"
+            ).format(path=path)
         )
     meta = json.loads((path / META_FILE).read_text())
     if meta.get("format") != CHECKPOINT_FORMAT:

@@ -30,6 +30,8 @@ import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from amp_lessons.i18n import N_, _
+
 AUTOCAST_DTYPES = (torch.float16, torch.bfloat16)
 
 # Tensors an optimizer keeps per parameter, as multiples of the parameter's bytes,
@@ -371,6 +373,50 @@ def memory_breakdown(
         activations=sum(s.nbytes for s in saved if s.kind == "activation"),
         weight_copies=sum(s.nbytes for s in saved if s.kind == "weight_copy"),
     )
+
+
+# what a table calls each part and the total, in the reader's language (the names
+# are code: attributes of MemoryBreakdown)
+PART_LABELS = {
+    "weights": N_("weights"),
+    "buffers": N_("buffers"),
+    "gradients": N_("gradients"),
+    "optimizer_state": N_("optimizer state"),
+    "activations": N_("activations"),
+    "weight_copies": N_("weight copies"),
+    "total": N_("total"),
+}
+
+
+def format_breakdowns(breakdowns: dict[int, dict[str, MemoryBreakdown]]) -> str:
+    """``{batch: compare_precisions(...)}`` as a table: a row per batch and
+    precision, a column per part and the total, in binary units; its words in the
+    reader's language (``amp_lessons.set_language``).
+
+    Example (lesson 06): a row ``batch    2 bf16  48.8 KiB ... 211.8 KiB``.
+    """
+    labels = [_(label) for label in PART_LABELS.values()]
+    widths = [max(12, len(label)) for label in labels]
+    first = [
+        f"{_('batch')} {batch:>4} {name}"
+        for batch in breakdowns
+        for name in breakdowns[batch]
+    ]
+    lead = max(len(text) for text in first)
+    rows = [
+        " " * lead + "".join(f"  {t:>{w}}" for t, w in zip(labels, widths, strict=True))
+    ]
+    cells = (
+        [format_bytes(m.as_dict()[part]) for part in PART_LABELS]
+        for by_name in breakdowns.values()
+        for m in by_name.values()
+    )
+    for text, row in zip(first, cells, strict=True):
+        rows.append(
+            f"{text:<{lead}}"
+            + "".join(f"  {c:>{w}}" for c, w in zip(row, widths, strict=True))
+        )
+    return "\n".join(rows)
 
 
 def compare_precisions(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from amp_lessons.core.errors import SettingError
+from amp_lessons.i18n import _
 
 __all__ = ["remove_stale_temps", "validate_output_path", "write_atomically"]
 
@@ -94,7 +95,10 @@ def validate_output_path(path: str | os.PathLike, what: str = "output file") -> 
     if path.is_dir():
         example = path / ("results.json" if "json" in what else "run.pt")
         raise SettingError(
-            f"{what} {path} is a directory; give a file name inside it, e.g. {example}"
+            _(
+                "{what} {path} is a directory; give a file name inside it, e.g. "
+                "{example}"
+            ).format(what=what, path=path, example=example)
         )
     if path.exists() and not path.is_file():
         raise SettingError(

@@ -19,7 +19,7 @@ import torch
 
 from amp_lessons.core.device import EMULATION_NOTE
 from amp_lessons.core.errors import SettingError, SettingUnavailable
-from amp_lessons.i18n import _
+from amp_lessons.i18n import N_, _
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Precision:
     autocast: bool
     tf32: bool  # let fp32 matmuls use TF32 tensor cores (CUDA Ampere+ only)
     needs_scaler: bool  # fp16's 5 exponent bits make small gradients flush to zero
-    summary: str
+    summary: str  # English, marked with N_: shown as _(summary)
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -43,7 +43,7 @@ PRECISIONS: dict[str, Precision] = {
             False,
             False,
             False,
-            "float32 everywhere, TF32 off: the reference",
+            N_("float32 everywhere, TF32 off: the reference"),
         ),
         Precision(
             "tf32",
@@ -51,7 +51,7 @@ PRECISIONS: dict[str, Precision] = {
             False,
             True,
             False,
-            "float32 tensors, matmuls on TF32 tensor cores (10-bit mantissa)",
+            N_("float32 tensors, matmuls on TF32 tensor cores (10-bit mantissa)"),
         ),
         Precision(
             "fp16",
@@ -59,7 +59,7 @@ PRECISIONS: dict[str, Precision] = {
             True,
             False,
             True,
-            "autocast to float16 + loss scaling, fp32 master weights",
+            N_("autocast to float16 + loss scaling, fp32 master weights"),
         ),
         Precision(
             "bf16",
@@ -67,7 +67,7 @@ PRECISIONS: dict[str, Precision] = {
             True,
             False,
             False,
-            "autocast to bfloat16, fp32 master weights, no scaler needed",
+            N_("autocast to bfloat16, fp32 master weights, no scaler needed"),
         ),
     )
 }
@@ -91,7 +91,9 @@ def resolve_precision(
     """
     if name not in PRECISIONS:
         raise ValueError(
-            f"unknown precision {name!r}; use one of: {', '.join(PRECISIONS)}"
+            _("unknown precision {value}; use one of: {choices}").format(
+                value=repr(name), choices=", ".join(PRECISIONS)
+            )
         )
     precision = PRECISIONS[name]
     device = torch.device(device)
@@ -229,7 +231,11 @@ def validate_scaler_choice(precision: Precision, scaler: str) -> None:
     scaler is not needed with bf16: ...".
     """
     if scaler not in SCALERS:
-        raise ValueError(f"unknown scaler {scaler!r}; use one of: {', '.join(SCALERS)}")
+        raise ValueError(
+            _("unknown scaler {value}; use one of: {choices}").format(
+                value=repr(scaler), choices=", ".join(SCALERS)
+            )
+        )
     if scaler in ("torch", "ours") and not precision.needs_scaler:
         why = (
             _(

@@ -35,7 +35,7 @@ from amp_lessons.core.precision import (
     validate_scaler_choice,
 )
 from amp_lessons.core.scaler import round_to_float32
-from amp_lessons.i18n import _
+from amp_lessons.i18n import N_, _
 
 TASKS = ("spirals", "gpt")
 
@@ -169,33 +169,36 @@ _NUMBER_RULES = (
             "vocab_size",
         ),
         lambda x: _is_integer(x) and x >= 1,
-        "a positive integer",
+        N_("a positive integer"),
     ),
     (
         ("log_every", "checkpoint_every"),
         lambda x: _is_integer(x) and x >= 0,
-        "an integer >= 0 (0 turns it off)",
+        N_("an integer >= 0 (0 turns it off)"),
     ),
     (
         ("lr",),
         lambda x: x is None or (_is_real(x) and x > 0),
-        "a finite number > 0 (an infinite or NaN learning rate makes every weight NaN)",
+        N_(
+            "a finite number > 0 (an infinite or NaN learning rate makes every "
+            "weight NaN)"
+        ),
     ),
     (
         ("clip",),
         lambda x: x is None or (_is_real(x) and x > 0),
-        "a finite number > 0, or `clip=None` for no clipping",
+        N_("a finite number > 0, or `clip=None` for no clipping"),
     ),
-    (("weight_decay",), lambda x: _is_real(x) and x >= 0, "a finite number >= 0"),
+    (("weight_decay",), lambda x: _is_real(x) and x >= 0, N_("a finite number >= 0")),
     (
         ("init_scale",),
         _is_scale,
-        "a finite number > 0 that float32 can hold (up to about 3.4e38)",
+        N_("a finite number > 0 that float32 can hold (up to about 3.4e38)"),
     ),
     (
         ("seed",),
         lambda x: _is_integer(x) and 0 <= x < 2**63,
-        "an integer in [0, 2**63), the seeds torch's generators take",
+        N_("an integer in [0, 2**63), the seeds torch's generators take"),
     ),
 )
 
@@ -209,24 +212,31 @@ def validate_config(config: TrainConfig) -> None:
     """
     if config.task not in TASKS:
         raise SettingError(
-            f"unknown `task` {config.task!r}; use one of: {', '.join(TASKS)}"
+            _("unknown `task` {value}; use one of: {choices}").format(
+                value=repr(config.task), choices=", ".join(TASKS)
+            )
         )
     for names, ok, what in _NUMBER_RULES:
         for name in names:
             if not ok(value := getattr(config, name)):
-                raise SettingError(f"`{name}` must be {what}, got {value!r}")
+                raise SettingError(
+                    _("`{name}` must be {what}, got {value}").format(
+                        name=name, what=_(what), value=repr(value)
+                    )
+                )
     if config.resume and not config.checkpoint_path:
         raise SettingError(
-            "`resume=True` needs `checkpoint_path`, the checkpoint to continue from"
+            _("`resume=True` needs `checkpoint_path`, the checkpoint to continue from")
         )
     if config.checkpoint_every and not config.checkpoint_path:
         raise SettingError(
-            "`checkpoint_every` needs `checkpoint_path`, the file to save to"
+            _("`checkpoint_every` needs `checkpoint_path`, the file to save to")
         )
     if config.distributed not in MODES:
         raise SettingError(
-            f"unknown `distributed` mode {config.distributed!r}; use "
-            f"one of: {', '.join(MODES)}"
+            _("unknown `distributed` mode {value}; use one of: {choices}").format(
+                value=repr(config.distributed), choices=", ".join(MODES)
+            )
         )
     if config.distributed == "fsdp2" and config.scaler == "ours":
         raise SettingError(

@@ -477,7 +477,9 @@ def _refuse_unknown(precisions: Sequence[str], configs: Sequence[str]) -> None:
     for name in precisions:
         if name not in BENCH_PRECISIONS:
             raise ValueError(
-                f"unknown precision {name!r}; use one of: {', '.join(BENCH_PRECISIONS)}"
+                gettext("unknown precision {value}; use one of: {choices}").format(
+                    value=repr(name), choices=", ".join(BENCH_PRECISIONS)
+                )
             )
     for config in configs:
         if config not in CONFIGS:

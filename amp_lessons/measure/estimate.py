@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from amp_lessons.i18n import _
 from amp_lessons.measure.gpus import GPU, GPUS, PRECISIONS, find_gpu
 from amp_lessons.measure.trace import Kernel, Trace, trace_step
 
@@ -206,7 +207,9 @@ def check_precision(gpu: GPU, precision: str) -> None:
     """A clear error for a precision that does not exist or that this GPU lacks."""
     if precision not in PRECISIONS:
         raise ValueError(
-            f"unknown precision {precision!r}; choose one of: {', '.join(PRECISIONS)}"
+            _("unknown precision {value}; choose one of: {choices}").format(
+                value=repr(precision), choices=", ".join(PRECISIONS)
+            )
         )
     if not gpu.supports(precision):
         raise ValueError(gpu.refusal(precision))

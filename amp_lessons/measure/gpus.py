@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from amp_lessons.i18n import _
+
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
@@ -46,10 +48,15 @@ class GPU:
             "fp8": "8.9 (Ada, Hopper)",
         }
         have = ", ".join(p for p in PRECISIONS if getattr(self, p) is not None)
-        return (
-            f"{self.name} (compute capability {self.capability}) has no {precision} "
-            f"tensor cores: {precision} needs {needs.get(precision, '?')} or newer. "
-            f"Choose one of: {have}"
+        return _(
+            "{gpu} (compute capability {capability}) has no {precision} tensor "
+            "cores: {precision} needs {needs} or newer. Choose one of: {choices}"
+        ).format(
+            gpu=self.name,
+            capability=self.capability,
+            precision=precision,
+            needs=needs.get(precision, "?"),
+            choices=have,
         )
 
     def supports(self, precision: str) -> bool:

@@ -11,12 +11,13 @@ from dataclasses import replace
 
 import ipywidgets as widgets
 
+from amp_lessons.i18n import _
 from amp_lessons.measure.estimate import GPUS, Estimate, price, step_kernels
 from amp_lessons.measure.gpus import PRECISIONS
 from amp_lessons.measure.model_zoo import build
 from amp_lessons.measure.trace import Trace, trace_step
 from amp_lessons.teaching.plots._render import _figure, figure_png
-from amp_lessons.teaching.plots.estimate import REGIME_COLORS
+from amp_lessons.teaching.plots.estimate import REGIME_COLORS, REGIME_LABELS
 
 
 class EstimateExplorer(widgets.VBox):
@@ -33,13 +34,13 @@ class EstimateExplorer(widgets.VBox):
         self.model = widgets.Dropdown(
             options=["transformer", "gpt", "mlp"],
             value="transformer",
-            description="model",
+            description=_("model"),
             layout=width(250),
         )
         self.width = widgets.SelectionSlider(
             options=[256, 512, 768, 1024, 2048, 4096],
             value=1024,
-            description="width",
+            description=_("width"),
             continuous_update=False,
             layout=width(285),
         )
@@ -47,14 +48,14 @@ class EstimateExplorer(widgets.VBox):
             value=12,
             min=1,
             max=48,
-            description="depth",
+            description=_("depth"),
             continuous_update=False,
             layout=width(285),
         )
         self.batch = widgets.SelectionSlider(
             options=[1, 2, 4, 8, 16, 32, 64, 128, 256],
             value=32,
-            description="batch",
+            description=_("batch"),
             continuous_update=False,
             layout=width(285),
         )
@@ -112,11 +113,16 @@ class EstimateExplorer(widgets.VBox):
         gpu = GPUS[self.gpu.value]
         self.estimates = [self.estimate(p) for p in PRECISIONS if gpu.supports(p)]
         fastest = min(self.estimates, key=lambda e: e.seconds)
-        self.message.value = (
-            f"<b>{gpu.name}</b>: fp32 {self.estimates[0].seconds * 1e3:.1f} ms a step; "
-            f"fastest {fastest.precision}, {fastest.seconds * 1e3:.1f} ms "
-            f"({self.estimates[0].seconds / fastest.seconds:.1f}x), "
-            f"dominated by <b>{fastest.regime}</b>. Estimated, not measured."
+        self.message.value = _(
+            "<b>{gpu}</b>: fp32 {fp32_ms} ms a step; fastest {precision}, {ms} ms "
+            "({ratio}x), dominated by <b>{regime}</b>. Estimated, not measured."
+        ).format(
+            gpu=gpu.name,
+            fp32_ms=f"{self.estimates[0].seconds * 1e3:.1f}",
+            precision=fastest.precision,
+            ms=f"{fastest.seconds * 1e3:.1f}",
+            ratio=f"{self.estimates[0].seconds / fastest.seconds:.1f}",
+            regime=_(REGIME_LABELS[fastest.regime]),
         )
         self.image.value = figure_png(self.figure())
 
@@ -128,12 +134,16 @@ class EstimateExplorer(widgets.VBox):
             for regime, color in REGIME_COLORS.items():
                 width = getattr(e, f"{regime}_s") * 1e3
                 ax.barh(
-                    i, width, left=left, color=color, label=regime if i == 0 else None
+                    i,
+                    width,
+                    left=left,
+                    color=color,
+                    label=_(REGIME_LABELS[regime]) if i == 0 else None,
                 )
                 left += width
         ax.set_yticks(range(len(self.estimates)), [e.precision for e in self.estimates])
         ax.invert_yaxis()
-        ax.set(xlabel="estimated step time (ms)")
+        ax.set(xlabel=_("estimated step time (ms)"))
         ax.legend(loc="lower right", fontsize=8)
         return fig
 

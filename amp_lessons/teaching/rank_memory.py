@@ -29,7 +29,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-STATE_KINDS = ("parameters", "gradients", "optimizer")
+from amp_lessons import i18n
+from amp_lessons.i18n import N_, _
+
+STATE_KINDS = (N_("parameters"), N_("gradients"), N_("optimizer"))  # also keys
+HEADER = (N_("mode"), N_("precision"), N_("ranks"), N_("rank"))  # format_table's
 ADAM_STEP_BYTES = 4  # AdamW's per-parameter `step` counter: a 0-d float32 tensor
 
 
@@ -169,17 +173,18 @@ def format_table(
     rows: Sequence[MemoryRow], unit: float = 1.0, budget: float | None = None
 ) -> str:
     """The rows as an aligned text table; ``unit=1e9`` prints GB, ``budget`` (in the
-    same unit) adds a "fits" column.
+    same unit) adds a "fits" column. Its words and numbers are the reader's language's
+    (``amp_lessons.set_language``).
 
     Example: ``print(format_table(paper_table(llama_7b_shapes()), 1e9, budget=80))``.
     """
 
-    def number(value: int) -> str:
-        return f"{value:,}" if unit == 1 else f"{value / unit:,.2f}"
+    def number(value: int) -> str:  # 131,072 in English, 131072 in Spanish
+        return i18n.number(value) if unit == 1 else i18n.number(value / unit, ".2f")
 
-    header = ["mode", "precision", "ranks", "rank", *STATE_KINDS, "total"]
+    header = [_(word) for word in (*HEADER, *STATE_KINDS, "total")]
     if budget is not None:
-        header.append("fits")
+        header.append(_("fits"))
     lines = [header]
     for r in rows:
         line = [
@@ -191,7 +196,7 @@ def format_table(
             number(r.total),
         ]
         if budget is not None:
-            line.append("yes" if r.total / unit <= budget else "no")
+            line.append(_("yes") if r.total / unit <= budget else _("no"))
         lines.append(line)
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join(

@@ -7,7 +7,9 @@ shows a reader (one entry per string literal, the literal's source with its quot
 what a cell prints, a plot's title, labels and legend, a widget's description; an
 f-string's translation keeps its placeholders, in any order; a field that is only a
 string constant, ``{'loss scale':>12}``, is text: its words are translated, its format
-spec kept). Each entry's
+spec kept), and in an exercise's solution cell the docstrings of its functions (the
+literal's source with its quotes: the words a student reads to know what to write). Each
+entry's
 context (``msgctxt``) is the cell's id, so the catalogue follows a cell that moves, and
 an English cell that changes after its translation no longer matches: `problems`
 reports it as stale and names the cell. Code, identifiers, API names and command lines
@@ -103,7 +105,7 @@ class Unit:
 
     cell_id: str
     index: int  # the cell's position, to name it in messages
-    kind: str  # "markdown", "comment" or "text" (a string literal's source)
+    kind: str  # "markdown", "comment", "text" or "docstring" (a literal's source)
     text: str
 
     @property
@@ -242,6 +244,40 @@ def _texts(source: str) -> list[tuple[int, int, str]]:
     return [(start, end, source[start:end]) for start, end in spans]
 
 
+def _is_exercise(cell) -> bool:
+    """A graded exercise's solution cell (nbgrader's ``solution`` metadata)."""
+    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
+
+
+def _docstrings(source: str) -> list[tuple[int, int, str]]:
+    """(start, end, literal source) of each docstring of a function or class."""
+    tree = _parsed(source)
+    if tree is None:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                start, end = _span(source, first.value)
+                found.append((start, end, source[start:end]))
+    return sorted(found)
+
+
+def _one_string(literal: str) -> bool:
+    """``literal`` is the source of one plain string literal (no f-string), so that a
+    translated docstring is still a docstring and nothing else."""
+    try:
+        node = ast.parse(literal.strip(), mode="eval").body
+    except SyntaxError:
+        return False
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
 def _placeholders(literal: str) -> list[str] | None:
     """The sorted fields of a string literal's source (an f-string's expressions, a
     str.format template's names), or None when it is not one literal."""
@@ -286,6 +322,11 @@ def units(nb) -> list[Unit]:
                 Unit(cell.id, index, "text", literal)
                 for _, _, literal in _texts(cell.source)
             ]
+            if _is_exercise(cell):
+                found += [
+                    Unit(cell.id, index, "docstring", literal)
+                    for _, _, literal in _docstrings(cell.source)
+                ]
     return found
 
 
@@ -363,6 +404,11 @@ def problems(path: Path, catalogues: Path = CATALOGUES) -> list[str]:
                     f"broken: {unit.where(path.stem)}: the translation must "
                     "be one string literal with the same placeholders"
                 )
+            if unit.kind == "docstring" and not _one_string(entry.msgstr):
+                found.append(
+                    f"broken: {unit.where(path.stem)}: the translation must "
+                    "be one plain string literal, quotes included"
+                )
             continue
         if unit.kind == "text" and path.stem in TEXTS_PENDING:
             continue  # printed strings not translated yet: see TEXTS_PENDING
@@ -397,10 +443,17 @@ def _translate_comments(source: str, table: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _translate_texts(source: str, table: dict[str, str]) -> str:
-    for start, end, literal in reversed(_texts(source)):
-        if table.get(literal):
-            source = source[:start] + table[literal] + source[end:]
+def _translate_texts(
+    source: str, table: dict[str, str], docstrings: dict[str, str] | None = None
+) -> str:
+    """``source`` with its shown strings from ``table`` and (an exercise cell) its
+    docstrings from ``docstrings``: the literals are replaced, the code around them
+    kept."""
+    spans = [(s, e, lit, table) for s, e, lit in _texts(source)]
+    spans += [(s, e, lit, docstrings or {}) for s, e, lit in _docstrings(source)]
+    for start, end, literal, found in sorted(spans, key=lambda t: -t[0]):
+        if found.get(literal):
+            source = source[:start] + found[literal] + source[end:]
     return source
 
 
@@ -438,7 +491,12 @@ def translate(nb, po, lang: str = LANGUAGE):
                 for (ctx, msgid), msgstr in done.items()
                 if ctx == f"{cell.id} text"
             }
-            cell.source = _translate_texts(cell.source, texts)
+            docstrings = {
+                msgid: msgstr
+                for (ctx, msgid), msgstr in done.items()
+                if ctx == f"{cell.id} docstring" and _is_exercise(cell)
+            }
+            cell.source = _translate_texts(cell.source, texts, docstrings)
             comments = {
                 msgid: msgstr
                 for (ctx, msgid), msgstr in done.items()

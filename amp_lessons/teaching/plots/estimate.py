@@ -10,10 +10,16 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from amp_lessons.i18n import _
+from amp_lessons.i18n import N_, _
 from amp_lessons.teaching.plots._render import _figure
 
 REGIME_COLORS = {"compute": "#4c72b0", "memory": "#dd8452", "overhead": "#8c8c8c"}
+# what the legend calls each regime, in the reader's language (the keys are code)
+REGIME_LABELS = {
+    "compute": N_("compute"),
+    "memory": N_("memory"),
+    "overhead": N_("overhead"),
+}
 
 
 def plot_published_vs_estimate(fit) -> Figure:
@@ -105,7 +111,7 @@ def plot_breakdowns(fit) -> Figure:
                     left=left,
                     height=0.75,
                     color=color,
-                    label=regime if i == 0 and j == 0 else None,
+                    label=_(REGIME_LABELS[regime]) if i == 0 and j == 0 else None,
                 )
                 left += width
         labels.append((2 * i + 0.4, f"{r.id.replace('_', ' ')}  {r.predicted:.2f}x"))

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from amp_lessons.core.formats import Format, resolve_format
-from amp_lessons.i18n import N_, _
+from amp_lessons.i18n import N_, _, number
 from amp_lessons.teaching.plots._render import (
     ZONE_COLORS,
     _Blit,
@@ -99,7 +99,7 @@ class _Histogram:
                 "{nonzero} gradients x {scale} cast to {fmt}: {zero} flush to 0 | "
                 "{subnormal} subnormal | {normal} normal | {overflow} overflow"
             ).format(
-                nonzero=f"{outcome.nonzero:,}",
+                nonzero=number(outcome.nonzero),
                 scale=_power_label(scale),
                 fmt=self.fmt.name,
                 zero=f"{outcome.zero:.1%}",

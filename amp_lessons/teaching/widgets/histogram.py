@@ -9,7 +9,7 @@ import ipywidgets as widgets
 import torch
 
 from amp_lessons.core.formats import FORMATS, resolve_format
-from amp_lessons.i18n import _
+from amp_lessons.i18n import _, number
 from amp_lessons.teaching.plots._render import ZONE_COLORS, _log2
 from amp_lessons.teaching.plots.gradients import _Histogram, _nonzero_float
 from amp_lessons.teaching.underflow import CastOutcome, cast_outcome, log2_histogram
@@ -105,7 +105,7 @@ class GradientHistogramExplorer(Panel):
         self.stats.value = _(
             "<b>{nonzero}</b> nonzero gradients x {scale} cast to <b>{fmt}</b>: "
         ).format(
-            nonzero=f"{o.nonzero:,}", scale=f"{scale:g}", fmt=fmt
+            nonzero=number(o.nonzero), scale=f"{scale:g}", fmt=fmt
         ) + " &nbsp; ".join(
             f'<span style="color:{ZONE_COLORS[z]}"><b>{p:.1%}</b></span> {name}'
             for name, p, z in cells

@@ -115,11 +115,16 @@ def index_problems(site: Path, editions: dict[str, Iterable[str]]) -> list[str]:
 # Theme text that reads the same in every language: the search shortcut's key names
 SAME_IN_EVERY_LANGUAGE = frozenset({"Ctrl", "K", "+"})
 LABELS = ("title", "aria-label", "placeholder", "alt")
+# a label that is only a file's name or path (myst-nb gives an output's image its path
+# as ``alt``): no words to translate, and the same in both editions whenever the
+# figure's bytes are (a figure with no text in it)
+FILE_NAME = re.compile(r"[^\s]*[\w-]\.(png|jpe?g|svg|gif|webp|pdf|html)", re.I)
 
 
 class _Chrome(HTMLParser):
     """A page's own labels, not its lesson: the labels (`LABELS`) of every element
-    but ``<link>`` (whose title is another page's), and the text of its buttons,
+    but ``<link>`` (whose title is another page's), a file's name excepted
+    (`FILE_NAME`: text is judged, not paths), and the text of its buttons,
     form labels and the prompts of collapsed cells (``<summary>``)."""
 
     def __init__(self) -> None:
@@ -132,7 +137,10 @@ class _Chrome(HTMLParser):
             self.found.update(
                 " ".join(value.split())
                 for name, value in attrs
-                if name in LABELS and value and value.strip()
+                if name in LABELS
+                and value
+                and value.strip()
+                and not FILE_NAME.fullmatch(value.strip())
             )
         if tag in ("button", "label", "summary"):
             self.open.append(tag)
