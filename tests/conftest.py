@@ -84,6 +84,7 @@ FIRST_GROUPS = [
     "test_grading_py",  # 200 s, two sandboxes at a time
     "lesson-runs",  # 245 s
     "test_student_paths_py",  # 150 s
+    "test_grading_term_py",  # 90-160 s: a class of six, sandboxed, two at a time
     "test_sandbox_py",  # 100 s
     "test_checks_fuzz_py",  # 60 s
     "test_progress_py",  # 55 s: a sandboxed grading, a solved check in a kernel
@@ -91,6 +92,8 @@ FIRST_GROUPS = [
     "test_launch_stress_py",  # 30 s
     "test_estimate_py",  # 30 s
     "test_tooling_py",  # 30 s
+    "test_learner_copy_py",  # 30 s: two nbgrader student editions
+    "test_ladder_py",  # 20 s: torch.compile on the CPU
     # a notebook under nbval: make test runs the Spanish one, make test-newest-torch
     # the English one (where these two are the slowest, 25 s each, and start first)
     "10_distributed_amp_ipynb",  # 20 s
