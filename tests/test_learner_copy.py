@@ -90,6 +90,7 @@ def test_the_copy_is_made_once_and_never_written_over(tmp_path):
     report = learner_copy.sync("en", mine, course)
     folder = mine / "en"
     assert report.folder == folder and report.added == names[:2]
+    assert report.summary().endswith("made just now: start with 02_underflow.ipynb")
     for name in names[:2]:
         assert leftover_secrets(nbformat.read(folder / name, as_version=4)) == []
     # the data the lessons read comes along, never gpu-check's solved copies

@@ -48,6 +48,7 @@ MESSAGES = {
     "en": {
         "copy": "your copy of the course: {folder} ({lessons} lessons)",
         "added": "new lessons: {names}",
+        "made": "made just now: start with {first}",
         "updated": "updated (you had not changed them): {names}",
         "offered": (
             "the course changed {lesson}, which you had edited: its new edition is "
@@ -57,6 +58,7 @@ MESSAGES = {
     "es": {
         "copy": "su copia del curso: {folder} ({lessons} lecciones)",
         "added": "lecciones nuevas: {names}",
+        "made": "recién creada: empiece por {first}",
         "updated": "actualizadas (usted no las había cambiado): {names}",
         "offered": (
             "el curso cambió {lesson}, que usted había editado: su nueva edición "
@@ -99,9 +101,12 @@ class SyncReport:
             where = self.folder
         said = MESSAGES[lang]
         lines = [said["copy"].format(folder=where, lessons=self.lessons)]
-        for names, key in ((self.added, "added"), (self.updated, "updated")):
-            if names:
-                lines.append(said[key].format(names=", ".join(names)))
+        if self.added and len(self.added) == self.lessons:  # the first run
+            lines.append(said["made"].format(first=self.added[0]))
+        elif self.added:
+            lines.append(said["added"].format(names=", ".join(self.added)))
+        if self.updated:
+            lines.append(said["updated"].format(names=", ".join(self.updated)))
         lines += [
             said["offered"].format(
                 lesson=name.split(".update-")[0] + ".ipynb", name=name
