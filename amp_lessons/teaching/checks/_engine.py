@@ -23,12 +23,17 @@ expects; that lives in the lesson's grader module.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
+import inspect
+import linecache
 import math
 import numbers
+import os
 import sys
 import textwrap
+import types
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -45,8 +50,10 @@ from amp_lessons.teaching.checks._pristine import (
 from amp_lessons.teaching.checks._state import fixed_torch_state
 
 __all__ = [
+    "FAILED_LINES",
     "NOT_SHOWN",
     "AnswerCalled",
+    "CheckFailed",
     "NotAttempted",
     "Raised",
     "Row",
@@ -71,6 +78,33 @@ __all__ = [
 NOT_SHOWN = N_("(not shown)")
 """The expected cell of a multiple-choice or matching item: the table says right or
 wrong, never the right answer (translated when the table is printed)."""
+
+
+FAILED_LINES = 15
+"""The most lines a failed check shows a learner: its table, hints and the error line
+together (a longer table is shown compact, `print_table`)."""
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # frames of torch's own code
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep
+_traceback_of = BaseException.__dict__["__traceback__"].__get__  # not a subclass's
+
+
+class CheckFailed(AssertionError):
+    """A failed check, raised after its table was printed.
+
+    IPython shows an exception's ``_render_traceback_()`` lines instead of its
+    traceback (``IPython/core/interactiveshell.py``, ``showtraceback``; ipykernel
+    sends them as the error's traceback), so the learner reads one line under the
+    table, not forty through the grading code. Still an AssertionError: nbgrader
+    and the grading sandbox count that as a failed test cell.
+    """
+
+    def __init__(self, message: str, shown: str | None = None) -> None:
+        super().__init__(message)
+        self.shown = message if shown is None else shown
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31mAssertionError\x1b[0m: {self.shown}"]
 
 
 @dataclass
@@ -136,8 +170,28 @@ class Raised:
                 "your function raised StopIteration: a next(...) over a generator "
                 "found no item (give next a default, or make sure one matches)"
             )
-        return _("your function raised {name}: {message}").format(
-            name=name, message=self.message
+        return self._raised_hint(name)
+
+    def _raised_hint(self, name: str) -> str:
+        # where it came from: torch's own code, or the learner's line that raised
+        by_torch, line = _origin(self.exc)
+        where = _(" at `{line}`").format(line=cut(line, 60)) if line else ""
+        message = " ".join(self.message.split())
+        if by_torch and message:
+            return _("torch raised {name}{where}; torch's message: {message}").format(
+                name=name, where=where, message=message
+            )
+        if message:
+            return _("your function raised {name}: {message}").format(
+                name=name, message=message
+            )
+        if isinstance(self.exc, NotImplementedError):
+            return _(
+                "your function raised NotImplementedError{where}: a function it "
+                "calls is not written yet (it is still a stub)"
+            ).format(where=where)
+        return _("your function raised {name}{where}, with no message").format(
+            name=name, where=where
         )
 
 
@@ -153,6 +207,16 @@ class AnswerCalled(BaseException):
 
 class NotAttempted(Exception):
     """The student's function is still nbgrader's `raise NotImplementedError()`."""
+
+
+class LeftoverStub(NotAttempted):
+    """The student wrote an answer but left nbgrader's `raise NotImplementedError()`
+    line, which their function still reaches: the table is one row saying so (a
+    NotAttempted, so that graders that let the stub through let this through too)."""
+
+    def __init__(self, row: Row) -> None:
+        super().__init__(row.hint)
+        self.row = row
 
 
 class WrongKind(Exception):
@@ -171,12 +235,32 @@ def let_interrupt_through(exc: BaseException) -> None:
         raise exc
 
 
-def _frames(exc: BaseException) -> list:
-    frames, tb = [], exc.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame.f_code)
+def _lines(exc: BaseException) -> list[tuple[types.CodeType, int]]:
+    """(code, line number) of each frame `exc` went through, outermost first."""
+    frames, tb = [], _traceback_of(exc)
+    while isinstance(tb, types.TracebackType):
+        frames.append((tb.tb_frame.f_code, tb.tb_lineno))
         tb = tb.tb_next
     return frames
+
+
+def _frames(exc: BaseException) -> list:
+    return [code for code, _line in _lines(exc)]
+
+
+def _origin(exc: BaseException) -> tuple[bool, str]:
+    """Whether torch raised `exc` (a frame of torch's code, or a torch exception
+    class), and the source of the deepest line outside torch and this package: the
+    learner's line it came from ("" when unknown)."""
+    lines = _lines(exc)
+    by_torch = type(exc).__module__.startswith("torch") or any(
+        code.co_filename.startswith(_TORCH_DIR) for code, _line in lines
+    )
+    for code, number in reversed(lines):
+        name = code.co_filename
+        if not name.startswith((_TORCH_DIR, _PACKAGE_DIR)):
+            return by_torch, linecache.getline(name, number).strip()
+    return by_torch, ""
 
 
 def _is_stub(fn: Callable, exc: BaseException) -> bool:
@@ -185,6 +269,50 @@ def _is_stub(fn: Callable, exc: BaseException) -> bool:
     code = getattr(fn, "__code__", None)
     frames = _frames(exc)
     return code is None or not frames or frames[-1] is code
+
+
+STUB_MARKER = "# YOUR CODE HERE"  # nbgrader's comment above the stub's raise
+
+
+def _written(fn: Callable, exc: BaseException) -> bool:
+    """Whether `fn`, which raised NotImplementedError in its own frame, holds more
+    than nbgrader's stub: statements besides its docstring and the raise, unless
+    nbgrader's marker comment still sits right above the raise (then the statements
+    are the exercise's given lines, as in the entry lesson's step)."""
+    lines = _lines(exc)
+    try:
+        source, first = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(source)))
+    except BaseException as error:  # no source (exec'd code), or a lambda's line
+        let_interrupt_through(error)
+        names = getattr(getattr(fn, "__code__", None), "co_names", ())
+        return bool(set(names) - {"NotImplementedError"})
+    func = tree.body[0] if tree.body else None
+    if not lines or not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    at = lines[-1][1] - first + 1  # the raise, as a line of `source`
+    above = [line.strip() for line in source[: at - 1] if line.strip()]
+    if above and above[-1].startswith(STUB_MARKER):
+        return False
+    body = func.body[1:] if ast.get_docstring(func) is not None else func.body
+    return any(
+        not isinstance(node, ast.Pass) and not (node.lineno <= at <= node.end_lineno)
+        for node in body
+    )
+
+
+def _leftover_row(fn: Callable, exc: BaseException) -> Row:
+    number = _lines(exc)[-1][1]
+    return Row(
+        _("the function you wrote"),
+        _("a returned answer"),
+        _("raised NotImplementedError"),
+        False,
+        _(
+            "your code runs, then reaches the leftover `raise "
+            "NotImplementedError()` (line {line} of the cell): delete that line"
+        ).format(line=number),
+    )
 
 
 def _at_call(fn: Callable, exc: BaseException) -> bool:
@@ -273,6 +401,8 @@ def _call_student(fn: Callable, args: tuple, kwargs: dict) -> Any:
         raise
     except NotImplementedError as exc:
         if _is_stub(fn, exc):
+            if _written(fn, exc):
+                raise LeftoverStub(_leftover_row(fn, exc)) from None
             raise NotAttempted() from None
         return Raised(exc)
     except BaseException as exc:  # any bug in student code is a failed case
@@ -286,7 +416,12 @@ def cut(text: str, width: int) -> str:
 
 def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
     """Print one line per case and, under each failing one, its hint (and under any
-    row, its note)."""
+    row, its note).
+
+    A failed check that would take more than `FAILED_LINES` lines is shown compact:
+    its failing rows first, each hint once, as many as fit, then one line for the
+    cases that passed and one for the failing ones left out.
+    """
     print(
         (
             _("{title}: {total} hidden cases")
@@ -308,23 +443,78 @@ def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
         + "  "
         + _("result")
     )
-    for row, shown in zip(rows, expected, strict=True):
-        cells = (row.case, shown, row.got)
-        line = "  ".join(cut(c, w).ljust(w) for c, w in zip(cells, widths, strict=True))
-        print(f"  {line}  {_('ok') if row.ok else _('FAIL')}")
-        for label, text in (
-            (_("hint"), "" if row.ok else row.hint),
-            (_("note"), row.note),
-        ):
-            if text:
-                print(
-                    textwrap.fill(
-                        text,
-                        width=88,
-                        initial_indent=f"      {label}: ",
-                        subsequent_indent="            ",
-                    )
-                )
+    blocks = [
+        _row_lines(row, shown, widths)
+        for row, shown in zip(rows, expected, strict=True)
+    ]
+    room = FAILED_LINES - 3  # the title, the header and the error line under it
+    if all(row.ok for row in rows) or sum(map(len, blocks)) <= room:
+        for block in blocks:
+            print("\n".join(block))
+        return
+    for line in _compact(rows, blocks, room):
+        print(line)
+
+
+def _row_lines(row: Row, shown: str, widths: list[int]) -> list[str]:
+    """The row's line, then its hint (if it failed) and its note, wrapped."""
+    cells = (row.case, shown, row.got)
+    line = "  ".join(cut(c, w).ljust(w) for c, w in zip(cells, widths, strict=True))
+    lines = [f"  {line}  {_('ok') if row.ok else _('FAIL')}"]
+    for label, text in (
+        (_("hint"), "" if row.ok else row.hint),
+        (_("note"), row.note),
+    ):
+        if text:
+            lines += textwrap.wrap(
+                text,
+                width=88,
+                initial_indent=f"      {label}: ",
+                subsequent_indent="            ",
+            )
+    return lines
+
+
+def _compact(rows: Sequence[Row], blocks: list[list[str]], room: int) -> list[str]:
+    """A failed table in `room` lines, rows in their order. What a learner needs
+    first comes first: the first failing row with its hint, each failing row whose
+    hint is not shown yet (with it), the other failing rows, then the passing rows
+    if they all fit; one line names the failing cases left out, one counts the
+    passing ones."""
+    failing = [i for i, row in enumerate(rows) if not row.ok]
+    passed = len(rows) - len(failing)
+    size: dict[int, int] = {failing[0]: len(blocks[failing[0]])}
+    hints = {rows[failing[0]].hint}
+    reserved = 1 + (passed > 0)  # the "more failing" and "passed" lines
+
+    def fits(lines: int) -> bool:
+        return sum(size.values()) + reserved + lines <= room
+
+    for i in failing[1:]:  # each hint not shown yet, with its row, while it fits
+        if rows[i].hint not in hints and fits(len(blocks[i])):
+            size[i] = len(blocks[i])
+            hints.add(rows[i].hint)
+    for i in failing:  # the other failing rows, one line each
+        if i not in size and fits(1):
+            size[i] = 1
+    left_out = [rows[i].case for i in failing if i not in size]
+    reserved -= not left_out
+    if passed and fits(passed - 1):  # the passing rows themselves, instead of a count
+        size.update({i: 1 for i, row in enumerate(rows) if row.ok})
+        passed = 0
+    out = [line for i in sorted(size) for line in blocks[i][: size[i]]]
+    if left_out:
+        line = _("  ... {count} more failing: {cases}").format(
+            count=len(left_out), cases="; ".join(left_out)
+        )
+        out.append(cut(line, 88))
+    if passed:
+        out.append(
+            _("  ({passed} of {total} cases passed)").format(
+                passed=passed, total=len(rows)
+            )
+        )
+    return out
 
 
 def _name_of(fn: Any) -> str:
@@ -405,7 +595,7 @@ def _run_rows(
             warnings.simplefilter("ignore")
             try:
                 rows = make_rows(fn, hidden)
-            except WrongKind as wrong:
+            except (WrongKind, LeftoverStub) as wrong:
                 rows = [wrong.row]
             except NotAttempted:
                 message = _(
@@ -414,7 +604,8 @@ def _run_rows(
                     "cell, then run this one again"
                 ).format(name=_name_of(fn))
                 print(message)
-                raise AssertionError(message) from None
+                shown = _("not attempted (see above)")
+                raise CheckFailed(message, shown) from None
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:
@@ -422,7 +613,7 @@ def _run_rows(
     print_table(title, rows, hidden)
     failed = sum(not row.ok for row in rows)
     if failed:
-        raise AssertionError(
+        raise CheckFailed(
             _("{failed} of {total} cases failed — see hints above").format(
                 failed=failed, total=len(rows)
             )
