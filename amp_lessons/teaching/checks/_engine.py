@@ -256,11 +256,17 @@ def _origin(exc: BaseException) -> tuple[bool, str]:
     by_torch = type(exc).__module__.startswith("torch") or any(
         code.co_filename.startswith(_TORCH_DIR) for code, _line in lines
     )
+    line = ""
     for code, number in reversed(lines):
         name = code.co_filename
         if not name.startswith((_TORCH_DIR, _PACKAGE_DIR)):
-            return by_torch, linecache.getline(name, number).strip()
-    return by_torch, ""
+            # the line without its comment (PEP 8's two spaces before a #)
+            line = linecache.getline(name, number).split("  #")[0].strip()
+            break
+    # a plain RuntimeError from a call on the learner's line: torch's C++ code (the
+    # exercises call no other library; Python's own are subclasses)
+    by_torch |= type(exc) is RuntimeError and not line.startswith(("raise", "assert"))
+    return by_torch, line
 
 
 def _is_stub(fn: Callable, exc: BaseException) -> bool:
@@ -276,9 +282,13 @@ STUB_MARKER = "# YOUR CODE HERE"  # nbgrader's comment above the stub's raise
 
 def _written(fn: Callable, exc: BaseException) -> bool:
     """Whether `fn`, which raised NotImplementedError in its own frame, holds more
-    than nbgrader's stub: statements besides its docstring and the raise, unless
-    nbgrader's marker comment still sits right above the raise (then the statements
-    are the exercise's given lines, as in the entry lesson's step)."""
+    than nbgrader's stub (its docstring, then ``# YOUR CODE HERE`` and the raise).
+
+    Statements besides those are the learner's, except when nbgrader's marker sits
+    right above the raise with statements both before it and after the raise: the
+    exercise's given lines around the stub (the entry lesson's step). Without
+    source (code made by exec), any name but NotImplementedError is an answer.
+    """
     lines = _lines(exc)
     try:
         source, first = inspect.getsourcelines(fn)
@@ -291,14 +301,15 @@ def _written(fn: Callable, exc: BaseException) -> bool:
     if not lines or not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
         return False
     at = lines[-1][1] - first + 1  # the raise, as a line of `source`
-    above = [line.strip() for line in source[: at - 1] if line.strip()]
-    if above and above[-1].startswith(STUB_MARKER):
-        return False
     body = func.body[1:] if ast.get_docstring(func) is not None else func.body
-    return any(
-        not isinstance(node, ast.Pass) and not (node.lineno <= at <= node.end_lineno)
-        for node in body
-    )
+    body = [node for node in body if not isinstance(node, ast.Pass)]
+    before = any(node.end_lineno < at for node in body)
+    after = any(node.lineno > at for node in body)
+    nested = any(node.lineno < at <= node.end_lineno for node in body)
+    above = [line.strip() for line in source[: at - 1] if line.strip()]
+    if above and above[-1].startswith(STUB_MARKER) and not nested:
+        return before != after
+    return before or after or nested
 
 
 def _leftover_row(fn: Callable, exc: BaseException) -> Row:
