@@ -3,8 +3,10 @@ case into a row (case, expected, got, ok, hint), print the table, pass or fail.
 
 A grader module (one per lesson) builds its rows with `call_student`, `float_row` and
 the formatting helpers here, and hands a row builder to `grade`, which prints the
-table to stdout, says "not attempted" for nbgrader's unsolved stub, and raises
-`AssertionError` when any case failed.
+table to stdout (`_table`: a failed one in at most 15 lines), says "not attempted"
+for nbgrader's unsolved stub (`_origin` tells it from an answer above a leftover
+raise), and raises `CheckFailed`, an `AssertionError` that IPython shows as one line,
+when any case failed.
 
 Whatever the student's function returns or raises, a check ends the same way: a
 table with a hint and, unless every case passed, `AssertionError`, never another
@@ -23,17 +25,11 @@ expects; that lives in the lesson's grader module.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
-import inspect
-import linecache
 import math
 import numbers
-import os
 import sys
-import textwrap
-import types
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -42,12 +38,25 @@ from typing import Any
 import torch
 
 from amp_lessons.i18n import N_, _
+from amp_lessons.teaching.checks._origin import (
+    at_call,
+    is_stub,
+    lines_of,
+    origin,
+    written,
+)
 from amp_lessons.teaching.checks._pristine import (
     CHECK_DONE,
     CHECK_START,
     verify_pristine,
 )
 from amp_lessons.teaching.checks._state import fixed_torch_state
+from amp_lessons.teaching.checks._table import (
+    FAILED_LINES,
+    NOT_SHOWN,
+    cut,
+    print_table,
+)
 
 __all__ = [
     "FAILED_LINES",
@@ -74,19 +83,6 @@ __all__ = [
     "show_value",
     "type_hint",
 ]
-
-NOT_SHOWN = N_("(not shown)")
-"""The expected cell of a multiple-choice or matching item: the table says right or
-wrong, never the right answer (translated when the table is printed)."""
-
-
-FAILED_LINES = 15
-"""The most lines a failed check shows a learner: its table, hints and the error line
-together (a longer table is shown compact, `print_table`)."""
-
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # frames of torch's own code
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep
-_traceback_of = BaseException.__dict__["__traceback__"].__get__  # not a subclass's
 
 
 class CheckFailed(AssertionError):
@@ -174,7 +170,7 @@ class Raised:
 
     def _raised_hint(self, name: str) -> str:
         # where it came from: torch's own code, or the learner's line that raised
-        by_torch, line = _origin(self.exc)
+        by_torch, line = origin(self.exc)
         where = _(" at `{line}`").format(line=cut(line, 60)) if line else ""
         message = " ".join(self.message.split())
         if by_torch and message:
@@ -235,85 +231,8 @@ def let_interrupt_through(exc: BaseException) -> None:
         raise exc
 
 
-def _lines(exc: BaseException) -> list[tuple[types.CodeType, int]]:
-    """(code, line number) of each frame `exc` went through, outermost first."""
-    frames, tb = [], _traceback_of(exc)
-    while isinstance(tb, types.TracebackType):
-        frames.append((tb.tb_frame.f_code, tb.tb_lineno))
-        tb = tb.tb_next
-    return frames
-
-
-def _frames(exc: BaseException) -> list:
-    return [code for code, _line in _lines(exc)]
-
-
-def _origin(exc: BaseException) -> tuple[bool, str]:
-    """Whether torch raised `exc` (a frame of torch's code, or a torch exception
-    class), and the source of the deepest line outside torch and this package: the
-    learner's line it came from ("" when unknown)."""
-    lines = _lines(exc)
-    by_torch = type(exc).__module__.startswith("torch") or any(
-        code.co_filename.startswith(_TORCH_DIR) for code, _line in lines
-    )
-    line = ""
-    for code, number in reversed(lines):
-        name = code.co_filename
-        if not name.startswith((_TORCH_DIR, _PACKAGE_DIR)):
-            # the line without its comment (PEP 8's two spaces before a #)
-            line = linecache.getline(name, number).split("  #")[0].strip()
-            break
-    # a plain RuntimeError from a call on the learner's line: torch's C++ code (the
-    # exercises call no other library; Python's own are subclasses)
-    by_torch |= type(exc) is RuntimeError and not line.startswith(("raise", "assert"))
-    return by_torch, line
-
-
-def _is_stub(fn: Callable, exc: BaseException) -> bool:
-    # The stub raises in the student's own frame; a NotImplementedError from deeper
-    # down (a torch op, another unsolved helper) is a failed case, not "not attempted".
-    code = getattr(fn, "__code__", None)
-    frames = _frames(exc)
-    return code is None or not frames or frames[-1] is code
-
-
-STUB_MARKER = "# YOUR CODE HERE"  # nbgrader's comment above the stub's raise
-
-
-def _written(fn: Callable, exc: BaseException) -> bool:
-    """Whether `fn`, which raised NotImplementedError in its own frame, holds more
-    than nbgrader's stub (its docstring, then ``# YOUR CODE HERE`` and the raise).
-
-    Statements besides those are the learner's, except when nbgrader's marker sits
-    right above the raise with statements both before it and after the raise: the
-    exercise's given lines around the stub (the entry lesson's step). Without
-    source (code made by exec), any name but NotImplementedError is an answer.
-    """
-    lines = _lines(exc)
-    try:
-        source, first = inspect.getsourcelines(fn)
-        tree = ast.parse(textwrap.dedent("".join(source)))
-    except BaseException as error:  # no source (exec'd code), or a lambda's line
-        let_interrupt_through(error)
-        names = getattr(getattr(fn, "__code__", None), "co_names", ())
-        return bool(set(names) - {"NotImplementedError"})
-    func = tree.body[0] if tree.body else None
-    if not lines or not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
-        return False
-    at = lines[-1][1] - first + 1  # the raise, as a line of `source`
-    body = func.body[1:] if ast.get_docstring(func) is not None else func.body
-    body = [node for node in body if not isinstance(node, ast.Pass)]
-    before = any(node.end_lineno < at for node in body)
-    after = any(node.lineno > at for node in body)
-    nested = any(node.lineno < at <= node.end_lineno for node in body)
-    above = [line.strip() for line in source[: at - 1] if line.strip()]
-    if above and above[-1].startswith(STUB_MARKER) and not nested:
-        return before != after
-    return before or after or nested
-
-
 def _leftover_row(fn: Callable, exc: BaseException) -> Row:
-    number = _lines(exc)[-1][1]
+    number = lines_of(exc)[-1][1]
     return Row(
         _("the function you wrote"),
         _("a returned answer"),
@@ -324,13 +243,6 @@ def _leftover_row(fn: Callable, exc: BaseException) -> Row:
             "NotImplementedError()` (line {line} of the cell): delete that line"
         ).format(line=number),
     )
-
-
-def _at_call(fn: Callable, exc: BaseException) -> bool:
-    # a TypeError that never entered the student's function: the arguments did not
-    # fit its parameters
-    code = getattr(fn, "__code__", None)
-    return isinstance(exc, TypeError) and code is not None and code not in _frames(exc)
 
 
 def _tripwire(
@@ -411,121 +323,13 @@ def _call_student(fn: Callable, args: tuple, kwargs: dict) -> Any:
     except KeyboardInterrupt:
         raise
     except NotImplementedError as exc:
-        if _is_stub(fn, exc):
-            if _written(fn, exc):
+        if is_stub(fn, exc):
+            if written(fn, exc):
                 raise LeftoverStub(_leftover_row(fn, exc)) from None
             raise NotAttempted() from None
         return Raised(exc)
     except BaseException as exc:  # any bug in student code is a failed case
-        return Raised(exc, at_call=_at_call(fn, exc))
-
-
-def cut(text: str, width: int) -> str:
-    """`text`, shortened with an ellipsis to at most `width` characters."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
-    """Print one line per case and, under each failing one, its hint (and under any
-    row, its note).
-
-    A failed check that would take more than `FAILED_LINES` lines is shown compact:
-    its failing rows first, each hint once, as many as fit, then one line for the
-    cases that passed and one for the failing ones left out.
-    """
-    print(
-        (
-            _("{title}: {total} hidden cases")
-            if hidden
-            else _("{title}: {total} cases")
-        ).format(title=title, total=len(rows))
-    )
-    head = (_("case"), _("expected"), _("got"))
-    # the expected cell of a choice item is NOT_SHOWN, said in the table's language
-    expected = [_(r.expected) if r.expected == NOT_SHOWN else r.expected for r in rows]
-    columns = ([r.case for r in rows], expected, [r.got for r in rows])
-    widths = [
-        min(max(len(name), *(len(cell) for cell in cells)), cap)
-        for name, cells, cap in zip(head, columns, (30, 24, 24), strict=True)
-    ]
-    print(
-        "  "
-        + "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
-        + "  "
-        + _("result")
-    )
-    blocks = [
-        _row_lines(row, shown, widths)
-        for row, shown in zip(rows, expected, strict=True)
-    ]
-    room = FAILED_LINES - 3  # the title, the header and the error line under it
-    if all(row.ok for row in rows) or sum(map(len, blocks)) <= room:
-        for block in blocks:
-            print("\n".join(block))
-        return
-    for line in _compact(rows, blocks, room):
-        print(line)
-
-
-def _row_lines(row: Row, shown: str, widths: list[int]) -> list[str]:
-    """The row's line, then its hint (if it failed) and its note, wrapped."""
-    cells = (row.case, shown, row.got)
-    line = "  ".join(cut(c, w).ljust(w) for c, w in zip(cells, widths, strict=True))
-    lines = [f"  {line}  {_('ok') if row.ok else _('FAIL')}"]
-    for label, text in (
-        (_("hint"), "" if row.ok else row.hint),
-        (_("note"), row.note),
-    ):
-        if text:
-            lines += textwrap.wrap(
-                text,
-                width=88,
-                initial_indent=f"      {label}: ",
-                subsequent_indent="            ",
-            )
-    return lines
-
-
-def _compact(rows: Sequence[Row], blocks: list[list[str]], room: int) -> list[str]:
-    """A failed table in `room` lines, rows in their order. What a learner needs
-    first comes first: the first failing row with its hint, each failing row whose
-    hint is not shown yet (with it), the other failing rows, then the passing rows
-    if they all fit; one line names the failing cases left out, one counts the
-    passing ones."""
-    failing = [i for i, row in enumerate(rows) if not row.ok]
-    passed = len(rows) - len(failing)
-    size: dict[int, int] = {failing[0]: len(blocks[failing[0]])}
-    hints = {rows[failing[0]].hint}
-    reserved = 1 + (passed > 0)  # the "more failing" and "passed" lines
-
-    def fits(lines: int) -> bool:
-        return sum(size.values()) + reserved + lines <= room
-
-    for i in failing[1:]:  # each hint not shown yet, with its row, while it fits
-        if rows[i].hint not in hints and fits(len(blocks[i])):
-            size[i] = len(blocks[i])
-            hints.add(rows[i].hint)
-    for i in failing:  # the other failing rows, one line each
-        if i not in size and fits(1):
-            size[i] = 1
-    left_out = [rows[i].case for i in failing if i not in size]
-    reserved -= not left_out
-    if passed and fits(passed - 1):  # the passing rows themselves, instead of a count
-        size.update({i: 1 for i, row in enumerate(rows) if row.ok})
-        passed = 0
-    out = [line for i in sorted(size) for line in blocks[i][: size[i]]]
-    if left_out:
-        line = _("  ... {count} more failing: {cases}").format(
-            count=len(left_out), cases="; ".join(left_out)
-        )
-        out.append(cut(line, 88))
-    if passed:
-        out.append(
-            _("  ({passed} of {total} cases passed)").format(
-                passed=passed, total=len(rows)
-            )
-        )
-    return out
+        return Raised(exc, at_call=at_call(fn, exc))
 
 
 def _name_of(fn: Any) -> str:
