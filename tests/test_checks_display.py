@@ -101,7 +101,7 @@ def test_a_failed_check_shows_at_most_15_lines_and_no_frame_of_the_package(shown
     assert "Traceback" not in text and "File " not in text
     # still an AssertionError to nbgrader: one error output, the table above it
     (error,) = errors
-    assert error.ename == "CheckFailed" and error.evalue
+    assert error.ename == "AssertionError" and error.evalue
     assert ANSI.sub("", error.traceback[-1]).startswith("AssertionError: ")
 
 
