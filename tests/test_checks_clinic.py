@@ -104,4 +104,5 @@ def test_a_wrong_cause_is_explained_in_spanish(capsys, spanish):
     out = " ".join(capsys.readouterr().out.split())
     assert "pista: 'fp16_overflow' es la causa «una activación o la pérdida" in out
     assert "que no produce este síntoma. Indicio: los propios gradientes" in out
-    assert "los 10 síntomas respondidos" in out
+    # a failed table is compact (at most 15 lines): the passing rows are counted
+    assert "(2 de 6 casos pasaron)" in out

@@ -437,10 +437,11 @@ def test_graders_leave_the_global_rng_alone():
 def test_a_one_line_nan_hunt_call_fails_and_a_hook_of_ones_own_passes(hidden, capsys):
     # the one-line answer gives the right name on every case, and still fails each:
     # the exercise asks for the hooks, and nan_hunt's detector is its answer
-    with pytest.raises(AssertionError, match=r"3 of 3 cases failed"):
+    cases = 3 if hidden else 4
+    with pytest.raises(AssertionError, match=rf"{cases} of {cases} cases failed"):
         check_first_overflow(overflow_one_line_nan_hunt, hidden=hidden)
     out = capsys.readouterr().out
-    assert out.count("called nan_hunt") == 3
+    assert out.count("called nan_hunt") == cases
     assert "may not be used" in " ".join(out.split())  # the hint, wrapped over lines
     assert sys.getprofile() is None  # the watch is gone after the check
     # a hook written by hand passes, the T5-like model's own nan_hunt code included

@@ -185,7 +185,7 @@ def test_expectations_are_the_lessons_underflow_fraction():
 
 def test_the_package_answers_are_whole_again_after_a_check(capsys):
     codes = (package.underflow_fraction.__code__, package.cast_outcome.__code__)
-    with pytest.raises(AssertionError, match="4 of 4 cases failed"):
+    with pytest.raises(AssertionError, match="5 of 5 cases failed"):
         check_underflow_fraction(underflow_calls_an_alias)
 
     def stopped(grads, scale):  # the stop button, while the tripwires are set
@@ -198,4 +198,4 @@ def test_the_package_answers_are_whole_again_after_a_check(capsys):
     assert package.underflow_fraction.__kwdefaults__ is None
     assert package_fraction(torch.tensor([1e-9, 1.0, 0.0])) == 0.5  # it answers again
     check_underflow_fraction(underflow_fraction)
-    assert "all 4 cases passed" in capsys.readouterr().out
+    assert "all 5 cases passed" in capsys.readouterr().out

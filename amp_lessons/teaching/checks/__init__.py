@@ -11,7 +11,8 @@ cell. `hidden=True` runs a second, different set of cases: the ones between nbgr
 reported as "not attempted" and fails too. Output goes to stdout only: nbgrader scores
 a test cell that writes to stderr zero, so warnings are silenced inside each check.
 
-The engine (rows, the table, calling the student's function, grading) is `_engine`;
+The engine (rows, calling the student's function, grading) is `_engine`, with the
+table in `_table` and where an exception came from in `_origin`;
 each lesson's graders are one module, named after the lesson's own module: `formats`
 (01), `underflow` (02), `scaler` (03), `autocast` (04), `step_order` and `train_step`
 (05), `memory` (06), `clinic` (07), `quiz` (08), `practice` (09), `distributed` (10),

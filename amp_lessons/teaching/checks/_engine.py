@@ -3,8 +3,10 @@ case into a row (case, expected, got, ok, hint), print the table, pass or fail.
 
 A grader module (one per lesson) builds its rows with `call_student`, `float_row` and
 the formatting helpers here, and hands a row builder to `grade`, which prints the
-table to stdout, says "not attempted" for nbgrader's unsolved stub, and raises
-`AssertionError` when any case failed.
+table to stdout (`_table`: a failed one in at most 15 lines), says "not attempted"
+for nbgrader's unsolved stub (`_origin` tells it from an answer above a leftover
+raise), and raises `CheckFailed`, an `AssertionError` that IPython shows as one line,
+when any case failed.
 
 Whatever the student's function returns or raises, a check ends the same way: a
 table with a hint and, unless every case passed, `AssertionError`, never another
@@ -28,7 +30,6 @@ import functools
 import math
 import numbers
 import sys
-import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -38,16 +39,31 @@ import torch
 
 from amp_lessons.i18n import N_, _
 from amp_lessons.teaching import progress
+from amp_lessons.teaching.checks._origin import (
+    at_call,
+    is_stub,
+    lines_of,
+    origin,
+    written,
+)
 from amp_lessons.teaching.checks._pristine import (
     CHECK_DONE,
     CHECK_START,
     verify_pristine,
 )
 from amp_lessons.teaching.checks._state import fixed_torch_state
+from amp_lessons.teaching.checks._table import (
+    FAILED_LINES,
+    NOT_SHOWN,
+    cut,
+    print_table,
+)
 
 __all__ = [
+    "FAILED_LINES",
     "NOT_SHOWN",
     "AnswerCalled",
+    "CheckFailed",
     "NotAttempted",
     "Raised",
     "Row",
@@ -69,9 +85,28 @@ __all__ = [
     "type_hint",
 ]
 
-NOT_SHOWN = N_("(not shown)")
-"""The expected cell of a multiple-choice or matching item: the table says right or
-wrong, never the right answer (translated when the table is printed)."""
+
+class CheckFailed(AssertionError):
+    """A failed check, raised after its table was printed.
+
+    IPython shows an exception's ``_render_traceback_()`` lines instead of its
+    traceback (``IPython/core/interactiveshell.py``, ``showtraceback``; ipykernel
+    sends them as the error's traceback), so the learner reads one line under the
+    table, not forty through the grading code. Still an AssertionError: nbgrader
+    and the grading sandbox count that as a failed test cell.
+    """
+
+    def __init__(self, message: str, shown: str | None = None) -> None:
+        super().__init__(message)
+        self.shown = message if shown is None else shown
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31mAssertionError\x1b[0m: {self.shown}"]
+
+
+# ipykernel names an error by its class's __name__ (the ename nbgrader, the
+# rehearsal and the student-path tests read): to them this is an AssertionError
+CheckFailed.__name__ = "AssertionError"
 
 
 @dataclass
@@ -137,8 +172,28 @@ class Raised:
                 "your function raised StopIteration: a next(...) over a generator "
                 "found no item (give next a default, or make sure one matches)"
             )
-        return _("your function raised {name}: {message}").format(
-            name=name, message=self.message
+        return self._raised_hint(name)
+
+    def _raised_hint(self, name: str) -> str:
+        # where it came from: torch's own code, or the learner's line that raised
+        by_torch, line = origin(self.exc)
+        where = _(" at `{line}`").format(line=cut(line, 60)) if line else ""
+        message = " ".join(self.message.split())
+        if by_torch and message:
+            return _("torch raised {name}{where}; torch's message: {message}").format(
+                name=name, where=where, message=message
+            )
+        if message:
+            return _("your function raised {name}: {message}").format(
+                name=name, message=message
+            )
+        if isinstance(self.exc, NotImplementedError):
+            return _(
+                "your function raised NotImplementedError{where}: a function it "
+                "calls is not written yet (it is still a stub)"
+            ).format(where=where)
+        return _("your function raised {name}{where}, with no message").format(
+            name=name, where=where
         )
 
 
@@ -154,6 +209,16 @@ class AnswerCalled(BaseException):
 
 class NotAttempted(Exception):
     """The student's function is still nbgrader's `raise NotImplementedError()`."""
+
+
+class LeftoverStub(NotAttempted):
+    """The student wrote an answer but left nbgrader's `raise NotImplementedError()`
+    line, which their function still reaches: the table is one row saying so (a
+    NotAttempted, so that graders that let the stub through let this through too)."""
+
+    def __init__(self, row: Row) -> None:
+        super().__init__(row.hint)
+        self.row = row
 
 
 class WrongKind(Exception):
@@ -172,27 +237,18 @@ def let_interrupt_through(exc: BaseException) -> None:
         raise exc
 
 
-def _frames(exc: BaseException) -> list:
-    frames, tb = [], exc.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame.f_code)
-        tb = tb.tb_next
-    return frames
-
-
-def _is_stub(fn: Callable, exc: BaseException) -> bool:
-    # The stub raises in the student's own frame; a NotImplementedError from deeper
-    # down (a torch op, another unsolved helper) is a failed case, not "not attempted".
-    code = getattr(fn, "__code__", None)
-    frames = _frames(exc)
-    return code is None or not frames or frames[-1] is code
-
-
-def _at_call(fn: Callable, exc: BaseException) -> bool:
-    # a TypeError that never entered the student's function: the arguments did not
-    # fit its parameters
-    code = getattr(fn, "__code__", None)
-    return isinstance(exc, TypeError) and code is not None and code not in _frames(exc)
+def _leftover_row(fn: Callable, exc: BaseException) -> Row:
+    number = lines_of(exc)[-1][1]
+    return Row(
+        _("the function you wrote"),
+        _("a returned answer"),
+        _("raised NotImplementedError"),
+        False,
+        _(
+            "your code runs, then reaches the leftover `raise "
+            "NotImplementedError()` (line {line} of the cell): delete that line"
+        ).format(line=number),
+    )
 
 
 def _tripwire(
@@ -273,59 +329,13 @@ def _call_student(fn: Callable, args: tuple, kwargs: dict) -> Any:
     except KeyboardInterrupt:
         raise
     except NotImplementedError as exc:
-        if _is_stub(fn, exc):
+        if is_stub(fn, exc):
+            if written(fn, exc):
+                raise LeftoverStub(_leftover_row(fn, exc)) from None
             raise NotAttempted() from None
         return Raised(exc)
     except BaseException as exc:  # any bug in student code is a failed case
-        return Raised(exc, at_call=_at_call(fn, exc))
-
-
-def cut(text: str, width: int) -> str:
-    """`text`, shortened with an ellipsis to at most `width` characters."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
-    """Print one line per case and, under each failing one, its hint (and under any
-    row, its note)."""
-    print(
-        (
-            _("{title}: {total} hidden cases")
-            if hidden
-            else _("{title}: {total} cases")
-        ).format(title=title, total=len(rows))
-    )
-    head = (_("case"), _("expected"), _("got"))
-    # the expected cell of a choice item is NOT_SHOWN, said in the table's language
-    expected = [_(r.expected) if r.expected == NOT_SHOWN else r.expected for r in rows]
-    columns = ([r.case for r in rows], expected, [r.got for r in rows])
-    widths = [
-        min(max(len(name), *(len(cell) for cell in cells)), cap)
-        for name, cells, cap in zip(head, columns, (30, 24, 24), strict=True)
-    ]
-    print(
-        "  "
-        + "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
-        + "  "
-        + _("result")
-    )
-    for row, shown in zip(rows, expected, strict=True):
-        cells = (row.case, shown, row.got)
-        line = "  ".join(cut(c, w).ljust(w) for c, w in zip(cells, widths, strict=True))
-        print(f"  {line}  {_('ok') if row.ok else _('FAIL')}")
-        for label, text in (
-            (_("hint"), "" if row.ok else row.hint),
-            (_("note"), row.note),
-        ):
-            if text:
-                print(
-                    textwrap.fill(
-                        text,
-                        width=88,
-                        initial_indent=f"      {label}: ",
-                        subsequent_indent="            ",
-                    )
-                )
+        return Raised(exc, at_call=at_call(fn, exc))
 
 
 def _name_of(fn: Any) -> str:
@@ -407,7 +417,7 @@ def _run_rows(
             warnings.simplefilter("ignore")
             try:
                 rows = make_rows(fn, hidden)
-            except WrongKind as wrong:
+            except (WrongKind, LeftoverStub) as wrong:
                 rows = [wrong.row]
             except NotAttempted:
                 message = _(
@@ -416,7 +426,8 @@ def _run_rows(
                     "cell, then run this one again"
                 ).format(name=_name_of(fn))
                 print(message)
-                raise AssertionError(message) from None
+                shown = _("not attempted (see above)")
+                raise CheckFailed(message, shown) from None
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:
@@ -424,7 +435,7 @@ def _run_rows(
     print_table(title, rows, hidden)
     failed = sum(not row.ok for row in rows)
     if failed:
-        raise AssertionError(
+        raise CheckFailed(
             _("{failed} of {total} cases failed — see hints above").format(
                 failed=failed, total=len(rows)
             )

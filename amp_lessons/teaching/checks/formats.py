@@ -207,7 +207,7 @@ def check_round_to_fp16(
     grade("check_round_to_fp16", round_to_fp16, hidden, rows)
 
 
-_SPACING_CASES = (1.0, 1000.0, 2048.0, 0.1, 1e-5, 0.0)
+_SPACING_CASES = (1.0, 1000.0, 2048.0, 2047.9, 0.1, 1e-5, 0.0)  # 2047.9: fp16 2048
 _SPACING_HIDDEN = (2047.9, 0.5, 60000.0, 6.103515625e-05, 3e-8, 1 + 2**-10, 2.0**-12)
 
 

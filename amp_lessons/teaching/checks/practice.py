@@ -334,6 +334,12 @@ _OVERFLOW_CASES: tuple[tuple[str, Callable[[], nn.Module], Callable[[], Any]], .
     (N_("MLP: one Linear too large"), lambda: _mlp(1), lambda: torch.ones(2, 4)),
     (N_("T5-like stack"), nan_hunt.t5_like_model, nan_hunt.t5_like_inputs),
     (N_("a model that stays in range"), lambda: _mlp(-1), lambda: torch.ones(2, 4)),
+    # two finite halves (51200 each) whose sum, the model's own output, overflows
+    (
+        N_("the model's own sum overflows"),
+        lambda: _TwoBranches(4, 800.0),
+        lambda: torch.ones(2, 4) * 16,
+    ),
 )
 _OVERFLOW_HIDDEN: tuple[tuple[str, Callable[[], nn.Module], Callable[[], Any]], ...] = (
     (N_("a block's own sum overflows"),

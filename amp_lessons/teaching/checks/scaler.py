@@ -34,6 +34,9 @@ _UPDATE_CASES = (
     (65536.0, 1999, False, {}),
     (65536.0, 1500, True, {}),
     (1.0, 1999, True, {}),
+    (2.0**127, 1999, False, {}),  # grown, 2**128 is inf in float32: refused
+    (16.0, 4, False, {"growth_factor": 3.0, "growth_interval": 5}),
+    (16.0, 3, True, {"backoff_factor": 0.125}),
 )
 _UPDATE_HIDDEN = (
     (1024.0, 0, False, {"growth_interval": 1}),
@@ -45,7 +48,7 @@ _UPDATE_HIDDEN = (
     ),
     (8.0, 1, False, {"growth_interval": 3}),
     (8.0, 0, True, {"growth_factor": 4.0, "backoff_factor": 0.25}),
-    (2.0**127, 1999, False, {}),
+    (3.0 * 2**126, 2, False, {"growth_interval": 3}),
     (3.0, 7, True, {"backoff_factor": 0.3}),
 )
 

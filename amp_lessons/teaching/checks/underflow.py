@@ -45,6 +45,7 @@ def _underflow_cases(hidden: bool) -> list[tuple[str, torch.Tensor, float]]:
             (_("same, scale 2**10"), a, 2.0**10),
             (_("same, scale 2**16"), a, 2.0**16),
             (_("other 400, scale 2**8"), _grad_sample(1, lo=-40, hi=-2), 2.0**8),
+            (_("all zeros, scale 2**10"), torch.zeros(3), 2.0**10),
         ]
     c = _grad_sample(2, n=300, lo=-55, hi=-10)
     return [
@@ -147,12 +148,15 @@ def _loss_scale_cases(hidden: bool) -> list[tuple[str, torch.Tensor]]:
             ("max |g| = 3.0", torch.tensor([0.5, 3.0, -1e-6])),
             ("max |g| = 65504", torch.tensor([65504.0, 1.0])),
             ("max |g| = 1e5", torch.tensor([1e5, -2.0])),
+            # 65508 rounds DOWN to fp16's 65504: the cast, not a threshold, decides
+            ("max |g| = 65508 * 2**-12", torch.tensor([65508 * 2.0**-12, 1e-3])),
+            (_("largest |g| negative"), torch.tensor([1e-2, -40.0, 3.0])),
             (_("400 gradient-like"), _grad_sample(3)),
         ]
     return [
         ("max |g| = 65510 * 2**-20", torch.tensor([0.01, 65510 * 2.0**-20, 0.03])),
         ("max |g| = 65520 * 2**-20", torch.tensor([65520 * 2.0**-20, 1e-9])),
-        (_("largest |g| negative"), torch.tensor([2e-3, -0.9, 0.3])),
+        (_("largest |g| negative, below 1"), torch.tensor([2e-3, -0.9, 0.3])),
         ("max |g| = 1e-8", torch.tensor([1e-8, 3e-9, -1e-12])),
         (_("300 tiny gradient-like"), _grad_sample(4, n=300, lo=-45, hi=-20)),
     ]
