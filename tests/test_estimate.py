@@ -13,7 +13,13 @@ import torch.nn.functional as F
 from amp_lessons.cli import main
 from amp_lessons.measure import model_zoo, published, published_models
 from amp_lessons.measure.estimate import FITTED, GPUS, Efficiency, estimate_step, price
-from amp_lessons.measure.trace import AutocastPolicy, KernelRecorder, Trace, trace_step
+from amp_lessons.measure.trace import (
+    AutocastPolicy,
+    Kernel,
+    KernelRecorder,
+    Trace,
+    trace_step,
+)
 
 META = torch.device("meta")
 
@@ -234,7 +240,7 @@ def test_refuses_real_tensors_and_unknown_optimizer():
 
 
 def test_breakdown_adds_up_and_regimes_follow_the_model():
-    big = model_zoo.gpt(layers=4, width=2048, heads=16, seq=1024, batch=16)
+    big = model_zoo.gpt(layers=4, width=4096, heads=32, seq=2048, batch=8)
     e = estimate_step(
         big.model, big.inputs, "H100-SXM5-80GB", "bf16", "adam", big.loss_fn
     )
@@ -279,12 +285,13 @@ def test_a_slower_memory_makes_memory_bound_steps_slower():
     fast = price(trace, GPUS["H200-SXM-141GB"], "bf16")
     slow = price(trace, GPUS["H100-SXM5-80GB"], "bf16")
     assert slow.memory_s > fast.memory_s and slow.compute_s == fast.compute_s
-    # the CPU's dispatch time is the floor of a step
+    # the CPU's time a launched kernel is the floor of a step (a view costs none)
+    tiny = Kernel("add", "pointwise", 0, 4, launches=10**6)
     cpu_bound = price(
-        Trace(trace.kernels, 10**6),
+        Trace([tiny], 10**7),
         GPUS["H200-SXM-141GB"],
         "bf16",
-        Efficiency(cpu_us=10),
+        Efficiency(kernel_us=4, cpu_us=10),
     )
     assert cpu_bound.seconds == pytest.approx(10.0) and cpu_bound.regime == "overhead"
 
