@@ -578,3 +578,79 @@ def test_readme_states_the_estimate_against_the_recorded_h200_run():
     ]
     readme = " ".join((published.DATA_DIR.parents[2] / "README.md").read_text().split())
     assert f"at {min(ratios):.2f}x to {max(ratios):.2f}x of the measured ones" in readme
+
+
+# ---- counts: convolutions, in-place writes, the optimizer's step ------------------
+
+
+@pytest.mark.parametrize("groups", [1, 32, 256])
+def test_grouped_convolution_flops_by_hand(groups):
+    """Each output value of a convolution sums (C_in / groups) * k * k products:
+    forward 2 * N * C_out * H * W * (C_in / groups) * k * k FLOPs, and backward the
+    same again for the input's gradient and again for the weight's (torch 2.13's
+    flop_counter ignores groups in the weight's: 1 + groups times the forward)."""
+    n, c, h, k = 8, 256, 28, 3
+    with META:
+        conv = torch.nn.Conv2d(c, c, k, padding=1, groups=groups, bias=False)
+    x = torch.empty(n, c, h, h, device=META, requires_grad=True)
+    kernels = trace_step(conv, x, "fp32").kernels
+    forward = 2 * n * c * h * h * (c // groups) * k * k
+    (fwd,) = [k for k in kernels if k.name == "convolution"]
+    (bwd,) = [k for k in kernels if k.name == "convolution_backward"]
+    assert fwd.flops == forward and bwd.flops == 2 * forward
+
+
+def test_in_place_writes_are_counted():
+    """An op that writes into its arguments writes bytes too: add_ reads two tensors
+    and writes one; a fused AdamW step reads p, g, m, v and writes p, g, m, v."""
+    from amp_lessons.measure.kernels import KernelRecorder
+
+    n = 1 << 20
+    a, b = (torch.empty(n, device=META) for _ in "ab")
+    with KernelRecorder() as recorder:
+        a.add_(b)
+        torch._foreach_mul_([a, b], 2.0)
+    add, foreach = recorder.kernels
+    assert add.bytes == 3 * 4 * n and foreach.bytes == 4 * 4 * n
+
+
+@pytest.mark.parametrize(
+    "optimizer, implementation, per_param",
+    [
+        ("adam", "fused", 28),
+        ("adam", "foreach", 76),  # 11 passes: the step's math one op at a time
+        ("sgd_momentum", "foreach", 32),
+        ("sgd", "foreach", 12),
+    ],
+)
+def test_optimizer_step_priced_as_its_implementation_runs(
+    optimizer, implementation, per_param
+):
+    w = model_zoo.mlp(layers=2, width=1024, batch=8)
+    numel = sum(p.numel() for p in w.model.parameters())
+    from amp_lessons.measure.estimate import step_kernels
+
+    kernels = step_kernels(w.model, "bf16", optimizer, implementation)
+    assert {k.kind for k in kernels} == {"optimizer"}
+    moved = sum(k.bytes for k in kernels)
+    assert moved == pytest.approx(per_param * numel, rel=0.01)
+    loop = step_kernels(w.model, "bf16", optimizer, "loop")
+    # a Python loop: the same passes, one launch per parameter tensor each
+    assert sum(k.launches for k in loop) > sum(k.launches for k in kernels)
+    clipped = step_kernels(w.model, "bf16", optimizer, implementation, clip=True)
+    clip = [k for k in clipped if k.kind == "clip"]
+    # each gradient read for its norm, then read and written scaled
+    assert sum(k.bytes for k in clip) == pytest.approx(12 * numel, rel=0.01)
+
+
+def test_lamb_has_only_a_fused_step():
+    w = model_zoo.mlp(layers=1, width=64, batch=4)
+    with pytest.raises(ValueError, match="no torch.optim implementation"):
+        estimate_step(
+            w.model,
+            w.inputs,
+            "A100-SXM4-80GB",
+            "bf16",
+            "lamb",
+            implementation="foreach",
+        )

@@ -28,11 +28,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from amp_lessons.measure.gpus import GPU, GPUS, PRECISIONS, find_gpu
+from amp_lessons.measure.optimizer_step import clip_kernels, optimizer_kernels
 from amp_lessons.measure.trace import Kernel, Trace, trace_step
 
 __all__ = [
@@ -119,10 +120,16 @@ class Estimate:
 
 
 def step_kernels(
-    model: torch.nn.Module, precision: str, optimizer: str
+    model: torch.nn.Module,
+    precision: str,
+    optimizer: str,
+    implementation: str = "fused",
+    clip: bool = False,
 ) -> list[Kernel]:
-    """The kernels after backward: GradScaler's unscale_ (fp16 only) and the
-    optimizer step over the fp32 master weights."""
+    """The kernels after backward: GradScaler's unscale_ (fp16 only), gradient
+    clipping where the step clips, and the optimizer step over the fp32 master
+    weights, as ``implementation`` runs it: ``fused`` (one kernel, ``OPTIMIZERS``'
+    bytes), or torch's ``foreach`` or ``loop`` step, traced (``optimizer_step``)."""
     check_optimizer(optimizer)
     params = [p for p in model.parameters() if p.requires_grad]
     numel = sum(p.numel() for p in params)
@@ -132,16 +139,24 @@ def step_kernels(
         kernels.append(
             Kernel("unscale_", "scaler", 0, SCALER_BYTES * numel, launches=launches)
         )
-    if OPTIMIZERS[optimizer]:
-        kernels.append(
-            Kernel(
-                optimizer,
-                "optimizer",
-                0,
-                OPTIMIZERS[optimizer] * numel,
-                launches=launches * (2 if optimizer == "lamb" else 1),
-            )
+    if clip:
+        kernels += [
+            replace(k, kind="clip") for k in clip_kernels(params, implementation)
+        ]
+    if not OPTIMIZERS[optimizer]:
+        return kernels
+    if implementation != "fused":
+        traced = optimizer_kernels(params, optimizer, implementation)
+        return kernels + [replace(k, kind="optimizer") for k in traced]
+    kernels.append(
+        Kernel(
+            optimizer,
+            "optimizer",
+            0,
+            OPTIMIZERS[optimizer] * numel,
+            launches=launches * (2 if optimizer == "lamb" else 1),
         )
+    )
     return kernels
 
 
@@ -228,13 +243,18 @@ def estimate_step(
     optimizer: str = "adam",
     loss_fn: Callable | None = None,
     efficiency: Efficiency = FITTED,
+    *,
+    implementation: str = "fused",
+    clip: bool = False,
 ) -> Estimate:
     """Predict one training step's time on ``gpu`` in ``precision``.
 
     ``model`` and ``inputs`` (a tensor or a tuple) live on the meta device, so
     nothing is allocated and no GPU is needed. The step is the forward, the backward
     of ``loss_fn(output)`` (default: the output's float sum), GradScaler's unscale_
-    for fp16, and ``optimizer``'s step (``adam``, ``lamb``, ``sgd`` or ``none``).
+    for fp16, ``clip_grad_norm_`` where ``clip``, and ``optimizer``'s step (``adam``,
+    ``lamb``, ``sgd_momentum``, ``sgd`` or ``none``) as ``implementation`` runs it
+    (``fused``, or torch's ``foreach`` or ``loop``).
     ``precision``: ``fp32``, ``tf32``, ``fp16``, ``bf16`` (CUDA autocast's policy)
     or ``fp8`` (bf16 autocast with fp8 Linears, as lesson 11 converts them).
 
@@ -256,6 +276,5 @@ def estimate_step(
             f"{off_meta[0]}: build them under `with torch.device('meta'):`"
         )
     trace = trace_step(model, inputs, precision, loss_fn)
-    return price(
-        trace, device, precision, efficiency, step_kernels(model, precision, optimizer)
-    )
+    extra = step_kernels(model, precision, optimizer, implementation, clip)
+    return price(trace, device, precision, efficiency, extra)

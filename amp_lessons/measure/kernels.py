@@ -56,6 +56,8 @@ _FREE_OPS = frozenset(
         "new_empty_strided",
         "scalar_tensor",
         "_local_scalar_dense",
+        "_record_function_enter_new",  # the profiler's markers: no kernel
+        "_record_function_exit",
     }
 )
 
@@ -204,23 +206,19 @@ def mutated_tensors(func, args, kwargs) -> list[torch.Tensor]:
 
 def written_bytes(func, args, kwargs, out) -> int:
     """Bytes an op writes: its fresh outputs and every tensor it mutates, once."""
-    seen, total = set(), 0
+    outs = out if isinstance(out, tuple) else (out,)
     fresh = [
         t
-        for r, t in zip(func._schema.returns, _returned(out), strict=False)
+        for r, item in zip(func._schema.returns, outs, strict=False)
         if r.alias_info is None
+        for t in _tensors(item)
     ]
+    seen, total = set(), 0
     for t in (*fresh, *mutated_tensors(func, args, kwargs)):
-        if isinstance(t, torch.Tensor) and id(t) not in seen:
+        if id(t) not in seen:
             seen.add(id(t))
             total += t.numel() * t.element_size()
     return total
-
-
-def _returned(out) -> list:
-    # one entry per schema return; a list return (Tensor[]) counts as its tensors
-    items = list(out) if isinstance(out, tuple) else [out]
-    return [t for item in items for t in (item if isinstance(item, list) else [item])]
 
 
 def _foreach_launches(name: str, args) -> int:
