@@ -685,3 +685,48 @@ def test_validation_on_check_rows_reports_beside_the_naive_guess(fit, capsys):
         "Ampere": pytest.approx(1.8, abs=0.3),
     }
     assert validation.spearman([1, 2, 3], [10, 30, 20]) == pytest.approx(0.5)
+
+
+def readers_model():
+    """What a reader passes as --model test_estimate:readers_model."""
+    with META:
+        model = torch.nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True)
+    return model, torch.empty(8, 64, 256, device=META)
+
+
+def test_cli_estimates_a_readers_own_model_on_every_gpu(capsys):
+    argv = ["estimate", "--model", "test_estimate:readers_model", "--gpu", "all"]
+    assert main([*argv, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["gpu"] for r in rows} == set(GPUS)
+    assert {r["precision"] for r in rows if r["gpu"] == "V100-SXM2-16GB"} == {
+        "fp32",
+        "fp16",
+    }
+    assert main([*argv, "--precision", "bf16"]) == 0  # the GPUs that take bf16
+    out = capsys.readouterr().out
+    assert "H200-SXM-141GB" in out and "V100-SXM2-16GB" not in out
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ("nosuchpackage.models:vit", "cannot import 'nosuchpackage.models'"),
+        ("test_estimate:no_such_function", "test_estimate has no function"),
+        ("test_estimate:_linear", "must return \\(model, inputs\\)"),
+        (
+            "vit",
+            "unknown model 'vit'; choose one of: transformer, gpt, mlp, resnet50, or",
+        ),
+        (":vit", "neither a family"),
+    ],
+)
+def test_cli_readers_model_mistakes_get_one_line(capsys, model, message):
+    assert main(["estimate", "--model", model]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+    assert (
+        main(["estimate", "--model", "test_estimate:readers_model", "--layers", "2"])
+        == 2
+    )
+    assert "--layers sizes a built-in family" in capsys.readouterr().err
