@@ -730,3 +730,51 @@ def test_cli_readers_model_mistakes_get_one_line(capsys, model, message):
         == 2
     )
     assert "--layers sizes a built-in family" in capsys.readouterr().err
+
+
+# ---- memory per precision ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [2, 2048])
+@pytest.mark.parametrize("precision, dtype", [("fp32", None), ("bf16", torch.bfloat16)])
+def test_saved_bytes_on_meta_equal_the_exact_cpu_count(batch, precision, dtype):
+    """The bytes saved for backward, found on the meta device under the policy, are
+    core.memory's exact count on real CPU tensors under CPU autocast (whose list
+    agrees with CUDA's for Linear and ReLU): weight copies included."""
+    from amp_lessons.core import memory
+    from amp_lessons.core.models import MLP
+    from amp_lessons.measure.memory_estimate import saved_bytes
+
+    real = MLP((64,) * 4)
+    with META:
+        meta = MLP((64,) * 4)
+    exact = memory.activation_bytes(real, torch.randn(batch, 64), dtype)
+    assert saved_bytes(meta, torch.empty(batch, 64, device=META), precision) == exact
+
+
+def test_memory_estimate_beside_the_recorded_h200_run(capsys):
+    """Peak memory of the H200 record's bench configs (torch.cuda.max_memory_
+    allocated) beside the estimate's parts, in every precision. Measured today:
+    0.84x-0.93x (the allocator's peak adds a backward's temporaries, not counted);
+    the issue's goal, within 10%, is met for the MLP's AMP rows only."""
+    from amp_lessons.measure.estimate_check import bench_workload
+    from amp_lessons.measure.memory_estimate import estimate_memory
+
+    report = _report()
+    ratios = {}
+    for r in report["results"]:
+        w = bench_workload(r["config"], report["sizes"][r["config"]])
+        m = estimate_memory(
+            w.model, w.inputs, "H200-SXM-141GB", r["precision"], w.optimizer
+        )
+        ratios[r["config"], r["precision"]] = m.total / r["peak_mem_bytes"]
+        assert m.largest_batch > m.batch  # the bench's batch fits an H200
+    with capsys.disabled():
+        print(
+            "\nestimated / measured peak memory, H200:",
+            {f"{c} {p}": round(v, 3) for (c, p), v in ratios.items()},
+        )
+    assert all(0.8 < v <= 1.0 for v in ratios.values()), ratios
+    # AMP shrinks the transformer's memory as measured (0.63x), not the MLP's
+    gpt = ratios["transformer", "bf16"] / ratios["transformer", "fp32"]
+    assert gpt == pytest.approx(1.0, abs=0.1)
