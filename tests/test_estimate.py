@@ -137,6 +137,20 @@ AGREE = {
     "cross_entropy": lambda x, w: F.cross_entropy(x, torch.zeros(8, dtype=torch.long)),
     "bce_with_logits": lambda x, w: F.binary_cross_entropy_with_logits(x, w),
     "prod": lambda x, w: x.prod(),
+    # more ops on both lists (autocast_mode.cpp: AutocastCPU and AT_FORALL_* for CUDA)
+    "conv1d": lambda x, w: F.conv1d(x[None], w[..., None]),
+    "conv3d": lambda x, w: F.conv3d(x[None, None, None], w[None, None, None]),
+    "conv_transpose2d": lambda x, w: F.conv_transpose2d(x[None, None], w[None, None]),
+    "baddbmm": lambda x, w: torch.baddbmm(x[None], x[None], w[None]),
+    "addbmm": lambda x, w: torch.addbmm(x, x[None], w[None]),
+    "prelu": lambda x, w: F.prelu(x, w[0, :1]),
+    "sdpa": lambda x, w: F.scaled_dot_product_attention(x[None], w[None], w[None]),
+    "nll_loss": lambda x, w: F.nll_loss(x, torch.zeros(8, dtype=torch.long)),
+    "smooth_l1_loss": lambda x, w: F.smooth_l1_loss(x, w),
+    "huber_loss": lambda x, w: F.huber_loss(x, w),
+    "kl_div": lambda x, w: F.kl_div(x, w, reduction="batchmean"),
+    "soft_margin_loss": lambda x, w: F.soft_margin_loss(x, w),
+    "cdist": lambda x, w: torch.cdist(x, w),
 }
 
 
