@@ -13,7 +13,13 @@ import torch.nn.functional as F
 from amp_lessons.cli import main
 from amp_lessons.measure import model_zoo, published, published_models
 from amp_lessons.measure.estimate import FITTED, GPUS, Efficiency, estimate_step, price
-from amp_lessons.measure.trace import AutocastPolicy, KernelRecorder, Trace, trace_step
+from amp_lessons.measure.trace import (
+    AutocastPolicy,
+    Kernel,
+    KernelRecorder,
+    Trace,
+    trace_step,
+)
 
 META = torch.device("meta")
 
@@ -131,6 +137,20 @@ AGREE = {
     "cross_entropy": lambda x, w: F.cross_entropy(x, torch.zeros(8, dtype=torch.long)),
     "bce_with_logits": lambda x, w: F.binary_cross_entropy_with_logits(x, w),
     "prod": lambda x, w: x.prod(),
+    # more ops on both lists (autocast_mode.cpp: AutocastCPU and AT_FORALL_* for CUDA)
+    "conv1d": lambda x, w: F.conv1d(x[None], w[..., None]),
+    "conv3d": lambda x, w: F.conv3d(x[None, None, None], w[None, None, None]),
+    "conv_transpose2d": lambda x, w: F.conv_transpose2d(x[None, None], w[None, None]),
+    "baddbmm": lambda x, w: torch.baddbmm(x[None], x[None], w[None]),
+    "addbmm": lambda x, w: torch.addbmm(x, x[None], w[None]),
+    "prelu": lambda x, w: F.prelu(x, w[0, :1]),
+    "sdpa": lambda x, w: F.scaled_dot_product_attention(x[None], w[None], w[None]),
+    "nll_loss": lambda x, w: F.nll_loss(x, torch.zeros(8, dtype=torch.long)),
+    "smooth_l1_loss": lambda x, w: F.smooth_l1_loss(x, w),
+    "huber_loss": lambda x, w: F.huber_loss(x, w),
+    "kl_div": lambda x, w: F.kl_div(x, w, reduction="batchmean"),
+    "soft_margin_loss": lambda x, w: F.soft_margin_loss(x, w),
+    "cdist": lambda x, w: torch.cdist(x, w),
 }
 
 
@@ -234,7 +254,7 @@ def test_refuses_real_tensors_and_unknown_optimizer():
 
 
 def test_breakdown_adds_up_and_regimes_follow_the_model():
-    big = model_zoo.gpt(layers=4, width=2048, heads=16, seq=1024, batch=16)
+    big = model_zoo.gpt(layers=4, width=4096, heads=32, seq=2048, batch=8)
     e = estimate_step(
         big.model, big.inputs, "H100-SXM5-80GB", "bf16", "adam", big.loss_fn
     )
@@ -279,12 +299,13 @@ def test_a_slower_memory_makes_memory_bound_steps_slower():
     fast = price(trace, GPUS["H200-SXM-141GB"], "bf16")
     slow = price(trace, GPUS["H100-SXM5-80GB"], "bf16")
     assert slow.memory_s > fast.memory_s and slow.compute_s == fast.compute_s
-    # the CPU's dispatch time is the floor of a step
+    # the CPU's time a launched kernel is the floor of a step (a view costs none)
+    tiny = Kernel("add", "pointwise", 0, 4, launches=10**6)
     cpu_bound = price(
-        Trace(trace.kernels, 10**6),
+        Trace([tiny], 10**7),
         GPUS["H200-SXM-141GB"],
         "bf16",
-        Efficiency(cpu_us=10),
+        Efficiency(kernel_us=4, cpu_us=10),
     )
     assert cpu_bound.seconds == pytest.approx(10.0) and cpu_bound.regime == "overhead"
 
@@ -571,3 +592,203 @@ def test_readme_states_the_estimate_against_the_recorded_h200_run():
     ]
     readme = " ".join((published.DATA_DIR.parents[2] / "README.md").read_text().split())
     assert f"at {min(ratios):.2f}x to {max(ratios):.2f}x of the measured ones" in readme
+
+
+# ---- counts: convolutions, in-place writes, the optimizer's step ------------------
+
+
+@pytest.mark.parametrize("groups", [1, 32, 256])
+def test_grouped_convolution_flops_by_hand(groups):
+    """Each output value of a convolution sums (C_in / groups) * k * k products:
+    forward 2 * N * C_out * H * W * (C_in / groups) * k * k FLOPs, and backward the
+    same again for the input's gradient and again for the weight's (torch 2.13's
+    flop_counter ignores groups in the weight's: 1 + groups times the forward)."""
+    n, c, h, k = 8, 256, 28, 3
+    with META:
+        conv = torch.nn.Conv2d(c, c, k, padding=1, groups=groups, bias=False)
+    x = torch.empty(n, c, h, h, device=META, requires_grad=True)
+    kernels = trace_step(conv, x, "fp32").kernels
+    forward = 2 * n * c * h * h * (c // groups) * k * k
+    (fwd,) = [k for k in kernels if k.name == "convolution"]
+    (bwd,) = [k for k in kernels if k.name == "convolution_backward"]
+    assert fwd.flops == forward and bwd.flops == 2 * forward
+
+
+def test_in_place_writes_are_counted():
+    """An op that writes into its arguments writes bytes too: add_ reads two tensors
+    and writes one; a fused AdamW step reads p, g, m, v and writes p, g, m, v."""
+    from amp_lessons.measure.kernels import KernelRecorder
+
+    n = 1 << 20
+    a, b = (torch.empty(n, device=META) for _ in "ab")
+    with KernelRecorder() as recorder:
+        a.add_(b)
+        torch._foreach_mul_([a, b], 2.0)
+    add, foreach = recorder.kernels
+    assert add.bytes == 3 * 4 * n and foreach.bytes == 4 * 4 * n
+
+
+@pytest.mark.parametrize(
+    "optimizer, implementation, per_param",
+    [
+        ("adam", "fused", 28),
+        ("adam", "foreach", 76),  # 11 passes: the step's math one op at a time
+        ("sgd_momentum", "foreach", 32),
+        ("sgd", "foreach", 12),
+    ],
+)
+def test_optimizer_step_priced_as_its_implementation_runs(
+    optimizer, implementation, per_param
+):
+    w = model_zoo.mlp(layers=2, width=1024, batch=8)
+    numel = sum(p.numel() for p in w.model.parameters())
+    from amp_lessons.measure.estimate import step_kernels
+
+    kernels = step_kernels(w.model, "bf16", optimizer, implementation)
+    assert {k.kind for k in kernels} == {"optimizer"}
+    moved = sum(k.bytes for k in kernels)
+    assert moved == pytest.approx(per_param * numel, rel=0.01)
+    loop = step_kernels(w.model, "bf16", optimizer, "loop")
+    # a Python loop: the same passes, one launch per parameter tensor each
+    assert sum(k.launches for k in loop) > sum(k.launches for k in kernels)
+    clipped = step_kernels(w.model, "bf16", optimizer, implementation, clip=True)
+    clip = [k for k in clipped if k.kind == "clip"]
+    # each gradient read for its norm, then read and written scaled
+    assert sum(k.bytes for k in clip) == pytest.approx(12 * numel, rel=0.01)
+
+
+def test_lamb_has_only_a_fused_step():
+    w = model_zoo.mlp(layers=1, width=64, batch=4)
+    with pytest.raises(ValueError, match="no torch.optim implementation"):
+        estimate_step(
+            w.model,
+            w.inputs,
+            "A100-SXM4-80GB",
+            "bf16",
+            "lamb",
+            implementation="foreach",
+        )
+
+
+# ---- validation on rows the fit never saw ----------------------------------------
+
+
+def test_validation_on_check_rows_reports_beside_the_naive_guess(fit, capsys):
+    """The figures the README and lesson 06 state, on the check rows only, beside
+    a guess of one speed-up per GPU generation taken from the fit rows. The
+    issue's goals (85% within 35%, median 15%, 0.75x the guess's median, rank
+    correlation 0.5 per generation) are printed against what is reached."""
+    from amp_lessons.measure import validation
+
+    report = validation.validate(fit)
+    with capsys.disabled():
+        print("\n" + report.summary())
+    rows = published.load_rows()
+    assert report.check_rows == sum(r.role == "check" for r in rows) >= 24
+    assert len(rows) >= 38
+    # what is reached today (torch 2.13, the recorded fit): better than the guess
+    assert report.median_error < report.naive_median_error
+    ampere = next(g for g in report.generations if g.name == "Ampere")
+    assert ampere.spearman >= 0.5
+    assert set(report.family_out) >= {"ResNet-50", "nnU-Net", "Transformer-XL"}
+    # the guess comes from fit rows alone: a check row's published number moves
+    # the check error, never the guess
+    guess = validation.naive_guess(fit)
+    assert guess == {
+        "Volta": pytest.approx(3.95, abs=0.5),
+        "Ampere": pytest.approx(1.8, abs=0.3),
+    }
+    assert validation.spearman([1, 2, 3], [10, 30, 20]) == pytest.approx(0.5)
+
+
+def readers_model():
+    """What a reader passes as --model test_estimate:readers_model."""
+    with META:
+        model = torch.nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True)
+    return model, torch.empty(8, 64, 256, device=META)
+
+
+def test_cli_estimates_a_readers_own_model_on_every_gpu(capsys):
+    argv = ["estimate", "--model", "test_estimate:readers_model", "--gpu", "all"]
+    assert main([*argv, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["gpu"] for r in rows} == set(GPUS)
+    assert {r["precision"] for r in rows if r["gpu"] == "V100-SXM2-16GB"} == {
+        "fp32",
+        "fp16",
+    }
+    assert main([*argv, "--precision", "bf16"]) == 0  # the GPUs that take bf16
+    out = capsys.readouterr().out
+    assert "H200-SXM-141GB" in out and "V100-SXM2-16GB" not in out
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ("nosuchpackage.models:vit", "cannot import 'nosuchpackage.models'"),
+        ("test_estimate:no_such_function", "test_estimate has no function"),
+        ("test_estimate:_linear", "must return \\(model, inputs\\)"),
+        (
+            "vit",
+            "unknown model 'vit'; choose one of: transformer, gpt, mlp, resnet50, or",
+        ),
+        (":vit", "neither a family"),
+    ],
+)
+def test_cli_readers_model_mistakes_get_one_line(capsys, model, message):
+    assert main(["estimate", "--model", model]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+    assert (
+        main(["estimate", "--model", "test_estimate:readers_model", "--layers", "2"])
+        == 2
+    )
+    assert "--layers sizes a built-in family" in capsys.readouterr().err
+
+
+# ---- memory per precision ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [2, 2048])
+@pytest.mark.parametrize("precision, dtype", [("fp32", None), ("bf16", torch.bfloat16)])
+def test_saved_bytes_on_meta_equal_the_exact_cpu_count(batch, precision, dtype):
+    """The bytes saved for backward, found on the meta device under the policy, are
+    core.memory's exact count on real CPU tensors under CPU autocast (whose list
+    agrees with CUDA's for Linear and ReLU): weight copies included."""
+    from amp_lessons.core import memory
+    from amp_lessons.core.models import MLP
+    from amp_lessons.measure.memory_estimate import saved_bytes
+
+    real = MLP((64,) * 4)
+    with META:
+        meta = MLP((64,) * 4)
+    exact = memory.activation_bytes(real, torch.randn(batch, 64), dtype)
+    assert saved_bytes(meta, torch.empty(batch, 64, device=META), precision) == exact
+
+
+def test_memory_estimate_beside_the_recorded_h200_run(capsys):
+    """Peak memory of the H200 record's bench configs (torch.cuda.max_memory_
+    allocated) beside the estimate's parts, in every precision. Measured today:
+    0.84x-0.93x (the allocator's peak adds a backward's temporaries, not counted);
+    the issue's goal, within 10%, is met for the MLP's AMP rows only."""
+    from amp_lessons.measure.estimate_check import bench_workload
+    from amp_lessons.measure.memory_estimate import estimate_memory
+
+    report = _report()
+    ratios = {}
+    for r in report["results"]:
+        w = bench_workload(r["config"], report["sizes"][r["config"]])
+        m = estimate_memory(
+            w.model, w.inputs, "H200-SXM-141GB", r["precision"], w.optimizer
+        )
+        ratios[r["config"], r["precision"]] = m.total / r["peak_mem_bytes"]
+        assert m.largest_batch > m.batch  # the bench's batch fits an H200
+    with capsys.disabled():
+        print(
+            "\nestimated / measured peak memory, H200:",
+            {f"{c} {p}": round(v, 3) for (c, p), v in ratios.items()},
+        )
+    assert all(0.8 < v <= 1.0 for v in ratios.values()), ratios
+    # AMP shrinks the transformer's memory as measured (0.63x), not the MLP's
+    gpt = ratios["transformer", "bf16"] / ratios["transformer", "fp32"]
+    assert gpt == pytest.approx(1.0, abs=0.1)

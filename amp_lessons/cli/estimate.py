@@ -40,16 +40,21 @@ def add_command(commands) -> argparse.ArgumentParser:
 def _add_estimate(p: argparse.ArgumentParser) -> None:
     from amp_lessons.measure.estimate import GPUS, OPTIMIZERS
     from amp_lessons.measure.gpus import PRECISIONS as GPU_PRECISIONS
-    from amp_lessons.measure.model_zoo import CLI_FAMILIES
 
-    p.add_argument("--gpu", choices=GPUS, default="A100-SXM4-80GB")
+    p.add_argument(
+        "--gpu",
+        choices=[*GPUS, "all"],
+        default="A100-SXM4-80GB",
+        help=_("all: every GPU of the table, one after the other"),
+    )
     p.add_argument(
         "--model",
-        choices=CLI_FAMILIES,
         default="transformer",
         help=_(
             "transformer: a BERT-style encoder; gpt: a GPT-style "
-            "decoder; mlp: Linear layers; resnet50 (default: "
+            "decoder; mlp: Linear layers; resnet50; or your own, "
+            "package.module:function, a function that returns (model, inputs) "
+            "or (model, inputs, loss_fn) built on the meta device (default: "
             "%(default)s)"
         ),
     )
@@ -95,56 +100,78 @@ def _add_estimate(p: argparse.ArgumentParser) -> None:
 
 
 def run_estimate(args: argparse.Namespace) -> int:
+    from amp_lessons.measure.estimate import GPUS
+
     sizes = {
         k: getattr(args, k)
         for k in ("layers", "width", "seq", "batch", "image", "optimizer")
         if getattr(args, k) is not None
     }
-    rows, items = _estimate_rows(args, sizes)
-    if args.json:
-        print(_estimates_json(rows, items))
-        return 0
-    print(
-        _(
-            "{model} {sizes} on {gpu}: {items} samples a step, estimated (not measured)"
-        ).format(
-            model=args.model,
-            sizes=sizes or _("(default sizes)"),
-            gpu=args.gpu,
-            items=items,
+    if ":" in args.model and sizes:
+        raise ValueError(
+            _("--{flag} sizes a built-in family, not a --model function").format(
+                flag=next(iter(sizes))
+            )
         )
-    )
-    _print_estimate_table(rows, items)
+    gpus = list(GPUS) if args.gpu == "all" else [args.gpu]
+    results = [(gpu, *_estimate_rows(args, gpu, sizes)) for gpu in gpus]
+    if args.json:
+        print(_estimates_json([(rows, items) for _gpu, rows, items in results]))
+        return 0
+    for gpu, rows, items in results:
+        if not rows:  # --gpu all: this GPU takes none of the precisions asked
+            continue
+        print(
+            _(
+                "{model} {sizes} on {gpu}: {items} samples a step, estimated "
+                "(not measured)"
+            ).format(
+                model=args.model,
+                sizes=sizes or _("(default sizes)"),
+                gpu=gpu,
+                items=items,
+            )
+        )
+        _print_estimate_table(rows, items)
     return 0
 
 
-def _estimate_rows(args: argparse.Namespace, sizes: dict) -> tuple[list, int]:
-    """One estimate per precision asked for (default: every one the GPU takes), and
-    the samples a step."""
-    from amp_lessons.measure.estimate import GPUS, estimate_step
-    from amp_lessons.measure.model_zoo import build
+def _workload(args: argparse.Namespace, sizes: dict):
+    from amp_lessons.measure.model_zoo import build, from_function
 
-    gpu = GPUS[args.gpu]
-    precisions = args.precision or [
-        p for p in ("fp32", "tf32", "fp16", "bf16", "fp8") if gpu.supports(p)
-    ]
-    rows = []
+    if ":" in args.model:
+        return from_function(args.model)
+    return build(args.model, **sizes)
+
+
+def _estimate_rows(args: argparse.Namespace, gpu_name: str, sizes: dict):
+    """One estimate per precision asked for (default: every one the GPU takes; with
+    --gpu all, those of the asked ones each GPU takes), and the samples a step."""
+    from amp_lessons.measure.estimate import GPUS, estimate_step
+
+    gpu = GPUS[gpu_name]
+    precisions = args.precision or ["fp32", "tf32", "fp16", "bf16", "fp8"]
+    if args.gpu == "all" or not args.precision:
+        precisions = [p for p in precisions if gpu.supports(p)]
+    rows, items = [], 0
     for precision in precisions:
-        w = build(args.model, **sizes)  # a fresh model: a trace leaves nothing behind
+        w = _workload(args, sizes)  # a fresh model: a trace leaves nothing behind
+        items = w.items
         rows.append(
             estimate_step(
-                w.model, w.inputs, args.gpu, precision, w.optimizer, w.loss_fn
+                w.model, w.inputs, gpu_name, precision, w.optimizer, w.loss_fn
             )
         )
-    return rows, w.items
+    return rows, items
 
 
-def _estimates_json(rows: list, items: int) -> str:
+def _estimates_json(results: list) -> str:
     from dataclasses import asdict
 
     return json.dumps(
         [
             {**asdict(e), "regime": e.regime, "items_per_s": items / e.seconds}
+            for rows, items in results
             for e in rows
         ],
         indent=1,

@@ -76,7 +76,17 @@ def measured_vs_estimated(report: dict) -> list[dict]:
         ):
             continue
         w = bench_workload(row["config"], sizes)
-        e = estimate_step(w.model, w.inputs, gpu, precision, w.optimizer, w.loss_fn)
+        # the bench's step: torch's default (foreach) optimizer, clipping at 1.0
+        e = estimate_step(
+            w.model,
+            w.inputs,
+            gpu,
+            precision,
+            w.optimizer,
+            w.loss_fn,
+            implementation="foreach",
+            clip=True,
+        )
         if precision == "fp32":
             fp32[row["config"]] = (row["step_ms"], e.seconds * 1e3)
         out.append(

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -343,7 +344,8 @@ def build(family: str, **sizes) -> Workload:
     """
     if family not in CLI_FAMILIES:
         raise ValueError(
-            f"unknown model {family!r}; choose one of: {', '.join(CLI_FAMILIES)}"
+            f"unknown model {family!r}; choose one of: {', '.join(CLI_FAMILIES)}, "
+            f"or your own as package.module:function"
         )
     unknown = sorted(set(sizes) - set(_SIZES[family]))
     if unknown:
@@ -358,3 +360,41 @@ def build(family: str, **sizes) -> Workload:
             )
         sizes["heads"] = sizes["width"] // 64
     return CLI_FAMILIES[family](**sizes)
+
+
+def from_function(spec: str) -> Workload:
+    """A reader's own model: ``"package.module:function"`` names a function that
+    builds it on the meta device and returns ``(model, inputs)`` or ``(model,
+    inputs, loss_fn)``; a step's items are the inputs' first dimension.
+
+    Example: ``from_function("my_models:vit")`` for ``def vit(): with
+    torch.device("meta"): ...; return model, images``.
+    """
+    module_name, colon, name = spec.partition(":")
+    if not (colon and module_name and name):
+        raise ValueError(
+            f"model {spec!r} is neither a family ({', '.join(CLI_FAMILIES)}) nor "
+            f"package.module:function"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"cannot import {module_name!r}: {e}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ValueError(f"{module_name} has no function {name!r}")
+    try:
+        out = fn()
+    except Exception as e:  # the reader's code: its error, in one line
+        raise ValueError(f"{spec}() raised {type(e).__name__}: {e}") from None
+    if not (
+        isinstance(out, tuple) and len(out) in (2, 3) and isinstance(out[0], nn.Module)
+    ):
+        raise ValueError(
+            f"{spec}() must return (model, inputs) or (model, inputs, loss_fn), "
+            f"got {type(out).__name__}"
+        )
+    model, inputs, loss_fn = (*out, None)[:3]
+    first = inputs[0] if isinstance(inputs, tuple) else inputs
+    items = first.shape[0] if isinstance(first, torch.Tensor) and first.dim() else 1
+    return Workload(model, inputs, loss_fn, items)

@@ -39,6 +39,7 @@ from amp_lessons.measure import model_zoo, published_models
 from amp_lessons.measure.estimate import (
     Efficiency,
     Estimate,
+    cpu_launches,
     find_gpu,
     price,
     step_kernels,
@@ -68,8 +69,8 @@ GRID = {
     "tensor": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     "fp32": (0.5, 0.6, 0.7, 0.8, 0.9),
     "memory": (0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-    "kernel_us": (2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0),
-    "cpu_us": (0.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0),
+    "kernel_us": (2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
+    "cpu_us": (3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0),
 }
 # The throughputs themselves count too, less than the speed-ups: they pin the scale
 # that speed-ups alone leave free (faster kernels and larger fixed costs cancel).
@@ -233,7 +234,7 @@ def estimates(t: Traced, eff: Efficiency) -> tuple[Estimate, Estimate]:
 def _grid_seconds(step: Step, gpu) -> torch.Tensor:
     """Step seconds at every point of ``grid()``, as ``price`` computes them,
     vectorized: the GPU's time over the first four efficiencies, then the CPU's."""
-    trace, kernels = step.trace, [*step.trace.kernels, *step.extra]
+    kernels = [*step.trace.kernels, *step.extra]
     flops = torch.tensor([float(k.flops) for k in kernels], dtype=torch.float64)
     peak = torch.tensor(
         [gpu.peak(k.math) if k.flops else 1.0 for k in kernels], dtype=torch.float64
@@ -250,7 +251,7 @@ def _grid_seconds(step: Step, gpu) -> torch.Tensor:
     floor = launches * gpu_part[:, 3:4] * 1e-6
     gpu_s = torch.maximum(torch.maximum(compute, memory), floor).sum(1)
     cpu_s = (
-        trace.dispatched_ops * torch.tensor(GRID["cpu_us"], dtype=torch.float64) * 1e-6
+        cpu_launches(kernels) * torch.tensor(GRID["cpu_us"], dtype=torch.float64) * 1e-6
     )
     return torch.maximum(gpu_s[:, None], cpu_s[None, :]).reshape(-1)
 

@@ -98,8 +98,12 @@ class EstimateExplorer(widgets.VBox):
             w = build(self.model.value, **self.sizes())
             self._traces[key] = (trace_step(w.model, w.inputs, traced_as, w.loss_fn), w)
         trace, w = self._traces[key]
+        # fp32 attention runs on CUDA cores with TF32 on too (see fused_kernels)
         kernels = [
-            replace(k, math=precision) if k.math == traced_as else k
+            replace(k, math=precision)
+            if k.math == traced_as
+            and not (traced_as == "fp32" and k.kind == "attention")
+            else k
             for k in trace.kernels
         ]
         return price(

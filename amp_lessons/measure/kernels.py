@@ -1,0 +1,271 @@
+"""The kernels of a traced step: what each aten op computes and moves.
+
+``KernelRecorder`` (a ``TorchDispatchMode``, below autograd) sees every aten op of a
+step's forward, backward and loss on the meta device and records each one that
+launches a kernel as a ``Kernel``: FLOPs from ``torch.utils.flop_counter``'s formulas
+(with the convolution backward's corrected, see ``conv_backward_flops``), bytes from
+the tensors it reads and writes (views move nothing; an in-place op writes its
+destination).
+
+Example:
+    >>> x, w = torch.empty(8, 1024, device="meta"), torch.empty(1024, 64, device="meta")
+    >>> with KernelRecorder() as recorder:
+    ...     y = x @ w
+    >>> [(k.name, k.flops) for k in recorder.kernels]
+    [('mm', 1048576)]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import conv_flop_count, flop_registry
+
+aten = torch.ops.aten
+
+# Ops that only write their output (reading no input), and ops that read only the
+# rows their indices pick (an embedding reads a batch's rows, not the whole table)
+_WRITE_ONLY_OPS = frozenset(
+    {
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "zeros",
+        "ones",
+        "full",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "zero_",
+        "fill_",
+        "arange",
+    }
+)
+_GATHER_OPS = frozenset({"embedding", "index_select", "gather", "index"})
+_FREE_OPS = frozenset(
+    {
+        "_unsafe_view",
+        "lift_fresh",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "scalar_tensor",
+        "_local_scalar_dense",
+        "_record_function_enter_new",  # the profiler's markers: no kernel
+        "_record_function_exit",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of the step. ``math`` is the arithmetic it runs on: ``"fp32"``,
+    ``"tf32"``, ``"fp16"``, ``"bf16"`` or ``"fp8"`` for matmuls, convolutions and
+    attention (the ops with FLOPs); None for the rest, which only move bytes."""
+
+    name: str
+    kind: str
+    flops: int
+    bytes: int
+    math: str | None = None
+    launches: int = 1  # a foreach optimizer step launches one kernel per chunk
+    dtype: torch.dtype | None = None  # its (first) output's
+
+
+@dataclass(frozen=True)
+class Trace:
+    """What one step runs: its kernels, and every aten op dispatched (views and
+    allocations too), which is what the CPU spends its time on in eager mode."""
+
+    kernels: list[Kernel]
+    dispatched_ops: int
+
+
+def kind_of(name: str, has_flops: bool) -> str:
+    """The op kind a breakdown groups by: ``kind_of("addmm", True)`` -> ``"matmul"``."""
+    if "attention" in name:
+        return "attention"
+    if "conv" in name:
+        return "convolution"
+    if has_flops:
+        return "matmul"
+    for part, kind in (
+        ("_to_copy", "cast"),
+        ("copy", "cast"),
+        ("norm", "norm"),
+        ("softmax", "softmax"),
+        ("loss", "loss"),
+        ("embedding", "index"),
+        ("index", "index"),
+        ("gather", "index"),
+        ("scatter", "index"),
+    ):
+        if part in name:
+            return kind
+    return "pointwise"
+
+
+def _read_bytes(t: torch.Tensor) -> int:
+    # an expanded tensor (stride 0) is read once per distinct element
+    n = 1
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        n *= size if stride else 1
+    return n * t.element_size()
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [
+        t for t in torch.utils._pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)
+    ]
+
+
+class KernelRecorder(TorchDispatchMode):
+    """Records every aten op that launches a kernel, as a ``Kernel``.
+
+    ``math`` of an op with FLOPs is its inputs' dtype (``"tf32"`` for float32 when
+    ``tf32`` is set).
+    """
+
+    def __init__(self, tf32: bool = False):
+        super().__init__()
+        self.kernels: list[Kernel] = []
+        self.dispatched_ops = 0
+        self.tf32 = tf32
+
+    def add(self, kernel: Kernel) -> None:
+        self.kernels.append(kernel)
+
+    @staticmethod
+    def read_bytes(name: str, inputs: list[torch.Tensor], written: int) -> int:
+        """The bytes an op reads: each input once, nothing for an op that only
+        writes, the source alone for a copy, and for a gather its indices and the
+        rows they pick (as many as it writes)."""
+        if name in _WRITE_ONLY_OPS:
+            return 0
+        if name == "copy_":  # copy_(destination, source): the destination is written
+            inputs = inputs[1:]
+        if name in _GATHER_OPS:
+            indices = [t for t in inputs if not t.is_floating_point()]
+            return written + sum(_read_bytes(t) for t in indices)
+        return sum(_read_bytes(t) for t in inputs)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.dispatched_ops += 1
+        name = func._overloadpacket.__name__
+        returns = func._schema.returns
+        is_view = bool(returns) and all(
+            r.alias_info is not None and not r.alias_info.is_write for r in returns
+        )
+        if is_view or name in _FREE_OPS:
+            return out
+        packet = func._overloadpacket
+        formula = FLOP_FORMULAS.get(packet)
+        flops = int(formula(*args, **kwargs, out_val=out)) if formula else 0
+        inputs = _tensors((args, kwargs))
+        math = None
+        if flops:
+            dtype = inputs[0].dtype
+            math = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
+                dtype, "tf32" if self.tf32 else "fp32"
+            )
+        written = written_bytes(func, args, kwargs, out)
+        read = self.read_bytes(name, inputs, written)
+        outputs = _tensors(out) or mutated_tensors(func, args, kwargs)
+        self.add(
+            Kernel(
+                name,
+                kind_of(name, bool(flops)),
+                flops,
+                read + written,
+                math,
+                launches=_foreach_launches(name, args),
+                dtype=outputs[0].dtype if outputs else None,
+            )
+        )
+        return out
+
+
+def mutated_tensors(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors an op writes in place (``Tensor(a!)`` in its schema): a fused
+    AdamW step writes its parameters, both moments and nothing it returns."""
+    mutated = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        mutated += _tensors(value)
+    return mutated
+
+
+def written_bytes(func, args, kwargs, out) -> int:
+    """Bytes an op writes: its fresh outputs and every tensor it mutates, once."""
+    outs = out if isinstance(out, tuple) else (out,)
+    fresh = [
+        t
+        for r, item in zip(func._schema.returns, outs, strict=False)
+        if r.alias_info is None
+        for t in _tensors(item)
+    ]
+    seen, total = set(), 0
+    for t in (*fresh, *mutated_tensors(func, args, kwargs)):
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _foreach_launches(name: str, args) -> int:
+    """Launches of a multi-tensor (foreach or fused) kernel: CUDA's
+    multi_tensor_apply takes at most so many tensors per launch, fewer the more
+    lists it walks at once, and at most 320 blocks of 65,536 elements."""
+    if not name.startswith(("_foreach", "_fused")):
+        return 1
+    lists = [a for a in args if isinstance(a, (list, tuple)) and _tensors(a)]
+    if not lists:
+        return 1
+    tensors = lists[0]
+    per_launch = MAX_TENSORS_PER_LAUNCH.get(len(lists), 30)
+    numel = sum(t.numel() for t in tensors)
+    return max(
+        math.ceil(len(tensors) / per_launch), math.ceil(numel / (320 * 65536)), 1
+    )
+
+
+def conv_backward_flops(
+    grad_out,
+    x,
+    w,
+    bias,
+    stride,
+    padding,
+    dilation,
+    transposed,
+    output_padding,
+    groups,
+    output_mask,
+    out_val=None,
+    **kwargs,
+) -> int:
+    """A convolution's backward: the input's gradient costs what the forward did,
+    and so does the weight's. torch.utils.flop_counter (2.13) counts the weight's
+    gradient as a dense convolution over all channels, ignoring ``groups``: 33x the
+    forward at groups=32. Example: a depthwise 3x3 over 8 x 64 x 56 x 56 costs
+    2 * 8*64*56*56 * 9 = 28.9 MFLOP forward, and twice that backward."""
+    forward = conv_flop_count(
+        list(x.shape), list(w.shape), list(grad_out.shape), transposed
+    )
+    return forward * (int(output_mask[0]) + int(output_mask[1]))
+
+
+# depth (tensor lists walked at once) -> tensors per launch: depth_to_max_tensors in
+# PyTorch's aten/src/ATen/native/cuda/MultiTensorApply.cuh
+MAX_TENSORS_PER_LAUNCH = {1: 110, 2: 64, 3: 48, 4: 36, 5: 30}
+# torch's own formulas, with the convolution backward's corrected
+FLOP_FORMULAS = {**flop_registry, aten.convolution_backward: conv_backward_flops}
