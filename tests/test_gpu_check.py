@@ -188,7 +188,10 @@ def test_plan_runs_tests_wheels_bench_every_lesson_and_the_ladder(fake_h200, tmp
     info = gpu_check.gpu_info()
     assert info["name"] == "NVIDIA H200" and info["capability"] == (9, 0)
     out, work = tmp_path / "results", tmp_path / "work"
-    steps = gpu_check.plan_steps(out, work)
+    wheels = tmp_path / "wheels"  # as `make gpu-wheels` leaves it
+    wheels.mkdir()
+    (wheels / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    steps = gpu_check.plan_steps(out, work, wheels_dir=wheels)
     english = sorted(p.stem for p in NOTEBOOKS_DIR.glob("*.ipynb"))
     assert len(english) == 13
     assert [s.name for s in steps] == [
