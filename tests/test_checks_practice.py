@@ -484,7 +484,7 @@ def test_wrong_answers_get_their_hints_in_spanish(capsys, spanish):
         check_first_overflow(overflow_last)
     out = " ".join(capsys.readouterr().out.split())
     assert "escalas 1024, 1024, 2048" in out  # the expected scales, in Spanish
-    assert "pista: scaler.update() después del paso de cada optimizador" in out
+    assert "pista: la actualización del escalador se ejecutó 2 veces" in out
     assert "pista: ese es el ÚLTIMO módulo que contiene un inf" in out
     assert "pila al estilo de T5" in out  # a case label
 
