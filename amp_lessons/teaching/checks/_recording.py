@@ -95,7 +95,7 @@ class RecordingScaler(torch.amp.GradScaler):
         frame = sys._getframe(1)
         while frame is not None:  # a step made by another scaler's step
             owner = frame.f_locals.get("self")
-            if isinstance(owner, torch.amp.GradScaler) and owner is not self:
+            if issubclass(type(owner), torch.amp.GradScaler) and owner is not self:
                 self.calls.append("other_scaler")
                 break
             frame = frame.f_back

@@ -327,10 +327,11 @@ def _run_gan(
 
 def _scaled_pair(pair: tuple[float, float], scaler: RecordingScaler) -> bool:
     """Whether a returned loss is one the scaler's scale returned (scale > 1)."""
-    if scaler.get_scale() == 1.0:
+    if type(scaler.scaled) is not list:  # the step can reach it
         return False
-    scaled = {t.float().item() for t in scaler.scaled if t.numel() == 1}
-    return any(value in scaled for value in pair)
+    scaled = {t.float().item() for t in scaler.scaled
+              if type(t) is torch.Tensor and t.numel() == 1}  # fmt: skip
+    return any(value in scaled for value in pair if value != 0.0)
 
 
 def _same_gan(a: Any, b: Any) -> bool:

@@ -237,10 +237,15 @@ def _watch(model: nn.Module, scaler: RecordingScaler) -> None:
 
 
 def _returned_scaled(got: Any, scaler: RecordingScaler) -> bool:
-    value = as_float(got)
-    if value is None or not scaler.scaled or scaler.get_scale() == 1.0:
+    """Whether the step returned a loss that the scaler's scale returned."""
+    value, scaled = as_float(got), scaler.scaled  # the step can reach `scaled`
+    if value is None or type(scaled) is not list:
         return False
-    return any(value == t.float().item() for t in scaler.scaled if t.numel() == 1)
+    return any(
+        type(t) is torch.Tensor and t.numel() == 1 and value == t.float().item()
+        and value != 0.0
+        for t in scaled
+    )  # fmt: skip
 
 
 def _run_train(amp_train_step: Callable, case: _StepCase) -> _Run:
