@@ -269,3 +269,11 @@ def test_train_hint_does_not_match_the_error_text():
 
     rows = graders._train_rows(raises_torch_words, hidden=False)
     assert all("update" not in row.hint for row in rows)
+
+
+def test_train_hint_in_spanish(capsys, spanish):
+    with pytest.raises(AssertionError, match="casos fallaron"):
+        check_amp_train_step(train_no_update)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "la actualización del escalador no se ejecutó nunca" in out
+    assert "(El error: RuntimeError: unscale_() is being called after step().)" in out
