@@ -318,8 +318,9 @@ def _train_hint(run: _Run) -> str:
     if raised:
         return got.hint
     if any(loss is None for loss in got[3]):
-        return _("return the loss as a Python float, not {value}").format(
-            value=type(got[3][0]).__name__ if got[3] else "None"
+        return _(
+            "the step returned something that is not one number: return the loss "
+            "as a Python float"
         )
     return _(
         "your step calls the scaler in the right order, yet the weights, the scale "
