@@ -132,8 +132,11 @@ def gan_fault_hint(trace: list[list[str]], finished: bool) -> str:
     for i, calls in enumerate(trace):
         faults = _gan_faults(calls, finished or i < len(trace) - 1)
         if faults:
+            first = {}  # a fault both networks show is said once, for the first
+            for key, net in faults:
+                first.setdefault(key, net)
             said = [_(_GAN_FAULTS[key]).format(opt=_OPT.get(net, ""),
                     net=_(_NET[net]) if net else "", count=calls.count("update"))
-                    for key, net in faults[:2]]  # fmt: skip
+                    for key, net in list(first.items())[:2]]  # fmt: skip
             return " ".join(said)
     return ""

@@ -267,7 +267,7 @@ def _gan_hint(got: Any, trace: list[list[str]]) -> str:
 
 
 def _gan_rows(gan_step: Callable, hidden: bool) -> list[Row]:
-    rows, last_hint = [], ""
+    rows, last_hint, said = [], "", ""
     for case in _GAN_HIDDEN if hidden else _GAN_CASES:
         expected = _run_gan(practice.gan_step, case, student=False)
         trace: list[list[str]] = []
@@ -281,7 +281,10 @@ def _gan_rows(gan_step: Callable, hidden: bool) -> list[Row]:
             last_hint = hint
         elif not ok and case.ours and last_hint:  # LossScaler's calls go unrecorded:
             hint = last_hint  # the fault the recorded cases found is the likely one
-        rows.append(Row(_(case.name), _describe_gan(expected), shown, ok, hint))
+        # the same hint in the next case: said once, the table stays short
+        shown_hint = _("the same as above") if hint and hint == said else hint
+        said = hint or said
+        rows.append(Row(_(case.name), _describe_gan(expected), shown, ok, shown_hint))
     return rows
 
 

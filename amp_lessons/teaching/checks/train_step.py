@@ -340,7 +340,7 @@ def _describe_run(run: Any) -> str:
 
 
 def _train_rows(amp_train_step: Callable, hidden: bool) -> list[Row]:
-    rows = []
+    rows, said = [], ""
     for case in _TRAIN_HIDDEN if hidden else _TRAIN_CASES:
         expected = _run_train_case(_reference_step, case)
         run = _run_train(amp_train_step, case)
@@ -351,7 +351,10 @@ def _train_rows(amp_train_step: Callable, hidden: bool) -> list[Row]:
         else:
             shown = _describe_run(got)
         hint = "" if ok else _train_hint(run)
-        rows.append(Row(_(case.name), _describe_run(expected), shown, ok, hint))
+        # the same hint in the next case: said once, the table stays short
+        shown_hint = _("the same as above") if hint and hint == said else hint
+        said = hint or said
+        rows.append(Row(_(case.name), _describe_run(expected), shown, ok, shown_hint))
     return rows
 
 
