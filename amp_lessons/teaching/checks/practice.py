@@ -259,10 +259,10 @@ def _gan_hint(got: Any, trace: list[list[str]]) -> str:
             "any scaler that has torch's methods"
         )
     return _(
-        "your iteration calls the scaler in the right order, yet the weights, the "
-        "scale or the losses differ from torch's: compare your iteration with the "
-        "lesson's (D on a detached fake first, then G, both under fp16 autocast, one "
-        "update at the end) and return the losses before scaling"
+        "your iteration calls the scaler as it should, yet the weights, the scale "
+        "or the losses differ from torch's: compare what it computes with the "
+        "lesson's (the fake points, the two losses under fp16 autocast) and what it "
+        "returns (the losses before scaling)"
     )
 
 

@@ -323,10 +323,10 @@ def _train_hint(run: _Run) -> str:
             "as a Python float"
         )
     return _(
-        "your step calls the scaler in the right order, yet the weights, the scale "
-        "or the loss differ from torch's: compare the order of zero_grad, the "
-        "forward pass, backward, unscale_, clipping, the step and the update with "
-        "the lesson's, and return the unscaled loss"
+        "your step calls the scaler as it should, yet the weights, the scale or the "
+        "loss differ from torch's: compare what it computes with the lesson's "
+        "(mse_loss under fp16 autocast, clipping to the given max_norm) and what it "
+        "returns (the loss before scaling)"
     )
 
 
