@@ -190,8 +190,9 @@ def test_torch_raising_from_its_python_code_is_marked_too(capsys):
         return loss.item()
 
     out = _failed_output(checks.check_amp_train_step, amp_train_step, capsys)
-    assert "torch raised RuntimeError at `scaler.unscale_(optimizer)`" in out
-    assert "unscale_() has already been called on this optimizer" in out
+    # lesson 05's grader names the fault from the calls it recorded, and gives
+    # torch's own words after it
+    assert "(The error: RuntimeError: unscale_() has already been called" in out
 
 
 def test_an_empty_not_implemented_error_from_a_helper_says_what_it_means(capsys):

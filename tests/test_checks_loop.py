@@ -125,11 +125,11 @@ CASES = {
         check_amp_train_step,
         amp_train_step,
         [
-            (train_no_unscale, False, "ran on the SCALED grads"),
-            (train_optimizer_step, False, "optimizer.step() ran on inf/nan grads"),
-            (train_optimizer_step, True, "optimizer.step() ran on inf/nan grads"),
-            (train_no_update, False, "call scaler.update()"),
-            (train_unscaled_backward, False, "backward on the SCALED loss"),
+            (train_no_unscale, False, "nothing unscaled the gradients before"),
+            (train_optimizer_step, False, "then called optimizer.step() yourself"),
+            (train_optimizer_step, True, "then called optimizer.step() yourself"),
+            (train_no_update, False, "the scaler's update never ran"),
+            (train_unscaled_backward, False, "backward ran on the loss itself"),
         ],
     ),
 }
@@ -202,3 +202,81 @@ def test_an_order_that_cannot_run_is_explained_in_spanish(capsys, spanish):
         "pista: ejecutar su orden lanzó: propagación hacia atrás antes de cualquier "
         "paso forward: todavía no hay pérdida"
     ) in out
+
+
+# --- hints come from the calls the step made, and never write the line -------------
+
+# the lines the exercise asks for: no hint may spell one out
+ANSWER_LINES = ("scaler.scale(", "scaler.step(", "scaler.unscale_(", "scaler.update()",
+                ".backward()", "autocast(", "zero_grad(", "loss.item()")  # fmt: skip
+
+
+def _train_body(model, optimizer, scaler, x, y, max_norm, *, mistake=""):
+    if mistake != "no_zero_grad":
+        optimizer.zero_grad(set_to_none=True)
+    if mistake == "half":
+        model.half()
+    with torch.amp.autocast("cpu", dtype=torch.float16, enabled=mistake != "fp32"):
+        loss = F.mse_loss(model(x), y)
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    if mistake != "unscale_late":
+        scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    if mistake == "unscale_late":
+        scaler.unscale_(optimizer)
+    scaler.update()
+    if mistake == "update_twice":
+        scaler.update()
+    return scaled.item() if mistake == "scaled_loss" else loss.item()
+
+
+def _mistake(name):
+    def step(*args):
+        return _train_body(*args, mistake=name)
+
+    return step
+
+
+TRAIN_FAULTS = [
+    (train_no_unscale, "nothing unscaled the gradients"),
+    (train_optimizer_step, "then called optimizer.step() yourself"),
+    (train_no_update, "the scaler's update never ran"),
+    (train_unscaled_backward, "backward ran on the loss itself"),
+    (_mistake("no_zero_grad"), "added this step's gradients to the last step's"),
+    (_mistake("half"), "the model's weights are float16"),
+    (_mistake("fp32"), "the forward pass ran outside fp16 autocast"),
+    (_mistake("unscale_late"), "unscale_ ran after the scaler's step"),
+    (_mistake("update_twice"), "the scaler's update ran twice in one step"),
+    (_mistake("scaled_loss"), "returned the scaled loss"),
+]
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize(("step", "fragment"), TRAIN_FAULTS)
+def test_train_hint_names_the_fault_and_leaves_the_line(step, fragment):
+    rows = graders._train_rows(step, hidden=False) + graders._train_rows(step, True)
+    hints = [row.hint for row in rows if not row.ok]
+    hints = [hint for hint in hints if hint != "the same as above"]
+    assert hints and all(fragment in hint for hint in hints), hints
+    for hint in hints:
+        said = hint.split("(The error:")[0]  # torch's own words may follow
+        assert not [line for line in ANSWER_LINES if line in said], hint
+
+
+def test_train_hint_does_not_match_the_error_text():
+    # the same RuntimeError text, raised by a step that never called the scaler
+    def raises_torch_words(model, optimizer, scaler, x, y, max_norm):
+        raise RuntimeError("unscale_() has already been called on this optimizer")
+
+    rows = graders._train_rows(raises_torch_words, hidden=False)
+    assert all("update" not in row.hint for row in rows)
+
+
+def test_train_hint_in_spanish(capsys, spanish):
+    with pytest.raises(AssertionError, match="casos fallaron"):
+        check_amp_train_step(train_no_update)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "la actualización del escalador no se ejecutó nunca" in out
+    assert "(El error: RuntimeError: unscale_() is being called after step().)" in out

@@ -14,6 +14,7 @@ from amp_lessons.core import nan_hunt
 from amp_lessons.core.nan_hunt import OverflowDetector, find_first_overflow
 from amp_lessons.teaching import practice
 from amp_lessons.teaching.checks import check_first_overflow, check_gan_step
+from amp_lessons.teaching.checks import practice as checks_practice
 from amp_lessons.teaching.practice import (
     gan_step as package_gan_step,  # bound before any check
 )
@@ -340,20 +341,20 @@ def overflow_nan_hunt_in_a_helper(model, x):
 CASES = {
     "gan": (check_gan_step, gan_step, [
         (gan_two_updates, False, "counts every iteration twice"),
-        (gan_two_scalers, False, "a second scaler for the generator"),
-        (gan_new_scaler_inside, False, "a second scaler made inside the step"),
-        (gan_update_before_step, False, "update once, at the END of the iteration"),
-        (gan_unscale_twice, False, "ran twice on one optimizer"),
-        (gan_optimizer_step, False, "opt_g.step() called directly"),
-        (gan_optimizer_steps, False, "with scaler.step, not opt.step"),
-        (gan_no_update, False, "scaler.update() once at the end"),
+        (gan_two_scalers, False, "went through a second scaler"),
+        (gan_new_scaler_inside, False, "went through a second scaler"),
+        (gan_update_before_step, False, "update ran before the steps"),
+        (gan_unscale_twice, False, "unscale_ ran twice on opt_d"),
+        (gan_optimizer_step, False, "opt_g.step() ran directly"),
+        (gan_optimizer_steps, False, "opt_d.step() ran directly"),
+        (gan_no_update, False, "the scaler's update never ran"),
         (gan_returns_none, False, "return the two losses as Python floats"),
-        (gan_scaled_losses, False, "the reference iteration"),
+        (gan_scaled_losses, False, "returned a scaled loss"),
         (gan_exits, False, "your function called exit() or sys.exit()"),
         (gan_returns_nasty, False, "return the two losses as Python floats"),
         (gan_breaks_the_optimizers, False, "the models or optimizers could not"),
         (gan_two_updates, True, "counts every iteration twice"),
-        (gan_new_scaler_inside, True, "a second scaler made inside the step"),
+        (gan_new_scaler_inside, True, "went through a second scaler"),
         (gan_calls_the_package, False, SHORTCUT),
         (gan_calls_the_package, True, SHORTCUT),
         (gan_calls_an_alias, False, SHORTCUT),
@@ -484,6 +485,50 @@ def test_wrong_answers_get_their_hints_in_spanish(capsys, spanish):
         check_first_overflow(overflow_last)
     out = " ".join(capsys.readouterr().out.split())
     assert "escalas 1024, 1024, 2048" in out  # the expected scales, in Spanish
-    assert "pista: scaler.update() después del paso de cada optimizador" in out
+    assert "pista: la actualización del escalador se ejecutó 2 veces" in out
     assert "pista: ese es el ÚLTIMO módulo que contiene un inf" in out
     assert "pila al estilo de T5" in out  # a case label
+
+
+# --- GAN hints come from the calls the step made, and never write the line ---------
+
+# the lines the exercise asks for: no hint may spell one out
+ANSWER_LINES = ("scaler.scale(", "scaler.step(", "scaler.unscale_(", "scaler.update()",
+                ".backward()", "autocast(", "zero_grad(", ".item()")  # fmt: skip
+GAN_FAULTS = [
+    (gan_two_updates, "counts every iteration twice"),
+    (gan_two_scalers, "went through a second scaler"),
+    (gan_new_scaler_inside, "went through a second scaler"),
+    (gan_update_before_step, "update ran before the steps"),
+    (gan_unscale_twice, "unscale_ ran twice on opt_d"),
+    (gan_optimizer_step, "opt_g.step() ran directly"),
+    (gan_optimizer_steps, "opt_d.step() ran directly"),
+    (gan_no_update, "the scaler's update never ran"),
+    (gan_scaled_losses, "returned a scaled loss"),
+    (practice.wrong_gan_step("no_g_step"), "opt_g never stepped"),
+    (practice.wrong_gan_step("g_first"), "the generator was stepped before"),
+    (practice.wrong_gan_step("unscaled_g_backward"),
+     "the generator's loss went backward unscaled"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("step", "fragment"), GAN_FAULTS)
+def test_gan_hint_names_the_fault_and_leaves_the_line(step, fragment):
+    rows = checks_practice._gan_rows(step, False) + checks_practice._gan_rows(
+        step, True
+    )
+    hints = [row.hint for row in rows if not row.ok]
+    hints = [hint for hint in hints if hint != "the same as above"]
+    assert hints and all(fragment in hint for hint in hints), hints
+    for hint in hints:
+        said = hint.split("(The error:")[0]  # torch's own words may follow
+        assert not [line for line in ANSWER_LINES if line in said], hint
+
+
+def test_gan_hint_does_not_match_the_error_text():
+    # torch's words, raised by a step that never called the scaler
+    def raises_torch_words(*args):
+        raise RuntimeError("step() has already been called since the last update().")
+
+    rows = checks_practice._gan_rows(raises_torch_words, hidden=False)
+    assert rows and all("update never ran" not in row.hint for row in rows)

@@ -8,6 +8,10 @@ it only appends to `calls`. A backward is noted as ``"backward"`` when it ran th
 a tensor this scaler's `scale` returned and ``"backward_unscaled"`` when it did not;
 ``"optimizer.step"`` is a step of the optimizer that the scaler's own `step` did not
 make. Calls the scaler makes on itself (its `step` unscales first) are not noted.
+With two models (a GAN), each is watched under a name: its notes end in ``:name``
+(``"backward:g"``, ``"step:d"``), a backward noting each watched model it reached;
+``"other_scaler"`` comes before a step of a watched optimizer that another scaler
+made. `scaled` keeps what `scale` returned, to tell a scaled loss handed back.
 
 Example:
     >>> model = torch.nn.Linear(2, 1)
@@ -22,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -35,17 +40,31 @@ class RecordingScaler(torch.amp.GradScaler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.calls: list[str] = []
+        self.scaled: list[torch.Tensor] = []  # what scale returned, in order
         self._inside = (
             0  # > 0 while one of our methods runs: its own calls are not noted
         )
-        self._through_scaled = False  # the running backward passed a scaled tensor
+        self._names: dict[int, str] = {}  # id(optimizer) -> ":name" (or "")
+        self._watched: set[str] = set()
+        self._scaled_for: set[str] = set()  # models the running scaled backward owes
 
-    def watch(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def watch(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, name: str = ""
+    ) -> None:
         """Note each backward that reaches `model` and each step of `optimizer` made
-        outside the scaler's `step`."""
+        outside the scaler's `step` (under `name` when several are watched)."""
+        suffix = f":{name}" if name else ""
+        self._names[id(optimizer)] = suffix
+        self._watched.add(suffix)
         first = next(p for p in model.parameters() if p.requires_grad)
-        first.register_hook(self._reached_model)  # every backward reaches every param
-        optimizer.register_step_pre_hook(self._optimizer_step)
+        # every backward through the model reaches every parameter, the first too
+        first.register_hook(lambda grad: self._reached_model(suffix))
+        optimizer.register_step_pre_hook(
+            lambda opt, args, kwargs: self._optimizer_step(suffix)
+        )
+
+    def _of(self, optimizer: Any) -> str:
+        return self._names.get(id(optimizer), "")
 
     def _note(self, name: str) -> None:
         if not self._inside:
@@ -60,26 +79,43 @@ class RecordingScaler(torch.amp.GradScaler):
             self._inside -= 1
 
     def _mark_scaled(self, grad: torch.Tensor) -> None:
-        self._through_scaled = True
+        self._scaled_for = set(self._watched)
+        # forgotten when this backward ends, so a later plain backward is not scaled
+        engine = torch.autograd.Variable._execution_engine
+        engine.queue_callback(self._scaled_for.clear)
 
-    def _reached_model(self, grad: torch.Tensor) -> None:
-        self.calls.append("backward" if self._through_scaled else "backward_unscaled")
-        self._through_scaled = False
+    def _reached_model(self, suffix: str) -> None:
+        scaled = suffix in self._scaled_for
+        self._scaled_for.discard(suffix)
+        self.calls.append(("backward" if scaled else "backward_unscaled") + suffix)
 
-    def _optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._note("optimizer.step")
+    def _optimizer_step(self, suffix: str) -> None:
+        if self._inside:
+            return
+        frame = sys._getframe(1)
+        while frame is not None:  # a step made by another scaler's step
+            owner = frame.f_locals.get("self")
+            if issubclass(type(owner), torch.amp.GradScaler) and owner is not self:
+                self.calls.append("other_scaler")
+                break
+            frame = frame.f_back
+        self.calls.append("optimizer.step" + suffix)
 
     def scale(self, outputs: Any) -> Any:
         scaled = self._through("scale", super().scale, outputs)
-        if isinstance(scaled, torch.Tensor) and scaled.requires_grad:
-            scaled.register_hook(self._mark_scaled)
+        if isinstance(scaled, torch.Tensor):
+            self.scaled.append(scaled.detach())
+            if scaled.requires_grad:
+                scaled.register_hook(self._mark_scaled)
         return scaled
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        return self._through("unscale_", super().unscale_, optimizer)
+        name = "unscale_" + self._of(optimizer)
+        return self._through(name, super().unscale_, optimizer)
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
-        return self._through("step", super().step, optimizer, *args, **kwargs)
+        name = "step" + self._of(optimizer)
+        return self._through(name, super().step, optimizer, *args, **kwargs)
 
     def update(self, new_scale: Any = None) -> None:
         return self._through("update", super().update, new_scale)

@@ -85,21 +85,27 @@ def _row_lines(row: Row, shown: str, widths: list[int]) -> list[str]:
         (_("note"), row.note),
     ):
         if text:
-            lines += textwrap.wrap(
-                text,
-                width=88,
-                initial_indent=f"      {label}: ",
-                subsequent_indent="            ",
-            )
+            lines += _hint_lines(text, label)
     return lines
+
+
+def _hint_lines(text: str, label: str | None = None) -> list[str]:
+    """A hint (or note) under its row, wrapped to 88 columns."""
+    return textwrap.wrap(
+        text,
+        width=88,
+        initial_indent=f"      {label or _('hint')}: ",
+        subsequent_indent="            ",
+    )
 
 
 def _compact(rows: Sequence[Row], blocks: list[list[str]], room: int) -> list[str]:
     """A failed table in `room` lines, rows in their order. What a learner needs
     first comes first: the first failing row with its hint, each failing row whose
-    hint is not shown yet (with it), the other failing rows, then the passing rows
-    if they all fit; one line names the failing cases left out, one counts the
-    passing ones."""
+    hint is not shown yet (with it; a hint that repeats one shown and adds to it,
+    torch's message say, is cut to "the same as above" and the addition), the other
+    failing rows, then the passing rows if they all fit; one line names the failing
+    cases left out, one counts the passing ones."""
     failing = [i for i, row in enumerate(rows) if not row.ok]
     passed = len(rows) - len(failing)
     size: dict[int, int] = {failing[0]: len(blocks[failing[0]])}
@@ -110,6 +116,11 @@ def _compact(rows: Sequence[Row], blocks: list[list[str]], room: int) -> list[st
         return sum(size.values()) + reserved + lines <= room
 
     for i in failing[1:]:  # each hint not shown yet, with its row, while it fits
+        said = next((h for h in hints if h and rows[i].hint.startswith(h)), None)
+        if said and rows[i].hint != said:  # the same fault and more (torch's words)
+            blocks[i] = blocks[i][:1] + _hint_lines(
+                _("the same as above") + rows[i].hint[len(said) :]
+            )
         if rows[i].hint not in hints and fits(len(blocks[i])):
             size[i] = len(blocks[i])
             hints.add(rows[i].hint)

@@ -4,10 +4,11 @@
 ``amp_lessons.teaching.practice.gan_step`` (fresh seeded models, a real scaler, scripted
 overflows in one network) and compares every parameter and optimizer state bit for
 bit, the scale and the losses (a step that calls ``practice.gan_step`` itself fails);
-a wrong run is matched against the known mistakes of ``practice.GAN_MISTAKES`` to
-name the one made. ``check_first_overflow`` asks for the name of the first module
-whose output holds inf/nan under fp16 autocast, found with forward hooks the student
-writes, on models built to trip the usual shortcuts (leaves only, the last inf
+a wrong run's hint comes from what the step did (the calls ``RecordingScaler`` saw
+for each network): it names the fault and why, never the line.
+``check_first_overflow`` asks for the name of the first module whose output holds
+inf/nan under fp16 autocast, found with forward hooks the student writes, on models
+built to trip the usual shortcuts (leaves only, the last inf
 instead of the first, fp32 outputs); a function that calls ``amp_lessons.core.nan_hunt``
 (whose detector is the answer) is a wrong answer.
 Both call the student's function defensively and run their references with grad mode
@@ -42,6 +43,8 @@ from amp_lessons.teaching.checks._engine import (
     show_value,
 )
 from amp_lessons.teaching.checks._engine import grade as _grade
+from amp_lessons.teaching.checks._gan_faults import gan_fault_hint
+from amp_lessons.teaching.checks._recording import RecordingScaler
 from amp_lessons.teaching.clinic import RunInFp32
 from amp_lessons.teaching.scaler_vs_torch import first_difference
 
@@ -105,25 +108,6 @@ _GAN_HIDDEN = (
     _GanCase(N_("LossScaler, G overflows at 3"), 4, {3: "g"}, 2.0**12, 3, ours=True),
 )
 
-# torch's message (a fragment of it) -> what the student's step did wrong
-_GAN_ERRORS = {
-    "step() has already been called since the last update": N_(
-        "call scaler.update() once at the end of every iteration"),
-    "No inf checks were recorded prior to update": N_(
-        "scaler.update() ran before scaler.step(): step each optimizer first (with "
-        "scaler.step, not opt.step), then update once"),
-    "unscale_() has already been called": N_(
-        "unscale_ (or step) ran twice on one optimizer before update(): each "
-        "optimizer is stepped once per iteration"),
-    "unscale_() is being called after step": N_(
-        "unscale_ ran after step on the same optimizer; scaler.step(opt) unscales "
-        "by itself"),
-    "Attempted update but _scale is None": N_(
-        "scaler.update() ran before anything was scaled: update once, at the END "
-        "of the iteration, after both steps"),
-    "_scale is None": N_("scale the losses with scaler.scale(loss) before backward"),
-}  # fmt: skip
-
 
 class _Broken(Raised):
     """The run could not go on after the student's step: the grader's own reading of
@@ -166,23 +150,41 @@ def _pair(got: Any) -> tuple[float, float] | None:
     return None
 
 
-def _run_gan(step: Callable, case: _GanCase, student: bool) -> Any:
-    """The ``practice.GanRun`` of ``case`` with ``step``, or what went wrong."""
+def _run_gan(
+    step: Callable, case: _GanCase, student: bool, trace: list | None = None
+) -> Any:
+    """The ``practice.GanRun`` of ``case`` with ``step``, or what went wrong. With
+    ``trace`` (a list), torch's scaler is a `RecordingScaler` and each iteration's
+    calls are appended to it."""
+    recording = trace is not None and not case.ours
 
     def guarded(*args: Any) -> tuple[float, float]:
+        if recording:
+            if not trace:  # the first iteration: the models and optimizers exist now
+                scaler.watch(args[1], args[3], "d")
+                scaler.watch(args[0], args[2], "g")
+            scaler.calls, scaler.scaled = [], []
         # a student's step that calls the package's own gan_step (by any name) is no
         # answer: call_student makes that case a failure with its hint
         got = (
             _call(step, *args, answers=(practice.gan_step,)) if student else step(*args)
         )
+        if recording:
+            calls = scaler.calls  # the student's code can reach it: names only
+            trace.append(
+                [c for c in calls if type(c) is str] if type(calls) is list else []
+            )
         if isinstance(got, Raised):
             raise _Stop(got)
         pair = _pair(got)
         if pair is None:
             raise _Stop(("wrong type", got))
+        if recording and _scaled_pair(pair, scaler):
+            trace[-1].append("returned_scaled")
         return pair
 
-    cls = LossScaler if case.ours else torch.amp.GradScaler
+    cls = LossScaler if case.ours else RecordingScaler if recording else (
+        torch.amp.GradScaler)  # fmt: skip
     scaler = cls("cpu", init_scale=case.init_scale,
                  growth_interval=case.growth_interval)  # fmt: skip
     with _fixed_state(), torch.random.fork_rng(devices=[]):
@@ -200,6 +202,15 @@ def _run_gan(step: Callable, case: _GanCase, student: bool) -> Any:
             raise
         except Exception as exc:  # the models were left unusable by the step
             return _Broken(exc)
+
+
+def _scaled_pair(pair: tuple[float, float], scaler: RecordingScaler) -> bool:
+    """Whether a returned loss is one the scaler's scale returned (scale > 1)."""
+    if type(scaler.scaled) is not list:  # the step can reach it
+        return False
+    scaled = {t.float().item() for t in scaler.scaled
+              if type(t) is torch.Tensor and t.numel() == 1}  # fmt: skip
+    return any(value in scaled for value in pair if value != 0.0)
 
 
 def _same_gan(a: Any, b: Any) -> bool:
@@ -226,46 +237,54 @@ def _or(hints: list[str]) -> str:
     return f" {_('Or:')} ".join(hints)
 
 
-def _gan_hint(case: _GanCase, got: Any) -> str:
-    if isinstance(got, Raised):
-        for fragment, hint in _GAN_ERRORS.items():
-            if fragment in got.message:
-                hint = _(hint)
-                return f"{cut(got.hint, 120).rstrip('.')}. {hint[0].upper()}{hint[1:]}"
-        return got.hint
+def _gan_hint(got: Any, trace: list[list[str]]) -> str:
     if isinstance(got, tuple):
         return _(
-            "return the two losses as Python floats: (d_loss.item(), "
-            "g_loss.item()); got {value}"
+            "return the two losses as Python floats, (d_loss, g_loss); got {value}"
         ).format(value=_show(got[1], 40))
-    # Mistakes can look alike on a short run (two scalers, or one made in the step):
-    # name every one that matches.
-    matches = [_(hint) for mistake, hint in practice.GAN_MISTAKES.items()
-               if _same_gan(got, _run_gan(practice.wrong_gan_step(mistake), case,
-                                          student=False))]  # fmt: skip
-    if matches:
-        return _or(matches)
+    raised = isinstance(got, Raised) and not isinstance(got, _Broken)
+    hint = gan_fault_hint(trace, finished=not isinstance(got, Raised))
+    if hint and raised:  # the error's own words too, its first sentence
+        said = got.message.split(". ")[0].strip().rstrip(".")
+        error = f"{type(got.exc).__name__}: {said}." if said else str(got)
+        return hint + " " + _("(The error: {error})").format(error=cut(error, 120))
+    if isinstance(got, Raised):
+        return got.hint
+    if hint:
+        return hint
+    if not trace:  # amp_lessons' own scaler: its calls were not recorded
+        return _(
+            "the weights, the scale or the losses differ from torch's with "
+            "amp_lessons' LossScaler as the scaler: your iteration must work with "
+            "any scaler that has torch's methods"
+        )
     return _(
-        "the reference iteration: zero D's grads; under fp16 autocast fake = "
-        "generator(noise), d_loss = bce(D(real), 1) + bce(D(fake.detach()), 0); "
-        "scaler.scale(d_loss).backward(); scaler.step(opt_d); zero G's grads; "
-        "g_loss = bce(D(fake), 1) under autocast; scaler.scale(g_loss).backward(); "
-        "scaler.step(opt_g); scaler.update(); return (d_loss.item(), "
-        "g_loss.item())"
+        "your iteration calls the scaler as it should, yet the weights, the scale "
+        "or the losses differ from torch's: compare what it computes with the "
+        "lesson's (the fake points, the two losses under fp16 autocast) and what it "
+        "returns (the losses before scaling)"
     )
 
 
 def _gan_rows(gan_step: Callable, hidden: bool) -> list[Row]:
-    rows = []
+    rows, last_hint, said = [], "", ""
     for case in _GAN_HIDDEN if hidden else _GAN_CASES:
         expected = _run_gan(practice.gan_step, case, student=False)
-        got = _run_gan(gan_step, case, student=True)
+        trace: list[list[str]] = []
+        got = _run_gan(gan_step, case, student=True, trace=trace)
         ok = _same_gan(got, expected)
         shown = _describe_gan(got)
         if not ok and shown == _describe_gan(expected):
             shown = _("params differ")
-        rows.append(Row(_(case.name), _describe_gan(expected), shown, ok,
-                        "" if ok else _gan_hint(case, got)))  # fmt: skip
+        hint = "" if ok else _gan_hint(got, trace)
+        if not ok and trace and gan_fault_hint(trace, not isinstance(got, Raised)):
+            last_hint = hint
+        elif not ok and case.ours and last_hint:  # LossScaler's calls go unrecorded:
+            hint = last_hint  # the fault the recorded cases found is the likely one
+        # the same hint in the next case: said once, the table stays short
+        shown_hint = _("the same as above") if hint and hint == said else hint
+        said = hint or said
+        rows.append(Row(_(case.name), _describe_gan(expected), shown, ok, shown_hint))
     return rows
 
 

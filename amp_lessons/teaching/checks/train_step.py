@@ -1,6 +1,8 @@
 """Lesson 05's second grader: one full AMP step with clipping, run on a tiny model
 next to the reference step with a real `torch.amp.GradScaler` and compared bit for
-bit; a wrong run is matched against known mistakes to name the one made."""
+bit. A wrong run's hint comes from what the step did (the calls `RecordingScaler`
+saw, in order, with each forward's autocast and each backward's leftover gradients):
+it names the fault and why it is one, and leaves the line to the reader."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from amp_lessons.teaching.checks._engine import (
     grade,
     show_value,
 )
+from amp_lessons.teaching.checks._recording import RecordingScaler
 
 __all__ = ["check_amp_train_step"]
 
@@ -68,87 +71,184 @@ def _reference_step(model, optimizer, scaler, x, y, max_norm):
     return loss.item()
 
 
-def _wrong_step(mistake: str) -> Callable:
-    """The reference step with one known mistake, to recognise it in a student's run."""
-
-    def step(model, optimizer, scaler, x, y, max_norm):
-        if mistake != "no_zero_grad":
-            optimizer.zero_grad(set_to_none=True)
-        with torch.amp.autocast(
-            "cpu", dtype=torch.float16, enabled=mistake != "no_autocast"
-        ):
-            loss = F.mse_loss(model(x), y)
-        if mistake == "unscaled_backward":
-            scaler.scale(loss)  # scaled, but the result is thrown away
-            loss.backward()
-        else:
-            scaler.scale(loss).backward()
-        if mistake != "no_unscale":
-            scaler.unscale_(optimizer)
-        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        if mistake == "optimizer_step":
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-        if mistake != "no_update":
-            scaler.update()
-        return scaler.scale(loss).item() if mistake == "scaled_loss" else loss.item()
-
-    return step
-
-
-_TRAIN_MISTAKES = {
+# What each fault did wrong and why, named from the calls the step made; never the
+# line to write: that is the exercise.
+_FAULTS = {
+    "unscaled": N_(
+        "backward ran on the loss itself, not on the scaled loss: fp16 flushes "
+        "gradients below 2^-24 to zero on the way back, and the scaler has nothing "
+        "to divide back. The scaler's scale method gives the loss to run backward on."),
+    "scaled_unused": N_(
+        "you scaled the loss but ran backward on the unscaled one: scale returns a "
+        "new tensor (loss times scale) and leaves the loss as it was; backward must "
+        "start from that new tensor."),
+    "no_backward": N_(
+        "no backward ran: the parameters got no gradients to step with."),
+    "backward_twice": N_(
+        "backward ran {count} times in one step: gradients add up, so the step "
+        "applied {count} times the gradient. Once per step."),
+    "step_before_backward": N_(
+        "the scaler's step ran before backward, when this batch had no gradients yet "
+        "(no loss even scaled, so torch refused). Backward first, then the step."),
     "no_unscale": N_(
-        "clip_grad_norm_ ran on the SCALED grads: call "
-        "scaler.unscale_(optimizer) right before clipping"
-    ),
-    "optimizer_step": N_(
-        "optimizer.step() ran on inf/nan grads: call "
-        "scaler.step(optimizer), which skips the step when an inf/nan was found"
-    ),
+        "nothing unscaled the gradients before the scaler's step, so clip_grad_norm_ "
+        "measured gradients still multiplied by the scale and cut them to max_norm "
+        "/ scale. Clipping needs the true gradients, unscaled first."),
+    "unscale_after_step": N_(
+        "unscale_ ran after the scaler's step: the step has already unscaled and "
+        "used these gradients, so torch refuses it. Unscaling serves what runs "
+        "between backward and the step: the clipping."),
+    "direct_step": N_(
+        "optimizer.step() ran directly: it never skips an inf/NaN step, and update() "
+        "finds no inf check. The scaler's own step unscales, checks, then steps or "
+        "skips."),
+    "unscale_then_direct_step": N_(
+        "you unscaled, then called optimizer.step() yourself: it never skips, so on "
+        "the overflow step it wrote inf/NaN into the weights. The scaler's own step "
+        "checks what unscale_ found and skips such a step."),
+    "no_step": N_(
+        "the optimizer never stepped, so the weights did not move; and the scaler's "
+        "update acts on the inf check that only the scaler's step makes."),
+    "step_twice": N_(
+        "the scaler's step ran twice in one step: the second would apply the same "
+        "gradients again, so torch refuses it. Once per step."),
+    "unscale_twice": N_(
+        "unscale_ ran twice in one step: the second would divide the gradients by "
+        "the scale again, so torch refuses it. The scaler's step unscales by itself."),
+    "update_twice": N_(
+        "the scaler's update ran twice in one step: the second finds no inf check "
+        "left (the step's check is used up), so torch refuses it. Once per step."),
     "no_update": N_(
-        "the scale never changed: call scaler.update() at the end of the step"
-    ),
-    "unscaled_backward": N_(
-        "call backward on the SCALED loss, "
-        "scaler.scale(loss).backward(); unscale_ then divides unscaled grads by the "
-        "scale"
-    ),
+        "the scaler's update never ran: the scale never changes (no back-off after "
+        "an overflow, no growth), and the next step's unscale_ is refused because "
+        "this step's is still recorded. Each step ends with the update."),
     "no_autocast": N_(
-        "run the forward pass (model and loss) inside "
-        "torch.amp.autocast(x.device.type, dtype=torch.float16)"
-    ),
-    "no_zero_grad": N_(
-        "grads accumulated across steps: call "
-        "optimizer.zero_grad(set_to_none=True) each step"
-    ),
-    "scaled_loss": N_("return the loss itself (loss.item()), not the scaled loss"),
-}
-_TRAIN_ERRORS = {
-    "has already been called on this optimizer since the last update": N_(
-        "unscale_ "
-        "ran twice before update(): call scaler.update() once at the end of every step"
-    ),
-    "is being called after step": N_(
-        "the previous step's scaler.step() was never "
-        "followed by scaler.update(): call it at the end of every step (and unscale_ "
-        "before step)"
-    ),
-    "No inf checks were recorded": N_(
-        "call scaler.step(optimizer) before scaler.update()"
-    ),
-    "_scale is None": N_(
-        "call backward on the SCALED loss, "
-        "scaler.scale(loss).backward(); the scaler is set up by its first scale() call"
-    ),
-    "Attempting to unscale FP16 gradients": N_(
-        "keep the model in float32 (no model.half()): autocast makes the fp16 copies"
-    ),
-}
+        "the forward pass ran outside fp16 autocast: the model computed in float32, "
+        "so the loss, the gradients and any overflow differ from the AMP step's."),
+    "accumulated": N_(
+        "backward added this step's gradients to the last step's: nothing cleared "
+        "them at the start of the step, so every step moves by the sum of all the "
+        "gradients so far."),
+    "returned_scaled": N_(
+        "the step returned the scaled loss (loss times the scale): the loss the "
+        "step reports is the one before scaling."),
+    "half_model": N_(
+        "the model's weights are float16: the scaler refuses to unscale fp16 "
+        "gradients, and fp16 weights lose small updates. Autocast runs the forward "
+        "pass in fp16 from float32 weights."),
+}  # fmt: skip
 
 
-def _run_train_case(amp_train_step: Callable, case: _StepCase) -> Any:
-    """(params, scale, tracker, losses) after running the steps, or Raised."""
+def _backward_faults(calls: list[str], reached_end: bool) -> list[str]:
+    backward = [i for i, c in enumerate(calls) if c.startswith("backward")]
+    faults = []
+    if "backward_unscaled" in calls:
+        faults.append("scaled_unused" if "scale" in calls else "unscaled")
+    elif len(backward) > 1:
+        faults.append("backward_twice")
+    elif "accumulated" in calls:
+        faults.append("accumulated")
+    if "step" in calls and (not backward or calls.index("step") < backward[0]):
+        faults.append("step_before_backward")
+    elif not backward and reached_end:
+        faults.append("no_backward")
+    return faults
+
+
+def _step_faults(calls: list[str], reached_end: bool) -> list[str]:
+    if "optimizer.step" in calls:
+        before = calls[: calls.index("optimizer.step")]
+        return ["unscale_then_direct_step" if "unscale_" in before else "direct_step"]
+    if "step" not in calls:
+        return ["no_step"] if reached_end else []
+    step = calls.index("step")
+    if "unscale_" in calls[step:]:
+        return ["unscale_after_step"]
+    if "unscale_" not in calls[:step] and "backward" in calls[:step]:
+        return ["no_unscale"]
+    return []
+
+
+def _faults(calls: list[str], finished: bool) -> list[str]:
+    """The faults (keys of `_FAULTS`) one step's `calls` show. `finished`: the step
+    returned; when it raised, what it never reached is not called missing."""
+    reached_end = finished or "update" in calls
+    faults = []
+    if "forward_no_fp16" in calls:
+        faults.append("no_autocast")
+    faults += _backward_faults(calls, reached_end)
+    faults += _step_faults(calls, reached_end)
+    for call in ("step", "unscale_", "update"):
+        if calls.count(call) > 1:
+            faults.append(f"{call.rstrip('_')}_twice")
+    if finished and not calls.count("update"):
+        faults.append("no_update")
+    if "returned_scaled" in calls:
+        faults.append("returned_scaled")
+    return faults
+
+
+def _fault_hint(run: _Run) -> str:
+    """The hint for the first step of the run that shows a fault (at most two of its
+    faults, each with why), or "" when every step did what it should."""
+    finished = not isinstance(run.result, Raised)
+    if run.half:
+        return _(_FAULTS["half_model"])
+    for i, calls in enumerate(run.trace):
+        faults = _faults(calls, finished or i < len(run.trace) - 1)
+        if faults:
+            count = len([c for c in calls if c.startswith("backward")])
+            return " ".join(_(_FAULTS[f]).format(count=count) for f in faults[:2])
+    return ""
+
+
+@dataclass
+class _Run:
+    """What a case's run left: (params, scale, tracker, losses), or Raised; the calls
+    each step made, up to the one that raised; whether the weights became fp16."""
+
+    result: Any
+    trace: list[list[str]]
+    half: bool = False
+
+
+def _watch(model: nn.Module, scaler: RecordingScaler) -> None:
+    """Note a forward run without fp16 autocast, and a backward that lands on the
+    last step's gradients (nothing cleared them)."""
+
+    def note(name: str) -> None:
+        if type(scaler.calls) is list:
+            scaler.calls.append(name)
+
+    def forward(module: nn.Module, args: Any, output: Any) -> None:
+        device = "cpu"
+        if not (torch.is_autocast_enabled(device)
+                and torch.get_autocast_dtype(device) == torch.float16):  # fmt: skip
+            note("forward_no_fp16")
+
+    first = next(model.parameters())
+
+    def landed(grad: torch.Tensor) -> None:
+        if first.grad is not None and bool(first.grad.ne(0).any()):
+            note("accumulated")
+
+    model.register_forward_hook(forward)
+    first.register_hook(landed)
+
+
+def _returned_scaled(got: Any, scaler: RecordingScaler) -> bool:
+    """Whether the step returned a loss that the scaler's scale returned."""
+    value, scaled = as_float(got), scaler.scaled  # the step can reach `scaled`
+    if value is None or type(scaled) is not list:
+        return False
+    return any(
+        type(t) is torch.Tensor and t.numel() == 1 and value == t.float().item()
+        and value != 0.0
+        for t in scaled
+    )  # fmt: skip
+
+
+def _run_train(amp_train_step: Callable, case: _StepCase) -> _Run:
     torch.manual_seed(9)
     layers: list[nn.Module] = []
     for n_in, n_out in zip(case.layers, case.layers[1:], strict=False):
@@ -158,20 +258,35 @@ def _run_train_case(amp_train_step: Callable, case: _StepCase) -> Any:
     optimizer = make_optimizer(
         name, model.parameters(), lr=1e-2 if name == "adam" else 0.1
     )
-    scaler = torch.amp.GradScaler(
+    scaler = RecordingScaler(
         "cpu", init_scale=case.init_scale, growth_interval=case.growth_interval
     )
+    scaler.watch(model, optimizer)
+    _watch(model, scaler)
     gen = torch.Generator().manual_seed(10)
-    losses = []
+    losses, trace = [], []
     for size, max_norm in case.steps:
         x = torch.randn(8, case.layers[0], generator=gen)
         y = torch.randn(8, case.layers[-1], generator=gen) * size
+        scaler.calls, scaler.scaled = [], []
         got = call_student(amp_train_step, model, optimizer, scaler, x, y, max_norm)
+        calls = scaler.calls  # the reader's code can reach it: take only names
+        calls = [c for c in calls if type(c) is str] if type(calls) is list else []
+        if not isinstance(got, Raised) and _returned_scaled(got, scaler):
+            calls.append("returned_scaled")
+        trace.append(calls)
+        half = any(p.dtype == torch.float16 for p in model.parameters())
         if isinstance(got, Raised):
-            return got
+            return _Run(got, trace, half)
         losses.append(as_float(got))
     params = [p.detach().clone() for p in model.parameters()]
-    return params, scaler.get_scale(), scaler.state_dict()["_growth_tracker"], losses
+    result = params, scaler.get_scale(), scaler.state_dict()["_growth_tracker"], losses
+    return _Run(result, trace, half)
+
+
+def _run_train_case(amp_train_step: Callable, case: _StepCase) -> Any:
+    """(params, scale, tracker, losses) after running the steps, or Raised."""
+    return _run_train(amp_train_step, case).result
 
 
 def _same_run(a: Any, b: Any) -> bool:
@@ -190,23 +305,28 @@ def _same_run(a: Any, b: Any) -> bool:
     return params and sa == sb and ta == tb and same_loss
 
 
-def _train_hint(case: _StepCase, got: Any) -> str:
-    if isinstance(got, Raised):
-        for fragment, hint in _TRAIN_ERRORS.items():
-            if fragment in got.message:
-                hint = _(hint)
-                return f"{got.hint.rstrip('.')}. {hint[0].upper()}{hint[1:]}"
+def _train_hint(run: _Run) -> str:
+    got = run.result
+    raised = isinstance(got, Raised)
+    hint = _fault_hint(run)
+    if hint and raised:  # the error's own words too, its first sentence
+        said = got.message.split(". ")[0].strip().rstrip(".")
+        error = f"{type(got.exc).__name__}: {said}." if said else str(got)
+        return hint + " " + _("(The error: {error})").format(error=error)
+    if hint:
+        return hint
+    if raised:
         return got.hint
     if any(loss is None for loss in got[3]):
-        return _("return the loss as a Python float: loss.item()")
-    for mistake, hint in _TRAIN_MISTAKES.items():
-        if _same_run(got, _run_train_case(_wrong_step(mistake), case)):
-            return _(hint)
+        return _(
+            "the step returned something that is not one number: return the loss "
+            "as a Python float"
+        )
     return _(
-        "the reference order: zero_grad, forward + mse_loss under autocast (fp16), "
-        "scaler.scale(loss).backward(), scaler.unscale_(optimizer), "
-        "clip_grad_norm_(model.parameters(), max_norm), scaler.step(optimizer), "
-        "scaler.update(); return loss.item()"
+        "your step calls the scaler as it should, yet the weights, the scale or the "
+        "loss differ from torch's: compare what it computes with the lesson's "
+        "(mse_loss under fp16 autocast, clipping to the given max_norm) and what it "
+        "returns (the loss before scaling)"
     )
 
 
@@ -220,17 +340,21 @@ def _describe_run(run: Any) -> str:
 
 
 def _train_rows(amp_train_step: Callable, hidden: bool) -> list[Row]:
-    rows = []
+    rows, said = [], ""
     for case in _TRAIN_HIDDEN if hidden else _TRAIN_CASES:
         expected = _run_train_case(_reference_step, case)
-        got = _run_train_case(amp_train_step, case)
+        run = _run_train(amp_train_step, case)
+        got = run.result
         ok = _same_run(got, expected)
         if not ok and not isinstance(got, Raised) and got[1:] == expected[1:]:
             shown = _("params differ")
         else:
             shown = _describe_run(got)
-        hint = "" if ok else _train_hint(case, got)
-        rows.append(Row(_(case.name), _describe_run(expected), shown, ok, hint))
+        hint = "" if ok else _train_hint(run)
+        # the same hint in the next case: said once, the table stays short
+        shown_hint = _("the same as above") if hint and hint == said else hint
+        said = hint or said
+        rows.append(Row(_(case.name), _describe_run(expected), shown, ok, shown_hint))
     return rows
 
 
