@@ -131,7 +131,14 @@ def running_lab(
         settings_dir=settings_dir,
     )
     # fail loudly instead of quietly moving to the next port if ours was taken
-    command += ["--ServerApp.port_retries=0", *extra_args]
+    command += [
+        "--ServerApp.port_retries=0",
+        # a kernel may take over a minute to start while CI unpacks the newest torch
+        # beside the tests (the default, 60 s, then fails the page's connection and
+        # the kernel is interrupted mid-import: seen once in a fresh-clone run)
+        "--ZMQChannelsWebsocketConnection.kernel_info_timeout=240",
+        *extra_args,
+    ]
     log_path = tmp / "server.log"
     with open(log_path, "w") as log:
         # own session: the server and its kernels form one group we can kill by id
