@@ -32,6 +32,7 @@ from amp_lessons.teaching.checks._engine import (
     show_value,
 )
 from amp_lessons.teaching.checks._recording import RecordingScaler
+from amp_lessons.teaching.checks._step_faults import STEP_FAULTS
 
 __all__ = ["ENTRY_QUESTIONS", "check_entry_amp_step", "check_entry_quiz"]
 
@@ -72,44 +73,15 @@ def _reference_step(model, optimizer, scaler, x, y):
 # What each fault did wrong and why, named from the calls the reader's step made
 # (`RecordingScaler`); never the line to write: that is the exercise.
 _FAULTS = {
-    "unscaled": N_(
-        "backward ran on the loss itself, not on the scaled loss: fp16 flushes "
-        "gradients below 2^-24 to zero on the way back, and the scaler has nothing "
-        "to divide back. The scaler's scale method gives the loss to run backward on."),
-    "scaled_unused": N_(
-        "you scaled the loss but ran backward on the unscaled one: scale returns a "
-        "new tensor (loss times scale) and leaves the loss as it was; backward must "
-        "start from that new tensor."),
-    "no_backward": N_(
-        "no backward ran: the parameters got no gradients to step with."),
-    "backward_twice": N_(
-        "backward ran {count} times in one step: gradients add up, so the step "
-        "applied {count} times the gradient. Once per step."),
-    "step_before_backward": N_(
-        "the scaler's step ran before backward, when this batch had no gradients yet "
-        "(no loss even scaled, so torch refused). Backward first, then the step."),
+    **STEP_FAULTS,  # the faults every step grader names
     "direct_step_scaled": N_(
         "optimizer.step() ran directly, on gradients still multiplied by the scale; "
         "it never skips an inf/NaN step, and update() finds no inf check. The "
         "scaler's own step unscales, checks, then steps or skips."),
-    "direct_step": N_(
-        "optimizer.step() ran directly: it never skips an inf/NaN step, and update() "
-        "finds no inf check. The scaler's own step unscales, checks, then steps or "
-        "skips."),
-    "unscale_then_direct_step": N_(
-        "you unscaled, then called optimizer.step() yourself: it never skips, so on "
-        "the overflow step it wrote inf/NaN into the weights. The scaler's own step "
-        "checks what unscale_ found and skips such a step."),
     "no_step": N_(
         "update() ran with no step before it: the weights did not move, and update() "
         "acts on the inf check the scaler's step makes. That step goes between "
         "backward and update()."),
-    "step_twice": N_(
-        "the scaler's step ran twice in one step: the second would apply the same "
-        "gradients again, so torch refuses it. Once per step."),
-    "unscale_twice": N_(
-        "unscale_ ran twice in one step: the second would divide the gradients by "
-        "the scale again, so torch refuses it. The scaler's step unscales by itself."),
     "update_twice": N_(
         "scaler.update() ran twice in one step: the lesson's cell already calls it "
         "after your lines, and the second call finds no inf check left. Your lines "

@@ -27,6 +27,7 @@ from amp_lessons.teaching.checks._engine import (
     show_value,
 )
 from amp_lessons.teaching.checks._recording import RecordingScaler
+from amp_lessons.teaching.checks._step_faults import STEP_FAULTS
 
 __all__ = ["check_amp_train_step"]
 
@@ -74,22 +75,7 @@ def _reference_step(model, optimizer, scaler, x, y, max_norm):
 # What each fault did wrong and why, named from the calls the step made; never the
 # line to write: that is the exercise.
 _FAULTS = {
-    "unscaled": N_(
-        "backward ran on the loss itself, not on the scaled loss: fp16 flushes "
-        "gradients below 2^-24 to zero on the way back, and the scaler has nothing "
-        "to divide back. The scaler's scale method gives the loss to run backward on."),
-    "scaled_unused": N_(
-        "you scaled the loss but ran backward on the unscaled one: scale returns a "
-        "new tensor (loss times scale) and leaves the loss as it was; backward must "
-        "start from that new tensor."),
-    "no_backward": N_(
-        "no backward ran: the parameters got no gradients to step with."),
-    "backward_twice": N_(
-        "backward ran {count} times in one step: gradients add up, so the step "
-        "applied {count} times the gradient. Once per step."),
-    "step_before_backward": N_(
-        "the scaler's step ran before backward, when this batch had no gradients yet "
-        "(no loss even scaled, so torch refused). Backward first, then the step."),
+    **STEP_FAULTS,  # the faults every step grader names
     "no_unscale": N_(
         "nothing unscaled the gradients before the scaler's step, so clip_grad_norm_ "
         "measured gradients still multiplied by the scale and cut them to max_norm "
@@ -98,23 +84,9 @@ _FAULTS = {
         "unscale_ ran after the scaler's step: the step has already unscaled and "
         "used these gradients, so torch refuses it. Unscaling serves what runs "
         "between backward and the step: the clipping."),
-    "direct_step": N_(
-        "optimizer.step() ran directly: it never skips an inf/NaN step, and update() "
-        "finds no inf check. The scaler's own step unscales, checks, then steps or "
-        "skips."),
-    "unscale_then_direct_step": N_(
-        "you unscaled, then called optimizer.step() yourself: it never skips, so on "
-        "the overflow step it wrote inf/NaN into the weights. The scaler's own step "
-        "checks what unscale_ found and skips such a step."),
     "no_step": N_(
         "the optimizer never stepped, so the weights did not move; and the scaler's "
         "update acts on the inf check that only the scaler's step makes."),
-    "step_twice": N_(
-        "the scaler's step ran twice in one step: the second would apply the same "
-        "gradients again, so torch refuses it. Once per step."),
-    "unscale_twice": N_(
-        "unscale_ ran twice in one step: the second would divide the gradients by "
-        "the scale again, so torch refuses it. The scaler's step unscales by itself."),
     "update_twice": N_(
         "the scaler's update ran twice in one step: the second finds no inf check "
         "left (the step's check is used up), so torch refuses it. Once per step."),
