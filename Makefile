@@ -32,9 +32,9 @@ test test-notebook test-newest-torch-tests: export AMP_LESSONS_PROGRESS = off
 test: setup-dev
 	$(VENV_PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
-# The notebooks (nbval) and the parity tests (the scaler, the formats, the fp8 twin,
-# each against torch) on the newest torch requirements.txt resolves to: what a
-# newcomer's `pip install` gets. A second environment, .venv-newest, beside .venv, with
+# The English lessons (nbval; make test runs both editions on the pinned torch) and
+# the parity tests (the scaler, the formats, the fp8 twin, each against torch) on the
+# newest torch requirements.txt resolves to: what a newcomer's `pip install` gets. A second environment, .venv-newest, beside .venv, with
 # the course from this folder on PYTHONPATH (no second editable install racing the
 # first one's build files: CI makes this environment while `make test` runs).
 NEWEST_PY := .venv-newest/bin/python

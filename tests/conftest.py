@@ -1,17 +1,11 @@
 import os
 
 import pytest
-import spanish_outputs
 import torch
 
 # No test records a learner's progress (amp_lessons.teaching.progress): every kernel,
 # JupyterLab and subprocess the tests start inherits this
 os.environ["AMP_LESSONS_PROGRESS"] = "off"
-
-
-def pytest_configure(config):
-    """English in a Spanish lesson's output fails it (tests/spanish_outputs.py)."""
-    spanish_outputs.pytest_configure(config)
 
 
 @pytest.fixture
@@ -48,8 +42,9 @@ def no_pyplot_figures():
 
 @pytest.fixture(scope="session")
 def lesson_runs() -> dict:
-    """Each lesson run once for the whole session (student_paths.paused_twice): the
-    path tests check the run, the slide test renders its outputs."""
+    """Each lesson run once for the whole session (student_paths.paused_twice, its
+    second pass the Spanish edition): the path tests check the run, the slide test
+    and the site render its outputs."""
     return {}
 
 
@@ -66,9 +61,10 @@ def grads():
 
 # Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`), each group
 # runs whole on one worker: a test file by default, so a module-scoped fixture (the
-# course rehearsal, the attack grading) runs once; a notebook under nbval, whose cells
-# share one kernel; and the tests that share conftest's session-wide lesson runs
-# (the student paths, the slides, the site), so each lesson executes once per run.
+# course rehearsal, the attack grading) runs once; a notebook under nbval (make
+# test-newest-torch), whose cells share one kernel; and the tests that share
+# conftest's session-wide lesson runs (the student paths, the Spanish output check,
+# the slides, the site), so each lesson executes once per run.
 SHARED_FIXTURE_GROUPS = {"lesson_runs": "lesson-runs"}
 # The order the groups start in (pyproject's --no-loadscope-reorder keeps it: by
 # default xdist starts the groups with the most tests first, whatever they cost).
@@ -78,28 +74,29 @@ SHARED_FIXTURE_GROUPS = {"lesson_runs": "lesson-runs"}
 # (the other way round, one core stayed idle for minutes); then the lesson runs
 # beside the student paths, a kernel each. Then the others that take 10 s or more,
 # longest first, so that the run ends on short ones; the rest in collection order.
-# Seconds of make test on 2 cores, measured 2026-12-05.
+# Seconds of make test on 2 cores, measured 2026-12-06 (the whole run is CPU-bound:
+# 1.9 cores busy of 2).
 FIRST_GROUPS = [
-    "test_browser_py",  # 180 s, most of it waiting
-    "test_grading_py",  # 200 s, two sandboxes at a time
-    "lesson-runs",  # 245 s
-    "test_student_paths_py",  # 150 s
-    "test_grading_term_py",  # 90-160 s: a class of six, sandboxed, two at a time
-    "test_sandbox_py",  # 100 s
-    "test_estimate_py",  # 70 s: the fit traces its 38 published rows
-    "test_checks_fuzz_py",  # 60 s
-    "test_progress_py",  # 55 s: a sandboxed grading, a solved check in a kernel
-    "test_train_distributed_py",  # 30 s
+    "test_browser_py",  # 200 s, much of it waiting
+    "test_grading_py",  # 190 s, two sandboxes at a time
+    "lesson-runs",  # 250 s: every lesson, English then Spanish, in one kernel each
+    "test_student_paths_py",  # 135 s
+    "test_sandbox_py",  # 115 s
+    "test_estimate_py",  # 65 s: the fit traces its published rows
+    "test_grading_term_py",  # 45 s: a class of six, sandboxed, two at a time
+    "test_cli_py",  # 45 s
+    "test_checks_fuzz_py",  # 40 s
+    "test_train_distributed_py",  # 40 s
     "test_launch_stress_py",  # 30 s
     "test_tooling_py",  # 30 s
-    "test_learner_copy_py",  # 30 s: two nbgrader student editions
-    "test_ladder_py",  # 20 s: torch.compile on the CPU
-    # a notebook under nbval: make test runs the Spanish one, make test-newest-torch
-    # the English one (where these two are the slowest, 25 s each, and start first)
-    "10_distributed_amp_ipynb",  # 20 s
-    "test_cli_py",  # 20 s
-    "test_gpu_check_py",  # 10 s
-    "09_amp_in_practice_ipynb",  # 10 s
+    # a notebook under nbval, in make test-newest-torch (where these two are the
+    # slowest, 30 and 15 s, and start first)
+    "10_distributed_amp_ipynb",
+    "09_amp_in_practice_ipynb",
+    "test_gpu_check_py",  # 15 s
+    "test_rank_memory_py",  # 15 s
+    "test_progress_py",  # 15 s
+    "test_ladder_py",  # 15 s: torch.compile on the CPU
 ]
 
 

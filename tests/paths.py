@@ -27,9 +27,10 @@ ENTRY = NOTEBOOKS_DIR / "00_amp_in_10_minutes.ipynb"
 # 00-08 (COURSE.md), the entry lesson aside: the four hours' path.
 CORE_COURSE = [p for p in LESSONS if int(p.name[:2]) <= 8 and p != ENTRY]
 
-# The Spanish edition's student paths (tests/test_student_paths.py) run on a subset, to
-# keep CI within its budget: the entry lesson, where a Spanish reader of the seed
-# starts, and lesson 02; both graded. Every Spanish lesson runs under nbval.
+# The Spanish edition's student paths with exercises unsolved and wrong
+# (tests/test_student_paths.py) run on a subset, to keep CI within its budget: the
+# entry lesson, where a Spanish reader of the seed starts, and lesson 02; both graded.
+# Every Spanish lesson runs whole, as the second Run All of its English twin's kernel.
 ES_STUDENT_PATHS = [
     p
     for p in (

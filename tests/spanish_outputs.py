@@ -1,38 +1,27 @@
-"""English in what a Spanish lesson shows: a pytest plugin on nbval's run.
+"""English in what a Spanish lesson shows.
 
-nbval runs every notebook of ``notebooks/es/`` cell by cell (``make test``). This
-plugin reads what each cell showed the student (its streams, its text and HTML
-outputs, and the text of every matplotlib figure, drawn as SVG with real text for
-that purpose) and counts the lines of four or more words that read as English. When a
-Spanish lesson's last cell has run, the lesson fails if more than `MAX_ENGLISH` of
-those lines are English, naming them; and it fails on any number printed the English
-way (``131,072``, ``12 us``). Source code a lesson prints on purpose
+`make test` runs every Spanish lesson as the second Run All of its English twin's
+student-path kernel (tests/student_paths.py, `paused_twice`), with figures drawn as
+SVG with real text too, and tests/test_student_paths.py applies `notebook_verdict`
+to its outputs. It reads what each cell showed the student (its streams, its text
+and HTML outputs, and the text of every matplotlib figure) and counts the lines of
+four or more words that read as English. A Spanish lesson fails if more than
+`MAX_ENGLISH` of those lines are English, naming them; and it fails on any number
+printed the English way (``131,072``, ``12 us``). Source code a lesson prints on purpose
 (``inspect.getsource``) is left out, as are identifiers and numbers.
 
-`tests/conftest.py` registers it; `tests/test_spanish_outputs.py` shows it failing on
-an English print planted in a Spanish notebook.
+`tests/test_spanish_outputs.py` shows it failing on an English print planted in a
+Spanish notebook run that way.
 """
 
 from __future__ import annotations
 
 import ast
 import html
-import os
 import re
-import tempfile
 import textwrap
-from pathlib import Path
-
-import pytest
 
 MAX_ENGLISH = 0.03  # the share of a lesson's output lines that may read as English
-# Lessons whose output is not Spanish yet (their printed strings or the package's
-# tables wait for translation): measured and reported, not enforced.
-# Measured: 00, 01, 03, 04, 06 (0.8%) and 08 at 0-3%; 02 0 of 48 lines (was 5 of 48),
-# 05 0 of 80 (was 13 of 82), 07 2 of 74, 2.7% (was 6 of 75: the two are wrapped
-# lines of the clinic's symptoms, English on purpose: diagnose() matches their words);
-# 09 0 of 108 (was 38 of 118). None is left: every lesson is enforced.
-NOT_YET: frozenset[str] = frozenset()
 
 # Words far more frequent in one language than in the other, in the course's output.
 ENGLISH = set(
@@ -150,99 +139,39 @@ def _joined(value) -> str:
     return "".join(value) if isinstance(value, list) else str(value)
 
 
-def _kernel_profile() -> Path:
-    """An IPython directory whose kernels draw figures as SVG with real text too."""
-    folder = Path(tempfile.mkdtemp(prefix="amp-es-ipython-"))
-    profile = folder / "profile_default"
-    profile.mkdir()
-    (profile / "ipython_kernel_config.py").write_text(
-        "c.InlineBackend.figure_formats = {'png', 'svg'}\n"
-        "c.InlineBackend.rc = {'svg.fonttype': 'none'}\n"
-    )
-    return folder
+def verdict(
+    name: str, english: list[str], prose: int, numbers: list[str]
+) -> str | None:
+    """Why a Spanish lesson's output fails the check (a number written the English
+    way, none may pass; more than MAX_ENGLISH of its prose lines in English), or None.
+    ``english``, ``prose`` and ``numbers`` summed over its cells (`english_lines`,
+    `comma_numbers`)."""
+    if numbers:
+        return (
+            f"{name}: {len(numbers)} output line(s) write a number the "
+            "English way (131,072 or 12 us; the Spanish edition writes 131072 "
+            "and 12 µs): format it with amp_lessons.i18n.number, or drop the "
+            "comma of its format in the lesson's catalogue:\n"
+            + "\n".join(f"  {line.strip()[:100]}" for line in numbers[:40])
+        )
+    if prose and len(english) > MAX_ENGLISH * prose:
+        return (
+            f"{name}: {len(english)} of {prose} output lines read as "
+            f"English (at most {MAX_ENGLISH:.0%}): translate them in the lesson's "
+            "catalogue (notebooks/es/po/) or the package's "
+            "(amp_lessons/locale/):\n"
+            + "\n".join(f"  {line.strip()[:100]}" for line in english[:40])
+        )
+    return None
 
 
-def _is_spanish_cell(item) -> bool:
-    notebook = getattr(item.parent, "nb", None)
-    return (
-        type(item).__name__ == "IPyNbCell"
-        and notebook is not None
-        and notebook.metadata.get("language") == "es"
-    )
-
-
-class SpanishOutputs:
-    """The plugin: one instance per pytest process (xdist runs a notebook whole on
-    one worker, conftest's groups)."""
-
-    def __init__(self) -> None:
-        self.profile: Path | None = None
-        self.last: dict[str, str] = {}  # notebook -> node id of its last cell
-        self.found: dict[str, tuple[list[str], int]] = {}
-        self.numbers: dict[str, list[str]] = {}  # notebook -> its English numbers
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items) -> None:
-        for item in items:
-            if _is_spanish_cell(item):
-                self.last[str(item.path)] = item.nodeid
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_setup(self, item):
-        """The notebook's kernel starts in the first cell's set-up: with the SVG
-        profile, for a Spanish lesson only (the English ones keep PNG alone)."""
-        if not _is_spanish_cell(item):
-            yield
-            return
-        self.profile = self.profile or _kernel_profile()
-        before = os.environ.get("IPYTHONDIR")
-        os.environ["IPYTHONDIR"] = str(self.profile)
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop("IPYTHONDIR", None)
-            else:
-                os.environ["IPYTHONDIR"] = before
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
-        outcome = yield
-        if call.when != "call" or not _is_spanish_cell(item):
-            return
-        key = str(item.path)
-        outputs = getattr(item, "test_outputs", None) or []
-        english, prose = english_lines(outputs)
-        seen = self.found.setdefault(key, ([], 0))
-        self.found[key] = (seen[0] + english, seen[1] + prose)
-        self.numbers.setdefault(key, []).extend(comma_numbers(outputs))
-        if item.nodeid != self.last.get(key) or item.path.stem in NOT_YET:
-            return
-        english, prose = self.found.pop(key)
-        numbers = self.numbers.pop(key, [])
-        report = outcome.get_result()
-        if report.passed and numbers:  # none may pass: a wrong number, not a word
-            report.outcome = "failed"
-            report.longrepr = (
-                f"{item.path.name}: {len(numbers)} output line(s) write a number the "
-                "English way (131,072 or 12 us; the Spanish edition writes 131072 "
-                "and 12 µs): format it with amp_lessons.i18n.number, or drop the "
-                "comma of its format in the lesson's catalogue:\n"
-                + "\n".join(f"  {line.strip()[:100]}" for line in numbers[:40])
-            )
-            return
-        if report.passed and prose and len(english) > MAX_ENGLISH * prose:
-            report.outcome = "failed"
-            report.longrepr = (
-                f"{item.path.name}: {len(english)} of {prose} output lines read as "
-                f"English (at most {MAX_ENGLISH:.0%}): translate them in the lesson's "
-                "catalogue (notebooks/es/po/) or the package's "
-                "(amp_lessons/locale/):\n"
-                + "\n".join(f"  {line.strip()[:100]}" for line in english[:40])
-            )
-
-
-def pytest_configure(config) -> None:
-    """Register the plugin once (``-p spanish_outputs``, or tests/conftest.py)."""
-    if not config.pluginmanager.has_plugin("spanish-outputs"):
-        config.pluginmanager.register(SpanishOutputs(), "spanish-outputs")
+def notebook_verdict(name: str, nb) -> str | None:
+    """`verdict` on an executed Spanish notebook's outputs, all its code cells."""
+    english, prose, numbers = [], 0, []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            found, lines = english_lines(cell.get("outputs", []))
+            english += found
+            prose += lines
+            numbers += comma_numbers(cell.get("outputs", []))
+    return verdict(name, english, prose, numbers)

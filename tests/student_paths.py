@@ -153,17 +153,32 @@ def _kernel_manager():
     return KernelManager(kernel_name="python3", kernel_spec_manager=ThisPython())
 
 
+def _run_harness_code(client, source: str) -> None:
+    """Run the harness's own `source` in the client's kernel (the clock patch, a
+    pass's set-up); RuntimeError, naming the error, if it fails."""
+    cell = nbformat.v4.new_code_cell(source)
+    client.nb = nbformat.v4.new_notebook(cells=[cell])
+    client.execute_cell(cell, 0)
+    if _error_of(cell):
+        raise RuntimeError(
+            f"the harness's code failed in the kernel: {_error_of(cell)}"
+        )
+
+
 def run_in_one_kernel(
     notebooks: Sequence,
     cwd: Path,
     pause_s: float = 0.0,
     timeout_s: float = CELL_TIMEOUT_S,
+    before_pass: dict[int, str] | None = None,
 ) -> KernelRun:
     """Run All on each notebook node of `notebooks` in turn, in ONE kernel.
 
     ``[nb, nb]`` is Run All twice; ``[unsolved, wrong]`` is a student who runs the
     lesson, then types answers and runs it all again. With `pause_s`, the kernel's
     clocks jump that far ahead before every cell (see the module docstring).
+    ``before_pass`` maps a pass number (1 = the first) to code the harness runs in
+    the kernel just before that pass (not a cell of the lesson: nothing recorded).
     """
     from nbclient import NotebookClient
 
@@ -178,14 +193,10 @@ def run_in_one_kernel(
     start = time.perf_counter()
     with client.setup_kernel():
         if pause_s:
-            setup = nbformat.v4.new_code_cell(
-                PAUSE_CLOCK.replace("PAUSE_S", repr(pause_s))
-            )
-            client.nb = nbformat.v4.new_notebook(cells=[setup])
-            client.execute_cell(setup, 0)
-            if _error_of(setup):
-                raise RuntimeError(f"the clock patch failed: {_error_of(setup)}")
+            _run_harness_code(client, PAUSE_CLOCK.replace("PAUSE_S", repr(pause_s)))
         for pass_no, nb in enumerate(notebooks, start=1):
+            if pass_no in (before_pass or {}):
+                _run_harness_code(client, before_pass[pass_no])
             client.nb = nb
             for index, cell in enumerate(nb.cells):
                 if cell.cell_type != "code":
@@ -206,25 +217,63 @@ def run_in_one_kernel(
     return run
 
 
+# Before the Spanish pass: figures drawn as SVG with real text beside the PNG, so
+# that the words of every plot can be read (tests/spanish_outputs.py), as nbval's
+# Spanish kernels drew them.
+SVG_TEXT_FIGURES = """
+import matplotlib
+from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+set_matplotlib_formats("png", "svg")
+matplotlib.rcParams["svg.fonttype"] = "none"
+"""
+
+
 @dataclass
 class LessonRun:
-    """A lesson run twice with pauses (`paused_twice`), and the notebook with the
-    outputs of its first pass (what the slide test renders)."""
+    """A lesson run twice with pauses (`paused_twice`): the notebook with the outputs
+    of its first pass (what the slide test and the site render), and its Spanish
+    edition with the outputs of the second (None for a lesson without one)."""
 
     run: KernelRun
     executed: nbformat.NotebookNode
+    spanish: nbformat.NotebookNode | None = None
+
+
+def spanish_twin(path: Path) -> Path | None:
+    """The Spanish edition of an English lesson (``notebooks/es/NAME``), if any."""
+    twin = Path(path).parent / "es" / Path(path).name
+    return twin if twin.exists() else None
 
 
 def paused_twice(path: Path, cache: dict, pause_s: float = 300.0) -> LessonRun:
     """Run All with `pause_s` before every cell, then Run All again, in one kernel;
     kept in `cache` (conftest's session-wide ``lesson_runs``), so that the path
-    tests and the slide test run each lesson once between them."""
+    tests, the slide test and the site run each lesson once between them.
+
+    The second Run All is the lesson's Spanish edition where it has one: the same
+    code cells (the edition is generated from this notebook, only its strings and
+    comments translated, `amp_lessons.tooling.translations`), so it is still the
+    lesson's code run again in a kernel that has run it once, and it is also the
+    run of the Spanish lesson, whose outputs the language check reads: two runs
+    where three were (CI's budget). For a Spanish ``path`` it is that second pass
+    of its English twin (``executed`` is then the Spanish notebook)."""
     path = Path(path)
+    if path.parent.name == "es":
+        english = path.parent.parent / path.name
+        lesson = paused_twice(english, cache, pause_s)
+        return LessonRun(lesson.run, lesson.spanish, lesson.spanish)
     if path not in cache:
         first = nbformat.read(path, as_version=4)
-        again = nbformat.read(path, as_version=4)
-        run = run_in_one_kernel([first, again], path.parent, pause_s=pause_s)
-        cache[path] = LessonRun(run, first)
+        twin = spanish_twin(path)
+        again = nbformat.read(twin or path, as_version=4)
+        run = run_in_one_kernel(
+            [first, again],
+            path.parent,
+            pause_s=pause_s,
+            before_pass={2: SVG_TEXT_FIGURES} if twin else {},
+        )
+        cache[path] = LessonRun(run, first, again if twin else None)
     return cache[path]
 
 

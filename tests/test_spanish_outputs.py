@@ -1,20 +1,16 @@
 """The check that English reaches no Spanish student (tests/spanish_outputs.py): what
-it counts, and a Spanish notebook with an English print planted in it failing."""
-
-import os
-import subprocess
-import sys
-from pathlib import Path
+it counts, and a Spanish notebook with an English print planted in it failing, run as
+make test runs a Spanish lesson."""
 
 import nbformat
 from spanish_outputs import (
     comma_numbers,
     english_lines,
+    notebook_verdict,
     output_lines,
     reads_as_english,
 )
-
-TESTS = Path(__file__).resolve().parent
+from student_paths import SVG_TEXT_FIGURES, run_in_one_kernel
 
 
 def test_a_line_of_english_prose_is_told_from_spanish_and_from_code():
@@ -105,57 +101,33 @@ SPANISH_CELL = (
 )
 
 
-def run_pytest_on(tmp_path, cells: list[str]) -> subprocess.CompletedProcess:
-    nb = nbformat.v4.new_notebook()
-    nb.metadata.update(
-        {
-            "language": "es",
-            "kernelspec": {
-                "name": "python3",
-                "display_name": "Python 3",
-                "language": "python",
-            },
-        }
+def run_as_make_test_does(tmp_path, cells: list[str]) -> str | None:
+    """A Spanish notebook of ``cells``, run as make test runs a Spanish lesson (the
+    second pass of a kernel, its figures drawn as SVG with real text too), and the
+    check's verdict on what it showed."""
+    spanish = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(source) for source in cells]
     )
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
-    path = tmp_path / "00_leccion.ipynb"
-    nbformat.write(nb, path)
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "spanish_outputs",
-            "--nbval-lax",
-            "--nbval-current-env",
-            str(path),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
+    run = run_in_one_kernel(
+        [nbformat.v4.new_notebook(), spanish],
+        tmp_path,
+        before_pass={2: SVG_TEXT_FIGURES},
     )
+    assert run.errors() == []
+    return notebook_verdict("00_leccion.ipynb", spanish)
 
 
 def test_a_spanish_lesson_passes_and_a_planted_english_print_fails_it(tmp_path):
-    clean = run_pytest_on(tmp_path, [SPANISH_CELL])
-    assert clean.returncode == 0, clean.stdout[-2000:]
-    planted = run_pytest_on(
+    assert run_as_make_test_does(tmp_path, [SPANISH_CELL]) is None
+    planted = run_as_make_test_does(
         tmp_path,
         [
             SPANISH_CELL,
             'print("the weights stay in fp32 while the activations shrink")',
         ],
     )
-    assert planted.returncode == 1, planted.stdout[-2000:]
-    assert "1 of 4 output lines read as English" in planted.stdout
-    assert "the weights stay in fp32 while the activations shrink" in planted.stdout
+    assert "1 of 4 output lines read as English" in planted
+    assert "the weights stay in fp32 while the activations shrink" in planted
 
 
 def test_an_english_plot_title_fails_a_spanish_lesson(tmp_path):
@@ -164,9 +136,8 @@ def test_an_english_plot_title_fails_a_spanish_lesson(tmp_path):
         "fig, ax = plt.subplots()\nax.plot([1, 2])\n"
         "ax.set_title('the loss of the run in fp16')\nplt.show()"
     )
-    run = run_pytest_on(tmp_path, [SPANISH_CELL, plot])
-    assert run.returncode == 1, run.stdout[-2000:]
-    assert "the loss of the run in fp16" in run.stdout
+    found = run_as_make_test_does(tmp_path, [SPANISH_CELL, plot])
+    assert found and "the loss of the run in fp16" in found
 
 
 def test_a_number_with_a_comma_separator_is_caught():
@@ -189,6 +160,7 @@ def test_a_number_with_a_comma_separator_is_caught():
 
 
 def test_a_comma_number_fails_a_spanish_lesson(tmp_path):
-    run = run_pytest_on(tmp_path, [SPANISH_CELL, 'print(f"se guardan {131072:,} B")'])
-    assert run.returncode == 1, run.stdout[-2000:]
-    assert "se guardan 131,072 B" in run.stdout and "the English way" in run.stdout
+    found = run_as_make_test_does(
+        tmp_path, [SPANISH_CELL, 'print(f"se guardan {131072:,} B")']
+    )
+    assert found and "se guardan 131,072 B" in found and "the English way" in found

@@ -1,20 +1,23 @@
 """A student's path never breaks (COURSE.md, truth rules): every lesson passes with
 five-minute pauses between cells, Run All twice in one kernel, and as the student
 edition with its exercises answered wrongly and its optional parts skipped, and
-with its exercises unsolved.
+with its exercises unsolved; and what a Spanish lesson shows is Spanish.
 
 nbval runs a notebook once, straight through, as fast as it can: none of these
 paths. The kernels here are driven by `student_paths` (nbclient, in this process).
 To keep CI short, the first two paths share one kernel per lesson: Run All with the
-clock jumping 5 minutes before every cell, then Run All again (conftest's
-``lesson_runs`` keeps it for the slides and the site too). For the English lessons
-that first pass stands in for nbval in make test (pyproject.toml's testpaths leaves
-them out of nbval, which runs them on the newest torch): an error in it is a plain
-failure or a pause problem, its message says which cell; an error only in the second
-pass is a re-run problem. Paths 3 and 4 share one kernel per graded lesson
-too (every lesson with optional parts is graded): the student edition's core path
-answered wrongly, then the whole edition unsolved. The fixture notebooks below prove
-each test can fail, and that the clock jump leaves a cell's own timing alone.
+clock jumping 5 minutes before every cell, then Run All again, the second time as
+the lesson's Spanish edition (the same code cells, generated from the English: the
+run of the lesson again in a used kernel, and the Spanish lesson's run, whose output
+the language check reads). Conftest's ``lesson_runs`` keeps that kernel's run for the
+slides and the site too. This stands in for nbval in make test (pyproject.toml's
+testpaths leave the notebooks out of nbval, which runs the English ones on the
+newest torch): an error in the first pass is a plain failure or a pause problem, its
+message says which cell; an error only in the second pass is a re-run problem (or a
+Spanish one: the message says which). Paths 3 and 4 share one kernel per graded
+lesson too (every lesson with optional parts is graded): the student edition's core
+path answered wrongly, then the whole edition unsolved. The fixture notebooks below
+prove each test can fail, and that the clock jump leaves a cell's own timing alone.
 """
 
 from __future__ import annotations
@@ -26,17 +29,17 @@ import nbformat
 import pytest
 from notebook_lint_rules import optional_cells
 from paths import ES_STUDENT_PATHS, LESSONS
+from spanish_outputs import notebook_verdict
 from student_paths import (
     paused_twice,
     run_in_one_kernel,
+    spanish_twin,
     unsolved_path,
     unsolved_path_problems,
 )
 
 from amp_lessons.tooling import grading
 
-# The Spanish paths run on a subset, to keep CI within its budget (tests/paths.py)
-NOTEBOOKS = LESSONS + ES_STUDENT_PATHS
 GRADED = [p for p in LESSONS if grading.is_graded(p)]
 PAUSE_S = 300.0  # a five-minute pause before every cell
 
@@ -51,10 +54,11 @@ def report(capsys, text: str) -> None:
 
 
 # ---------------------------------------------------------------------------------
-# Paths 1 and 2: Run All with pauses, then Run All again, in one kernel per lesson
+# Paths 1 and 2: Run All with pauses, then Run All again (the Spanish edition), in
+# one kernel per lesson
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lesson_id)
+@pytest.mark.parametrize("path", LESSONS, ids=lesson_id)
 def test_lesson_survives_five_minute_pauses(path, lesson_runs, capsys):
     run = paused_twice(path, lesson_runs, PAUSE_S).run
     report(
@@ -71,16 +75,28 @@ def test_lesson_survives_five_minute_pauses(path, lesson_runs, capsys):
     )
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lesson_id)
+@pytest.mark.parametrize("path", LESSONS, ids=lesson_id)
 def test_lesson_runs_twice_in_one_kernel(path, lesson_runs):
     run = paused_twice(path, lesson_runs, PAUSE_S).run
     errors = run.errors(pass_no=2)
     first = run.errors(pass_no=1)
+    again = f", run as its Spanish edition es/{path.name}" if spanish_twin(path) else ""
     assert not errors, (
-        f"{path.name} fails on the second Run All in the same kernel:\n"
+        f"{path.name} fails on the second Run All in the same kernel{again}:\n"
         + "\n".join(errors)
         + (f"\n(the first pass failed too: {first})" if first else "")
     )
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in LESSONS if spanish_twin(p)], ids=lambda p: f"es-{p.stem}"
+)
+def test_a_spanish_lesson_shows_spanish(path, lesson_runs):
+    """What the Spanish edition printed and drew in its run (the second pass of its
+    English twin's kernel) reads as Spanish: tests/spanish_outputs.py."""
+    spanish = paused_twice(path, lesson_runs, PAUSE_S).spanish
+    problem = notebook_verdict(f"es/{path.name}", spanish)
+    assert problem is None, problem
 
 
 # ---------------------------------------------------------------------------------
