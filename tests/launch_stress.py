@@ -163,7 +163,8 @@ def stress(
                             module=module,
                             stream=print if verbose else None,
                         )
-                        failed, output = run.returncode != 0, run.output
+                        output = run.output  # an abort at exit may still exit 0
+                        failed = run.returncode != 0 or "terminate called" in output
                     except TimeoutError as e:
                         failed, output = True, f"TimeoutError: {e}"
                     seconds += time.perf_counter() - t0

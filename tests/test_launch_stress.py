@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from amp_lessons.core import distributed
-from amp_lessons.core.distributed import end_groups, launch, world_of
+from amp_lessons.core.distributed import end_groups, world_of
 
 CPU = torch.device("cpu")
 linux_only = pytest.mark.skipif(
@@ -39,18 +39,6 @@ def test_end_groups_joins_gloos_threads_before_exit():
     assert _threads() == before
 
 
-def test_a_launched_rank_leaves_no_group_to_interpreter_exit(tmp_path):
-    run = launch(
-        ["--json", tmp_path / "memory.json"],
-        nproc=2,
-        timeout=180,
-        stream=None,
-        module="amp_lessons.teaching.rank_memory",
-    )
-    assert "terminate called" not in run.output
-    run.raise_for_status()
-
-
 def test_error_lines_keep_the_ranks_own_and_drop_torchruns():
     output = (
         "[rank0]: terminate called without an active exception\n"
@@ -64,8 +52,9 @@ def test_error_lines_keep_the_ranks_own_and_drop_torchruns():
 
 @pytest.mark.slow
 def test_rank_memory_launch_survives_a_busy_core(capsys):
-    # the launch that died with SIGABRT in issue 21, 3 times with a core kept busy
-    # (by a spinning process where nothing else keeps it busy)
+    # the launch that died with SIGABRT in issue 21 ("terminate called without an
+    # active exception" at interpreter exit), 3 times with a core kept busy (by a
+    # spinning process where nothing else keeps it busy): no run may fail or print it
     results = launch_stress.stress(3, busy_cores=1, kinds=["rank_memory"], timeout=60)
     print(launch_stress.format_results(results))
     assert [(r["kind"], r["runs"], r["failures"]) for r in results] == [
