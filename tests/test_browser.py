@@ -346,28 +346,33 @@ def lab_chrome(page) -> tuple[str, list[str], list[str]]:
 
 
 def test_the_learners_lab_shows_the_course_not_nbgraders_tools(
-    browser, shots, tmp_path
+    browser, course_lab, shots, tmp_path
 ):
     """`make lab` serves the learner's copy with nbgrader's authoring menu and cell
-    toolbar hidden and the edition in the title; the instructor's lab (as
-    `make lab-instructor` starts it) shows them, so the check can fail."""
+    toolbar hidden and the edition in the title; the instructor's lab (the course's
+    own lessons with JupyterLab's settings, as `make lab-instructor` serves them:
+    `course_lab`) shows them, so the check can fail."""
     from amp_lessons.tooling import lab, learner_copy
 
-    seen = {}
-    for edition in ("en", "instructor"):  # es: the same with its own appName
-        lang = "en" if edition == "instructor" else edition
-        report = learner_copy.sync(lang, tmp_path / "my-course")
-        settings = None
-        if edition != "instructor":
-            settings = lab.learner_settings(report.folder, lang)
-        with running_lab(root_dir=report.folder, settings_dir=settings) as server:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.goto(server.url("/lab/tree/03_loss_scaling.ipynb", with_token=True))
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-            page.wait_for_function("document.title.includes('03_loss')")
-            seen[edition] = lab_chrome(page)
-            page.screenshot(path=shots / f"lab_{edition}.png")
-            page.close()
+    def chrome(server, path: str, name: str):
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(server.url(path, with_token=True))
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+        page.wait_for_function("document.title.includes('03_loss')")
+        page.screenshot(path=shots / f"lab_{name}.png")
+        found = lab_chrome(page)
+        page.close()
+        return found
+
+    report = learner_copy.sync("en", tmp_path / "my-course")  # es: its own appName
+    settings = lab.learner_settings(report.folder, "en")
+    with running_lab(root_dir=report.folder, settings_dir=settings) as server:
+        seen = {"en": chrome(server, "/lab/tree/03_loss_scaling.ipynb", "en")}
+    # the default workspace (a named one would be in the title): the widget tests
+    # open theirs in workspaces of their own
+    seen["instructor"] = chrome(
+        course_lab, "/lab/tree/03_loss_scaling.ipynb", "instructor"
+    )
     title, menus, tabs = seen["en"]
     assert title.endswith(" - AMP course"), seen["en"]
     assert "Nbgrader" not in menus and "Kernel" in menus, menus
