@@ -41,7 +41,9 @@ from amp_lessons.measure.estimate import (
     Estimate,
     cpu_launches,
     find_gpu,
+    layout_kernels,
     price,
+    shape_efficiency,
     step_kernels,
 )
 from amp_lessons.measure.trace import Trace, trace_step
@@ -61,12 +63,15 @@ FAMILIES = {
     "fastpitch": published_models.fastpitch,
     "dlrm": published_models.dlrm,
 }
-# The grid the fit searches: each efficiency's candidate values.
+# The grid the fit searches: each efficiency's candidate values (16-bit and TF32
+# tensor cores apart, each a large GEMM's share of the peak: smaller GEMMs lose more
+# by gemm_model's tile and wave quantization, which is not fitted).
 # Fractions of a peak stop where good kernels stop (about 90% of a datasheet's peak
 # for large GEMMs and copies). The time grids reach well past what a kernel launch
 # or a Python-level op costs, since the fit uses them for more (see estimate.FITTED).
 GRID = {
     "tensor": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "tf32": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     "fp32": (0.5, 0.6, 0.7, 0.8, 0.9),
     "memory": (0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     "kernel_us": (2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
@@ -95,6 +100,7 @@ class Row:
     shape: str  # the model family and its sizes, as the builder's arguments
     amp_mode: str  # "autocast", or "half": model.half() with fp32 master weights
     source: str
+    amp_layout: str = "n/a"  # the activations' layout, AMP run (and full precision)
 
     @property
     def speedup(self) -> float:
@@ -142,6 +148,7 @@ def load_rows(path: Path | None = None) -> list[Row]:
                 rec["shape"],
                 rec["amp_mode"],
                 source,
+                rec.get("amp_layout") or "n/a",
             )
             find_gpu(row.gpu)
             if (
@@ -194,6 +201,16 @@ class Traced:
     amp: Step
 
 
+def channels_last(row: Row, amp: bool) -> bool:
+    """Whether the row's AMP (or full-precision) run keeps its activations channels
+    last, as the data file's ``amp_layout`` records it: ``"NHWC (channels_last)
+    for AMP; NCHW for TF32"`` -> True for AMP, False for TF32."""
+    part = row.amp_layout.split(";")[0 if amp else -1]
+    if ";" not in row.amp_layout and not amp:
+        return False  # one layout named: the AMP run's
+    return "NHWC" in part or "NDHWC" in part
+
+
 @cache
 def traced(row: Row) -> Traced:
     """Trace a row's full-precision and AMP steps once (seconds, on the CPU)."""
@@ -215,7 +232,10 @@ def traced(row: Row) -> Traced:
             w.loss_fn,
             autocast=not (amp and row.amp_mode == "half"),
         )
-        out.append(Step(trace, step_kernels(w.model, precision, w.optimizer), w.items))
+        extra = step_kernels(w.model, precision, w.optimizer)
+        if not channels_last(row, amp):
+            extra += layout_kernels(trace.kernels)
+        out.append(Step(trace, extra, w.items))
     return Traced(row, *out)
 
 
@@ -233,23 +253,31 @@ def estimates(t: Traced, eff: Efficiency) -> tuple[Estimate, Estimate]:
 
 def _grid_seconds(step: Step, gpu) -> torch.Tensor:
     """Step seconds at every point of ``grid()``, as ``price`` computes them,
-    vectorized: the GPU's time over the first four efficiencies, then the CPU's."""
+    vectorized: the GPU's time over the first five efficiencies, then the CPU's.
+    Kernels that are the same in every respect (a model's repeated layers) are
+    priced once and counted as many times as they run."""
     kernels = [*step.trace.kernels, *step.extra]
-    flops = torch.tensor([float(k.flops) for k in kernels], dtype=torch.float64)
-    peak = torch.tensor(
-        [gpu.peak(k.math) if k.flops else 1.0 for k in kernels], dtype=torch.float64
-    )
-    is_fp32 = torch.tensor([k.math == "fp32" for k in kernels])
-    moved = torch.tensor([float(k.bytes) for k in kernels], dtype=torch.float64)
-    launches = torch.tensor([float(k.launches) for k in kernels], dtype=torch.float64)
+    unique: dict[tuple, int] = {}
+    for k in kernels:
+        # FLOPs at the peak, shapes' efficiency included: seconds at efficiency 1
+        ideal = (
+            k.flops / (gpu.peak(k.math) * shape_efficiency(k, gpu)) if k.flops else 0.0
+        )
+        column = {"fp32": 2, "tf32": 1}.get(k.math, 0)
+        key = (column, ideal, float(k.bytes), float(k.launches))
+        unique[key] = unique.get(key, 0) + 1
+    keys = list(unique)
+    table = torch.tensor([key[1:] for key in keys], dtype=torch.float64)
+    counts = torch.tensor([unique[key] for key in keys], dtype=torch.float64)
+    column = torch.tensor([key[0] for key in keys])
     gpu_part = torch.tensor(
-        list(itertools.product(*list(GRID.values())[:4])), dtype=torch.float64
+        list(itertools.product(*list(GRID.values())[:5])), dtype=torch.float64
     )
-    eff = torch.where(is_fp32, gpu_part[:, 1:2], gpu_part[:, 0:1])
-    compute = flops / (peak * eff)
-    memory = moved / (gpu.bandwidth_gbs * 1e9 * gpu_part[:, 2:3])
-    floor = launches * gpu_part[:, 3:4] * 1e-6
-    gpu_s = torch.maximum(torch.maximum(compute, memory), floor).sum(1)
+    eff = gpu_part[:, :3][:, column]  # each kernel's math efficiency
+    compute = table[:, 0] / eff
+    memory = table[:, 1] / (gpu.bandwidth_gbs * 1e9 * gpu_part[:, 3:4])
+    floor = table[:, 2] * gpu_part[:, 4:5] * 1e-6
+    gpu_s = (torch.maximum(torch.maximum(compute, memory), floor) * counts).sum(1)
     cpu_s = (
         cpu_launches(kernels) * torch.tensor(GRID["cpu_us"], dtype=torch.float64) * 1e-6
     )
@@ -410,10 +438,11 @@ def format_fit(result: Fit) -> str:
     e = result.efficiency
     lines = [
         _(
-            "fitted: tensor {tensor:.0%}, fp32 {fp32:.0%}, memory {memory:.0%} of "
-            "peak; {kernel_us:g} us a kernel, {cpu_us:g} us a CPU op"
+            "fitted: tensor {tensor:.0%}, tf32 {tf32:.0%}, fp32 {fp32:.0%}, memory "
+            "{memory:.0%} of peak; {kernel_us:g} us a kernel, {cpu_us:g} us a CPU op"
         ).format(
             tensor=e.tensor,
+            tf32=e.tf32,
             fp32=e.fp32,
             memory=e.memory,
             kernel_us=e.kernel_us,
