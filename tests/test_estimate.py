@@ -509,9 +509,12 @@ def test_readme_shows_the_recorded_fit_row_by_row():
     assert f"between {low:.1f}x and {high:.1f}x of the published" in readme
     e = fit.efficiency
     assert (
-        f"matmuls reach {e.tensor:.0%} on tensor cores and {e.fp32:.0%} on CUDA "
-        f"cores, pointwise kernels {e.memory:.0%} of the bandwidth; a kernel takes "
-        f"at least {e.kernel_us:.0f} us and the CPU {e.cpu_us:.0f} us an op"
+        f"a large GEMM reaches {e.tensor:.0%} on 16-bit tensor cores, {e.tf32:.0%} on "
+        f"TF32 tensor cores and {e.fp32:.0%} on CUDA cores"
+    ) in readme
+    assert (
+        f"pointwise kernels {e.memory:.0%} of the bandwidth; a kernel takes at least "
+        f"{e.kernel_us:.0f} us and the CPU {e.cpu_us:.0f} us a launched kernel"
     ) in readme
 
 
@@ -592,6 +595,35 @@ def test_readme_states_the_estimate_against_the_recorded_h200_run():
     ]
     readme = " ".join((published.DATA_DIR.parents[2] / "README.md").read_text().split())
     assert f"at {min(ratios):.2f}x to {max(ratios):.2f}x of the measured ones" in readme
+
+
+def test_h200_record_speedups_as_the_readme_states_them():
+    """The GPT's bf16 speed-up on the H200 record: over fp32 within the issue's 25%
+    (6.56x estimated, 7.32x measured); over TF32 not (1.79x against 2.65x): the
+    estimated TF32 step is 29% too fast, a miss the README states."""
+    from amp_lessons.measure import estimate_check
+
+    rows = {
+        r["precision"]: r
+        for r in estimate_check.measured_vs_estimated(_report())
+        if r["config"] == "transformer"
+    }
+    bf16 = rows["bf16"]
+    assert bf16["estimated_speedup"] / bf16["measured_speedup"] == pytest.approx(
+        1, abs=0.25
+    )
+    over_tf32 = {
+        kind: rows["tf32"][f"{kind}_ms"] / bf16[f"{kind}_ms"]
+        for kind in ("measured", "estimated")
+    }
+    readme = " ".join((published.DATA_DIR.parents[2] / "README.md").read_text().split())
+    assert (
+        f"bf16 speed-up over fp32 on the GPT is {bf16['estimated_speedup']:.2f}x where "
+        f"{bf16['measured_speedup']:.2f}x was measured, but over TF32 "
+        f"{over_tf32['estimated']:.2f}x where {over_tf32['measured']:.2f}x was"
+    ) in readme
+    too_fast = 1 - rows["tf32"]["estimated_ms"] / rows["tf32"]["measured_ms"]
+    assert f"TF32 step is {too_fast:.0%} too fast" in readme
 
 
 # ---- counts: convolutions, in-place writes, the optimizer's step ------------------
@@ -684,8 +716,8 @@ def test_validation_on_check_rows_reports_beside_the_naive_guess(fit, capsys):
     with capsys.disabled():
         print("\n" + report.summary())
     rows = published.load_rows()
-    assert report.check_rows == sum(r.role == "check" for r in rows) >= 24
-    assert len(rows) >= 38
+    assert report.check_rows == sum(r.role == "check" for r in rows) >= 27
+    assert len(rows) >= 41
     # what is reached today (torch 2.13, the recorded fit): better than the guess
     assert report.median_error < report.naive_median_error
     ampere = next(g for g in report.generations if g.name == "Ampere")
