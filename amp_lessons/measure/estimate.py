@@ -10,7 +10,7 @@ the meta device (``amp_lessons.measure.trace``), takes the longest of its comput
 time, its memory time and a launch floor; the CPU's time runs beside the GPU's, and
 the step waits for whichever is longer.
 
-Five numbers (``Efficiency``) turn datasheet peaks into achieved speed; they are
+Six numbers (``Efficiency``) turn datasheet peaks into achieved speed; they are
 fitted once on published measurements (``amp_lessons.measure.published``), with the
 leave-one-out error of every row reported there.
 
@@ -200,7 +200,11 @@ def price(
     for k in kernels:
         compute = (
             k.flops
-            / (gpu.peak(k.math) * math_efficiency(eff, k.math) * shape_efficiency(k, gpu))
+            / (
+                gpu.peak(k.math)
+                * math_efficiency(eff, k.math)
+                * shape_efficiency(k, gpu)
+            )
             if k.flops
             else 0.0
         )

@@ -122,7 +122,9 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
-def step_peak_bytes(model: torch.nn.Module, inputs, precision: str, loss_fn=None) -> int:
+def step_peak_bytes(
+    model: torch.nn.Module, inputs, precision: str, loss_fn=None
+) -> int:
     """The most the forward, the loss and the backward of ``model(*inputs)`` hold at
     once under CUDA autocast's policy for ``precision`` (meta tensors): activations,
     temporaries and gradients as they are allocated and freed."""

@@ -2,7 +2,7 @@
 
 ``data/published_speedups.csv`` (beside this module) holds single-GPU training
 throughputs, full precision (fp32 or TF32) against AMP, each row with its source
-(repository, file, table, row). Rows with ``role`` ``fit`` fit the estimate's five
+(repository, file, table, row). Rows with ``role`` ``fit`` fit the estimate's six
 efficiencies (``amp_lessons.measure.estimate.Efficiency``) by a grid search; rows
 with ``role`` ``check`` are only predicted. Each fit row's leave-one-out error is its
 error when the fit has not seen it.
