@@ -31,6 +31,7 @@ import textwrap
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -172,10 +173,13 @@ def workload(row: Row, amp: bool) -> model_zoo.Workload:
     """The row's model at the batch its full-precision or AMP run used. A step's
     items are the builder's (samples, tokens, mel frames), unless the row says how
     many of its unit a sample holds (``items_per_sample``: Transformer-XL's tokens)."""
-    shape = row.sizes()
+    return _workload(row.shape, row.amp_batch if amp else row.full_batch)
+
+
+def _workload(shape_text: str, batch: int) -> model_zoo.Workload:
+    shape = Row.sizes(SimpleNamespace(shape=shape_text))
     family = FAMILIES[shape.pop("family")]
     per_item = shape.pop("items_per_sample", None)
-    batch = row.amp_batch if amp else row.full_batch
     w = family(batch=batch, **shape)
     if per_item is not None:
         w.items = int(batch * per_item)
@@ -213,30 +217,42 @@ def channels_last(row: Row, amp: bool) -> bool:
 
 @cache
 def traced(row: Row) -> Traced:
-    """Trace a row's full-precision and AMP steps once (seconds, on the CPU)."""
-    out = []
-    for amp, precision in ((False, row.full_precision), (True, row.amp_precision)):
-        w = workload(row, amp)
-        if amp and row.amp_mode == "half":
-            # apex's O2 and BERT's fp16 pre-training: the model itself in fp16 (the
-            # optimizer keeps fp32 master weights), no autocast casts
-            w.model.half()
-            w.inputs = tuple(
-                t.half() if t.is_floating_point() else t
-                for t in (w.inputs if isinstance(w.inputs, tuple) else (w.inputs,))
-            )
-        trace = trace_step(
-            w.model,
-            w.inputs,
+    """Trace a row's full-precision and AMP steps once (seconds, on the CPU). Rows
+    that run the same step (the same model, batch, precision, mode and layout on
+    another GPU) share one trace."""
+    steps = [
+        _traced_step(
+            row.shape,
+            row.amp_batch if amp else row.full_batch,
             precision,
-            w.loss_fn,
-            autocast=not (amp and row.amp_mode == "half"),
+            amp and row.amp_mode == "half",
+            channels_last(row, amp),
         )
-        extra = step_kernels(w.model, precision, w.optimizer)
-        if not channels_last(row, amp):
-            extra += layout_kernels(trace.kernels)
-        out.append(Step(trace, extra, w.items))
-    return Traced(row, *out)
+        for amp, precision in ((False, row.full_precision), (True, row.amp_precision))
+    ]
+    return Traced(row, *steps)
+
+
+@cache
+def _traced_step(
+    shape: str, batch: int, precision: str, half: bool, nhwc: bool
+) -> Step:
+    """One step of the model ``shape`` describes, at ``batch``, in ``precision``;
+    ``half``: the model itself in fp16, as apex's O2 and BERT's fp16 pre-training
+    run it (the optimizer keeps fp32 master weights), no autocast casts; ``nhwc``:
+    activations channels last, so convolutions on tensor cores need no transposes."""
+    w = _workload(shape, batch)
+    if half:
+        w.model.half()
+        w.inputs = tuple(
+            t.half() if t.is_floating_point() else t
+            for t in (w.inputs if isinstance(w.inputs, tuple) else (w.inputs,))
+        )
+    trace = trace_step(w.model, w.inputs, precision, w.loss_fn, autocast=not half)
+    extra = step_kernels(w.model, precision, w.optimizer)
+    if not nhwc:
+        extra += layout_kernels(trace.kernels)
+    return Step(trace, extra, w.items)
 
 
 def estimates(t: Traced, eff: Efficiency) -> tuple[Estimate, Estimate]:
