@@ -11,14 +11,16 @@ sections "Tile Quantization" and "Wave Quantization"):
 * **wave quantization**: the last wave runs with SMs idle (the guide's example: an
   A100's 108 SMs take 108 tiles of 256 x 128 at once, so 109 tiles take two waves).
 
-The guide lists the tile sizes cuBLAS picks from (256x128, 128x256, 128x128,
-128x64, 64x128, 64x64) and says that larger tiles reuse more data, so use less
+The guide lists the tile sizes cuBLAS picks from, from 256x128 down to 64x64 (six
+of them are used here: 256x128, 128x256, 128x128, 128x64, 64x128, 64x64), and says
+that larger tiles reuse more data, so use less
 bandwidth per FLOP and run more efficiently, while smaller tiles make more blocks
-for a small problem. ``gemm_efficiency`` picks the tile that finishes first, as
-cuBLAS's heuristics aim to, with each tile's own efficiency set by its data reuse
-(below). A GEMM with fewer tiles than SMs and a long K splits K across blocks
-(split-K, CUTLASS's "parallelized reductions", NVIDIA/cutlass
-media/docs/efficient_gemm.md), as cuBLAS does for weight gradients.
+for a small problem (CUTLASS says the same of its convolutions: "Larger tiles achieve
+greater reuse ... but launch fewer CTAs"). ``gemm_efficiency`` picks the tile that
+finishes first, as cuBLAS's heuristics aim to, with each tile's own efficiency set
+by its data reuse (below). A GEMM with fewer tiles than SMs and a long K is taken
+to split K across blocks (split-K: "Parallelized Reductions" in NVIDIA/cutlass
+media/docs/efficient_gemm.md), as a weight gradient over many tokens allows.
 
 Habitat (Yu et al., "Habitat: A Runtime-Based Computational Performance Predictor
 for Deep Learning Training", USENIX ATC 2021) scales kernels between GPUs with the
@@ -74,10 +76,12 @@ def gemm_efficiency(gemm: tuple[int, int, int, int], sms: int) -> float:
 def conv_gemms(
     x_shape, w_shape, out_shape, groups: int, transposed: bool, mask=(True, True, True)
 ) -> tuple[tuple[int, int, int, int], ...]:
-    """A convolution as cuDNN's implicit GEMMs (NVIDIA, "Convolutional Layers User's
-    Guide", the implicit GEMM table): forward M = N * output pixels, N = output
-    channels, K = input channels * filter size; the input's gradient and the
-    weight's the same products with the roles turned. ``mask``: which of forward,
+    """A convolution as implicit GEMMs: forward GEMM_M = N * P * Q (output pixels),
+    GEMM_N = K (output channels), GEMM_K = C * R * S (input channels times the
+    filter's size), as NVIDIA/cutlass media/docs/implicit_gemm_convolution.md maps
+    it; the input's gradient and the weight's are the same products with the roles
+    turned (M = N * H * W, N = C, K = K * R * S; and M = K, N = C * R * S,
+    K = N * P * Q). ``mask``: which of forward,
     input gradient, weight gradient. Grouped convolutions give none: cuDNN runs
     them with kernels of their own, priced without the tile model."""
     if groups != 1:

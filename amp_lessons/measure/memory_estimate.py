@@ -43,11 +43,13 @@ from amp_lessons.measure.autocast_policy import LOW_DTYPES, AutocastPolicy
 from amp_lessons.measure.gpus import find_gpu
 from amp_lessons.measure.kernels import KernelRecorder, _tensors
 
-# cuBLAS's workspace per handle: NVIDIA's cuBLAS documentation (cublasSetWorkspace)
-# recommends 32 MiB on Hopper (compute capability 9.x) and 4 MiB before it, and
-# PyTorch allocates one for cuBLAS and one for cuBLASLt through its caching allocator,
-# so they count in max_memory_allocated: the H200 record's resident bytes hold 65-66
-# MiB beyond weights, optimizer state and inputs in both of its configs.
+# cuBLAS's workspace: NVIDIA's cuBLAS documentation (cublasSetWorkspace) recommends
+# 32 MiB on Hopper (compute capability 9.x) and 4 MiB before it. PyTorch allocates
+# its workspaces through the caching allocator, so they count in
+# max_memory_allocated. Two of them are counted (cuBLAS's and cuBLASLt's, as we read
+# it): the H200 record's resident bytes hold 65-66 MiB beyond weights, optimizer
+# state and inputs in both of its configs; the count of two is taken from that
+# record, not from a source, and before Hopper it is not checked against any run.
 CUBLAS_WORKSPACE_BYTES = {9: 2 * 32 * 2**20}
 CUBLAS_WORKSPACE_BYTES_BEFORE_HOPPER = 2 * 4 * 2**20
 
