@@ -509,9 +509,12 @@ def test_readme_shows_the_recorded_fit_row_by_row():
     assert f"between {low:.1f}x and {high:.1f}x of the published" in readme
     e = fit.efficiency
     assert (
-        f"matmuls reach {e.tensor:.0%} on tensor cores and {e.fp32:.0%} on CUDA "
-        f"cores, pointwise kernels {e.memory:.0%} of the bandwidth; a kernel takes "
-        f"at least {e.kernel_us:.0f} us and the CPU {e.cpu_us:.0f} us an op"
+        f"a large GEMM reaches {e.tensor:.0%} on 16-bit tensor cores, {e.tf32:.0%} on "
+        f"TF32 tensor cores and {e.fp32:.0%} on CUDA cores"
+    ) in readme
+    assert (
+        f"pointwise kernels {e.memory:.0%} of the bandwidth; a kernel takes at least "
+        f"{e.kernel_us:.0f} us and the CPU {e.cpu_us:.0f} us a launched kernel"
     ) in readme
 
 
@@ -592,6 +595,35 @@ def test_readme_states_the_estimate_against_the_recorded_h200_run():
     ]
     readme = " ".join((published.DATA_DIR.parents[2] / "README.md").read_text().split())
     assert f"at {min(ratios):.2f}x to {max(ratios):.2f}x of the measured ones" in readme
+
+
+def test_h200_record_speedups_as_the_readme_states_them():
+    """The GPT's bf16 speed-up on the H200 record: over fp32 within the issue's 25%
+    (6.56x estimated, 7.32x measured); over TF32 not (1.79x against 2.65x): the
+    estimated TF32 step is 29% too fast, a miss the README states."""
+    from amp_lessons.measure import estimate_check
+
+    rows = {
+        r["precision"]: r
+        for r in estimate_check.measured_vs_estimated(_report())
+        if r["config"] == "transformer"
+    }
+    bf16 = rows["bf16"]
+    assert bf16["estimated_speedup"] / bf16["measured_speedup"] == pytest.approx(
+        1, abs=0.25
+    )
+    over_tf32 = {
+        kind: rows["tf32"][f"{kind}_ms"] / bf16[f"{kind}_ms"]
+        for kind in ("measured", "estimated")
+    }
+    readme = " ".join((published.DATA_DIR.parents[2] / "README.md").read_text().split())
+    assert (
+        f"bf16 speed-up over fp32 on the GPT is {bf16['estimated_speedup']:.2f}x where "
+        f"{bf16['measured_speedup']:.2f}x was measured, but over TF32 "
+        f"{over_tf32['estimated']:.2f}x where {over_tf32['measured']:.2f}x was"
+    ) in readme
+    too_fast = 1 - rows["tf32"]["estimated_ms"] / rows["tf32"]["measured_ms"]
+    assert f"TF32 step is {too_fast:.0%} too fast" in readme
 
 
 # ---- counts: convolutions, in-place writes, the optimizer's step ------------------
@@ -684,12 +716,15 @@ def test_validation_on_check_rows_reports_beside_the_naive_guess(fit, capsys):
     with capsys.disabled():
         print("\n" + report.summary())
     rows = published.load_rows()
-    assert report.check_rows == sum(r.role == "check" for r in rows) >= 24
-    assert len(rows) >= 38
-    # what is reached today (torch 2.13, the recorded fit): better than the guess
-    assert report.median_error < report.naive_median_error
-    ampere = next(g for g in report.generations if g.name == "Ampere")
-    assert ampere.spearman >= 0.5
+    assert report.check_rows == sum(r.role == "check" for r in rows) >= 27
+    assert len(rows) >= 41
+    # what is reached today (torch 2.13, the recorded fit): two of the four goals,
+    # at most 0.75x the guess's median error (0.70x) and a rank correlation of 0.5
+    # in each generation (V100 0.53, A100 0.93); not yet 85% within 35% (74%) nor a
+    # median of 15% (18%)
+    assert report.median_error <= 0.75 * report.naive_median_error
+    assert all(g.spearman >= 0.5 for g in report.generations)
+    assert {g.name for g in report.generations} == {"Volta", "Ampere"}
     assert set(report.family_out) >= {"ResNet-50", "nnU-Net", "Transformer-XL"}
     # the guess comes from fit rows alone: a check row's published number moves
     # the check error, never the guess
@@ -768,27 +803,55 @@ def test_saved_bytes_on_meta_equal_the_exact_cpu_count(batch, precision, dtype):
 
 def test_memory_estimate_beside_the_recorded_h200_run(capsys):
     """Peak memory of the H200 record's bench configs (torch.cuda.max_memory_
-    allocated) beside the estimate's parts, in every precision. Measured today:
-    0.84x-0.93x (the allocator's peak adds a backward's temporaries, not counted);
-    the issue's goal, within 10%, is met for the MLP's AMP rows only."""
+    allocated) beside the estimate's peak, in every precision: within 10% (measured
+    today: 0.98x-1.00x). The parts summed miss it (0.84x-0.93x): the peak comes at
+    the start of backward, where the loss's log-probabilities and two logit-sized
+    gradients are held beside every activation, and cuBLAS's workspaces count."""
     from amp_lessons.measure.estimate_check import bench_workload
     from amp_lessons.measure.memory_estimate import estimate_memory
 
     report = _report()
-    ratios = {}
+    ratios, parts = {}, {}
     for r in report["results"]:
         w = bench_workload(r["config"], report["sizes"][r["config"]])
         m = estimate_memory(
-            w.model, w.inputs, "H200-SXM-141GB", r["precision"], w.optimizer
+            w.model, w.inputs, "H200-SXM-141GB", r["precision"], w.optimizer, w.loss_fn
         )
-        ratios[r["config"], r["precision"]] = m.total / r["peak_mem_bytes"]
+        ratios[r["config"], r["precision"]] = m.peak / r["peak_mem_bytes"]
+        parts[r["config"], r["precision"]] = m.total / r["peak_mem_bytes"]
         assert m.largest_batch > m.batch  # the bench's batch fits an H200
     with capsys.disabled():
         print(
             "\nestimated / measured peak memory, H200:",
             {f"{c} {p}": round(v, 3) for (c, p), v in ratios.items()},
         )
-    assert all(0.8 < v <= 1.0 for v in ratios.values()), ratios
-    # AMP shrinks the transformer's memory as measured (0.63x), not the MLP's
-    gpt = ratios["transformer", "bf16"] / ratios["transformer", "fp32"]
-    assert gpt == pytest.approx(1.0, abs=0.1)
+    assert len(ratios) == 8
+    assert all(0.9 <= v <= 1.1 for v in ratios.values()), ratios
+    assert all(v < 0.95 for v in parts.values()), parts  # why the peak is modelled
+    # AMP shrinks the transformer's peak as measured (0.63x), not the MLP's
+    for config in ("transformer", "mlp"):
+        measured = {
+            r["precision"]: r["peak_mem_bytes"]
+            for r in report["results"]
+            if r["config"] == config
+        }
+        estimated = ratios[config, "bf16"] * measured["bf16"]
+        estimated /= ratios[config, "fp32"] * measured["fp32"]
+        assert estimated == pytest.approx(measured["bf16"] / measured["fp32"], rel=0.1)
+
+
+def test_live_bytes_follow_each_storage_to_its_last_reference():
+    """exp saves its output for backward: x (not counted, it exists before), then
+    y = x.exp() (held by autograd), z = y * 2 (a temporary the sum frees), the
+    sum; in backward the loss's gradient (a scalar), the gradient of y, then of x.
+    Peak: y, its gradient and x's gradient (3 x 4 KiB) and the two scalars."""
+    from amp_lessons.measure.memory_estimate import LiveBytes
+
+    x = torch.empty(1024, device=META, requires_grad=True)
+    with LiveBytes([x]) as live:
+        loss = (x.exp() * 2).sum()
+        during_forward = live.now
+        loss.backward()
+    assert during_forward == 4096 + 4  # y saved by exp, and the loss; z was freed
+    assert live.peak == 3 * 4096 + 2 * 4
+    x.grad = None

@@ -10,7 +10,7 @@ the meta device (``amp_lessons.measure.trace``), takes the longest of its comput
 time, its memory time and a launch floor; the CPU's time runs beside the GPU's, and
 the step waits for whichever is longer.
 
-Five numbers (``Efficiency``) turn datasheet peaks into achieved speed; they are
+Six numbers (``Efficiency``) turn datasheet peaks into achieved speed; they are
 fitted once on published measurements (``amp_lessons.measure.published``), with the
 leave-one-out error of every row reported there.
 
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from amp_lessons.i18n import _
+from amp_lessons.measure.gemm_model import gemm_efficiency
 from amp_lessons.measure.gpus import GPU, GPUS, PRECISIONS, find_gpu
 from amp_lessons.measure.optimizer_step import clip_kernels, optimizer_kernels
 from amp_lessons.measure.trace import Kernel, Trace, trace_step
@@ -61,13 +62,17 @@ TENSORS_PER_LAUNCH = 64  # a multi-tensor kernel takes a list of tensors per lau
 class Efficiency:
     """What fraction of a datasheet's peaks real kernels reach, and the fixed costs.
 
-    ``tensor``: of the tensor-core peak (tf32, fp16, bf16, fp8); ``fp32``: of the
-    CUDA-core peak; ``memory``: of the bandwidth; ``kernel_us``: the shortest a
-    kernel takes, launch included; ``cpu_us``: the CPU's time per aten op in eager
-    mode (Python, dispatch and the launch call).
+    ``tensor``: of the 16-bit (and fp8) tensor-core peak; ``tf32``: of the TF32
+    tensor-core peak, apart (its operands are twice as wide, so a tile moves twice
+    the bytes per FLOP); ``fp32``: of the CUDA-core peak; each for a large GEMM,
+    smaller and skinnier ones losing more by tile and wave quantization
+    (``gemm_model``); ``memory``: of the bandwidth; ``kernel_us``: the shortest a
+    kernel takes, launch included; ``cpu_us``: the CPU's time per launched kernel in
+    eager mode (Python, dispatch and the launch call).
     """
 
     tensor: float = 0.6
+    tf32: float = 0.6
     fp32: float = 0.8
     memory: float = 0.75
     kernel_us: float = 4.0
@@ -81,7 +86,9 @@ class Efficiency:
 # in eager PyTorch. The fit puts memory at 40% of the bandwidth: the eager trace
 # counts every pointwise op as its own kernel, where the published code fuses them
 # (LayerNorm, bias + GELU, softmax + dropout), so it moves fewer bytes than traced.
-FITTED = Efficiency(tensor=0.9, fp32=0.9, memory=0.4, kernel_us=8.0, cpu_us=3.0)
+FITTED = Efficiency(
+    tensor=0.7, tf32=0.9, fp32=0.9, memory=0.5, kernel_us=8.0, cpu_us=3.0
+)
 
 
 @dataclass(frozen=True)
@@ -161,6 +168,21 @@ def step_kernels(
     return kernels
 
 
+def layout_kernels(kernels: list[Kernel]) -> list[Kernel]:
+    """The transposes a convolution on tensor cores costs when its tensors are in
+    PyTorch's default NCHW layout: tensor cores take NHWC, so the library transposes
+    the activations in and out (NVIDIA, "Convolutional Layers User's Guide",
+    "Tensor Layouts In Memory: NCHW vs NHWC": "choose tensor layouts in memory to
+    avoid transposing input and output data"). Priced as one read and one write of
+    every tensor the convolution moves, in two launches; none for a convolution on
+    CUDA cores (fp32), which runs NCHW as it is."""
+    return [
+        Kernel(f"{k.name}_nchw_transpose", "layout", 0, 2 * k.bytes, launches=2)
+        for k in kernels
+        if k.kind == "convolution" and k.flops and k.math not in (None, "fp32")
+    ]
+
+
 def price(
     trace: Trace,
     gpu: GPU,
@@ -178,7 +200,11 @@ def price(
     for k in kernels:
         compute = (
             k.flops
-            / (gpu.peak(k.math) * (eff.fp32 if k.math == "fp32" else eff.tensor))
+            / (
+                gpu.peak(k.math)
+                * math_efficiency(eff, k.math)
+                * shape_efficiency(k, gpu)
+            )
             if k.flops
             else 0.0
         )
@@ -209,6 +235,24 @@ def price(
         sum(k.launches for k in kernels),
         dict(by_kind),
     )
+
+
+def math_efficiency(eff: Efficiency, math_: str) -> float:
+    """The fraction of ``math_``'s peak a large GEMM reaches under ``eff``."""
+    return {"fp32": eff.fp32, "tf32": eff.tf32}.get(math_, eff.tensor)
+
+
+def shape_efficiency(kernel: Kernel, gpu: GPU) -> float:
+    """What the kernel's GEMM shapes keep of a large GEMM's speed on ``gpu`` (tile
+    and wave quantization, ``gemm_model``), FLOP-weighted over its GEMMs; 1 for a
+    kernel with none recorded (fused attention, grouped convolutions)."""
+    if not kernel.gemms or not gpu.sms:
+        return 1.0
+    work = [b * m * n * k for b, m, n, k in kernel.gemms]
+    time = sum(
+        w / gemm_efficiency(g, gpu.sms) for w, g in zip(work, kernel.gemms, strict=True)
+    )
+    return sum(work) / time if time else 1.0
 
 
 def cpu_launches(kernels: list[Kernel]) -> int:
@@ -249,6 +293,7 @@ def estimate_step(
     *,
     implementation: str = "fused",
     clip: bool = False,
+    channels_last: bool = False,
 ) -> Estimate:
     """Predict one training step's time on ``gpu`` in ``precision``.
 
@@ -257,7 +302,8 @@ def estimate_step(
     of ``loss_fn(output)`` (default: the output's float sum), GradScaler's unscale_
     for fp16, ``clip_grad_norm_`` where ``clip``, and ``optimizer``'s step (``adam``,
     ``lamb``, ``sgd_momentum``, ``sgd`` or ``none``) as ``implementation`` runs it
-    (``fused``, or torch's ``foreach`` or ``loop``).
+    (``fused``, or torch's ``foreach`` or ``loop``). Convolutions on tensor cores
+    pay NCHW <-> NHWC transposes unless ``channels_last`` (``layout_kernels``).
     ``precision``: ``fp32``, ``tf32``, ``fp16``, ``bf16`` (CUDA autocast's policy)
     or ``fp8`` (bf16 autocast with fp8 Linears, as lesson 11 converts them).
 
@@ -280,4 +326,6 @@ def estimate_step(
         )
     trace = trace_step(model, inputs, precision, loss_fn)
     extra = step_kernels(model, precision, optimizer, implementation, clip)
+    if not channels_last:
+        extra += layout_kernels(trace.kernels)
     return price(trace, device, precision, efficiency, extra)

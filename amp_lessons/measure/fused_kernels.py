@@ -64,8 +64,14 @@ class _AttentionKernel(torch.autograd.Function):
 
 
 def _math(recorder: KernelRecorder, dtype: torch.dtype) -> str:
-    # float32 attention runs the memory-efficient kernel on CUDA cores, TF32 or not
-    # (priced at the TF32 rate, the H200 run's GPT step came out 1.3x too fast)
+    # float32 attention runs the memory-efficient kernel, TF32 or not. Priced at the
+    # CUDA-core rate, an open question: from compute capability 8.0 that kernel does
+    # its float32 products on tensor cores as three TF32 MMAs each (pytorch/pytorch,
+    # aten/src/ATen/native/transformers/cuda/mem_eff_attention/gemm_kernel_utils.h:
+    # DefaultGemmType<ArchTag >= 80, float> uses OpMultiplyAddFastF32), an Sm80
+    # mma.sync kernel on Hopper too, whose speed there no source here gives. Priced
+    # at a third of the TF32 rate the H200 record's TF32 step, already 29% too fast,
+    # would come out faster still (the README states that miss).
     return {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, "fp32")
 
 

@@ -1,6 +1,9 @@
 """The GPUs the estimate knows: datasheet peaks (dense, no sparsity) and bandwidth.
 
-Each number is NVIDIA's own, from the document named in the GPU's ``source``. Tensor
+Each number is NVIDIA's own, from the document named in the GPU's ``source``; the SM
+counts (``SMS``) from NVIDIA's architecture whitepapers (Volta: V100 SXM2 80 SMs;
+Turing: T4 40; Ampere: A100 108; Ada: L4 58, RTX 4090 128; Hopper: H100 SXM5 132,
+H200 the same die). Tensor
 core peaks are with float32 accumulation, which is what PyTorch's matmuls use (a
 GeForce card's datasheet also lists twice that, with float16 accumulation).
 
@@ -11,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from amp_lessons.i18n import _
 
@@ -32,6 +35,7 @@ class GPU:
     memory_gb: float
     capability: str
     source: str
+    sms: int = 0  # streaming multiprocessors: one wave of GEMM tiles (gemm_model)
 
     def peak(self, math: str) -> float:
         """Peak FLOP/s for arithmetic in ``math``: ``peak("fp16")`` -> 3.12e14."""
@@ -148,6 +152,26 @@ GPUS: dict[str, GPU] = {
         ),
     )
 }
+
+
+# SMs per GPU: NVIDIA Tesla V100 GPU Architecture whitepaper (V100: 80 SMs); NVIDIA
+# Turing GPU Architecture whitepaper, appendix (Tesla T4: 40 SMs); NVIDIA A100 Tensor
+# Core GPU Architecture whitepaper, table 1 (108 SMs); NVIDIA Ada GPU Architecture
+# whitepaper, appendix A (RTX 4090: 128 SMs; L4: 58 SMs); NVIDIA H100 Tensor Core GPU
+# Architecture whitepaper, table (H100 SXM5: 132 SMs), and the H200 datasheet (the
+# H100's GPU with more memory)
+SMS = {
+    "V100-SXM2-16GB": 80,
+    "V100-SXM2-32GB": 80,
+    "T4": 40,
+    "A100-SXM4-40GB": 108,
+    "A100-SXM4-80GB": 108,
+    "L4": 58,
+    "RTX-4090": 128,
+    "H100-SXM5-80GB": 132,
+    "H200-SXM-141GB": 132,
+}
+GPUS = {name: replace(g, sms=SMS[name]) for name, g in GPUS.items()}
 
 
 def find_gpu(name: str) -> GPU:

@@ -24,6 +24,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import conv_flop_count, flop_registry
 
+from amp_lessons.measure.gemm_model import conv_gemms
+
 aten = torch.ops.aten
 
 # Ops that only write their output (reading no input), and ops that read only the
@@ -75,6 +77,9 @@ class Kernel:
     math: str | None = None
     launches: int = 1  # a foreach optimizer step launches one kernel per chunk
     dtype: torch.dtype | None = None  # its (first) output's
+    # the GEMMs it runs, (batch, m, n, k) each, for the tile and wave model
+    # (``gemm_model``); empty for a kernel that is not a plain GEMM
+    gemms: tuple[tuple[int, int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,9 +192,30 @@ class KernelRecorder(TorchDispatchMode):
                 math,
                 launches=_foreach_launches(name, args),
                 dtype=outputs[0].dtype if outputs else None,
+                gemms=gemm_shapes(name, args, out) if flops else (),
             )
         )
         return out
+
+
+def gemm_shapes(name: str, args, out) -> tuple[tuple[int, int, int, int], ...]:
+    """The (batch, m, n, k) GEMMs a matmul or convolution runs:
+    ``mm(a, b)`` with a of m x k and b of k x n is ``((1, m, n, k),)``."""
+    if name in ("mm", "addmm", "bmm", "baddbmm"):
+        a, b = args[-2:] if name in ("mm", "bmm") else args[1:3]
+        if a.dim() == 2:
+            return ((1, a.shape[0], b.shape[1], a.shape[1]),)
+        return ((a.shape[0], a.shape[1], b.shape[2], a.shape[2]),)
+    if name == "convolution":
+        x, w = args[0], args[1]
+        return conv_gemms(x.shape, w.shape, out.shape, args[8], args[6], (1, 0, 0))
+    if name == "convolution_backward":
+        grad_out, x, w = args[0], args[1], args[2]
+        mask = args[10]
+        return conv_gemms(
+            x.shape, w.shape, grad_out.shape, args[9], args[7], (0, *mask[:2])
+        )
+    return ()
 
 
 def mutated_tensors(func, args, kwargs) -> list[torch.Tensor]:

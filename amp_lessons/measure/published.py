@@ -2,7 +2,7 @@
 
 ``data/published_speedups.csv`` (beside this module) holds single-GPU training
 throughputs, full precision (fp32 or TF32) against AMP, each row with its source
-(repository, file, table, row). Rows with ``role`` ``fit`` fit the estimate's five
+(repository, file, table, row). Rows with ``role`` ``fit`` fit the estimate's six
 efficiencies (``amp_lessons.measure.estimate.Efficiency``) by a grid search; rows
 with ``role`` ``check`` are only predicted. Each fit row's leave-one-out error is its
 error when the fit has not seen it.
@@ -31,6 +31,7 @@ import textwrap
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -41,7 +42,9 @@ from amp_lessons.measure.estimate import (
     Estimate,
     cpu_launches,
     find_gpu,
+    layout_kernels,
     price,
+    shape_efficiency,
     step_kernels,
 )
 from amp_lessons.measure.trace import Trace, trace_step
@@ -61,12 +64,15 @@ FAMILIES = {
     "fastpitch": published_models.fastpitch,
     "dlrm": published_models.dlrm,
 }
-# The grid the fit searches: each efficiency's candidate values.
+# The grid the fit searches: each efficiency's candidate values (16-bit and TF32
+# tensor cores apart, each a large GEMM's share of the peak: smaller GEMMs lose more
+# by gemm_model's tile and wave quantization, which is not fitted).
 # Fractions of a peak stop where good kernels stop (about 90% of a datasheet's peak
 # for large GEMMs and copies). The time grids reach well past what a kernel launch
 # or a Python-level op costs, since the fit uses them for more (see estimate.FITTED).
 GRID = {
     "tensor": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "tf32": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     "fp32": (0.5, 0.6, 0.7, 0.8, 0.9),
     "memory": (0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     "kernel_us": (2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
@@ -95,6 +101,7 @@ class Row:
     shape: str  # the model family and its sizes, as the builder's arguments
     amp_mode: str  # "autocast", or "half": model.half() with fp32 master weights
     source: str
+    amp_layout: str = "n/a"  # the activations' layout, AMP run (and full precision)
 
     @property
     def speedup(self) -> float:
@@ -142,6 +149,7 @@ def load_rows(path: Path | None = None) -> list[Row]:
                 rec["shape"],
                 rec["amp_mode"],
                 source,
+                rec.get("amp_layout") or "n/a",
             )
             find_gpu(row.gpu)
             if (
@@ -165,10 +173,13 @@ def workload(row: Row, amp: bool) -> model_zoo.Workload:
     """The row's model at the batch its full-precision or AMP run used. A step's
     items are the builder's (samples, tokens, mel frames), unless the row says how
     many of its unit a sample holds (``items_per_sample``: Transformer-XL's tokens)."""
-    shape = row.sizes()
+    return _workload(row.shape, row.amp_batch if amp else row.full_batch)
+
+
+def _workload(shape_text: str, batch: int) -> model_zoo.Workload:
+    shape = Row.sizes(SimpleNamespace(shape=shape_text))
     family = FAMILIES[shape.pop("family")]
     per_item = shape.pop("items_per_sample", None)
-    batch = row.amp_batch if amp else row.full_batch
     w = family(batch=batch, **shape)
     if per_item is not None:
         w.items = int(batch * per_item)
@@ -194,29 +205,54 @@ class Traced:
     amp: Step
 
 
+def channels_last(row: Row, amp: bool) -> bool:
+    """Whether the row's AMP (or full-precision) run keeps its activations channels
+    last, as the data file's ``amp_layout`` records it: ``"NHWC (channels_last)
+    for AMP; NCHW for TF32"`` -> True for AMP, False for TF32."""
+    part = row.amp_layout.split(";")[0 if amp else -1]
+    if ";" not in row.amp_layout and not amp:
+        return False  # one layout named: the AMP run's
+    return "NHWC" in part or "NDHWC" in part
+
+
 @cache
 def traced(row: Row) -> Traced:
-    """Trace a row's full-precision and AMP steps once (seconds, on the CPU)."""
-    out = []
-    for amp, precision in ((False, row.full_precision), (True, row.amp_precision)):
-        w = workload(row, amp)
-        if amp and row.amp_mode == "half":
-            # apex's O2 and BERT's fp16 pre-training: the model itself in fp16 (the
-            # optimizer keeps fp32 master weights), no autocast casts
-            w.model.half()
-            w.inputs = tuple(
-                t.half() if t.is_floating_point() else t
-                for t in (w.inputs if isinstance(w.inputs, tuple) else (w.inputs,))
-            )
-        trace = trace_step(
-            w.model,
-            w.inputs,
+    """Trace a row's full-precision and AMP steps once (seconds, on the CPU). Rows
+    that run the same step (the same model, batch, precision, mode and layout on
+    another GPU) share one trace."""
+    steps = [
+        _traced_step(
+            row.shape,
+            row.amp_batch if amp else row.full_batch,
             precision,
-            w.loss_fn,
-            autocast=not (amp and row.amp_mode == "half"),
+            amp and row.amp_mode == "half",
+            channels_last(row, amp),
         )
-        out.append(Step(trace, step_kernels(w.model, precision, w.optimizer), w.items))
-    return Traced(row, *out)
+        for amp, precision in ((False, row.full_precision), (True, row.amp_precision))
+    ]
+    return Traced(row, *steps)
+
+
+@cache
+def _traced_step(
+    shape: str, batch: int, precision: str, half: bool, nhwc: bool
+) -> Step:
+    """One step of the model ``shape`` describes, at ``batch``, in ``precision``;
+    ``half``: the model itself in fp16, as apex's O2 and BERT's fp16 pre-training
+    run it (the optimizer keeps fp32 master weights), no autocast casts; ``nhwc``:
+    activations channels last, so convolutions on tensor cores need no transposes."""
+    w = _workload(shape, batch)
+    if half:
+        w.model.half()
+        w.inputs = tuple(
+            t.half() if t.is_floating_point() else t
+            for t in (w.inputs if isinstance(w.inputs, tuple) else (w.inputs,))
+        )
+    trace = trace_step(w.model, w.inputs, precision, w.loss_fn, autocast=not half)
+    extra = step_kernels(w.model, precision, w.optimizer)
+    if not nhwc:
+        extra += layout_kernels(trace.kernels)
+    return Step(trace, extra, w.items)
 
 
 def estimates(t: Traced, eff: Efficiency) -> tuple[Estimate, Estimate]:
@@ -233,23 +269,31 @@ def estimates(t: Traced, eff: Efficiency) -> tuple[Estimate, Estimate]:
 
 def _grid_seconds(step: Step, gpu) -> torch.Tensor:
     """Step seconds at every point of ``grid()``, as ``price`` computes them,
-    vectorized: the GPU's time over the first four efficiencies, then the CPU's."""
+    vectorized: the GPU's time over the first five efficiencies, then the CPU's.
+    Kernels that are the same in every respect (a model's repeated layers) are
+    priced once and counted as many times as they run."""
     kernels = [*step.trace.kernels, *step.extra]
-    flops = torch.tensor([float(k.flops) for k in kernels], dtype=torch.float64)
-    peak = torch.tensor(
-        [gpu.peak(k.math) if k.flops else 1.0 for k in kernels], dtype=torch.float64
-    )
-    is_fp32 = torch.tensor([k.math == "fp32" for k in kernels])
-    moved = torch.tensor([float(k.bytes) for k in kernels], dtype=torch.float64)
-    launches = torch.tensor([float(k.launches) for k in kernels], dtype=torch.float64)
+    unique: dict[tuple, int] = {}
+    for k in kernels:
+        # FLOPs at the peak, shapes' efficiency included: seconds at efficiency 1
+        ideal = (
+            k.flops / (gpu.peak(k.math) * shape_efficiency(k, gpu)) if k.flops else 0.0
+        )
+        column = {"fp32": 2, "tf32": 1}.get(k.math, 0)
+        key = (column, ideal, float(k.bytes), float(k.launches))
+        unique[key] = unique.get(key, 0) + 1
+    keys = list(unique)
+    table = torch.tensor([key[1:] for key in keys], dtype=torch.float64)
+    counts = torch.tensor([unique[key] for key in keys], dtype=torch.float64)
+    column = torch.tensor([key[0] for key in keys])
     gpu_part = torch.tensor(
-        list(itertools.product(*list(GRID.values())[:4])), dtype=torch.float64
+        list(itertools.product(*list(GRID.values())[:5])), dtype=torch.float64
     )
-    eff = torch.where(is_fp32, gpu_part[:, 1:2], gpu_part[:, 0:1])
-    compute = flops / (peak * eff)
-    memory = moved / (gpu.bandwidth_gbs * 1e9 * gpu_part[:, 2:3])
-    floor = launches * gpu_part[:, 3:4] * 1e-6
-    gpu_s = torch.maximum(torch.maximum(compute, memory), floor).sum(1)
+    eff = gpu_part[:, :3][:, column]  # each kernel's math efficiency
+    compute = table[:, 0] / eff
+    memory = table[:, 1] / (gpu.bandwidth_gbs * 1e9 * gpu_part[:, 3:4])
+    floor = table[:, 2] * gpu_part[:, 4:5] * 1e-6
+    gpu_s = (torch.maximum(torch.maximum(compute, memory), floor) * counts).sum(1)
     cpu_s = (
         cpu_launches(kernels) * torch.tensor(GRID["cpu_us"], dtype=torch.float64) * 1e-6
     )
@@ -410,10 +454,11 @@ def format_fit(result: Fit) -> str:
     e = result.efficiency
     lines = [
         _(
-            "fitted: tensor {tensor:.0%}, fp32 {fp32:.0%}, memory {memory:.0%} of "
-            "peak; {kernel_us:g} us a kernel, {cpu_us:g} us a CPU op"
+            "fitted: tensor {tensor:.0%}, tf32 {tf32:.0%}, fp32 {fp32:.0%}, memory "
+            "{memory:.0%} of peak; {kernel_us:g} us a kernel, {cpu_us:g} us a CPU op"
         ).format(
             tensor=e.tensor,
+            tf32=e.tf32,
             fp32=e.fp32,
             memory=e.memory,
             kernel_us=e.kernel_us,
