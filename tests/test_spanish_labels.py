@@ -37,7 +37,7 @@ without into over under step steps loss scale skipped gradient gradients
 memory speed time measured smallest largest kept run layer layers value
 values model case cases expected got right wrong first last twice cast scaled
 recipe peak interval odd factors wide inputs negative standardized forgot loop
-iterations two ends lesson fine plain""".split()
+iterations two ends lesson fine plain batch accumulated safe""".split()
 )
 # lessons whose printed labels still come from English dict keys: reported, not enforced
 NOT_YET: frozenset[str] = frozenset()  # none today
@@ -89,11 +89,9 @@ def _dict_keys(value: ast.AST, labelled: dict[str, list[str]]) -> list[str]:
         return [text for k in value.keys if k is not None and (text := _english(k))]
     if isinstance(value, ast.DictComp) and len(value.generators) == 1:
         loop = value.generators[0]
-        source = _source_name(loop.iter)
-        if source in labelled and _names(value.key) <= _key_target(
-            loop.target, loop.iter
-        ):
-            return labelled[source]
+        if _names(value.key) <= _key_target(loop.target, loop.iter):
+            source = _source_name(loop.iter)
+            return labelled.get(source, []) if source else _tuple_labels(loop.iter)
     return []
 
 
@@ -121,6 +119,23 @@ def _printed_names(body: list[ast.stmt]) -> set[str]:
     return found
 
 
+def _filled(loop: ast.For) -> set[str]:
+    """The dicts a loop fills keyed by its key name: ``runs`` in ``for name, x in
+    (...): runs[name] = ...``."""
+    keys = _key_target(loop.target, loop.iter)
+    return {
+        node.value.id
+        for statement in loop.body
+        for assign in ast.walk(statement)
+        if isinstance(assign, ast.Assign)
+        for node in assign.targets
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and _names(node.slice) <= keys
+        and _names(node.slice)
+    }
+
+
 def printed_english_labels(nb) -> list[str]:
     """``cell N: 'label'`` for each English dict key or tuple string that a loop of
     ``nb`` prints, its cells read in order (a dict made in one cell, printed in a
@@ -146,6 +161,8 @@ def printed_english_labels(nb) -> list[str]:
             source = _source_name(loop.iter)
             labels = labelled.get(source, []) if source else []
             labels = labels or _tuple_labels(loop.iter)
+            for name in _filled(loop) if labels else ():
+                labelled[name] = labels  # runs[name] = ...: runs is keyed by them
             if labels and _key_target(loop.target, loop.iter) & _printed_names(
                 loop.body
             ):
@@ -212,6 +229,26 @@ def test_the_check_catches_lesson_11s_english_labels_as_they_were():
         "cell 4: '8 x H100, peak GB'",
     ]
     assert printed_english_labels(notebook(*AFTER)) == []
+
+
+def test_labels_reached_through_a_comprehension_or_a_filled_dict_are_caught():
+    """Lesson 05 as it was: a dict comprehension over a literal tuple, and a loop
+    over one that fills a dict a later loop prints."""
+    comprehension = (
+        'schedule = {name: run(s) for name, s in (("safe scale 2**10", 1), '
+        '("scale 2**21", 2))}\n'
+        "for name, lrs in schedule.items():\n    print(f\"{name:16s} {lrs}\")"
+    )
+    filled = (
+        'runs = {}\nfor name, k in (("fp32, batch 64", 1), ("fp16, 4 x 16", 4)):\n'
+        "    runs[name] = k\n"
+        "for name, k in runs.items():\n    print(f\"{name:26s} {k} passes\")"
+    )
+    assert printed_english_labels(notebook(comprehension, filled)) == [
+        "cell 0: 'safe scale 2**10'",
+        "cell 0: 'scale 2**21'",
+        "cell 1: 'fp32, batch 64'",
+    ]
 
 
 def test_a_label_is_judged_by_its_words_not_its_code():
