@@ -110,10 +110,7 @@ def _printed_names(body: list[ast.stmt]) -> set[str]:
     found = set()
     for statement in body:
         for call in ast.walk(statement):
-            if (
-                isinstance(call, ast.Call)
-                and getattr(call.func, "id", None) == "print"
-            ):
+            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "print":
                 for arg in call.args:
                     found |= _names(arg)
     return found
@@ -175,7 +172,9 @@ def test_no_english_label_is_printed_from_a_dict_key(path: Path):
     found = printed_english_labels(nbformat.read(path, as_version=4))
     if path.stem in NOT_YET:
         assert found, f"{path.stem} prints no English label now: drop it from NOT_YET"
-        pytest.skip(f"{len(found)} English label(s), not yet fixed: " + "; ".join(found))
+        pytest.skip(
+            f"{len(found)} English label(s), not yet fixed: " + "; ".join(found)
+        )
     assert not found, (
         f"{path.name}: these English labels are printed from a dict key or a "
         "tuple, which no catalogue translates: key the dict by an identifier and "
@@ -210,9 +209,9 @@ AFTER = (
     "    errors[key] = back\n"
     "print(f\"{'cast as is':12}: relative error {errors['as_is']:6.2%}\")",
     'kept = {"weight": w, "weight.grad": w.grad}\n'
-    "for name, t in kept.items():\n    print(f\"{name:16} {t.element_size()}\")",
+    'for name, t in kept.items():\n    print(f"{name:16} {t.element_size()}")',
     'runs = {"bf16": 1, "fp8 + bf16": 2, "torchao fp8": 3}\n'
-    "for name, run in runs.items():\n    print(f\"{name:22} loss {run}\")",
+    'for name, run in runs.items():\n    print(f"{name:22} loss {run}")',
     # an English key that is looked up, never printed, is code
     'twin = {"the same": 1}\nfor name, n in twin.items():\n    print(n)',
 )
@@ -237,12 +236,12 @@ def test_labels_reached_through_a_comprehension_or_a_filled_dict_are_caught():
     comprehension = (
         'schedule = {name: run(s) for name, s in (("safe scale 2**10", 1), '
         '("scale 2**21", 2))}\n'
-        "for name, lrs in schedule.items():\n    print(f\"{name:16s} {lrs}\")"
+        'for name, lrs in schedule.items():\n    print(f"{name:16s} {lrs}")'
     )
     filled = (
         'runs = {}\nfor name, k in (("fp32, batch 64", 1), ("fp16, 4 x 16", 4)):\n'
         "    runs[name] = k\n"
-        "for name, k in runs.items():\n    print(f\"{name:26s} {k} passes\")"
+        'for name, k in runs.items():\n    print(f"{name:26s} {k} passes")'
     )
     assert printed_english_labels(notebook(comprehension, filled)) == [
         "cell 0: 'safe scale 2**10'",

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from amp_lessons.core.device import resolve_device
-from amp_lessons.i18n import N_
 from amp_lessons.core.output_files import write_atomically
+from amp_lessons.i18n import N_
 from amp_lessons.measure.bench import (
     BENCH_PRECISIONS,
     CONFIGS,
