@@ -669,7 +669,7 @@ def test_lang_es_prints_the_run_in_spanish_and_leaves_the_language(capsys):
     assert re.fullmatch(
         r"terminado en [\d.]+ s en cpu: pérdida [\d.]+ -> [\d.]+ "
         r"\(media de los 10 primeros/últimos pasos\), pérdida de "
-        r"evaluación [\d.]+, exactitud [\d.]+ %, 0 de 3 pasos "
+        r"evaluación [\d.]+, exactitud [\d.]+%, 0 de 3 pasos "
         r"omitidos, escala final 1",
         lines[-1],
     )
@@ -787,3 +787,19 @@ def test_the_first_log_line_and_the_bench_help_are_spanish(capsys, monkeypatch):
     assert "--gpt-batch N" in sizes and not english_left(sizes), sizes
     assert main(["--help"]) == 0
     assert "command" not in capsys.readouterr().out
+
+
+def test_the_bench_table_and_its_notes_are_spanish(capsys, monkeypatch):
+    """`bench` under LANGUAGE=es: the table's column names and the report's notes
+    (recorded in English in a results file) are printed in Spanish."""
+    monkeypatch.setenv("LANGUAGE", "es")
+    argv = ["bench", "--device", "cpu", "--configs", "mlp", "--precisions", "fp32"]
+    sizes = ["--mlp-width", "8", "--mlp-layers", "1", "--mlp-batch", "2"]
+    assert main([*argv, "--warmup", "0", "--iters", "1", *sizes]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next((line for line in lines if line.startswith("modelo ")), "")
+    assert "ms por paso" in header and "acel." in header and "pico/fp32" in header
+    notes = [line for line in lines if line.startswith("nota: ")]
+    python_none = re.compile(r"\bNone\b")  # peak_mem_bytes's value, not a word
+    assert len(notes) == 2, notes
+    assert not any(english_left(python_none.sub("", n)) for n in notes), notes

@@ -218,7 +218,7 @@ def _bench_output_paths(args: argparse.Namespace) -> list:
 
 def _print_bench_report(report: dict) -> None:
     """The run's settings, its table, and what it skipped or notes."""
-    from amp_lessons.measure import bench
+    from amp_lessons.measure import bench, bench_results
 
     print(
         _(
@@ -243,4 +243,5 @@ def _print_bench_report(report: dict) -> None:
             )
         )
     for note in report["notes"]:
-        print(_("note: {message}").format(message=note))
+        shown = bench.translated_note(note, bench_results.REPORT_NOTES)
+        print(_("note: {message}").format(message=shown))

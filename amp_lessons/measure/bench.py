@@ -391,14 +391,15 @@ def _row_note(p, device: torch.device) -> str:
     return ""
 
 
-def translated_note(note: str) -> str:
+def translated_note(note: str, templates: Sequence[str] = NOTES) -> str:
     """A row's recorded (English) note in the current language: it is matched against
-    the note templates, and its values put back in the translation.
+    the note templates (a report's own: ``bench_results.REPORT_NOTES``), and its
+    values put back in the translation.
 
     Example: ``translated_note("no TF32 before compute capability 8.0: fp32 again")``
     is the same text in English, and "sin TF32 antes de ..." after set_language("es").
     """
-    for template in NOTES:
+    for template in templates:
         pattern = "".join(
             f"(?P<{part[1:-1]}>.+?)" if part.startswith("{") else re.escape(part)
             for part in re.split(r"(\{\w+\})", template)
@@ -567,13 +568,13 @@ def format_table(results: Iterable[dict]) -> str:
 
     Row notes become numbered footnotes. Example first lines::
 
-        config       prec    step ms  speedup       peak peak/fp32         act ...
-        mlp          fp32       1.92    1.00x          -         -   224.0 KiB ...
+        config       prec      step ms  speedup       peak peak/fp32         act ...
+        mlp          fp32         1.92    1.00x          -         -   224.0 KiB ...
     """
-    header = (
-        f"{'config':<12} {'prec':<5} {'step ms':>9} {'speedup':>8} "
-        f"{'peak':>10} {'peak/fp32':>9} {'act':>11} {'act/fp32':>8} "
-        f"{'TFLOP/s':>8} {'MFU':>6}"
+    header = (  # the column names through the catalogue: `bench` prints this table
+        f"{gettext('config'):<12} {'prec':<5} {gettext('step ms'):>11} "
+        f"{gettext('speedup'):>8} {gettext('peak'):>10} {gettext('peak/fp32'):>9} "
+        f"{gettext('act'):>11} {gettext('act/fp32'):>8} {'TFLOP/s':>8} {'MFU':>6}"
     )
     lines = [header, "-" * len(header)]
     notes: list[str] = []
@@ -585,7 +586,7 @@ def format_table(results: Iterable[dict]) -> str:
                 notes.append(r["note"])
             mark = f" [{notes.index(r['note']) + 1}]"
         lines.append(
-            f"{r['config']:<12} {r['precision']:<5} {r['step_ms']:>9.2f} "
+            f"{r['config']:<12} {r['precision']:<5} {r['step_ms']:>11.2f} "
             f"{_times(r.get('speedup_vs_fp32')):>8} {_bytes(r['peak_mem_bytes']):>10} "
             f"{_times(r.get('peak_mem_ratio_vs_fp32')):>9} "
             f"{_bytes(r['activation_bytes']):>11} "

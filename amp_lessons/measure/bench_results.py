@@ -22,6 +22,7 @@ import torch
 
 from amp_lessons.core.device import resolve_device
 from amp_lessons.core.output_files import write_atomically
+from amp_lessons.i18n import N_
 from amp_lessons.measure.bench import (
     BENCH_PRECISIONS,
     CONFIGS,
@@ -33,13 +34,18 @@ from amp_lessons.measure.bench import (
 )
 
 SCHEMA = "amp_lessons.measure.bench/1"
-FLOPS_NOTE = (
+FLOPS_NOTE = N_(
     "FLOPs = matmul FLOPs of one training step, counted from the shapes: 2*m*n*k per "
     "matmul forward, twice that backward (input and weight gradients; the first MLP "
     "layer needs no input gradient), plus attention's QK^T and AV over the full T x T "
     "square (causal kernels skip about half of it, so this follows nanoGPT/PaLM's "
     "convention). Elementwise ops, norms and the optimizer are not counted."
 )
+PEAK_NOTE = N_(
+    "peak_mem_bytes is None on {device}: torch tracks allocations on CUDA only. "
+    "activation_bytes is exact on every device."
+)
+REPORT_NOTES = (FLOPS_NOTE, PEAK_NOTE)  # a report's notes, matched to translate them
 
 
 def find_results_dir() -> Path:
@@ -84,10 +90,7 @@ def bench_report(
     name = device_name(dev)
     notes = [FLOPS_NOTE]
     if dev.type != "cuda":
-        notes.append(
-            f"peak_mem_bytes is None on {dev.type}: torch tracks allocations "
-            "on CUDA only. activation_bytes is exact on every device."
-        )
+        notes.append(PEAK_NOTE.format(device=dev.type))
     return {
         "schema": SCHEMA,
         "device": dev.type,

@@ -472,7 +472,7 @@ def format_fit(result: Fit) -> str:
         star = " " if r.role == "fit" else "*"
         lines.append(
             f"{r.id + star:31} {r.published:8.2f}x {r.predicted:7.2f}x "
-            f"{r.error:+6.1%} {loo:>6}  {r.full_regime}/{r.amp_regime}"
+            f"{r.error:+6.1%} {loo:>6}  {_(r.full_regime)}/{_(r.amp_regime)}"
         )
     lines.append(_("* a check row, never fitted"))
     lines += textwrap.wrap(result.summary(), 80)

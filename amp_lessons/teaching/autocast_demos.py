@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from amp_lessons.i18n import _
 from amp_lessons.teaching.autocast_table import (
     error_line,
     short_dtype,
@@ -146,7 +147,7 @@ def nested_regions(
             )
         )
 
-    note("outside", lambda: x @ w)
+    note(_("outside"), lambda: x @ w)  # the labels a reader sees, in their language
     with torch.amp.autocast(device_type, dtype=dtype):
         h = x @ w  # low precision: the activation the inner regions receive
         note(f"autocast({short_dtype(dtype)})", lambda: h @ w)
@@ -154,9 +155,11 @@ def nested_regions(
             note("  autocast(enabled=False), h.float() @ w", lambda: h.float() @ w)
             note("  autocast(enabled=False), h @ w", lambda: h @ w)
         with torch.amp.autocast(device_type, dtype=other):
-            note(f"  autocast({short_dtype(other)}) inside", lambda: h @ w)
-        note(f"autocast({short_dtype(dtype)}) again", lambda: h @ w)
-    note("outside again", lambda: x @ w)
+            inside = _("autocast({dtype}) inside").format(dtype=short_dtype(other))
+            note("  " + inside, lambda: h @ w)
+        again = _("autocast({dtype}) again").format(dtype=short_dtype(dtype))
+        note(again, lambda: h @ w)
+    note(_("outside again"), lambda: x @ w)
     return states
 
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from amp_lessons.core.device import device_present
+from amp_lessons.i18n import _
 
 # What autocast did to an op, as inferred from two runs (see ``_category``).
 LOW = "lower precision"  # runs in the autocast dtype even with fp32 inputs
@@ -375,10 +376,14 @@ def table_html(
     """The same table as HTML (no pandas), one colour per category; show it with
     ``IPython.display.HTML(table_html(rows))``."""
     low = short_dtype(dtype) if dtype is not None else "low"
-    head = "".join(
-        f"<th style='text-align:left'>{h}</th>"
-        for h in ("op", "inputs", "output", f"{low} inputs &rarr;", "category")
+    headers = (
+        "op",
+        _("inputs"),
+        _("output"),
+        _("{low} inputs &rarr;").format(low=low),
+        _("category"),
     )
+    head = "".join(f"<th style='text-align:left'>{h}</th>" for h in headers)
     body = []
     for row in rows:
         colour = _COLOURS.get(row.category, "#ffffff")
