@@ -48,7 +48,7 @@ def predict_autocast_dtypes():
 def amp_step_order():
     return [
         "zero_grad",
-        "forward under autocast",
+        "with autocast: forward",
         "scaler.scale(loss).backward()",
         "scaler.unscale_(optimizer)",
         "clip_grad_norm_",

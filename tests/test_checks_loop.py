@@ -27,7 +27,7 @@ from amp_lessons.teaching.checks import train_step as graders
 def order_clip_first():
     return [
         "zero_grad",
-        "forward under autocast",
+        "with autocast: forward",
         "scaler.scale(loss).backward()",
         "clip_grad_norm_",
         "scaler.unscale_(optimizer)",

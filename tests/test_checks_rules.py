@@ -515,7 +515,7 @@ RULES = [
     ]),
     ("05 amp_step_order", checks.check_amp_step_order, amp_step_order, [
         ("forward before backward",
-         order_swapped("forward under autocast", "scaler.scale(loss).backward()")),
+         order_swapped("with autocast: forward", "scaler.scale(loss).backward()")),
         ("unscale_ after backward",
          order_swapped("scaler.scale(loss).backward()", "scaler.unscale_(optimizer)")),
         ("clip after unscale_",

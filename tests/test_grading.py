@@ -582,15 +582,12 @@ def test_grading_two_at_a_time_leaves_what_one_at_a_time_does(tmp_path):
     notebooks = write_fixture_course(tmp_path / "nb")
     course = grading.build_course(list(notebooks.values()), tmp_path / "course")
     grading.generate_student_edition(course)
-    released = {
-        name: course / "release" / path.stem / path.name
-        for name, path in notebooks.items()
-    }
     wrong = tmp_path / "cy" / "01_good.ipynb"
     wrong.parent.mkdir()
     wrong.write_text(notebooks["good"].read_text().replace("return x / 2", "return x"))
+    # three submissions (a blank one scores 0 in the fixture rehearsal above): each
+    # sandboxed grading costs seconds of CI
     grading.submit("amy", [notebooks["good"], notebooks["flawed"]], course)
-    grading.submit("bob", [released["good"]], course)
     grading.submit("cy", [wrong], course)
     sandboxed = sandbox.sandbox_problem() is None
     one = autograder.autograde(course, sandboxed=sandboxed, jobs=1)
@@ -604,9 +601,9 @@ def test_grading_two_at_a_time_leaves_what_one_at_a_time_does(tmp_path):
         (o.student, o.lesson, o.ok, o.flags) for o in one
     ]
     scores = {(g["student"], g["lesson"]): g["score"] for g in graded}
-    assert scores[("amy", "01_good")] == 3 and scores[("bob", "01_good")] == 0
+    assert scores[("amy", "01_good")] == 3
     assert scores[("cy", "01_good")] == 2  # half() is wrong, double() is right
-    assert len(graded) == 4
+    assert len(graded) == 3
 
 
 def test_autograde_jobs_must_be_one_or_more(tmp_path, capsys):

@@ -27,7 +27,7 @@ __all__ = ["AMP_STEPS", "check_amp_step_order"]
 
 _ZERO, _FWD, _BWD = (
     "zero_grad",
-    "forward under autocast",
+    "with autocast: forward",
     "scaler.scale(loss).backward()",
 )
 _UNSCALE, _CLIP = "scaler.unscale_(optimizer)", "clip_grad_norm_"
@@ -239,6 +239,6 @@ def check_amp_step_order(
     zero_grad may come first or last.
 
     Example:
-        >>> check_amp_step_order(lambda: ["zero_grad", "forward under autocast", ...])
+        >>> check_amp_step_order(lambda: ["zero_grad", "with autocast: forward", ...])
     """
     grade("check_amp_step_order", amp_step_order, hidden, _order_rows)
