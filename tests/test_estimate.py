@@ -544,6 +544,8 @@ def test_estimate_beside_the_recorded_h200_run():
             assert r["measured_speedup"] == r["estimated_speedup"] == 1
     section = estimate_check.estimate_section(_report())
     assert section.count("\n| transformer |") == 4
+    fitted = json.loads(published.FIT_FILE.read_text())["date"]
+    assert f"the fit of {fitted}" in section  # which fit the page shows
     # nothing to set beside: a GPU the estimate does not know, or made-up numbers
     assert (
         estimate_check.measured_vs_estimated(

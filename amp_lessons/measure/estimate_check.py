@@ -14,9 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import json
+
 from amp_lessons.measure import model_zoo
 from amp_lessons.measure.estimate import estimate_step
 from amp_lessons.measure.gpus import GPUS
+from amp_lessons.measure.published import FIT_FILE
 
 # torch.cuda.get_device_name() -> the estimate's GPU table
 DEVICE_NAMES = {
@@ -105,6 +108,11 @@ def measured_vs_estimated(report: dict) -> list[dict]:
     return out
 
 
+def _fit_date() -> str:
+    """The date the fitted efficiencies were recorded (``published_fit.json``)."""
+    return json.loads(FIT_FILE.read_text())["date"]
+
+
 def estimate_section(report: dict) -> str:
     """The summary page's table: measured and estimated step times, side by side."""
     rows = measured_vs_estimated(report)
@@ -114,7 +122,10 @@ def estimate_section(report: dict) -> str:
         "## Measured here vs the first-principles estimate",
         "",
         "The estimate (`python -m amp_lessons estimate`, efficiencies fitted on "
-        "published rows, not on this run) of the same two configs on this GPU.",
+        f"published rows, not on this run: the fit of {_fit_date()}, "
+        "`amp_lessons/measure/data/published_fit.json`) of the same two configs on "
+        "this GPU. A later fit estimates again; the README states today's beside "
+        "this record.",
         "",
         "| config | precision | measured ms | estimated ms | estimate / measured "
         "| measured vs fp32 | estimated vs fp32 | dominant (estimate) |",
