@@ -269,7 +269,7 @@ def paused_twice(path: Path, cache: dict, pause_s: float = 300.0) -> LessonRun:
         again = nbformat.read(twin or path, as_version=4)
         run = run_in_one_kernel(
             [first, again],
-            path.parent,
+            path.parent,  # both passes: notebooks/es/results links to results/
             pause_s=pause_s,
             before_pass={2: SVG_TEXT_FIGURES} if twin else {},
         )
