@@ -6,7 +6,7 @@ Each grader adds the faults only its exercise can show.
 
 from __future__ import annotations
 
-from amp_lessons.i18n import N_
+from amp_lessons.i18n import N_, _
 
 STEP_FAULTS = {
     "unscaled": N_(
@@ -40,3 +40,11 @@ STEP_FAULTS = {
         "unscale_ ran twice in one step: the second would divide the gradients by "
         "the scale again, so torch refuses it. The scaler's step unscales by itself."),
 }  # fmt: skip
+
+
+def with_the_error(hint: str, raised) -> str:
+    """A fault's hint, then the first sentence of the error the learner's step raised
+    (``raised``: the grader's `Raised`), so torch's own words are there too."""
+    said = raised.message.split(". ")[0].strip().rstrip(".")
+    error = f"{type(raised.exc).__name__}: {said}." if said else str(raised)
+    return hint + " " + _("(The error: {error})").format(error=error)

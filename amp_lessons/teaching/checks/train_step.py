@@ -27,7 +27,7 @@ from amp_lessons.teaching.checks._engine import (
     show_value,
 )
 from amp_lessons.teaching.checks._recording import RecordingScaler
-from amp_lessons.teaching.checks._step_faults import STEP_FAULTS
+from amp_lessons.teaching.checks._step_faults import STEP_FAULTS, with_the_error
 
 __all__ = ["check_amp_train_step"]
 
@@ -282,9 +282,7 @@ def _train_hint(run: _Run) -> str:
     raised = isinstance(got, Raised)
     hint = _fault_hint(run)
     if hint and raised:  # the error's own words too, its first sentence
-        said = got.message.split(". ")[0].strip().rstrip(".")
-        error = f"{type(got.exc).__name__}: {said}." if said else str(got)
-        return hint + " " + _("(The error: {error})").format(error=error)
+        return with_the_error(hint, got)
     if hint:
         return hint
     if raised:
