@@ -252,3 +252,23 @@ def stated_minutes(nb) -> tuple[int, int] | None:
 
 def read(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def in_process_code(path: Path) -> list[tuple[str, str]]:
+    """(cell id, source) of a lesson's code cells as a test runs them with exec() in
+    its own process: the Colab cell and the graded test cells skipped, IPython's
+    magics (``%matplotlib inline``) left out."""
+    import nbformat
+
+    return [
+        (
+            cell.get("id"),
+            "\n".join(
+                line for line in cell.source.splitlines() if not line.startswith("%")
+            ),
+        )
+        for cell in nbformat.read(path, as_version=4).cells
+        if cell.cell_type == "code"
+        and cell.get("id") != "colab-setup"
+        and not nbgrader(cell).get("grade")
+    ]

@@ -11,6 +11,7 @@ import re
 
 import nbformat
 import pytest
+from notebook_lint_rules import in_process_code
 from paths import ENTRY
 
 from amp_lessons.measure import bench_results, published
@@ -22,21 +23,13 @@ def run_until(proof_id: str, replace: dict[str, tuple[str, str]] | None = None) 
     """Execute the lesson's code cells up to the proof ``proof_id`` (the Colab cell
     and the graded cells skipped), with ``replace[cell id] = (old, new)`` applied."""
     namespace: dict = {}
-    for cell in nbformat.read(ENTRY, as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if (
-            cell.cell_type != "code"
-            or cell.get("id") == "colab-setup"
-            or meta.get("grade")
-        ):
-            continue
-        source = cell.source
-        old, new = (replace or {}).get(cell.get("id"), ("", ""))
+    for cell_id, source in in_process_code(ENTRY):
+        old, new = (replace or {}).get(cell_id, ("", ""))
         if old:
-            assert old in source, f"{cell.get('id')}: {old!r} is not in the cell"
+            assert old in source, f"{cell_id}: {old!r} is not in the cell"
             source = source.replace(old, new)
-        exec(compile(source, cell.get("id"), "exec"), namespace)
-        if cell.get("id") == proof_id:
+        exec(compile(source, cell_id, "exec"), namespace)
+        if cell_id == proof_id:
             return
     raise AssertionError(f"no proof cell {proof_id}")
 

@@ -10,8 +10,8 @@ cell to the proof of the mutation comparison, with that one value changed.
 import contextlib
 import io
 
-import nbformat
 import pytest
+from notebook_lint_rules import in_process_code
 from paths import NOTEBOOKS_DIR
 
 LESSON = NOTEBOOKS_DIR / "03_loss_scaling.ipynb"
@@ -25,25 +25,15 @@ def run_lesson(replace: tuple[str, str]) -> dict[str, str]:
     ``replace`` applied to cell c042."""
     namespace: dict = {}
     printed = {}
-    for cell in nbformat.read(LESSON, as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if (
-            cell.cell_type != "code"
-            or cell.get("id") == "colab-setup"
-            or meta.get("grade")
-        ):
-            continue
-        source = "\n".join(
-            line for line in cell.source.splitlines() if not line.startswith("%")
-        )
-        if cell.get("id") == "c042":
+    for cell_id, source in in_process_code(LESSON):
+        if cell_id == "c042":
             assert replace[0] in source, "CONFIGS changed: update SETTING"
             source = source.replace(replace[0], replace[1], 1)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(compile(source, cell.get("id"), "exec"), namespace)
-        printed[cell.get("id")] = out.getvalue()
-        if cell.get("id") == LAST:
+            exec(compile(source, cell_id, "exec"), namespace)
+        printed[cell_id] = out.getvalue()
+        if cell_id == LAST:
             return printed
     raise AssertionError(f"no cell {LAST}")
 
