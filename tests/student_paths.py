@@ -171,6 +171,7 @@ def run_in_one_kernel(
     pause_s: float = 0.0,
     timeout_s: float = CELL_TIMEOUT_S,
     before_pass: dict[int, str] | None = None,
+    first_cell: dict[int, int] | None = None,
 ) -> KernelRun:
     """Run All on each notebook node of `notebooks` in turn, in ONE kernel.
 
@@ -179,6 +180,8 @@ def run_in_one_kernel(
     clocks jump that far ahead before every cell (see the module docstring).
     ``before_pass`` maps a pass number (1 = the first) to code the harness runs in
     the kernel just before that pass (not a cell of the lesson: nothing recorded).
+    ``first_cell`` maps a pass number to the index of the cell it starts at, as
+    JupyterLab's "Run Selected Cell and All Below" does (default: the first).
     """
     from nbclient import NotebookClient
 
@@ -198,8 +201,9 @@ def run_in_one_kernel(
             if pass_no in (before_pass or {}):
                 _run_harness_code(client, before_pass[pass_no])
             client.nb = nb
+            start = (first_cell or {}).get(pass_no, 0)
             for index, cell in enumerate(nb.cells):
-                if cell.cell_type != "code":
+                if cell.cell_type != "code" or index < start:
                     continue
                 t0 = time.perf_counter()
                 client.execute_cell(cell, index)
@@ -300,14 +304,40 @@ def unsolved_path(
     then untouched, in one kernel. ``then`` turns the wrongly answered notebook into
     the one run (the tests skip its optional parts, `core_path`: first, in a fresh
     kernel, so that nothing an optional cell defines is there). Returns the run, the
-    number of answers and the wrongly answered notebook, executed."""
+    number of answers and the wrongly answered notebook, executed.
+
+    The untouched edition runs from its first cell that differs from the first
+    pass's (the first exercise, or an optional part the first pass skipped) down,
+    as a student who clears an answer and runs everything below it: the cells above
+    are the same cells, run in this kernel already, so every cell of the edition runs
+    unsolved, top to bottom, in one kernel (lesson 10's three torchrun launches,
+    above its exercise, run once instead of twice: CI's time)."""
     wrong = nbformat.read(released, as_version=4)
     unsolved = nbformat.read(released, as_version=4)
     answers = answer_wrongly(wrong)
     if then is not None:
         wrong = then(wrong)
-    run = run_in_one_kernel([wrong, unsolved], Path(released).parent, pause_s)
+    run = run_in_one_kernel(
+        [wrong, unsolved],
+        Path(released).parent,
+        pause_s,
+        first_cell={2: first_difference(wrong, unsolved)},
+    )
     return run, answers, wrong
+
+
+def first_difference(a, b) -> int:
+    """The index of the first cell where notebooks ``a`` and ``b`` differ (type or
+    source); the length of the shorter one if neither has such a cell."""
+    pairs = zip(a.cells, b.cells)
+    return next(
+        (
+            i
+            for i, (x, y) in enumerate(pairs)
+            if (x.cell_type, x.source) != (y.cell_type, y.source)
+        ),
+        min(len(a.cells), len(b.cells)),
+    )
 
 
 PASS_NAMES = {1: "answered wrongly", 2: "unsolved"}

@@ -16,7 +16,9 @@ newest torch): an error in the first pass is a plain failure or a pause problem,
 message says which cell; an error only in the second pass is a re-run problem (or a
 Spanish one: the message says which). Paths 3 and 4 share one kernel per graded
 lesson too (every lesson with optional parts is graded): the student edition's core
-path answered wrongly, then the whole edition unsolved. The fixture notebooks below
+path answered wrongly, then the whole edition unsolved, from its first cell that
+differs on (the cells above ran in the first pass, in this kernel: lesson 10's
+torchrun launches run once, not twice). The fixture notebooks below
 prove each test can fail, and that the clock jump leaves a cell's own timing alone.
 """
 
@@ -31,6 +33,7 @@ from notebook_lint_rules import optional_cells
 from paths import ES_STUDENT_PATHS, LESSONS
 from spanish_outputs import notebook_verdict
 from student_paths import (
+    first_difference,
     paused_twice,
     run_in_one_kernel,
     spanish_twin,
@@ -263,6 +266,34 @@ def test_unsolved_path_catches_cells_that_use_the_students_function(tmp_path):
     assert "cell 3 ('try:'), exercises unsolved" not in text
     assert text.count("cell 5 ('assert True  # grades nothing')") == 2
     assert "cell 6" not in text and "cell 1 " not in text
+
+
+def test_the_unsolved_pass_runs_from_the_first_cell_that_differs(tmp_path):
+    """The second pass starts where the untouched edition first differs from the
+    first pass's notebook: there an optional part the first pass skipped, then the
+    exercise; the cell above both ran once, in the first pass, in this kernel."""
+    stub = "    # YOUR CODE HERE\n    raise NotImplementedError()"
+    edition = notebook(
+        "runs = globals().get('runs', 0) + 1",  # 0 the same in both passes
+        "## A detour (optional)",
+        "detour = 1",  # 1, 2
+        "## Back on the core path",  # 3
+        f"def double(x):\n{stub}",  # 4 solution
+        "assert double(2) == 4",  # 5 test
+        "assert runs == 1",  # 6 the top cell ran once
+        graded={4: "solution", 5: "test"},
+    )
+    for i in (1, 3):
+        edition.cells[i] = nbformat.v4.new_markdown_cell(edition.cells[i].source)
+    released = tmp_path / "99_fixture.ipynb"
+    nbformat.write(edition, released)
+    run, _, _ = unsolved_path(released, then=core_path)
+    assert [c.index for c in run.cells if c.pass_no == 1] == [0, 4, 5, 6]
+    assert [c.index for c in run.cells if c.pass_no == 2] == [2, 4, 5, 6]
+    assert unsolved_path_problems(run) == []
+    run, _, _ = unsolved_path(released)  # nothing skipped: from the exercise on
+    assert [c.index for c in run.cells if c.pass_no == 2] == [4, 5, 6]
+    assert first_difference(edition, edition) == len(edition.cells)
 
 
 def test_core_pass_catches_what_needs_an_optional_part_and_a_crashing_check(tmp_path):
