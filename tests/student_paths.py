@@ -329,7 +329,7 @@ def unsolved_path(
 def first_difference(a, b) -> int:
     """The index of the first cell where notebooks ``a`` and ``b`` differ (type or
     source); the length of the shorter one if neither has such a cell."""
-    pairs = zip(a.cells, b.cells)
+    pairs = zip(a.cells, b.cells, strict=False)
     return next(
         (
             i

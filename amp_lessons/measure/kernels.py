@@ -24,6 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import conv_flop_count, flop_registry
 
+from amp_lessons.measure import meta_outputs
 from amp_lessons.measure.gemm_model import conv_gemms
 
 aten = torch.ops.aten
@@ -161,7 +162,7 @@ class KernelRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = meta_outputs.run(func, args, kwargs)  # a repeated call: from a memo
         self.dispatched_ops += 1
         name = func._overloadpacket.__name__
         returns = func._schema.returns
