@@ -54,6 +54,25 @@ def test_nbgrader_main_is_nbgrader_without_the_iri_grammar():
     assert _python(probe) == "True"  # what it spares: the Jupyter stack installs it
 
 
+def test_nbgrader_main_leaves_nbgraders_server_extensions_out():
+    """Its nbgrader imports no jupyter_server (0.3 s a process), and a stand-in
+    refuses, in words, to be loaded into a server."""
+    probe = (
+        "import sys, nbgrader.apps.nbgraderapp; print('jupyter_server' in sys.modules)"
+    )
+    skip = (
+        "from amp_lessons.tooling.grading.nbgrader_main import "
+        "skip_server_extensions; skip_server_extensions(); "
+    )
+    assert _python(skip + probe) == "False"
+    assert _python(probe) == "True"  # what it spares
+    load = (
+        "import nbgrader\ntry:\n    nbgrader._load_jupyter_server_extension(None)\n"
+        "except RuntimeError as e:\n    print(e)"
+    )
+    assert "leaves nbgrader's server extensions out" in _python(skip + load)
+
+
 def test_the_gradebook_revision_is_the_one_alembic_heads_prints(tmp_path):
     """nbgrader_main reads the newest schema revision in-process: the same revision
     nbgrader's own ``alembic heads`` subprocess gives, and what a new gradebook of
