@@ -691,7 +691,24 @@ def test_optimizer_step_priced_as_its_implementation_runs(
     assert sum(k.bytes for k in clip) == pytest.approx(12 * numel, rel=0.01)
 
 
-def test_lamb_has_only_a_fused_step():
+def test_lamb_has_a_fused_step_and_transformer_xls_loop():
+    """apex's FusedLAMB is one multi-tensor step; Transformer-XL's jitlamb loops
+    over the parameters, 5 kernels each (lamb.py's lamb_kernel with TorchScript's
+    elementwise fusion: moments and direction, two norms, the clamp, the update).
+    Three parameters of 8 x 8, 8 and 8 x 8 values: 15 launches, 12 fp32 passes over
+    their 136 values and the clamp's 8 bytes each."""
+    with META:
+        model = torch.nn.Sequential(
+            torch.nn.Linear(8, 8), torch.nn.Linear(8, 8, bias=False)
+        )
+    from amp_lessons.measure.estimate import step_kernels
+
+    loop = step_kernels(model, "fp32", "lamb", "loop")
+    assert len(loop) == sum(k.launches for k in loop) == 15
+    assert {k.kind for k in loop} == {"optimizer"}
+    assert sum(k.bytes for k in loop) == 12 * 4 * 136 + 3 * 8
+    (fused,) = step_kernels(model, "fp32", "lamb", "fused")
+    assert fused.launches == 2 and fused.bytes == 40 * 136
     w = model_zoo.mlp(layers=1, width=64, batch=4)
     with pytest.raises(ValueError, match="no torch.optim implementation"):
         estimate_step(
@@ -702,6 +719,23 @@ def test_lamb_has_only_a_fused_step():
             "lamb",
             implementation="foreach",
         )
+
+
+def test_rows_record_the_optimizer_implementation_their_source_runs():
+    """Transformer-XL's rows loop (jitlamb); BERT SQuAD's full-precision run loops
+    (BertAdam), its AMP run is fused (FusedAdam); the loop is priced per parameter."""
+    rows = {r.id: r for r in published.load_rows()}
+    xl = rows["transformer_xl_base_v100_16gb"]
+    assert xl.implementation(False) == xl.implementation(True) == "loop"
+    squad = rows["bert_large_squad_a100_80gb"]
+    assert (squad.implementation(False), squad.implementation(True)) == (
+        "loop",
+        "fused",
+    )
+    assert rows["resnet50_a100_80gb"].implementation(True) == "fused"
+    t = published.traced(xl)
+    params = sum(1 for k in t.amp.extra if k.name == "lamb_moments")
+    assert params and sum(k.kind == "optimizer" for k in t.amp.extra) == 5 * params
 
 
 # ---- validation on rows the fit never saw ----------------------------------------
