@@ -64,6 +64,7 @@ FAMILIES = {
     "unet": published_models.unet,
     "fastpitch": published_models.fastpitch,
     "dlrm": published_models.dlrm,
+    "transformer_xl": published_models.transformer_xl,
 }
 # The grid the fit searches: each efficiency's candidate values (16-bit and TF32
 # tensor cores apart, each a large GEMM's share of the peak: smaller GEMMs lose more
@@ -184,20 +185,15 @@ def load_rows(path: Path | None = None) -> list[Row]:
 
 
 def workload(row: Row, amp: bool) -> model_zoo.Workload:
-    """The row's model at the batch its full-precision or AMP run used. A step's
-    items are the builder's (samples, tokens, mel frames), unless the row says how
-    many of its unit a sample holds (``items_per_sample``: Transformer-XL's tokens)."""
+    """The row's model at the batch its full-precision or AMP run used; a step's
+    items are the builder's (samples, tokens, mel frames)."""
     return _workload(row.shape, row.amp_batch if amp else row.full_batch)
 
 
 def _workload(shape_text: str, batch: int) -> model_zoo.Workload:
     shape = Row.sizes(SimpleNamespace(shape=shape_text))
     family = FAMILIES[shape.pop("family")]
-    per_item = shape.pop("items_per_sample", None)
-    w = family(batch=batch, **shape)
-    if per_item is not None:
-        w.items = int(batch * per_item)
-    return w
+    return family(batch=batch, **shape)
 
 
 @dataclass(frozen=True)
