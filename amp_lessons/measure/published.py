@@ -299,22 +299,44 @@ def _grid_seconds(step: Step, gpu) -> torch.Tensor:
         else:
             key = _grid_key(k, gpu)
             plain[key] = plain.get(key, 0) + 1
-    gpu_part = torch.tensor(
-        list(itertools.product(*list(GRID.values())[:5])), dtype=torch.float64
-    )
+    gpu_part = _gpu_grid()
     gpu_s = _grid_kernel_seconds(list(plain), gpu, gpu_part) @ torch.tensor(
         list(plain.values()), dtype=torch.float64
     )
-    for k, count in choices.items():
-        best = _grid_kernel_seconds([_grid_key(k, gpu)], gpu, gpu_part)[:, 0]
-        for option in k.alternatives:
-            keys = [_grid_key(p, gpu) for p in option]
-            best = torch.minimum(best, _grid_kernel_seconds(keys, gpu, gpu_part).sum(1))
-        gpu_s = gpu_s + best * count
+    if choices:
+        gpu_s = gpu_s + _cheapest_ways(choices, gpu, gpu_part)
     cpu_s = (
         cpu_launches(kernels) * torch.tensor(GRID["cpu_us"], dtype=torch.float64) * 1e-6
     )
     return torch.maximum(gpu_s[:, None], cpu_s[None, :]).reshape(-1)
+
+
+@cache
+def _gpu_grid() -> torch.Tensor:
+    """The grid's first five efficiencies (the GPU's), every combination."""
+    return torch.tensor(
+        list(itertools.product(*list(GRID.values())[:5])), dtype=torch.float64
+    )
+
+
+def _cheapest_ways(choices: dict, gpu, gpu_part: torch.Tensor) -> torch.Tensor:
+    """The seconds of kernels with alternatives, each at its cheapest way at every
+    grid point, times how often it runs: every way's kernels priced in one pass,
+    summed per way, the least way kept per kernel."""
+    keys, way_of_key, kernel_of_way = [], [], []
+    for i, k in enumerate(choices):
+        for way in ((k,), *k.alternatives):
+            keys += [_grid_key(p, gpu) for p in way]
+            way_of_key += [len(kernel_of_way)] * len(way)
+            kernel_of_way.append(i)
+    seconds = _grid_kernel_seconds(keys, gpu, gpu_part)  # grid points x keys
+    sums = torch.zeros(len(keys), len(kernel_of_way), dtype=torch.float64)
+    sums[torch.arange(len(keys)), torch.tensor(way_of_key)] = 1.0
+    per_way = seconds @ sums  # grid points x ways
+    owner = torch.tensor(kernel_of_way).expand_as(per_way)
+    best = torch.full((len(gpu_part), len(choices)), math.inf, dtype=torch.float64)
+    best = best.scatter_reduce(1, owner, per_way, reduce="amin")
+    return best @ torch.tensor(list(choices.values()), dtype=torch.float64)
 
 
 def _grid_key(k, gpu) -> tuple:
