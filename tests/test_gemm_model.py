@@ -123,3 +123,118 @@ def test_nchw_convolutions_on_tensor_cores_pay_transposes():
     nhwc = estimate_step(conv, x, gpu, "bf16", "none", channels_last=True)
     assert nchw.seconds > nhwc.seconds
     assert math.isclose(nchw.by_kind["layout"], nchw.seconds - nhwc.seconds)
+
+
+# ---- cuDNN's Winograd for 3x3 convolutions ------------------------------------------
+
+
+def test_winograd_price_of_one_3x3_convolution_by_hand():
+    """F(4x4, 3x3) (Lavin & Gray 2016): 36 multiplies for a 4 x 4 output tile, 4x
+    fewer than the direct 144. A 256 -> 256 3x3 convolution over 8 x 16 x 16: 8 *
+    4 * 4 = 128 tiles; the GEMMs are 36 of 128 x 256 by 256 x 256; the transforms
+    move the input, its 36 / 16 = 2.25x larger transform, the products and the
+    output (fp32: 4 bytes each). The step prices the cheaper of the two ways."""
+    n, c, h = 8, 256, 16
+    with META:
+        conv = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+    x = torch.empty(n, c, h, h, device=META)
+    forward = next(
+        k for k in trace_step(conv, x, "fp32").kernels if k.kind == "convolution"
+    )
+    direct_flops = 2 * n * h * h * c * c * 9
+    assert forward.flops == direct_flops
+    (option,) = forward.alternatives
+    names = [k.name for k in option]
+    assert names == [
+        "winograd_input_transform",
+        "winograd_filter_transform",
+        "winograd_gemm",
+        "winograd_output_transform",
+    ]
+    tiles, act = n * 4 * 4, n * c * h * h
+    gemm = option[2]
+    assert gemm.flops * 4 == direct_flops == 2 * 36 * tiles * c * c * 4
+    assert gemm.gemms == ((36, tiles, c, c),)
+    assert option[0].bytes == 4 * (act + 36 * tiles * c)  # reads x, writes 2.25x
+    assert 36 * tiles * c == 2.25 * act
+    assert option[1].bytes == 4 * (9 * c * c + 36 * c * c)
+    assert gemm.bytes == 4 * (36 * tiles * c * 2 + 36 * c * c)
+    assert option[3].bytes == option[0].bytes
+    # priced: the cheaper of the direct kernel and the four Winograd kernels
+    v100 = GPUS["V100-SXM2-32GB"]
+    eff = FITTED
+
+    def seconds(k):
+        compute = (
+            k.flops / (v100.peak("fp32") * eff.fp32 * shape_efficiency(k, v100))
+            if k.flops
+            else 0.0
+        )
+        memory = k.bytes / (v100.bandwidth_gbs * 1e9 * eff.memory)
+        return max(compute, memory, eff.kernel_us * 1e-6)
+
+    by_winograd = sum(seconds(k) for k in option)
+    assert by_winograd < seconds(forward)  # 256 channels: Winograd pays on a V100
+    est = estimate_step(conv, x, "V100-SXM2-32GB", "fp32", "none")
+    assert est.by_kind["convolution"] == pytest.approx(
+        by_winograd
+        + sum(
+            min(seconds(k), min(sum(seconds(p) for p in o) for o in k.alternatives))
+            for k in trace_step(conv, x, "fp32").kernels
+            if k.name == "convolution_backward"
+        )
+    )
+
+
+def test_winograd_only_where_cudnn_runs_it():
+    """Strided, 1x1, grouped, depthwise, dilated, transposed, 1D and 3D convolutions
+    have no Winograd alternative; a 3x3 one's backward has three (the data
+    gradient, the filter gradient or both by Winograd)."""
+    x = torch.empty(2, 32, 16, 16, device=META, requires_grad=True)
+
+    def alternatives(module, inp=x):
+        kernels = trace_step(module, inp, "fp32").kernels
+        return [len(k.alternatives) for k in kernels if k.kind == "convolution"]
+
+    with META:
+        plain = torch.nn.Conv2d(32, 32, 3, padding=1)
+        others = [
+            torch.nn.Conv2d(32, 32, 3, stride=2, padding=1),
+            torch.nn.Conv2d(32, 32, 1),
+            torch.nn.Conv2d(32, 32, 3, padding=1, groups=4),
+            torch.nn.Conv2d(32, 32, 3, padding=1, groups=32),
+            torch.nn.Conv2d(32, 32, 3, padding=2, dilation=2),
+            torch.nn.ConvTranspose2d(32, 32, 3, padding=1),
+        ]
+        conv1d, conv3d = torch.nn.Conv1d(32, 32, 3), torch.nn.Conv3d(32, 32, 3)
+    assert alternatives(plain) == [1, 3]
+    for module in others:
+        assert alternatives(module) == [0, 0], module
+    seq = torch.empty(2, 32, 16, device=META, requires_grad=True)
+    vol = torch.empty(2, 32, 8, 8, 8, device=META, requires_grad=True)
+    assert alternatives(conv1d, seq) == alternatives(conv3d, vol) == [0, 0]
+
+
+def test_the_fits_grid_prices_winograd_as_price_does():
+    """The fit's vectorized pricing takes the cheaper way at every grid point, as
+    ``price`` does at one."""
+    from amp_lessons.measure import published
+    from amp_lessons.measure.estimate import Efficiency, price
+
+    with META:
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(16, 256, 3, padding=1),
+            torch.nn.Conv2d(256, 256, 3, padding=1),
+        )
+    x = torch.empty(8, 16, 32, 32, device=META)
+    trace = trace_step(model, x, "fp32")
+    assert any(k.alternatives for k in trace.kernels)
+    step = published.Step(trace, [], 8)
+    gpu = GPUS["V100-SXM2-32GB"]
+    seconds = published._grid_seconds(step, gpu)
+    combos = published.grid()
+    for i in (0, len(combos) // 3, len(combos) - 1):
+        eff = Efficiency(*combos[i].tolist())
+        assert float(seconds[i]) == pytest.approx(
+            price(trace, gpu, "fp32", eff).seconds
+        )

@@ -137,7 +137,8 @@ def step_kernels(
     """The kernels after backward: GradScaler's unscale_ (fp16 only), gradient
     clipping where the step clips, and the optimizer step over the fp32 master
     weights, as ``implementation`` runs it: ``fused`` (one kernel, ``OPTIMIZERS``'
-    bytes), or torch's ``foreach`` or ``loop`` step, traced (``optimizer_step``)."""
+    bytes), or torch's ``foreach`` or ``loop`` step, traced (``optimizer_step``);
+    LAMB's ``loop`` is Transformer-XL's jitlamb, 5 kernels a parameter."""
     check_optimizer(optimizer)
     params = [p for p in model.parameters() if p.requires_grad]
     numel = sum(p.numel() for p in params)
@@ -192,34 +193,20 @@ def price(
 ) -> Estimate:
     """Price a traced step on ``gpu``: each kernel takes the longest of its compute
     time, its memory time and its launch floor; the step takes the longer of the
-    GPU's sum and the CPU's dispatch time."""
+    GPU's sum and the CPU's dispatch time. A kernel with ``alternatives`` (a 3x3
+    convolution cuDNN can run by Winograd) costs its cheapest way."""
     parts = defaultdict(float)
     by_kind = defaultdict(float)
     kernels = [*trace.kernels, *extra]
-    bandwidth = gpu.bandwidth_gbs * 1e9 * eff.memory
     for k in kernels:
-        compute = (
-            k.flops
-            / (
-                gpu.peak(k.math)
-                * math_efficiency(eff, k.math)
-                * shape_efficiency(k, gpu)
-            )
-            if k.flops
-            else 0.0
-        )
-        memory = k.bytes / bandwidth
-        floor = k.launches * eff.kernel_us * 1e-6
-        seconds = max(compute, memory, floor)
-        regime = (
-            "overhead"
-            if floor >= max(compute, memory)
-            else "compute"
-            if compute >= memory
-            else "memory"
-        )
-        parts[regime] += seconds
-        by_kind[k.kind] += seconds
+        timed = _timed(k, gpu, eff)
+        for option in k.alternatives:  # cuDNN's Winograd: the cheaper way is run
+            phases = [_timed(p, gpu, eff)[0] for p in option]
+            if sum(s for s, _ in phases) < sum(s for s, _ in timed):
+                timed = phases
+        for seconds, regime in timed:
+            parts[regime] += seconds
+            by_kind[k.kind] += seconds
     gpu_s = sum(parts.values())
     cpu_s = cpu_launches(kernels) * eff.cpu_us * 1e-6
     waiting = max(0.0, cpu_s - gpu_s)  # the GPU idles while Python launches kernels
@@ -235,6 +222,28 @@ def price(
         sum(k.launches for k in kernels),
         dict(by_kind),
     )
+
+
+def _timed(k: Kernel, gpu: GPU, eff: Efficiency) -> list[tuple[float, str]]:
+    """A kernel's seconds on ``gpu``, the longest of its compute time, its memory
+    time and its launch floor, and the regime that set it (one item, a list so that
+    an alternative's kernels can stand in its place)."""
+    compute = (
+        k.flops
+        / (gpu.peak(k.math) * math_efficiency(eff, k.math) * shape_efficiency(k, gpu))
+        if k.flops
+        else 0.0
+    )
+    memory = k.bytes / (gpu.bandwidth_gbs * 1e9 * eff.memory)
+    floor = k.launches * eff.kernel_us * 1e-6
+    regime = (
+        "overhead"
+        if floor >= max(compute, memory)
+        else "compute"
+        if compute >= memory
+        else "memory"
+    )
+    return [(max(compute, memory, floor), regime)]
 
 
 def math_efficiency(eff: Efficiency, math_: str) -> float:

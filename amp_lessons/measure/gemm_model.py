@@ -104,3 +104,80 @@ def conv_gemms(
     if wgrad:
         gemms.append((1, c_out, c_in * window, n * out_pixels))
     return tuple(gemms)
+
+
+# ---- Winograd: the other way cuDNN runs a 3x3 convolution -----------------------
+# Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks" (CVPR 2016,
+# arXiv 1509.09308): F(m x m, r x r) computes an m x m output tile of an r x r filter
+# from an (m + r - 1)^2 input tile with (m + r - 1)^2 multiplications instead of
+# m^2 r^2; F(4x4, 3x3) takes 36 for 16 outputs instead of 144 (4x fewer). Over a
+# batch it is (m + r - 1)^2 GEMMs (one per point of the transformed tile) of tiles x
+# input channels by input channels x output channels, between transforms of the
+# input, the filter and the output, which cuDNN's WINOGRAD_NONFUSED algorithms run
+# as kernels of their own (their transformed tensors written to a workspace), so
+# each transform is priced by the bytes it reads and writes. cuDNN has it for the
+# forward pass, the data gradient and the filter gradient, on CUDA cores and on
+# tensor cores (cuDNN developer guide, Legacy API, "Tensor Core operations ...
+# Supported Algorithms": *_WINOGRAD_NONFUSED for cudnnConvolutionForward,
+# BackwardData and BackwardFilter); with cudnn.benchmark the fastest is picked, so
+# the estimate prices a convolution as the cheaper of the two (``estimate.price``).
+WINOGRAD_M = 4  # output tile side: F(4x4, 3x3)
+WINOGRAD_R = 3  # filter side
+WINOGRAD_ALPHA = WINOGRAD_M + WINOGRAD_R - 1  # transformed tile side: 6
+
+
+def winograd_eligible(w_shape, stride, dilation, groups: int, transposed: bool) -> bool:
+    """Whether cuDNN's Winograd can run this convolution: 2D, a 3 x 3 filter,
+    stride 1, no dilation, not grouped (grouped and depthwise, strided, 1 x 1, 1D
+    and 3D convolutions run without it)."""
+    return (
+        len(w_shape) == 4
+        and tuple(w_shape[2:]) == (WINOGRAD_R, WINOGRAD_R)
+        and all(s == 1 for s in stride)
+        and all(d == 1 for d in dilation)
+        and groups == 1
+        and not transposed
+    )
+
+
+def winograd_phases(a_shape, b_shape, c_in: int, c_out: int, wgrad: bool = False):
+    """The kernels of one Winograd pass, as ``(name, flops, elements moved, gemms)``
+    each (bytes = elements x the element size). A forward pass (and, turned round,
+    a data gradient) maps ``a_shape`` (N, c_in, H, W) to ``b_shape`` (N, c_out, P,
+    Q): transform the input, transform the filter, 36 GEMMs of tiles x c_in by c_in
+    x c_out, transform the output. A filter gradient (``wgrad``) transforms both
+    activations, runs 36 GEMMs of c_in x tiles by tiles x c_out and transforms the
+    36 x c_in x c_out products back to 3 x 3 filters.
+
+    Example: a 3x3 convolution of 64 to 64 channels over 1 x 64 x 8 x 8 has 4 tiles
+    of 4 x 4, so 2 * 36 * 4 * 64 * 64 FLOPs: 4x fewer than the direct 2 * 64 * 9 *
+    64 * 64.
+        >>> [(n, f) for n, f, _, _ in winograd_phases((1, 64, 8, 8), (1, 64, 8, 8),
+        ...                                          64, 64)][2]
+        ('winograd_gemm', 1179648)
+    """
+    a2 = WINOGRAD_ALPHA**2
+    n, p, q = b_shape[0], b_shape[2], b_shape[3]
+    tiles = n * math.ceil(p / WINOGRAD_M) * math.ceil(q / WINOGRAD_M)
+    a_numel, b_numel = math.prod(a_shape), math.prod(b_shape)
+    t_in, t_out, t_filter = a2 * tiles * c_in, a2 * tiles * c_out, a2 * c_in * c_out
+    flops = 2 * a2 * tiles * c_in * c_out
+    filter_numel = WINOGRAD_R**2 * c_in * c_out
+    if wgrad:
+        return (
+            ("winograd_input_transform", 0, a_numel + t_in, ()),
+            ("winograd_grad_transform", 0, b_numel + t_out, ()),
+            (
+                "winograd_gemm",
+                flops,
+                t_in + t_out + t_filter,
+                ((a2, c_in, c_out, tiles),),
+            ),
+            ("winograd_filter_transform", 0, t_filter + filter_numel, ()),
+        )
+    return (
+        ("winograd_input_transform", 0, a_numel + t_in, ()),
+        ("winograd_filter_transform", 0, filter_numel + t_filter, ()),
+        ("winograd_gemm", flops, t_in + t_filter + t_out, ((a2, tiles, c_out, c_in),)),
+        ("winograd_output_transform", 0, t_out + b_numel, ()),
+    )

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -25,7 +26,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 from amp_lessons.measure import meta_outputs
-from amp_lessons.measure.gemm_model import conv_gemms
+from amp_lessons.measure.gemm_model import (
+    conv_gemms,
+    winograd_eligible,
+    winograd_phases,
+)
 
 aten = torch.ops.aten
 
@@ -81,6 +86,9 @@ class Kernel:
     # the GEMMs it runs, (batch, m, n, k) each, for the tile and wave model
     # (``gemm_model``); empty for a kernel that is not a plain GEMM
     gemms: tuple[tuple[int, int, int, int], ...] = ()
+    # other ways the library may run it (cuDNN's Winograd for a 3x3 convolution),
+    # each a sequence of kernels; ``estimate.price`` takes the cheapest
+    alternatives: tuple[tuple[Kernel, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -194,6 +202,9 @@ class KernelRecorder(TorchDispatchMode):
                 launches=_foreach_launches(name, args),
                 dtype=outputs[0].dtype if outputs else None,
                 gemms=gemm_shapes(name, args, out) if flops else (),
+                alternatives=winograd_alternatives(name, args, out, math)
+                if flops
+                else (),
             )
         )
         return out
@@ -217,6 +228,71 @@ def gemm_shapes(name: str, args, out) -> tuple[tuple[int, int, int, int], ...]:
             x.shape, w.shape, grad_out.shape, args[9], args[7], (0, *mask[:2])
         )
     return ()
+
+
+def winograd_alternatives(name: str, args, out, math_: str | None):
+    """A 3x3 convolution's Winograd alternatives (``gemm_model.winograd_phases``):
+    for the forward, its Winograd pass; for the backward, the data gradient, the
+    filter gradient or both by Winograd, the other pass run directly (its implicit
+    GEMM, the bytes it reads and writes). Empty where cuDNN has no Winograd."""
+    if name == "convolution":
+        x, w = args[0], args[1]
+        stride, dilation, transposed, groups = args[3], args[5], args[6], args[8]
+        if not winograd_eligible(w.shape, stride, dilation, groups, transposed):
+            return ()
+        phases = winograd_phases(x.shape, out.shape, w.shape[1], w.shape[0])
+        return (_phase_kernels(phases, x.element_size(), math_),)
+    if name != "convolution_backward":
+        return ()
+    grad_out, x, w = args[0], args[1], args[2]
+    stride, dilation, transposed, groups, mask = (args[i] for i in (4, 6, 7, 9, 10))
+    if not winograd_eligible(w.shape, stride, dilation, groups, transposed):
+        return ()
+    size = grad_out.element_size()
+    c_out, c_in = w.shape[0], w.shape[1]
+    moved = (x.numel() + grad_out.numel() + w.numel()) * size  # each pass reads
+    # two of the three tensors and writes the third
+    gemms = conv_gemms(x.shape, w.shape, grad_out.shape, groups, transposed)
+    direct = {  # the pass run as an implicit GEMM: its FLOPs and the bytes it moves
+        name: Kernel(name, "convolution", 2 * math.prod(g), moved, math_, gemms=(g,))
+        for name, g in zip(("dgrad", "wgrad"), gemms[1:], strict=True)
+    }
+    winograd = {
+        "dgrad": _phase_kernels(
+            winograd_phases(grad_out.shape, x.shape, c_out, c_in), size, math_
+        ),
+        "wgrad": _phase_kernels(
+            winograd_phases(x.shape, grad_out.shape, c_in, c_out, wgrad=True),
+            size,
+            math_,
+        ),
+    }
+    wanted = [p for p, on in zip(("dgrad", "wgrad"), mask[:2], strict=True) if on]
+    options = []
+    for chosen in itertools.product((False, True), repeat=len(wanted)):
+        if any(chosen):
+            options.append(
+                tuple(
+                    k
+                    for p, by_winograd in zip(wanted, chosen, strict=True)
+                    for k in (winograd[p] if by_winograd else (direct[p],))
+                )
+            )
+    return tuple(options)
+
+
+def _phase_kernels(phases, size: int, math_: str | None) -> tuple[Kernel, ...]:
+    return tuple(
+        Kernel(
+            name,
+            "convolution",
+            flops,
+            elements * size,
+            math_ if flops else None,
+            gemms=gemms,
+        )
+        for name, flops, elements, gemms in phases
+    )
 
 
 def mutated_tensors(func, args, kwargs) -> list[torch.Tensor]:

@@ -200,7 +200,8 @@ def transformer(
     """A BERT-style encoder; ``outputs`` is its head's width (default: the vocab, as
     in masked-LM pre-training; 2 for SQuAD's start/end logits), applied to
     ``predictions`` positions a sequence (default: all). ``memory`` > 0 makes each
-    layer attend over that many earlier states too (Transformer-XL)."""
+    layer attend over that many earlier states too, a simplified Transformer-XL (the
+    published rows use ``published_models.transformer_xl``, built as its source)."""
     _require(width % heads == 0, f"width {width} must be a multiple of heads {heads}")
     _require(
         predictions <= seq and memory <= seq,

@@ -75,14 +75,49 @@ def _leaves(params) -> list[torch.Tensor]:
     return out
 
 
+def lamb_loop_kernels(params) -> list[Kernel]:
+    """LAMB as a Python loop over the parameters calling a TorchScript function per
+    parameter (Transformer-XL's ``jitlamb``: NVIDIA/DeepLearningExamples,
+    PyTorch/LanguageModeling/Transformer-XL/pytorch/lamb.py, ``JITLamb.step`` and
+    ``lamb_kernel``). Per parameter the function runs, in order: the two moments and
+    the Adam direction with weight decay (elementwise), the parameter's norm (a
+    reduction), its clamp, the direction's norm (a reduction), then the trust
+    ratio and the update of the parameter (elementwise). TorchScript's fuser merges
+    each run of elementwise ops between reductions into one kernel, so a parameter
+    costs 5 launches: 3 elementwise kernels and 2 norms. Bytes, fp32: the first
+    reads p, g, m, v and writes m, v and the direction (7 x 4 B a value); each norm
+    reads its tensor once; the clamp touches one number; the update reads p and the
+    direction and writes p (3 x 4 B).
+
+    Example: three parameters cost 15 launches.
+        >>> p = [torch.empty(8, device="meta")] * 3
+        >>> len(lamb_loop_kernels(p)), sum(k.bytes for k in lamb_loop_kernels(p))
+        (15, 1176)
+    """
+    kernels = []
+    for p in params:
+        n = p.numel() * 4
+        kernels += [
+            Kernel("lamb_moments", "optimizer", 0, 7 * n),
+            Kernel("lamb_weight_norm", "optimizer", 0, n),
+            Kernel("lamb_clamp", "optimizer", 0, 8),
+            Kernel("lamb_update_norm", "optimizer", 0, n),
+            Kernel("lamb_apply", "optimizer", 0, 3 * n),
+        ]
+    return kernels
+
+
 def optimizer_kernels(params, name: str, implementation: str) -> list[Kernel]:
     """The kernels of one optimizer step (``adam``, ``sgd``, ``sgd_momentum``) as
-    ``implementation`` runs it; the state exists already (a step in steady state)."""
+    ``implementation`` runs it; the state exists already (a step in steady state).
+    ``lamb`` has a ``loop`` only, Transformer-XL's (``lamb_loop_kernels``)."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"unknown implementation {implementation!r}; choose one of: "
             f"{', '.join(IMPLEMENTATIONS)}"
         )
+    if name == "lamb" and implementation == "loop":
+        return lamb_loop_kernels(params)
     leaves = _leaves(params)
     with _meta_allowed():
         optimizer = _torch_optimizer(name, leaves, implementation)

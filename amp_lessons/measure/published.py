@@ -47,6 +47,7 @@ from amp_lessons.measure.estimate import (
     shape_efficiency,
     step_kernels,
 )
+from amp_lessons.measure.optimizer_step import IMPLEMENTATIONS
 from amp_lessons.measure.trace import Trace, trace_step
 
 # Package data, so that the lessons find them wherever the course is installed (Colab,
@@ -63,6 +64,7 @@ FAMILIES = {
     "unet": published_models.unet,
     "fastpitch": published_models.fastpitch,
     "dlrm": published_models.dlrm,
+    "transformer_xl": published_models.transformer_xl,
 }
 # The grid the fit searches: each efficiency's candidate values (16-bit and TF32
 # tensor cores apart, each a large GEMM's share of the peak: smaller GEMMs lose more
@@ -102,10 +104,19 @@ class Row:
     amp_mode: str  # "autocast", or "half": model.half() with fp32 master weights
     source: str
     amp_layout: str = "n/a"  # the activations' layout, AMP run (and full precision)
+    # how the source runs its optimizer: "fused", "foreach" or "loop", or
+    # "full;AMP" where the two runs differ ("loop;fused": BERT SQuAD's BertAdam,
+    # then apex's FusedAdam)
+    optimizer_implementation: str = "fused"
 
     @property
     def speedup(self) -> float:
         return self.amp_throughput / self.full_throughput
+
+    def implementation(self, amp: bool) -> str:
+        """The optimizer's implementation in the AMP (or full-precision) run."""
+        parts = self.optimizer_implementation.split(";")
+        return parts[-1] if amp else parts[0]
 
     def sizes(self) -> dict:
         """The builder's arguments: ``"family=transformer;layers=24"`` -> a dict."""
@@ -150,6 +161,7 @@ def load_rows(path: Path | None = None) -> list[Row]:
                 rec["amp_mode"],
                 source,
                 rec.get("amp_layout") or "n/a",
+                rec.get("optimizer_implementation") or "fused",
             )
             find_gpu(row.gpu)
             if (
@@ -158,32 +170,30 @@ def load_rows(path: Path | None = None) -> list[Row]:
                 or row.amp_mode not in ("autocast", "half")
                 or row.amp_throughput <= 0
                 or row.sizes().get("family") not in FAMILIES
+                or {row.implementation(False), row.implementation(True)}
+                - set(IMPLEMENTATIONS)
             ):
                 raise ValueError(
                     f"{path.name} line {n}: bad row {rec['id']!r} (role "
                     f"fit/check, amp_mode autocast/half, positive "
                     f"throughputs, a family of "
-                    f"{', '.join(FAMILIES)})"
+                    f"{', '.join(FAMILIES)}, an optimizer implementation of "
+                    f"{', '.join(IMPLEMENTATIONS)})"
                 )
             rows.append(row)
     return rows
 
 
 def workload(row: Row, amp: bool) -> model_zoo.Workload:
-    """The row's model at the batch its full-precision or AMP run used. A step's
-    items are the builder's (samples, tokens, mel frames), unless the row says how
-    many of its unit a sample holds (``items_per_sample``: Transformer-XL's tokens)."""
+    """The row's model at the batch its full-precision or AMP run used; a step's
+    items are the builder's (samples, tokens, mel frames)."""
     return _workload(row.shape, row.amp_batch if amp else row.full_batch)
 
 
 def _workload(shape_text: str, batch: int) -> model_zoo.Workload:
     shape = Row.sizes(SimpleNamespace(shape=shape_text))
     family = FAMILIES[shape.pop("family")]
-    per_item = shape.pop("items_per_sample", None)
-    w = family(batch=batch, **shape)
-    if per_item is not None:
-        w.items = int(batch * per_item)
-    return w
+    return family(batch=batch, **shape)
 
 
 @dataclass(frozen=True)
@@ -227,6 +237,7 @@ def traced(row: Row) -> Traced:
             precision,
             amp and row.amp_mode == "half",
             channels_last(row, amp),
+            row.implementation(amp),
         )
         for amp, precision in ((False, row.full_precision), (True, row.amp_precision))
     ]
@@ -235,12 +246,18 @@ def traced(row: Row) -> Traced:
 
 @cache
 def _traced_step(
-    shape: str, batch: int, precision: str, half: bool, nhwc: bool
+    shape: str,
+    batch: int,
+    precision: str,
+    half: bool,
+    nhwc: bool,
+    implementation: str = "fused",
 ) -> Step:
     """One step of the model ``shape`` describes, at ``batch``, in ``precision``;
     ``half``: the model itself in fp16, as apex's O2 and BERT's fp16 pre-training
     run it (the optimizer keeps fp32 master weights), no autocast casts; ``nhwc``:
-    activations channels last, so convolutions on tensor cores need no transposes."""
+    activations channels last, so convolutions on tensor cores need no transposes;
+    ``implementation``: the optimizer's (``estimate.step_kernels``)."""
     w = _workload(shape, batch)
     if half:
         w.model.half()
@@ -249,7 +266,7 @@ def _traced_step(
             for t in (w.inputs if isinstance(w.inputs, tuple) else (w.inputs,))
         )
     trace = trace_step(w.model, w.inputs, precision, w.loss_fn, autocast=not half)
-    extra = step_kernels(w.model, precision, w.optimizer)
+    extra = step_kernels(w.model, precision, w.optimizer, implementation)
     if not nhwc:
         extra += layout_kernels(trace.kernels)
     return Step(trace, extra, w.items)
@@ -271,33 +288,84 @@ def _grid_seconds(step: Step, gpu) -> torch.Tensor:
     """Step seconds at every point of ``grid()``, as ``price`` computes them,
     vectorized: the GPU's time over the first five efficiencies, then the CPU's.
     Kernels that are the same in every respect (a model's repeated layers) are
-    priced once and counted as many times as they run."""
+    priced once and counted as many times as they run; a kernel with alternatives
+    (cuDNN's Winograd) costs its cheapest way at each grid point."""
     kernels = [*step.trace.kernels, *step.extra]
-    unique: dict[tuple, int] = {}
+    plain: dict[tuple, int] = {}
+    choices: dict = {}
     for k in kernels:
-        # FLOPs at the peak, shapes' efficiency included: seconds at efficiency 1
-        ideal = (
-            k.flops / (gpu.peak(k.math) * shape_efficiency(k, gpu)) if k.flops else 0.0
-        )
-        column = {"fp32": 2, "tf32": 1}.get(k.math, 0)
-        key = (column, ideal, float(k.bytes), float(k.launches))
-        unique[key] = unique.get(key, 0) + 1
-    keys = list(unique)
-    table = torch.tensor([key[1:] for key in keys], dtype=torch.float64)
-    counts = torch.tensor([unique[key] for key in keys], dtype=torch.float64)
-    column = torch.tensor([key[0] for key in keys])
-    gpu_part = torch.tensor(
-        list(itertools.product(*list(GRID.values())[:5])), dtype=torch.float64
+        if k.alternatives:
+            choices[k] = choices.get(k, 0) + 1
+        else:
+            key = _grid_key(k, gpu)
+            plain[key] = plain.get(key, 0) + 1
+    gpu_part = _gpu_grid()
+    gpu_s = _grid_kernel_seconds(list(plain), gpu, gpu_part) @ torch.tensor(
+        list(plain.values()), dtype=torch.float64
     )
-    eff = gpu_part[:, :3][:, column]  # each kernel's math efficiency
-    compute = table[:, 0] / eff
-    memory = table[:, 1] / (gpu.bandwidth_gbs * 1e9 * gpu_part[:, 3:4])
-    floor = table[:, 2] * gpu_part[:, 4:5] * 1e-6
-    gpu_s = (torch.maximum(torch.maximum(compute, memory), floor) * counts).sum(1)
+    if choices:
+        gpu_s = gpu_s + _cheapest_ways(choices, gpu, gpu_part)
     cpu_s = (
         cpu_launches(kernels) * torch.tensor(GRID["cpu_us"], dtype=torch.float64) * 1e-6
     )
     return torch.maximum(gpu_s[:, None], cpu_s[None, :]).reshape(-1)
+
+
+@cache
+def _gpu_grid() -> torch.Tensor:
+    """The grid's first five efficiencies (the GPU's), every combination."""
+    return torch.tensor(
+        list(itertools.product(*list(GRID.values())[:5])), dtype=torch.float64
+    )
+
+
+def _cheapest_ways(choices: dict, gpu, gpu_part: torch.Tensor) -> torch.Tensor:
+    """The seconds of kernels with alternatives, each at its cheapest way at every
+    grid point, times how often it runs: every way's kernels priced in one pass,
+    summed per way, the least way kept per kernel."""
+    keys, way_of_key, kernel_of_way = [], [], []
+    for i, k in enumerate(choices):
+        for way in ((k,), *k.alternatives):
+            keys += [_grid_key(p, gpu) for p in way]
+            way_of_key += [len(kernel_of_way)] * len(way)
+            kernel_of_way.append(i)
+    seconds = _grid_kernel_seconds(keys, gpu, gpu_part)  # grid points x keys
+    sums = torch.zeros(len(keys), len(kernel_of_way), dtype=torch.float64)
+    sums[torch.arange(len(keys)), torch.tensor(way_of_key)] = 1.0
+    per_way = seconds @ sums  # grid points x ways
+    owner = torch.tensor(kernel_of_way).expand_as(per_way)
+    best = torch.full((len(gpu_part), len(choices)), math.inf, dtype=torch.float64)
+    best = best.scatter_reduce(1, owner, per_way, reduce="amin")
+    return best @ torch.tensor(list(choices.values()), dtype=torch.float64)
+
+
+def _grid_key(k, gpu) -> tuple:
+    """What a kernel's price depends on: its math's column of the grid, its seconds
+    at efficiency 1 (FLOPs over the peak, the shapes' efficiency included), its
+    bytes and its launches."""
+    ideal = k.flops / (gpu.peak(k.math) * shape_efficiency(k, gpu)) if k.flops else 0.0
+    return (
+        {"fp32": 2, "tf32": 1}.get(k.math, 0),
+        ideal,
+        float(k.bytes),
+        float(k.launches),
+    )
+
+
+def _grid_kernel_seconds(
+    keys: list[tuple], gpu, gpu_part: torch.Tensor
+) -> torch.Tensor:
+    """Each kernel's seconds (``_grid_key``) at each point of the GPU's grid:
+    grid points x kernels."""
+    if not keys:
+        return torch.zeros(len(gpu_part), 0, dtype=torch.float64)
+    table = torch.tensor([key[1:] for key in keys], dtype=torch.float64)
+    column = torch.tensor([key[0] for key in keys])
+    eff = gpu_part[:, :3][:, column]  # each kernel's math efficiency
+    compute = table[:, 0] / eff
+    memory = table[:, 1] / (gpu.bandwidth_gbs * 1e9 * gpu_part[:, 3:4])
+    floor = table[:, 2] * gpu_part[:, 4:5] * 1e-6
+    return torch.maximum(torch.maximum(compute, memory), floor)
 
 
 def grid() -> torch.Tensor:

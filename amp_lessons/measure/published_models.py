@@ -1,5 +1,5 @@
 """The published rows' other models, on the meta device: Transformer big, nnU-Net,
-FastPitch and DLRM, rebuilt from their repositories' configurations (see
+FastPitch, DLRM and Transformer-XL, rebuilt from their repositories' configurations (see
 ``data/published_speedups.csv``) so that the fit can trace them. The command line's
 families, and the blocks these reuse, are in ``amp_lessons.measure.model_zoo``.
 
@@ -297,3 +297,167 @@ def dlrm(
         batch,
         optimizer,
     )
+
+
+class RelAttention(nn.Module):
+    """Transformer-XL's attention with relative positions, as NVIDIA/
+    DeepLearningExamples' PyTorch/LanguageModeling/Transformer-XL/pytorch/
+    mem_transformer.py runs it (``RelPartialLearnableMultiHeadAttn``, sequence
+    first): queries, keys and values from one projection of the memory and the
+    segment together, a projection of the positional encodings, two score products
+    (content and position, each with its learned bias), the position scores shifted
+    by a zero column, a reshape and a slice, both added and scaled, the future
+    masked, a softmax, dropout on the probabilities, the product with the values, the
+    output projection, and a residual with LayerNorm."""
+
+    def __init__(self, width: int, heads: int, dropout: float, dropatt: float):
+        super().__init__()
+        self.heads, self.dropout, self.dropatt = heads, dropout, dropatt
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.r = nn.Linear(width, width, bias=False)
+        self.o = nn.Linear(width, width, bias=False)
+        self.ln = nn.LayerNorm(width)
+
+    def forward(self, x, pos, content_bias, position_bias, mask, memory):
+        q_len, batch, width = x.shape
+        head = width // self.heads
+        q, k, v = self.qkv(torch.cat([memory, x], 0)).chunk(3, dim=-1)
+        k_len = k.shape[0]
+        q = q[-q_len:].reshape(q_len, batch, self.heads, head)
+        k, v = (t.reshape(k_len, batch, self.heads, head) for t in (k, v))
+        r = self.r(pos).reshape(k_len, self.heads, head)
+        ac = torch.einsum("ibnd,jbnd->bnij", q + content_bias, k)
+        bd = torch.einsum("ibnd,jnd->bnij", q + position_bias, r)
+        zero = bd.new_zeros(batch, self.heads, q_len, 1)
+        bd = torch.cat([zero, bd], 3).view(batch, self.heads, k_len + 1, q_len)
+        bd = bd[:, :, 1:].reshape(batch, self.heads, q_len, k_len)
+        score = (ac + bd) * head**-0.5  # one TorchScript kernel in the source
+        score = score.masked_fill(mask, -float("inf"))
+        p = F.dropout(F.softmax(score, dim=3), self.dropatt, self.training)
+        y = torch.einsum("bnij,jbnd->ibnd", p, v).reshape(q_len, batch, width)
+        y = F.dropout(self.o(y), self.dropout, self.training)
+        return self.ln(x + y)
+
+
+class XLLayer(nn.Module):
+    """Relative attention, then a ReLU feed-forward with a residual and LayerNorm
+    (post-LN, as the source's ``pre_lnorm: false``)."""
+
+    def __init__(self, width, heads, ffn, dropout, dropatt):
+        super().__init__()
+        self.attn = RelAttention(width, heads, dropout, dropatt)
+        self.ff1, self.ff2 = nn.Linear(width, ffn), nn.Linear(ffn, width)
+        self.ln = nn.LayerNorm(width)
+        self.dropout = dropout
+
+    def forward(self, x, pos, content_bias, position_bias, mask, memory):
+        x = self.attn(x, pos, content_bias, position_bias, mask, memory)
+        h = F.dropout(F.relu(self.ff1(x)), self.dropout, self.training)
+        h = F.dropout(self.ff2(h), self.dropout, self.training)
+        return self.ln(x + h)
+
+
+class TransformerXL(nn.Module):
+    """Transformer-XL (``MemTransformerLM`` of the source above): an adaptive input
+    embedding over the whole vocabulary, cut at ``cutoffs`` into clusters whose
+    width shrinks by ``div_val`` each (a projection back to the model's width where
+    it differs), sinusoidal relative positions, the layers, and the adaptive
+    softmax's head: the first cluster's words (its weights tied to the embedding's)
+    and one logit per tail cluster.
+
+    Not modelled: the tail clusters' lookups and logits, which run only for the
+    tokens that fall in them (how many does not come with the published rows); their
+    tables are parameters all the same, stepped by the optimizer every step."""
+
+    def __init__(
+        self, vocab, cutoffs, div_val, width, layers, heads, ffn, dropout, dropatt
+    ):
+        super().__init__()
+        ends = [0, *cutoffs, vocab]
+        sizes = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+        dims = [width // div_val**i for i in range(len(sizes))]
+        if div_val == 1:  # one table of the whole vocabulary, one bias, no projection
+            self.tables = nn.ModuleList([nn.Embedding(vocab, width)])
+            self.biases = nn.ParameterList([nn.Parameter(torch.empty(vocab))])
+            self.projs = nn.ParameterList()
+        else:  # a table, a bias and a projection per cluster
+            self.tables = nn.ModuleList(
+                nn.Embedding(n, d) for n, d in zip(sizes, dims, strict=True)
+            )
+            self.biases = nn.ParameterList(nn.Parameter(torch.empty(n)) for n in sizes)
+            self.projs = nn.ParameterList(
+                nn.Parameter(torch.empty(width, d)) for d in dims
+            )
+        # the softmax's own projection of the head cluster (tie_projs: false, true..)
+        self.out_proj = (
+            nn.Parameter(torch.empty(width, dims[0])) if div_val > 1 else None
+        )
+        self.shortlist = cutoffs[0]
+        self.cluster_weight = nn.Parameter(torch.empty(len(sizes) - 1, dims[0]))
+        self.cluster_bias = nn.Parameter(torch.empty(len(sizes) - 1))
+        head = width // heads
+        self.content_bias = nn.Parameter(torch.empty(heads, head))
+        self.position_bias = nn.Parameter(torch.empty(heads, head))
+        self.layers = nn.ModuleList(
+            XLLayer(width, heads, ffn, dropout, dropatt) for _ in range(layers)
+        )
+        self.width, self.dropout = width, dropout
+
+    def forward(self, ids: torch.Tensor, *memory: torch.Tensor) -> torch.Tensor:
+        q_len = ids.shape[0]
+        k_len = q_len + memory[0].shape[0]
+        x = self.tables[0](ids)  # the head cluster's words (see the class docstring)
+        if len(self.projs):
+            x = F.linear(x, self.projs[0])
+        x = F.dropout(x * self.width**0.5, self.dropout, self.training)
+        steps = torch.arange(k_len - 1, -1, -1.0, device=ids.device)
+        freq = 1 / 10000 ** (
+            torch.arange(0.0, self.width, 2.0, device=ids.device) / self.width
+        )
+        angles = torch.outer(steps, freq)
+        pos = torch.cat([angles.sin(), angles.cos()], -1)[:, None].to(x.dtype)
+        pos = F.dropout(pos, self.dropout, self.training)
+        mask = torch.ones(q_len, k_len, device=ids.device).triu_(1 + memory[0].shape[0])
+        mask = mask.bool()
+        for layer, mem in zip(self.layers, memory, strict=True):
+            x = layer(x, pos, self.content_bias, self.position_bias, mask, mem)
+        x = F.dropout(x, self.dropout, self.training)
+        if self.out_proj is not None:
+            x = F.linear(x, self.out_proj.t().contiguous())
+        weight = torch.cat(
+            [self.tables[0].weight[: self.shortlist], self.cluster_weight]
+        )
+        bias = torch.cat([self.biases[0][: self.shortlist], self.cluster_bias])
+        return F.linear(x, weight, bias)
+
+
+def transformer_xl(
+    layers: int = 16,
+    width: int = 512,
+    heads: int = 8,
+    ffn: int = 2048,
+    seq: int = 192,
+    memory: int = 192,
+    vocab: int = 267735,
+    cutoffs: str = "19997-39997-199997",
+    div_val: int = 1,
+    dropout: float = 0.1,
+    dropatt: float = 0.0,
+    batch: int = 16,
+    optimizer: str = "lamb",
+) -> Workload:
+    """Transformer-XL on WikiText-103 (the source's wt103_base.yaml / wt103_large
+    .yaml), one step on ``batch`` segments of ``seq`` tokens, each layer reading
+    ``memory`` cached states; a step's items are its tokens."""
+    cuts = [int(c) for c in str(cutoffs).split("-")]
+    _require(cuts == sorted(cuts) and cuts[-1] < vocab, f"bad cutoffs {cutoffs!r}")
+    with META:
+        model = TransformerXL(
+            vocab, cuts, div_val, width, layers, heads, ffn, dropout, dropatt
+        )
+    ids = _ids(seq, batch, cuts[0])
+    states = tuple(
+        torch.empty(memory, batch, width, device=META) for _ in range(layers)
+    )
+    targets = _ids(seq, batch, cuts[0] + len(cuts))
+    return Workload(model, (ids, *states), _token_loss(targets), seq * batch, optimizer)
