@@ -131,12 +131,8 @@ class Layer(nn.Module):
         self,
         x: torch.Tensor,
         context: torch.Tensor | None = None,
-        memory: torch.Tensor | None = None,
     ):
-        # Transformer-XL attends over the previous segment's states too (`memory`)
-        x = self.ln1(
-            x + self.attn(x, None if memory is None else torch.cat([memory, x], dim=1))
-        )
+        x = self.ln1(x + self.attn(x))
         if self.cross is not None:
             x = self.ln_cross(x + self.cross(x, context))
         h = x.transpose(1, 2) if self.conv else x
@@ -160,10 +156,9 @@ class Encoder(nn.Module):
         causal: bool = False,
         seq: int = 512,
         predictions: int = 0,
-        memory: int = 0,
     ):
         super().__init__()
-        self.predictions, self.memory = predictions, memory
+        self.predictions = predictions
         self.tok = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(seq, width)
         self.ln = nn.LayerNorm(width)
@@ -176,8 +171,7 @@ class Encoder(nn.Module):
         pos = torch.arange(ids.shape[1], device=ids.device)
         x = F.dropout(self.ln(self.tok(ids) + self.pos(pos)), 0.1, self.training)
         for layer in self.layers:
-            memory = x.detach()[:, -self.memory :] if self.memory else None
-            x = layer(x, memory=memory)
+            x = layer(x)
         if self.predictions:  # BERT's masked-LM head sees only the masked positions
             x = x[:, : self.predictions].contiguous()
         return self.head(x)
@@ -194,19 +188,16 @@ def transformer(
     outputs: int | None = None,
     explicit: bool = False,
     predictions: int = 0,
-    memory: int = 0,
     optimizer: str = "adam",
 ) -> Workload:
     """A BERT-style encoder; ``outputs`` is its head's width (default: the vocab, as
     in masked-LM pre-training; 2 for SQuAD's start/end logits), applied to
-    ``predictions`` positions a sequence (default: all). ``memory`` > 0 makes each
-    layer attend over that many earlier states too, a simplified Transformer-XL (the
-    published rows use ``published_models.transformer_xl``, built as its source)."""
+    ``predictions`` positions a sequence (default: all). (Transformer-XL, which
+    attends over a memory too: ``published_models.transformer_xl``.)"""
     _require(width % heads == 0, f"width {width} must be a multiple of heads {heads}")
     _require(
-        predictions <= seq and memory <= seq,
-        f"predictions ({predictions}) and memory ({memory}) must not exceed "
-        f"seq ({seq})",
+        predictions <= seq,
+        f"predictions ({predictions}) must not exceed seq ({seq})",
     )
     outputs = vocab if outputs is None else outputs
     with META:
@@ -220,7 +211,6 @@ def transformer(
             explicit,
             seq=seq,
             predictions=predictions,
-            memory=memory,
         )
     ids = _ids(batch, seq, vocab)
     targets = _ids(batch, predictions or seq, outputs)
