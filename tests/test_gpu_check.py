@@ -152,13 +152,14 @@ def test_the_command_line_lists_it_plans_it_and_refuses_a_bad_budget(
     out = capsys.readouterr().out
     assert out.startswith("gpu-check plan on a CUDA GPU (none here), budget 480 s:")
     steps = [line.split(" (")[0] for line in out.splitlines()[1:]]
-    assert steps[:4] == [
+    assert steps[:5] == [
         "1. tests",
         "2. wheels",
         "3. bench",
-        "4. lesson 00_amp_in_10_minutes",
+        "4. microbench",
+        "5. lesson 00_amp_in_10_minutes",
     ]
-    assert steps[18] == "19. ladder"
+    assert steps[19] == "20. ladder"
     assert out.splitlines()[-2:] == [
         "what a GPU run would lack (no network there):",
         f"- wheels: no torchao wheel in {wheels} (the GPU machine has no network): "
@@ -198,6 +199,7 @@ def test_plan_runs_tests_wheels_bench_every_lesson_and_the_ladder(fake_h200, tmp
         "tests",
         "wheels",
         "bench",
+        "microbench",
         *(f"lesson {name}" for name in english),
         "lesson es/00_amp_in_10_minutes",
         "lesson es/06_speed_memory",
@@ -246,6 +248,8 @@ def test_plan_runs_tests_wheels_bench_every_lesson_and_the_ladder(fake_h200, tmp
         "ladder-worker",
         str(work / "ladder.json"),
     )
+    m = by_name["microbench"].command
+    assert m[m.index("microbench-worker") + 1] == str(work / "profile.json")
 
 
 def test_the_plan_names_what_a_gpu_machine_would_lack(fake_h200, tmp_path):
@@ -313,11 +317,25 @@ FAKE_LADDER = [
 ]
 
 
+FAKE_PROFILE = {  # made up: what the microbench worker would write on the H200
+    "schema": 1,
+    "device_name": "NVIDIA H200",
+    "torch": "2.11.0",
+    "date": "2026-12-06 12:00 UTC",
+    "command": "python -m amp_lessons gpu-check",
+    "gemm": [{"math": "bf16", "n": 8192, "seconds": 0.0016, "tflops": 700.0}],
+    "copy": [{"mib": 1024, "seconds": 0.00054, "gbs": 4000.0}],
+    "kernel_us": 2.5,
+    "cpu_us": 6.0,
+}
+
+
 class FakeRunner:
     """Stands in for the processes that would use the GPU: writes what each would."""
 
-    def __init__(self, report, failed_tests=0):
+    def __init__(self, report, failed_tests=0, profile=None):
         self.report, self.failed_tests, self.limits = report, failed_tests, {}
+        self.profile = FAKE_PROFILE if profile is None else profile
 
     def __call__(self, step, timeout_s):
         self.limits[step.name] = timeout_s
@@ -325,6 +343,8 @@ class FakeRunner:
             bench_results.save_results(self.report, step.output)
         elif step.name == "ladder":
             step.output.write_text(json.dumps(FAKE_LADDER))
+        elif step.name == "microbench":
+            step.output.write_text(json.dumps(self.profile))
         elif step.name == "wheels":
             pass
         elif step.name == "tests":
@@ -355,8 +375,10 @@ def test_a_whole_check_with_fake_steps_writes_the_record_and_the_summary(
         "bench_h200.json",
         "executed",
         "gpu_check_h200.md",
+        "gpu_profile_h200.json",
         "ladder_h200.json",
     ]
+    assert json.loads((out / "gpu_profile_h200.json").read_text()) == FAKE_PROFILE
     ladder = json.loads((out / "ladder_h200.json").read_text())
     assert ladder["gpu"] == "NVIDIA H200" and ladder["rows"] == FAKE_LADDER
     assert "## AMP at full speed: the ladder" in (out / "gpu_check_h200.md").read_text()
@@ -389,6 +411,18 @@ def test_a_failing_test_or_goal_makes_the_exit_status_1(fake_h200, tmp_path):
     )
 
 
+def test_a_profile_the_worker_broke_fails_its_step_and_is_not_recorded(
+    fake_h200, tmp_path
+):
+    broken = dict(FAKE_PROFILE, kernel_us=0.0)
+    status = gpu_check.run_gpu_check(
+        tmp_path, 480, "cmd", FakeRunner(synthetic_report(), profile=broken), print
+    )
+    assert status == 1 and not (tmp_path / "gpu_profile_h200.json").exists()
+    page = (tmp_path / "gpu_check_h200.md").read_text()
+    assert "no profile: a GPU profile's rates and times must all be positive" in page
+
+
 def test_a_budget_too_small_skips_steps_but_still_writes_the_summary(
     fake_h200, tmp_path
 ):
@@ -397,7 +431,7 @@ def test_a_budget_too_small_skips_steps_but_still_writes_the_summary(
     assert status == 1 and runner.limits == {}
     page = (tmp_path / "gpu_check_h200.md").read_text()
     # steps table: every step; lessons table: each lesson again
-    assert page.count("no time left in the budget") == 4 + 2 * len(gpu_check.LESSONS)
+    assert page.count("no time left in the budget") == 5 + 2 * len(gpu_check.LESSONS)
     assert "No bench row was measured" in page and "| NO DATA" in page
 
 

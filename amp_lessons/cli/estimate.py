@@ -96,6 +96,21 @@ def _add_estimate(p: argparse.ArgumentParser) -> None:
         default=None,
         help=_("default: every precision the GPU's tensor cores take"),
     )
+    _add_pricing_options(p)
+
+
+def _add_pricing_options(p: argparse.ArgumentParser) -> None:
+    """What the estimate is priced with (--profile) and how it is printed (--json)."""
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help=_(
+            "price with the profile `make gpu-check` measured on that GPU "
+            "(notebooks/results/gpu_profile_<gpu>.json) instead of the fitted "
+            "efficiencies"
+        ),
+    )
     p.add_argument("--json", action="store_true", help=_("print the estimates as JSON"))
 
 
@@ -114,7 +129,8 @@ def run_estimate(args: argparse.Namespace) -> int:
             )
         )
     gpus = list(GPUS) if args.gpu == "all" else [args.gpu]
-    results = [(gpu, *_estimate_rows(args, gpu, sizes)) for gpu in gpus]
+    efficiency = _profiled_efficiency(args.profile, args.gpu)
+    results = [(gpu, *_estimate_rows(args, gpu, sizes, efficiency)) for gpu in gpus]
     if args.json:
         print(_estimates_json([(rows, items) for _gpu, rows, items in results]))
         return 0
@@ -136,6 +152,34 @@ def run_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profiled_efficiency(path: str | None, gpu: str):
+    """The fitted efficiencies, or those of a GPU profile measured on ``gpu``."""
+    from amp_lessons.measure.estimate import FITTED, GPUS
+    from amp_lessons.measure.estimate_check import gpu_key
+    from amp_lessons.measure.microbench import efficiency_of, load_profile
+
+    if path is None:
+        return FITTED
+    profile = load_profile(path)
+    measured_on = gpu_key(profile["device_name"])
+    if measured_on != gpu:
+        raise ValueError(
+            _(
+                "the profile {file} was measured on {device}: it prices that GPU "
+                "only ({choice})"
+            ).format(
+                file=path,
+                device=profile["device_name"],
+                choice=(
+                    f"--gpu {measured_on}"
+                    if measured_on
+                    else _("a GPU the estimate's table does not have")
+                ),
+            )
+        )
+    return efficiency_of(profile, GPUS[gpu])
+
+
 def _workload(args: argparse.Namespace, sizes: dict):
     from amp_lessons.measure.model_zoo import build, from_function
 
@@ -144,7 +188,7 @@ def _workload(args: argparse.Namespace, sizes: dict):
     return build(args.model, **sizes)
 
 
-def _estimate_rows(args: argparse.Namespace, gpu_name: str, sizes: dict):
+def _estimate_rows(args: argparse.Namespace, gpu_name: str, sizes: dict, efficiency):
     """One estimate per precision asked for (default: every one the GPU takes; with
     --gpu all, those of the asked ones each GPU takes), and the samples a step."""
     from amp_lessons.measure.estimate import GPUS, estimate_step
@@ -159,7 +203,13 @@ def _estimate_rows(args: argparse.Namespace, gpu_name: str, sizes: dict):
         items = w.items
         rows.append(
             estimate_step(
-                w.model, w.inputs, gpu_name, precision, w.optimizer, w.loss_fn
+                w.model,
+                w.inputs,
+                gpu_name,
+                precision,
+                w.optimizer,
+                w.loss_fn,
+                efficiency,
             )
         )
     return rows, items

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from amp_lessons.measure import model_zoo
-from amp_lessons.measure.estimate import estimate_step
+from amp_lessons.measure.estimate import FITTED, Efficiency, estimate_step
 from amp_lessons.measure.gpus import GPUS
 from amp_lessons.measure.published import FIT_FILE
 
@@ -58,8 +58,10 @@ def bench_workload(config: str, sizes: dict) -> model_zoo.Workload:
     raise ValueError(f"unknown bench config {config!r}; the bench has mlp, transformer")
 
 
-def measured_vs_estimated(report: dict) -> list[dict]:
-    """Each measured row of a bench report with the estimate of the same step.
+def measured_vs_estimated(report: dict, efficiency: Efficiency = FITTED) -> list[dict]:
+    """Each measured row of a bench report with the estimate of the same step,
+    priced with ``efficiency`` (the fitted one, or a GPU profile's:
+    ``microbench.efficiency_of``).
 
     Rows: ``config``, ``precision``, ``measured_ms``, ``estimated_ms``, ``regime``
     and both speed-ups against the config's fp32 row. Empty where the report's GPU
@@ -87,6 +89,7 @@ def measured_vs_estimated(report: dict) -> list[dict]:
             precision,
             w.optimizer,
             w.loss_fn,
+            efficiency,
             implementation="foreach",
             clip=True,
         )
@@ -137,6 +140,47 @@ def estimate_section(report: dict) -> str:
             f"{r['estimated_ms']:.2f} | {r['estimated_ms'] / r['measured_ms']:.2f} | "
             f"{_ratio_text(r['measured_speedup'])} | "
             f"{_ratio_text(r['estimated_speedup'])} | {r['regime']} |"
+        )
+    return "\n".join(lines)
+
+
+def profile_section(report: dict, profile: dict) -> str:
+    """The summary page's second table: the same configs priced with this GPU's own
+    profile (``microbench``) instead of the fitted efficiencies, beside what was
+    measured; empty where the GPU is not in the estimate's table."""
+    from amp_lessons.measure.microbench import efficiency_of
+
+    gpu = gpu_key(report.get("device_name") or report.get("gpu") or "")
+    if gpu is None or report.get("synthetic"):
+        return ""
+    eff = efficiency_of(profile, GPUS[gpu])
+    fitted = {(r["config"], r["precision"]): r for r in measured_vs_estimated(report)}
+    rows = measured_vs_estimated(report, eff)
+    if not rows:
+        return ""
+    lines = [
+        "## The estimate with this GPU's own profile",
+        "",
+        "`make gpu-check` measured the numbers the estimate otherwise takes from its "
+        f"fit (`amp_lessons.measure.microbench`, {profile['date']}): of the peaks, "
+        f"large GEMMs reach {eff.tensor:.0%} in fp16/bf16, {eff.tf32:.0%} in TF32 "
+        f"and {eff.fp32:.0%} in fp32, a copy {eff.memory:.0%} of the bandwidth; a "
+        f"tiny kernel takes {eff.kernel_us:.1f} us of GPU time and "
+        f"{eff.cpu_us:.1f} us of CPU time to issue. Priced with them (the fit's "
+        "column repeated from the table above):",
+        "",
+        "| config | precision | measured ms | fitted ms | profile ms | profile / "
+        "measured | measured vs fp32 | profile vs fp32 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        fit = fitted.get((r["config"], r["precision"]), {}).get("estimated_ms")
+        lines.append(
+            f"| {r['config']} | {r['precision']} | {r['measured_ms']:.2f} | "
+            f"{'-' if fit is None else f'{fit:.2f}'} | {r['estimated_ms']:.2f} | "
+            f"{r['estimated_ms'] / r['measured_ms']:.2f} | "
+            f"{_ratio_text(r['measured_speedup'])} | "
+            f"{_ratio_text(r['estimated_speedup'])} |"
         )
     return "\n".join(lines)
 

@@ -40,7 +40,7 @@ GRACE_S = 5.0  # a worker stops itself this long before its hard limit
 # 2026-12-04: tests 31 s, bench 40 s without fp8, lessons 00/04/06/07 6/14/46/14 s;
 # the others guessed from their CPU times). The ladder comes last and uses what the
 # others left: two torch.compile rungs are most of it.
-SHARES = {"tests": 3.0, "wheels": 1.2, "bench": 5.5, "ladder": 9.0}
+SHARES = {"tests": 3.0, "wheels": 1.2, "bench": 5.5, "microbench": 2.0, "ladder": 9.0}
 LESSON_SHARE = 1.2  # no step gets under MIN_STEP_S (10 s) if all use theirs
 LESSON_SHARES = {
     "02_underflow": 1.5,
@@ -140,8 +140,8 @@ def plan_steps(
     """Every step the check runs on this GPU, in order (nothing is run here).
 
     Example: ``[s.name for s in plan_steps(out, tmp)]`` -> ``["tests", "wheels",
-    "bench", "lesson 00_amp_in_10_minutes", ..., "lesson es/06_speed_memory",
-    "ladder"]``.
+    "bench", "microbench", "lesson 00_amp_in_10_minutes", ...,
+    "lesson es/06_speed_memory", "ladder"]``.
     """
     site = work_dir / "site"  # where the carried wheels are installed
     env = _worker_env(site)
@@ -150,6 +150,20 @@ def plan_steps(
         _tests_step(python, work_dir, env),
         _wheels_step(python, site, wheels_dir or WHEELS_DIR, env),
         _bench_step(me, work_dir, command, env),
+        Step(  # the estimate's constants, measured (amp_lessons.measure.microbench)
+            "microbench",
+            (
+                *me,
+                "microbench-worker",
+                str(work_dir / "profile.json"),
+                "--command",
+                command,
+            ),
+            SHARES["microbench"],
+            ("torch",),
+            work_dir / "profile.json",
+            env,
+        ),
         *(_lesson_step(me, lesson, out_dir, env) for lesson in LESSONS),
         Step(
             "ladder",

@@ -162,6 +162,7 @@ class _Outcome:
     report: dict | None = None
     tests: gr.TestCounts = field(default_factory=gr.TestCounts)
     ladder: dict | None = None  # the ladder's record, once a rung is measured
+    profile: dict | None = None  # the GPU's profile (microbench), once measured
 
 
 def _run_steps(
@@ -219,6 +220,9 @@ def _finish_step(
     if step.name == "ladder":
         outcome.ladder, result = _finish_ladder(check, step, result)
         return result
+    if step.name == "microbench":
+        outcome.profile, result = _finish_microbench(check, step, result)
+        return result
     if step.name == "wheels":
         return result if result.status == "ok" else _with(result, _last(lines))
     if step.name == "tests":
@@ -269,6 +273,12 @@ def _write_outcome(
     )
     if outcome.ladder:
         page = page.rstrip("\n") + "\n\n" + ladder_section(outcome.ladder) + "\n"
+    if outcome.profile and report:
+        from amp_lessons.measure.estimate_check import profile_section
+
+        beside = profile_section(report, outcome.profile)
+        if beside:
+            page = page.rstrip("\n") + "\n\n" + beside + "\n"
     summary = check.out_dir / check.summary_file
     write_summary(page, summary, report or {})
     for g in goals:
@@ -342,6 +352,28 @@ def _finish_ladder(check: _Check, step: Step, result: gr.StepResult):
     if result.detail:
         detail = f"{result.detail}; {detail}"
     return record, _with(result, detail, output=dest.name)
+
+
+def _finish_microbench(check: _Check, step: Step, result: gr.StepResult):
+    """The GPU's profile, recorded beside the bench's record
+    (``gpu_profile_h200.json``); None where the worker wrote none or a broken one."""
+    from amp_lessons.measure.microbench import check_profile, profile_filename
+
+    try:
+        profile = json.loads(step.output.read_text())
+        check_profile(profile)
+    except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
+        detail = "; ".join(d for d in (result.detail, f"no profile: {e}") if d)
+        return None, _with(result, detail, "failed")
+    dest = check.out_dir / profile_filename(check.info["name"])
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(profile, indent=1))
+    detail = (
+        f"{len(profile['gemm'])} GEMMs, {len(profile['copy'])} copies -> {dest.name}"
+    )
+    if result.detail:
+        detail = f"{result.detail}; {detail}"
+    return profile, _with(result, detail, output=dest.name)
 
 
 def ladder_section(record: dict) -> str:

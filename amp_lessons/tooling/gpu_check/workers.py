@@ -130,6 +130,22 @@ def ladder_rows(out: Path, deadline: float, device: str = "cuda") -> list[dict]:
     return ladder.climb(device, deadline=deadline - 20, on_row=save)
 
 
+def microbench_profile(out: Path, command: str, device: str = "cuda") -> dict:
+    """Measure this GPU's profile (`amp_lessons.measure.microbench`) into ``out``."""
+    import json
+
+    from amp_lessons.measure.microbench import measure_profile
+
+    profile = measure_profile(device, command)
+    out.write_text(json.dumps(profile, indent=1))
+    print(
+        f"microbench: {len(profile['gemm'])} GEMMs, {len(profile['copy'])} copies, "
+        f"tiny kernel {profile['kernel_us']:.1f} us, issue {profile['cpu_us']:.1f} us",
+        flush=True,
+    )
+    return profile
+
+
 def execute_lesson(src: Path, dest: Path, deadline: float) -> str:
     """Run a lesson top to bottom with this Python's kernel; write the executed copy.
 
@@ -207,6 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ladder = workers.add_parser("ladder-worker")
     ladder.add_argument("out", type=Path)
     ladder.add_argument("--device", default="cuda")
+    micro = workers.add_parser("microbench-worker")
+    micro.add_argument("out", type=Path)
+    micro.add_argument("--command", default="")
+    micro.add_argument("--device", default="cuda")
     n = workers.add_parser("lesson-worker")
     n.add_argument("src", type=Path)
     n.add_argument("dest", type=Path)
@@ -225,6 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker == "ladder-worker":
         rows = ladder_rows(args.out, deadline, args.device)
         return 0 if all("step_ms" in r for r in rows) else 1
+    if args.worker == "microbench-worker":
+        microbench_profile(args.out, args.command, args.device)
+        return 0
     error = execute_lesson(args.src, args.dest, deadline)
     if error:
         print(f"LESSON FAILED: {error}", flush=True)

@@ -1,0 +1,184 @@
+"""The GPU profile (amp_lessons.measure.microbench): measured on a CPU here (the code
+path; `make gpu-check` measures it on a GPU), turned into the estimate's Efficiency,
+read by the estimate command, refused when broken."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from paths import RESULTS_DIR, ROOT
+
+from amp_lessons.cli import main
+from amp_lessons.measure import microbench
+from amp_lessons.measure.bench_results import load_results
+from amp_lessons.measure.estimate import FITTED, estimate_step
+from amp_lessons.measure.estimate_check import profile_section
+from amp_lessons.measure.gemm_model import gemm_efficiency
+from amp_lessons.measure.gpus import GPUS
+from amp_lessons.measure.model_zoo import gpt
+
+H200 = "H200-SXM-141GB"
+
+
+def h200_profile(**tflops) -> dict:
+    """A made-up profile of the H200 (these numbers were never measured): large
+    GEMMs at ``tflops`` per arithmetic, a copy at 4 TB/s."""
+    return {
+        "schema": microbench.SCHEMA,
+        "device_name": "NVIDIA H200",
+        "torch": torch.__version__,
+        "date": "made up for a test",
+        "command": "",
+        "gemm": [
+            {"math": math, "n": 8192, "seconds": 2 * 8192**3 / (t * 1e12), "tflops": t}
+            for math, t in tflops.items()
+        ],
+        "copy": [{"mib": 1024, "seconds": 2**31 / 4e12, "gbs": 4000.0}],
+        "kernel_us": 2.5,
+        "cpu_us": 6.0,
+    }
+
+
+def test_a_cpu_profile_has_every_measurement_and_its_provenance(one_thread):
+    profile = microbench.measure_profile("cpu", "pytest")
+    microbench.check_profile(profile)
+    assert profile["device_name"] == "cpu" and profile["torch"] == torch.__version__
+    assert profile["command"] == "pytest" and profile["date"]
+    sides = microbench.GEMM_SIDES["cpu"]
+    assert [(r["math"], r["n"]) for r in profile["gemm"]] == [
+        (math, n) for math in microbench.GEMM_MATHS for n in sides
+    ]
+    for r in profile["gemm"]:  # the rate is the FLOPs of that product over its time
+        assert r["tflops"] == pytest.approx(2 * r["n"] ** 3 / r["seconds"] / 1e12)
+    assert [r["mib"] for r in profile["copy"]] == list(microbench.COPY_MIB["cpu"])
+    assert profile["kernel_us"] > 0 and profile["cpu_us"] > 0
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # left as it was
+    with pytest.raises(ValueError, match="'cuda' or 'cpu'"):
+        microbench.measure_profile("mps")
+
+
+def test_efficiency_is_achieved_over_peak_over_the_wave_model():
+    gpu = GPUS[H200]
+    eff = microbench.efficiency_of(h200_profile(bf16=700.0, fp16=650.0), gpu)
+    wave = gemm_efficiency((1, 8192, 8192, 8192), gpu.sms)
+    assert eff.tensor == pytest.approx(700e12 / gpu.peak("bf16") / wave)  # the best
+    assert eff.memory == pytest.approx(4000.0 / gpu.bandwidth_gbs)
+    assert (eff.kernel_us, eff.cpu_us) == (2.5, 6.0)
+    # what the profile lacks keeps the fit's
+    assert (eff.tf32, eff.fp32) == (FITTED.tf32, FITTED.fp32)
+    slower = microbench.efficiency_of(h200_profile(bf16=350.0, tf32=200.0), gpu)
+    assert slower.tensor == pytest.approx(eff.tensor / 2)
+    assert slower.tf32 == pytest.approx(200e12 / gpu.peak("tf32") / wave)
+    # the largest side measured is the one that counts
+    two = h200_profile(tf32=200.0)
+    two["gemm"].append(dict(two["gemm"][0], n=1024, tflops=20.0))
+    assert microbench.efficiency_of(two, gpu).tf32 == pytest.approx(slower.tf32)
+
+
+def test_a_slower_tf32_profile_slows_the_tf32_estimate_and_nothing_else():
+    gpu = GPUS[H200]
+    fast = microbench.efficiency_of(h200_profile(tf32=400.0, bf16=700.0), gpu)
+    slow = microbench.efficiency_of(h200_profile(tf32=200.0, bf16=700.0), gpu)
+
+    def step(precision, eff):
+        w = gpt(4, 1024, 16, 512, 8, 32768)
+        return estimate_step(
+            w.model, w.inputs, H200, precision, w.optimizer, w.loss_fn, eff
+        )
+
+    assert step("tf32", slow).compute_s > 1.5 * step("tf32", fast).compute_s
+    assert step("bf16", slow).seconds == step("bf16", fast).seconds
+
+
+BROKEN = {
+    "no kernel time": (
+        lambda p: p.pop("kernel_us"),
+        "not a GPU profile (no kernel_us)",
+    ),
+    "another schema": (lambda p: p.update(schema=99), "schema 99, this course reads 1"),
+    "a zero rate": (
+        lambda p: p["gemm"][0].update(tflops=0.0),
+        "rates and times must all be positive",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_each_broken_profile_is_refused_in_one_sentence(case, tmp_path):
+    spoil, message = BROKEN[case]
+    profile = h200_profile(bf16=700.0)
+    spoil(profile)
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        microbench.load_profile(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="is not JSON"):
+        microbench.load_profile(path)
+    with pytest.raises(ValueError, match="cannot read the GPU profile"):
+        microbench.load_profile(tmp_path / "missing.json")
+
+
+def test_the_estimate_command_prices_with_a_profile_of_its_gpu_only(tmp_path, capsys):
+    path = tmp_path / "gpu_profile_h200.json"
+    path.write_text(json.dumps(h200_profile(tf32=150.0, bf16=700.0)))
+    args = [
+        "estimate",
+        "--gpu",
+        H200,
+        "--model",
+        "mlp",
+        "--precision",
+        "tf32",
+        "--json",
+    ]
+    assert main(args) == 0
+    fitted = json.loads(capsys.readouterr().out)[0]
+    assert main([*args, "--profile", str(path)]) == 0
+    profiled = json.loads(capsys.readouterr().out)[0]
+    assert profiled["seconds"] > fitted["seconds"]  # 150 of 495 TF32 TFLOP/s
+    assert main(["estimate", "--gpu", "A100-SXM4-80GB", "--profile", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"error: the profile {path} was measured on NVIDIA H200: it prices that GPU "
+        f"only (--gpu {H200})"
+    )
+
+
+def test_the_summary_sets_the_profile_estimate_beside_the_h200_record():
+    report = load_results(RESULTS_DIR / "bench_h200.json")
+    text = profile_section(report, h200_profile(tf32=300.0, bf16=700.0))
+    rows = [line for line in text.splitlines() if line.startswith("| transformer")]
+    assert [r.split(" | ")[1] for r in rows] == ["fp32", "tf32", "fp16", "bf16"]
+    assert "made up for a test" in text and "63% in TF32" in text
+    assert profile_section(dict(report, synthetic=True), h200_profile(bf16=1.0)) == ""
+
+
+def test_the_gpu_check_worker_writes_a_profile(tmp_path):
+    out = tmp_path / "profile.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "amp_lessons.tooling.gpu_check",
+            "microbench-worker",
+            str(out),
+            "--device",
+            "cpu",
+            "--command",
+            "make gpu-check",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("microbench: 8 GEMMs, 2 copies, tiny kernel ")
+    profile = microbench.load_profile(out)
+    assert profile["command"] == "make gpu-check" and profile["device_name"] == "cpu"
