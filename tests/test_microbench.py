@@ -105,6 +105,10 @@ BROKEN = {
         lambda p: p["gemm"][0].update(tflops=0.0),
         "rates and times must all be positive",
     ),
+    "a row without its rate": (
+        lambda p: p["copy"][0].pop("gbs"),
+        "rates and times must all be positive",
+    ),
 }
 
 
@@ -156,6 +160,7 @@ def test_the_summary_sets_the_profile_estimate_beside_the_h200_record():
     rows = [line for line in text.splitlines() if line.startswith("| transformer")]
     assert [r.split(" | ")[1] for r in rows] == ["fp32", "tf32", "fp16", "bf16"]
     assert "made up for a test" in text and "63% in TF32" in text
+    assert "in fp32" not in text  # not measured: the fit's, and not called measured
     assert profile_section(dict(report, synthetic=True), h200_profile(bf16=1.0)) == ""
 
 

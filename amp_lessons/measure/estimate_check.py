@@ -162,12 +162,12 @@ def profile_section(report: dict, profile: dict) -> str:
         "## The estimate with this GPU's own profile",
         "",
         "`make gpu-check` measured the numbers the estimate otherwise takes from its "
-        f"fit (`amp_lessons.measure.microbench`, {profile['date']}): of the peaks, "
-        f"large GEMMs reach {eff.tensor:.0%} in fp16/bf16, {eff.tf32:.0%} in TF32 "
-        f"and {eff.fp32:.0%} in fp32, a copy {eff.memory:.0%} of the bandwidth; a "
+        f"fit (`amp_lessons.measure.microbench`, {profile['date']}): "
+        f"{_gemm_words(profile, eff)}, a copy {eff.memory:.0%} of the bandwidth; a "
         f"tiny kernel takes {eff.kernel_us:.1f} us of GPU time and "
         f"{eff.cpu_us:.1f} us of CPU time to issue. Priced with them (the fit's "
-        "column repeated from the table above):",
+        "column repeated from the table above; a precision the profile lacks keeps "
+        "the fit's efficiency):",
         "",
         "| config | precision | measured ms | fitted ms | profile ms | profile / "
         "measured | measured vs fp32 | profile vs fp32 |",
@@ -183,6 +183,23 @@ def profile_section(report: dict, profile: dict) -> str:
             f"{_ratio_text(r['estimated_speedup'])} |"
         )
     return "\n".join(lines)
+
+
+def _gemm_words(profile: dict, eff: Efficiency) -> str:
+    """What the profile's GEMMs reached, naming only the arithmetic measured."""
+    maths = {r["math"] for r in profile["gemm"]}
+    parts = [
+        f"{value:.0%} in {name}"
+        for value, name, measured in (
+            (eff.tensor, "fp16/bf16", maths & {"fp16", "bf16"}),
+            (eff.tf32, "TF32", "tf32" in maths),
+            (eff.fp32, "fp32", "fp32" in maths),
+        )
+        if measured
+    ]
+    if not parts:
+        return "no GEMM was measured"
+    return "of the peaks, large GEMMs reach " + ", ".join(parts)
 
 
 def _ratio_text(value: float | None) -> str:

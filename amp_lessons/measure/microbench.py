@@ -256,10 +256,14 @@ def check_profile(profile: dict) -> None:
                 "again with `make gpu-check`"
             ).format(found=profile["schema"], schema=SCHEMA)
         )
-    positive = [r["tflops"] for r in profile["gemm"]] + [
-        r["gbs"] for r in profile["copy"]
-    ]
-    if any(not v > 0 for v in [*positive, profile["kernel_us"], profile["cpu_us"]]):
+    try:
+        values = [r["tflops"] for r in profile["gemm"]]
+        values += [r["gbs"] for r in profile["copy"]]
+        values += [profile["kernel_us"], profile["cpu_us"]]
+        positive = all(float(v) > 0 for v in values)
+    except (KeyError, TypeError, ValueError):  # a row that is not a measurement
+        positive = False
+    if not positive:
         raise ValueError(_("a GPU profile's rates and times must all be positive"))
 
 
