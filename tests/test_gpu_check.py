@@ -423,6 +423,23 @@ def test_a_profile_the_worker_broke_fails_its_step_and_is_not_recorded(
     assert "no profile: a GPU profile's rates and times must all be positive" in page
 
 
+def test_a_profile_that_cannot_price_the_bench_still_leaves_the_summary(
+    fake_h200, tmp_path, monkeypatch
+):
+    from amp_lessons.measure import estimate_check
+
+    def broken(report, profile):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(estimate_check, "profile_section", broken)
+    status = gpu_check.run_gpu_check(
+        tmp_path, 480, "cmd", FakeRunner(synthetic_report()), echo=lambda line: None
+    )
+    assert status == 0 and (tmp_path / "gpu_profile_h200.json").exists()
+    page = (tmp_path / "gpu_check_h200.md").read_text()
+    assert "could not be priced with this GPU's profile: RuntimeError('boom')" in page
+
+
 def test_a_budget_too_small_skips_steps_but_still_writes_the_summary(
     fake_h200, tmp_path
 ):

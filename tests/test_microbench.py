@@ -109,6 +109,23 @@ BROKEN = {
         lambda p: p["copy"][0].pop("gbs"),
         "rates and times must all be positive",
     ),
+    "a GEMM without its side": (
+        lambda p: p["gemm"][0].pop("n"),
+        "rates and times must all be positive",
+    ),
+    "a time as text": (
+        lambda p: p.update(kernel_us="3"),
+        "rates and times must all be positive",
+    ),
+    "a time as a bool": (
+        lambda p: p.update(cpu_us=True),
+        "rates and times must all be positive",
+    ),
+    "an infinite rate": (
+        lambda p: p["gemm"][0].update(tflops=float("inf")),
+        "rates and times must all be positive",
+    ),
+    "no date": (lambda p: p.pop("date"), "not a GPU profile (no date)"),
 }
 
 

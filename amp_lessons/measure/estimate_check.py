@@ -163,8 +163,10 @@ def profile_section(report: dict, profile: dict) -> str:
         "",
         "`make gpu-check` measured the numbers the estimate otherwise takes from its "
         f"fit (`amp_lessons.measure.microbench`, {profile['date']}): "
-        f"{_gemm_words(profile, eff)}, a copy {eff.memory:.0%} of the bandwidth; a "
-        f"tiny kernel takes {eff.kernel_us:.1f} us of GPU time and "
+        f"{_gemm_words(profile, eff)}"
+        + (f", a copy {eff.memory:.0%} of the bandwidth" if profile["copy"] else "")
+        + f"; a tiny kernel takes {eff.kernel_us:.1f} us of GPU time back to back "
+        "(replayed from a CUDA graph: a lower bound on an eager launch) and "
         f"{eff.cpu_us:.1f} us of CPU time to issue. Priced with them (the fit's "
         "column repeated from the table above; a precision the profile lacks keeps "
         "the fit's efficiency):",

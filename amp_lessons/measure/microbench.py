@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
+from math import isfinite
 from pathlib import Path
 
 import torch
@@ -59,7 +60,9 @@ DTYPES = {
 # Square GEMM sides and copy sizes: a GPU's largest GEMM fills every SM for many
 # waves (8192: 2 TFLOP a product); a CPU run (the tests) only proves the code path.
 GEMM_SIDES = {"cuda": (1024, 2048, 4096, 8192), "cpu": (64, 128)}
-COPY_MIB = {"cuda": (16, 64, 256, 1024), "cpu": (1, 4)}
+# copies far larger than L2 (50 MB on an H100), so that the warm-up call leaves
+# nothing to read from it: HBM's rate, not L2's
+COPY_MIB = {"cuda": (256, 1024), "cpu": (1, 4)}
 TINY_OPS = 200  # one-element kernels per timing of kernel_us and cpu_us
 
 
@@ -238,9 +241,40 @@ def efficiency_of(profile: dict, gpu: GPU) -> Efficiency:
     return replace(FITTED, **{k: v for k, v in measured.items() if v is not None})
 
 
+def _is_rate(value) -> bool:
+    """A finite positive number (not a bool, a string or infinity)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and isfinite(value)
+        and value > 0
+    )
+
+
+def _rows_problem(profile: dict) -> bool:
+    """True if a GEMM or copy row is not a measurement this module writes."""
+    gemm, copy = profile["gemm"], profile["copy"]
+    if not isinstance(gemm, list) or not isinstance(copy, list):
+        return True
+    if not all(isinstance(r, dict) for r in [*gemm, *copy]):
+        return True
+    return not (
+        all(
+            r.get("math") in GEMM_MATHS
+            and isinstance(r.get("n"), int)
+            and r["n"] > 0
+            and _is_rate(r.get("tflops"))
+            for r in gemm
+        )
+        and all(_is_rate(r.get("gbs")) for r in copy)
+        and _is_rate(profile["kernel_us"])
+        and _is_rate(profile["cpu_us"])
+    )
+
+
 def check_profile(profile: dict) -> None:
     """Refuse, in one sentence, anything that is not a profile this module wrote."""
-    needed = ("schema", "device_name", "gemm", "copy", "kernel_us", "cpu_us")
+    needed = ("schema", "device_name", "date", "gemm", "copy", "kernel_us", "cpu_us")
     missing = [k for k in needed if not isinstance(profile, dict) or k not in profile]
     if missing:
         raise ValueError(
@@ -256,14 +290,7 @@ def check_profile(profile: dict) -> None:
                 "again with `make gpu-check`"
             ).format(found=profile["schema"], schema=SCHEMA)
         )
-    try:
-        values = [r["tflops"] for r in profile["gemm"]]
-        values += [r["gbs"] for r in profile["copy"]]
-        values += [profile["kernel_us"], profile["cpu_us"]]
-        positive = all(float(v) > 0 for v in values)
-    except (KeyError, TypeError, ValueError):  # a row that is not a measurement
-        positive = False
-    if not positive:
+    if _rows_problem(profile):
         raise ValueError(_("a GPU profile's rates and times must all be positive"))
 
 

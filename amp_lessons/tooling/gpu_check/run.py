@@ -273,12 +273,11 @@ def _write_outcome(
     )
     if outcome.ladder:
         page = page.rstrip("\n") + "\n\n" + ladder_section(outcome.ladder) + "\n"
-    if outcome.profile and report:
-        from amp_lessons.measure.estimate_check import profile_section
-
-        beside = profile_section(report, outcome.profile)
-        if beside:
-            page = page.rstrip("\n") + "\n\n" + beside + "\n"
+    beside = (
+        _profile_text(report, outcome.profile) if outcome.profile and report else ""
+    )
+    if beside:
+        page = page.rstrip("\n") + "\n\n" + beside
     summary = check.out_dir / check.summary_file
     write_summary(page, summary, report or {})
     for g in goals:
@@ -374,6 +373,18 @@ def _finish_microbench(check: _Check, step: Step, result: gr.StepResult):
     if result.detail:
         detail = f"{result.detail}; {detail}"
     return profile, _with(result, detail, output=dest.name)
+
+
+def _profile_text(report: dict, profile: dict) -> str:
+    """The profile's table for the summary page, or one line saying why there is
+    none: pricing with it must not cost the page (the profile is recorded anyway)."""
+    from amp_lessons.measure.estimate_check import profile_section
+
+    try:
+        section = profile_section(report, profile)
+    except Exception as e:  # noqa: BLE001 - the summary is written whatever happens
+        return f"The estimate could not be priced with this GPU's profile: {e!r}\n"
+    return section + "\n" if section else ""
 
 
 def ladder_section(record: dict) -> str:
