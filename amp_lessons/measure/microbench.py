@@ -73,7 +73,7 @@ def _seconds(fn: Callable[[], object], device: str, repeats: int = 5) -> float:
     times = []
     for _repeat in range(repeats):
         if device == "cuda":
-            start, end = (torch.cuda.Event(enable_timing=True) for _side in "ab")
+            start, end = (torch.cuda.Event(enable_timing=True) for _event in "ab")
             start.record()
             fn()
             end.record()
