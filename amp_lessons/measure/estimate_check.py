@@ -154,7 +154,6 @@ def profile_section(report: dict, profile: dict) -> str:
     if gpu is None or report.get("synthetic"):
         return ""
     eff = efficiency_of(profile, GPUS[gpu])
-    fitted = {(r["config"], r["precision"]): r for r in measured_vs_estimated(report)}
     rows = measured_vs_estimated(report, eff)
     if not rows:
         return ""
@@ -167,19 +166,18 @@ def profile_section(report: dict, profile: dict) -> str:
         + (f", a copy {eff.memory:.0%} of the bandwidth" if profile["copy"] else "")
         + f"; a tiny kernel takes {eff.kernel_us:.1f} us of GPU time back to back "
         "(replayed from a CUDA graph: a lower bound on an eager launch) and "
-        f"{eff.cpu_us:.1f} us of CPU time to issue. Priced with them (the fit's "
-        "column repeated from the table above; a precision the profile lacks keeps "
-        "the fit's efficiency):",
+        f"{eff.cpu_us:.1f} us of CPU time to issue. Priced with them (the fitted "
+        "estimate is in the table above; a precision the profile lacks keeps the "
+        "fit's efficiency):",
         "",
-        "| config | precision | measured ms | fitted ms | profile ms | profile / "
-        "measured | measured vs fp32 | profile vs fp32 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| config | precision | measured ms | profile ms | profile / measured "
+        "| measured vs fp32 | profile vs fp32 |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        fit = fitted.get((r["config"], r["precision"]), {}).get("estimated_ms")
         lines.append(
             f"| {r['config']} | {r['precision']} | {r['measured_ms']:.2f} | "
-            f"{'-' if fit is None else f'{fit:.2f}'} | {r['estimated_ms']:.2f} | "
+            f"{r['estimated_ms']:.2f} | "
             f"{r['estimated_ms'] / r['measured_ms']:.2f} | "
             f"{_ratio_text(r['measured_speedup'])} | "
             f"{_ratio_text(r['estimated_speedup'])} |"
