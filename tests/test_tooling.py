@@ -542,6 +542,31 @@ def test_a_good_stamp_and_good_packages_skip_pip(tmp_path):
     # the package check: and no install
 
 
+def test_a_filled_venv_without_a_stamp_is_checked_and_stamped_without_pip(tmp_path):
+    # a .venv another tool filled (CI installs with uv first): pip would find nothing
+    # to do, so the set-up checks it, stamps it and stops there
+    root = course_copy(tmp_path)
+    fake_venv(root)
+    done = run_bootstrap(root, "dev")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == (
+        "set-up done: .venv already had everything (checked); nothing installed.\n"
+    )
+    assert [call[0] for call in calls(root)] == ["-c", "-m", "-I"]  # no install
+    assert (root / ".venv" / ".amp_lessons_installed").read_text().endswith("\ndev")
+    again = run_bootstrap(root, "dev")  # now the stamped path: the check, silent
+    assert again.returncode == 0 and again.stdout == ""
+
+
+def test_a_venv_without_a_stamp_that_lacks_a_package_is_installed(tmp_path):
+    root = course_copy(tmp_path)
+    fake_venv(root)
+    done = run_bootstrap(root, FAKE_PROBLEMS=json.dumps(["torch is not installed"]))
+    assert any(call[:3] == ["-m", "pip", "install"] for call in calls(root))
+    assert "nothing installed" not in done.stdout
+    assert not (root / ".venv" / ".amp_lessons_installed").exists()
+
+
 def test_the_package_check_names_a_version_out_of_range_and_a_lost_module(tmp_path):
     bootstrap = load_bootstrap()
     lines = ["torch>=99", "pytest>=8", "no-such-package-amp>=1"]

@@ -7,8 +7,10 @@ not a SyntaxError or an ImportError. It creates ``.venv`` inside the repository 
 checks the one there: its Python's version, that it runs, that it has pip), installs
 requirements.txt plus the package (and extras when asked), and checks that what is
 installed is importable and in the versions asked for; a stamp of what was installed
-lets the second run skip pip, never the check. Each failure ends in one sentence that
-says what to do: too old a Python, a broken ``.venv``, no network, no wheel.
+lets the second run skip pip, never the check. A ``.venv`` another tool filled (CI's
+uv, a reader's own pip) and that has no stamp yet is checked first: if nothing is
+missing it is stamped as it is, without a pip run. Each failure ends in one sentence
+that says what to do: too old a Python, a broken ``.venv``, no network, no wheel.
 
 On Linux without an NVIDIA GPU, and with no torch in range in ``.venv`` yet, it first
 installs torch's CPU build from PyTorch's CPU wheel index (a few hundred MB instead of
@@ -471,6 +473,11 @@ def main(argv):
                 + "; ".join(problems[:4])
                 + ": installing again ..."
             )
+    elif not installed_problems(extras):
+        # filled by another tool (no stamp of ours): pip would find nothing to do
+        write_stamp(extras)
+        print("set-up done: .venv already had everything (checked); nothing installed.")
+        return
     install_cpu_torch()
     pip_install(extras)
     problems = installed_problems(extras)
@@ -480,9 +487,15 @@ def main(argv):
             "(`rm -rf .venv`) and run the command again; if that does not fix it, "
             "report it with the lines above."
         )
+    write_stamp(extras)
+    print("set-up done: .venv is ready.")
+
+
+def write_stamp(extras):
+    """Record what .venv was checked to hold: the next run skips pip (never the
+    check) while requirements.txt and pyproject.toml stay as they are."""
     with open(STAMP, "w") as f:
         f.write(fingerprint() + "\n" + ",".join(sorted(extras)))
-    print("set-up done: .venv is ready.")
 
 
 if __name__ == "__main__":
