@@ -134,14 +134,24 @@ def estimate_section(report: dict) -> str:
         "| measured vs fp32 | estimated vs fp32 | dominant (estimate) |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['config']} | {r['precision']} | {r['measured_ms']:.2f} | "
-            f"{r['estimated_ms']:.2f} | {r['estimated_ms'] / r['measured_ms']:.2f} | "
-            f"{_ratio_text(r['measured_speedup'])} | "
-            f"{_ratio_text(r['estimated_speedup'])} | {r['regime']} |"
-        )
+    lines += [_table_row(r, r["regime"]) for r in rows]
     return "\n".join(lines)
+
+
+def _table_row(r: dict, *more: str) -> str:
+    """One config of ``measured_vs_estimated`` as a markdown row: times, their ratio
+    and both speed-ups over fp32, then ``more`` cells."""
+    cells = [
+        r["config"],
+        r["precision"],
+        f"{r['measured_ms']:.2f}",
+        f"{r['estimated_ms']:.2f}",
+        f"{r['estimated_ms'] / r['measured_ms']:.2f}",
+        _ratio_text(r["measured_speedup"]),
+        _ratio_text(r["estimated_speedup"]),
+        *more,
+    ]
+    return "| " + " | ".join(cells) + " |"
 
 
 def profile_section(report: dict, profile: dict) -> str:
@@ -174,14 +184,7 @@ def profile_section(report: dict, profile: dict) -> str:
         "| measured vs fp32 | profile vs fp32 |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['config']} | {r['precision']} | {r['measured_ms']:.2f} | "
-            f"{r['estimated_ms']:.2f} | "
-            f"{r['estimated_ms'] / r['measured_ms']:.2f} | "
-            f"{_ratio_text(r['measured_speedup'])} | "
-            f"{_ratio_text(r['estimated_speedup'])} |"
-        )
+    lines += [_table_row(r) for r in rows]
     return "\n".join(lines)
 
 
