@@ -324,6 +324,9 @@ FAKE_PROFILE = {  # made up: what the microbench worker would write on the H200
     "date": "2026-12-06 12:00 UTC",
     "command": "python -m amp_lessons gpu-check",
     "gemm": [{"math": "bf16", "n": 8192, "seconds": 0.0016, "tflops": 700.0}],
+    "attention": [
+        {"math": "fp32", "shape": [16, 12, 1024, 64], "seconds": 0.002, "tflops": 30.0}
+    ],
     "copy": [{"mib": 1024, "seconds": 0.00054, "gbs": 4000.0}],
     "kernel_us": 2.5,
     "cpu_us": 6.0,

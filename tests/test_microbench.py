@@ -18,17 +18,20 @@ from amp_lessons.measure import microbench
 from amp_lessons.measure.bench_results import load_results
 from amp_lessons.measure.estimate import FITTED, estimate_step
 from amp_lessons.measure.estimate_check import profile_section
+from amp_lessons.measure.fused_kernels import attention_flops, fused_attention
 from amp_lessons.measure.gemm_model import gemm_efficiency
 from amp_lessons.measure.gpus import GPUS
+from amp_lessons.measure.kernels import KernelRecorder
 from amp_lessons.measure.model_zoo import gpt
 
 H200 = "H200-SXM-141GB"
 
 
-def h200_profile(**tflops) -> dict:
+def h200_profile(attention: dict | None = None, **tflops) -> dict:
     """A made-up profile of the H200 (these numbers were never measured): large
-    GEMMs at ``tflops`` per arithmetic, a copy at 4 TB/s."""
-    return {
+    GEMMs at ``tflops`` per arithmetic, a copy at 4 TB/s, and fused attention at
+    ``attention``'s TFLOP/s per arithmetic where given."""
+    profile = {
         "schema": microbench.SCHEMA,
         "device_name": "NVIDIA H200",
         "torch": torch.__version__,
@@ -42,6 +45,13 @@ def h200_profile(**tflops) -> dict:
         "kernel_us": 2.5,
         "cpu_us": 6.0,
     }
+    if attention is not None:
+        shape = list(microbench.ATTENTION_SHAPE["cuda"])
+        profile["attention"] = [
+            {"math": math, "shape": shape, "seconds": 1e-3, "tflops": t}
+            for math, t in attention.items()
+        ]
+    return profile
 
 
 def test_a_cpu_profile_has_every_measurement_and_its_provenance(one_thread):
@@ -55,6 +65,13 @@ def test_a_cpu_profile_has_every_measurement_and_its_provenance(one_thread):
     ]
     for r in profile["gemm"]:  # the rate is the FLOPs of that product over its time
         assert r["tflops"] == pytest.approx(2 * r["n"] ** 3 / r["seconds"] / 1e12)
+    shape = microbench.ATTENTION_SHAPE["cpu"]
+    assert [(r["math"], r["shape"]) for r in profile["attention"]] == [
+        (math, list(shape)) for math in microbench.ATTENTION_MATHS
+    ]
+    for r in profile["attention"]:  # forward and backward, causal, as the estimate
+        forward = attention_flops(shape, shape[2], causal=True)
+        assert r["tflops"] == pytest.approx(3.5 * forward / r["seconds"] / 1e12)
     assert [r["mib"] for r in profile["copy"]] == list(microbench.COPY_MIB["cpu"])
     assert profile["kernel_us"] > 0 and profile["cpu_us"] > 0
     assert torch.backends.cuda.matmul.allow_tf32 is False  # left as it was
@@ -95,6 +112,51 @@ def test_a_slower_tf32_profile_slows_the_tf32_estimate_and_nothing_else():
     assert step("bf16", slow).seconds == step("bf16", fast).seconds
 
 
+def test_attention_counts_the_flops_the_estimate_records_for_that_call():
+    shape = microbench.ATTENTION_SHAPE["cuda"]
+    b, h, t, d = shape
+    assert attention_flops(shape, t, causal=True) == 2 * b * h * t * t * d  # by hand
+    assert attention_flops(shape, t, causal=False) == 4 * b * h * t * t * d
+    recorder = KernelRecorder()
+    q = torch.empty(shape, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    out = fused_attention(recorder, q, q, q, is_causal=True)
+    out.sum().backward()
+    traced = sum(k.flops for k in recorder.kernels if k.kind == "attention")
+    assert traced == 3.5 * attention_flops(shape, t, causal=True)
+
+
+def test_a_profile_prices_attention_with_its_own_rate_and_nothing_else():
+    gpu = GPUS[H200]
+    fast = h200_profile({"fp32": 60.0, "bf16": 500.0}, tf32=400.0, bf16=700.0)
+    eff = microbench.efficiency_of(fast, gpu)
+    assert eff.attention_fp32 == pytest.approx(60e12 / gpu.peak("fp32"))
+    assert eff.attention_tensor == pytest.approx(500e12 / gpu.peak("bf16"))
+    # a profile from before attention was measured prices it as a GEMM, as fitted
+    old = microbench.efficiency_of(h200_profile(tf32=400.0, bf16=700.0), gpu)
+    assert (old.attention_fp32, old.attention_tensor) == (None, None)
+    assert (FITTED.attention_fp32, FITTED.attention_tensor) == (None, None)
+    slow = h200_profile({"fp32": 30.0, "bf16": 500.0}, tf32=400.0, bf16=700.0)
+
+    def step(precision, profile):
+        w = gpt(2, 768, 12, 1024, 8, 8192)
+        return estimate_step(
+            w.model,
+            w.inputs,
+            H200,
+            precision,
+            w.optimizer,
+            w.loss_fn,
+            microbench.efficiency_of(profile, gpu),
+        ).by_kind
+
+    # float32 attention (fp32 and TF32 alike) takes twice as long at half the rate
+    for precision in ("fp32", "tf32"):
+        fast_kinds, slow_kinds = step(precision, fast), step(precision, slow)
+        assert slow_kinds["attention"] == pytest.approx(2 * fast_kinds["attention"])
+        assert slow_kinds["matmul"] == fast_kinds["matmul"]
+    assert step("bf16", slow) == step("bf16", fast)  # 16-bit attention: its own rate
+
+
 BROKEN = {
     "no kernel time": (
         lambda p: p.pop("kernel_us"),
@@ -126,13 +188,29 @@ BROKEN = {
         "rates and times must all be positive",
     ),
     "no date": (lambda p: p.pop("date"), "not a GPU profile (no date)"),
+    "attention in an unknown arithmetic": (
+        lambda p: p["attention"][0].update(math="tf32"),
+        "rates and times must all be positive",
+    ),
+    "attention without its shape": (
+        lambda p: p["attention"][0].update(shape=[16, 12, 1024]),
+        "rates and times must all be positive",
+    ),
+    "attention at a negative rate": (
+        lambda p: p["attention"][0].update(tflops=-1.0),
+        "rates and times must all be positive",
+    ),
+    "attention rows that are not a list": (
+        lambda p: p.update(attention={"fp32": 1.0}),
+        "rates and times must all be positive",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", BROKEN)
 def test_each_broken_profile_is_refused_in_one_sentence(case, tmp_path):
     spoil, message = BROKEN[case]
-    profile = h200_profile(bf16=700.0)
+    profile = h200_profile({"fp32": 50.0}, bf16=700.0)
     spoil(profile)
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(profile))
@@ -178,6 +256,11 @@ def test_the_summary_sets_the_profile_estimate_beside_the_h200_record():
     assert [r.split(" | ")[1] for r in rows] == ["fp32", "tf32", "fp16", "bf16"]
     assert "made up for a test" in text and "63% in TF32" in text
     assert "in fp32" not in text  # not measured: the fit's, and not called measured
+    assert "attention" not in text
+    text = profile_section(report, h200_profile({"fp32": 33.5}, bf16=700.0))
+    words = "fused attention (forward and backward) 50% of the CUDA-core peak in fp32"
+    assert words in text
+    assert "fp16/bf16 peak" not in text and "tensor-core peak" not in text
     assert profile_section(dict(report, synthetic=True), h200_profile(bf16=1.0)) == ""
 
 
@@ -201,6 +284,8 @@ def test_the_gpu_check_worker_writes_a_profile(tmp_path):
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("microbench: 8 GEMMs, 2 copies, tiny kernel ")
+    assert done.stdout.startswith(
+        "microbench: 8 GEMMs, 3 attentions, 2 copies, tiny kernel "
+    )
     profile = microbench.load_profile(out)
     assert profile["command"] == "make gpu-check" and profile["device_name"] == "cpu"

@@ -69,6 +69,12 @@ class Efficiency:
     (``gemm_model``); ``memory``: of the bandwidth; ``kernel_us``: the shortest a
     kernel takes, launch included; ``cpu_us``: the CPU's time per launched kernel in
     eager mode (Python, dispatch and the launch call).
+
+    ``attention_tensor`` and ``attention_fp32``: a fused attention kernel's own
+    fraction of the peak it is priced at (16-bit: the tensor-core peak; float32: the
+    CUDA-core peak, which the memory-efficient kernel can pass, doing its products
+    on tensor cores as three TF32 MMAs). None, as fitted: priced as a large GEMM of
+    its arithmetic. A GPU profile measures them (``microbench``).
     """
 
     tensor: float = 0.6
@@ -77,6 +83,8 @@ class Efficiency:
     memory: float = 0.75
     kernel_us: float = 4.0
     cpu_us: float = 6.0
+    attention_tensor: float | None = None
+    attention_fp32: float | None = None
 
 
 # Fitted on data/published_speedups.csv by
@@ -230,7 +238,7 @@ def _timed(k: Kernel, gpu: GPU, eff: Efficiency) -> list[tuple[float, str]]:
     an alternative's kernels can stand in its place)."""
     compute = (
         k.flops
-        / (gpu.peak(k.math) * math_efficiency(eff, k.math) * shape_efficiency(k, gpu))
+        / (gpu.peak(k.math) * kernel_efficiency(eff, k) * shape_efficiency(k, gpu))
         if k.flops
         else 0.0
     )
@@ -249,6 +257,16 @@ def _timed(k: Kernel, gpu: GPU, eff: Efficiency) -> list[tuple[float, str]]:
 def math_efficiency(eff: Efficiency, math_: str) -> float:
     """The fraction of ``math_``'s peak a large GEMM reaches under ``eff``."""
     return {"fp32": eff.fp32, "tf32": eff.tf32}.get(math_, eff.tensor)
+
+
+def kernel_efficiency(eff: Efficiency, kernel: Kernel) -> float:
+    """The fraction of its arithmetic's peak ``kernel`` reaches: a fused attention
+    kernel's own where ``eff`` has one (a GPU profile), a large GEMM's otherwise."""
+    if kernel.kind == "attention":
+        own = eff.attention_fp32 if kernel.math == "fp32" else eff.attention_tensor
+        if own is not None:
+            return own
+    return math_efficiency(eff, kernel.math)
 
 
 def shape_efficiency(kernel: Kernel, gpu: GPU) -> float:

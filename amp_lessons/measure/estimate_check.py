@@ -172,7 +172,7 @@ def profile_section(report: dict, profile: dict) -> str:
         "",
         "`make gpu-check` measured the numbers the estimate otherwise takes from its "
         f"fit (`amp_lessons.measure.microbench`, {profile['date']}): "
-        f"{_gemm_words(profile, eff)}"
+        f"{_gemm_words(profile, eff)}{_attention_words(eff)}"
         + (f", a copy {eff.memory:.0%} of the bandwidth" if profile["copy"] else "")
         + f"; a tiny kernel takes {eff.kernel_us:.1f} us of GPU time back to back "
         "(replayed from a CUDA graph: a lower bound on an eager launch) and "
@@ -203,6 +203,21 @@ def _gemm_words(profile: dict, eff: Efficiency) -> str:
     if not parts:
         return "no GEMM was measured"
     return "of the peaks, large GEMMs reach " + ", ".join(parts)
+
+
+def _attention_words(eff: Efficiency) -> str:
+    """What the profile's fused attention reached, where it was measured."""
+    parts = [
+        f"{value:.0%} of the {peak} peak in {name}"
+        for value, peak, name in (
+            (eff.attention_tensor, "tensor-core", "fp16/bf16"),
+            (eff.attention_fp32, "CUDA-core", "fp32"),
+        )
+        if value is not None
+    ]
+    if not parts:
+        return ""
+    return "; fused attention (forward and backward) " + ", ".join(parts)
 
 
 def _ratio_text(value: float | None) -> str:

@@ -22,6 +22,17 @@ import torch
 
 from amp_lessons.measure.kernels import Kernel, KernelRecorder, _read_bytes
 
+ATTENTION_BACKWARD = 2.5  # backward FLOPs over forward (the scores recomputed)
+
+
+def attention_flops(q_shape, keys: int, causal: bool) -> int:
+    """A fused attention kernel's forward FLOPs: QK^T and AV, 2 x 2 x B*H*T*S*D for
+    ``q_shape`` (..., T, D) against ``keys`` (S); a causal kernel skips the masked
+    half of the scores. Backward takes ``ATTENTION_BACKWARD`` times as many."""
+    *heads, t, d = q_shape
+    flops = 4 * torch.Size(heads).numel() * t * keys * d
+    return flops // 2 if causal else flops
+
 
 class _AttentionKernel(torch.autograd.Function):
     """A fused attention kernel's cost: 4*B*H*T*S*D FLOPs forward, 2.5x that backward
@@ -32,9 +43,7 @@ class _AttentionKernel(torch.autograd.Function):
     def forward(ctx, recorder, q, k, v, causal, mask_bytes):
         ctx.recorder, ctx.mask_bytes = recorder, mask_bytes
         ctx.save_for_backward(q, k, v)
-        flops = 4 * q.shape[:-2].numel() * q.shape[-2] * k.shape[-2] * q.shape[-1]
-        if causal:  # flash attention skips the masked half of the scores
-            flops //= 2
+        flops = attention_flops(q.shape, k.shape[-2], causal)
         ctx.flops = flops
         moved = sum(t.numel() * t.element_size() for t in (q, k, v, q)) + mask_bytes
         recorder.add(
@@ -54,7 +63,7 @@ class _AttentionKernel(torch.autograd.Function):
             Kernel(
                 "fused_attention_backward",
                 "attention",
-                int(2.5 * ctx.flops),
+                int(ATTENTION_BACKWARD * ctx.flops),
                 moved,
                 _math(ctx.recorder, q.dtype),
             )
@@ -71,7 +80,9 @@ def _math(recorder: KernelRecorder, dtype: torch.dtype) -> str:
     # DefaultGemmType<ArchTag >= 80, float> uses OpMultiplyAddFastF32), an Sm80
     # mma.sync kernel on Hopper too, whose speed there no source here gives. Priced
     # at a third of the TF32 rate the H200 record's TF32 step, already 29% too fast,
-    # would come out faster still (the README states that miss).
+    # would come out faster still (the README states that miss). A GPU profile
+    # measures this kernel's own rate (microbench.attention_rows), which replaces
+    # the CUDA-core GEMM efficiency for it (estimate.kernel_efficiency).
     return {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, "fp32")
 
 

@@ -11,6 +11,11 @@ end-to-end rows; on a GPU at hand they can be measured instead
   datasheet peak of its arithmetic, divided by the wave model's efficiency for that
   shape (``gemm_model``), so that smaller and skinnier GEMMs keep losing by tiles and
   waves as before. ``tensor`` is the better of fp16 and bf16.
+- ``attention_tensor``, ``attention_fp32``: ``F.scaled_dot_product_attention``'s
+  forward and backward (the fused kernel torch picks: flash or cuDNN in 16 bits, the
+  memory-efficient one in float32) at GPT-2 small's heads, FLOPs counted as the
+  estimate counts them, over the peak the estimate prices that kernel at.
+  ``attention_tensor`` is the better of fp16 and bf16.
 - ``memory``: a device-to-device copy's bytes per second (read + write) over the
   datasheet bandwidth, the best of a sweep of sizes.
 - ``kernel_us``: the GPU's time for a one-element kernel, replayed from a CUDA
@@ -42,10 +47,12 @@ from math import isfinite
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from amp_lessons.core.precision import tf32_mode
 from amp_lessons.i18n import _
 from amp_lessons.measure.estimate import FITTED, Efficiency
+from amp_lessons.measure.fused_kernels import ATTENTION_BACKWARD, attention_flops
 from amp_lessons.measure.gemm_model import gemm_efficiency
 from amp_lessons.measure.gpus import GPU
 
@@ -60,6 +67,10 @@ DTYPES = {
 # Square GEMM sides and copy sizes: a GPU's largest GEMM fills every SM for many
 # waves (8192: 2 TFLOP a product); a CPU run (the tests) only proves the code path.
 GEMM_SIDES = {"cuda": (1024, 2048, 4096, 8192), "cpu": (64, 128)}
+# (batch, heads, tokens, head size): GPT-2 small's 12 heads of 64 over 1024 tokens,
+# causal, as nanoGPT and the bench's transformer run them
+ATTENTION_SHAPE = {"cuda": (16, 12, 1024, 64), "cpu": (1, 2, 64, 16)}
+ATTENTION_MATHS = ("fp32", "fp16", "bf16")
 # copies far larger than L2 (50 MB on an H100), so that the warm-up call leaves
 # nothing to read from it: HBM's rate, not L2's
 COPY_MIB = {"cuda": (256, 1024), "cpu": (1, 4)}
@@ -117,6 +128,39 @@ def gemm_rows(device: str, sides: tuple[int, ...]) -> list[dict]:
                     }
                 )
                 del a, b
+    return rows
+
+
+def attention_rows(device: str, shape: tuple[int, int, int, int]) -> list[dict]:
+    """Causal ``F.scaled_dot_product_attention`` of ``shape`` (batch, heads, tokens,
+    head size), forward and backward, in each arithmetic: seconds and TFLOP/s, the
+    FLOPs counted as the estimate counts a fused attention kernel's."""
+    forward = attention_flops(shape, shape[2], causal=True)
+    flops = forward * (1 + ATTENTION_BACKWARD)
+    rows = []
+    for math in ATTENTION_MATHS:
+        if not _math_available(math, device):
+            continue
+        q, k, v = (
+            torch.randn(shape, device=device, dtype=DTYPES[math], requires_grad=True)
+            for _tensor in "qkv"
+        )
+        grad = torch.randn(shape, device=device, dtype=DTYPES[math])
+
+        def step(q=q, k=k, v=v, grad=grad):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return torch.autograd.grad(out, (q, k, v), grad)
+
+        seconds = _seconds(step, device)
+        rows.append(
+            {
+                "math": math,
+                "shape": list(shape),
+                "seconds": seconds,
+                "tflops": flops / seconds / 1e12,
+            }
+        )
+        del q, k, v, grad
     return rows
 
 
@@ -197,6 +241,7 @@ def measure_profile(device: str = "cuda", command: str = "") -> dict:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": command,
         "gemm": gemm_rows(device, GEMM_SIDES[device]),
+        "attention": attention_rows(device, ATTENTION_SHAPE[device]),
         "copy": copy_rows(device, COPY_MIB[device]),
         "kernel_us": tiny_kernel_us(device),
         "cpu_us": issue_us(device),
@@ -222,6 +267,19 @@ def _gemm_efficiency(profile: dict, maths: tuple[str, ...], gpu: GPU) -> float |
     return max(found) if found else None
 
 
+def _attention_efficiency(
+    profile: dict, maths: tuple[str, ...], gpu: GPU
+) -> float | None:
+    """The best of ``maths``' attention rates over the peak the estimate prices
+    that kernel at (its own arithmetic's); None if none was measured."""
+    found = [
+        r["tflops"] * 1e12 / gpu.peak(r["math"])
+        for r in profile.get("attention", [])
+        if r["math"] in maths and gpu.supports(r["math"])
+    ]
+    return max(found) if found else None
+
+
 def efficiency_of(profile: dict, gpu: GPU) -> Efficiency:
     """The estimate's ``Efficiency`` from a profile measured on ``gpu``; a number
     the profile lacks keeps ``FITTED``'s (module doc)."""
@@ -230,6 +288,8 @@ def efficiency_of(profile: dict, gpu: GPU) -> Efficiency:
         "tensor": _gemm_efficiency(profile, ("fp16", "bf16"), gpu),
         "tf32": _gemm_efficiency(profile, ("tf32",), gpu),
         "fp32": _gemm_efficiency(profile, ("fp32",), gpu),
+        "attention_tensor": _attention_efficiency(profile, ("fp16", "bf16"), gpu),
+        "attention_fp32": _attention_efficiency(profile, ("fp32",), gpu),
         "memory": (
             max(r["gbs"] for r in profile["copy"]) / gpu.bandwidth_gbs
             if profile["copy"]
@@ -251,20 +311,35 @@ def _is_rate(value) -> bool:
     )
 
 
+def _is_size(value) -> bool:
+    """A positive int (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def _rows_problem(profile: dict) -> bool:
-    """True if a GEMM or copy row is not a measurement this module writes."""
+    """True if a GEMM, attention or copy row is not a measurement this module
+    writes (a profile without attention rows, from before they were measured, is
+    read without them)."""
     gemm, copy = profile["gemm"], profile["copy"]
-    if not isinstance(gemm, list) or not isinstance(copy, list):
+    attention = profile.get("attention", [])
+    if not all(isinstance(rows, list) for rows in (gemm, copy, attention)):
         return True
-    if not all(isinstance(r, dict) for r in [*gemm, *copy]):
+    if not all(isinstance(r, dict) for r in [*gemm, *copy, *attention]):
         return True
     return not (
         all(
             r.get("math") in GEMM_MATHS
-            and isinstance(r.get("n"), int)
-            and r["n"] > 0
+            and _is_size(r.get("n"))
             and _is_rate(r.get("tflops"))
             for r in gemm
+        )
+        and all(
+            r.get("math") in ATTENTION_MATHS
+            and isinstance(r.get("shape"), list)
+            and len(r["shape"]) == 4
+            and all(_is_size(n) for n in r["shape"])
+            and _is_rate(r.get("tflops"))
+            for r in attention
         )
         and all(_is_rate(r.get("gbs")) for r in copy)
         and _is_rate(profile["kernel_us"])

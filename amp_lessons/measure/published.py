@@ -437,8 +437,8 @@ class Fit:
         further, so each row's leave-one-out fit often lands on the same point."""
         return [
             name
-            for name, value in asdict(self.efficiency).items()
-            if value in (GRID[name][0], GRID[name][-1])
+            for name, values in GRID.items()
+            if getattr(self.efficiency, name) in (values[0], values[-1])
         ]
 
     def throughput_range(self) -> tuple[float, float]:
@@ -608,7 +608,7 @@ def fit_record(result: Fit, command: str) -> dict:
         "torch": torch.__version__,
         "data_file": DATA_FILE.name,
         "data_sha256": data_digest(),
-        "efficiency": asdict(result.efficiency),
+        "efficiency": {name: getattr(result.efficiency, name) for name in GRID},
         "rows": [asdict(r) for r in result.rows],
     }
 

@@ -139,7 +139,8 @@ def microbench_profile(out: Path, command: str, device: str = "cuda") -> dict:
     profile = measure_profile(device, command)
     out.write_text(json.dumps(profile, indent=1))
     print(
-        f"microbench: {len(profile['gemm'])} GEMMs, {len(profile['copy'])} copies, "
+        f"microbench: {len(profile['gemm'])} GEMMs, "
+        f"{len(profile['attention'])} attentions, {len(profile['copy'])} copies, "
         f"tiny kernel {profile['kernel_us']:.1f} us, issue {profile['cpu_us']:.1f} us",
         flush=True,
     )
