@@ -330,6 +330,13 @@ FAKE_PROFILE = {  # made up: what the microbench worker would write on the H200
     "copy": [{"mib": 1024, "seconds": 0.00054, "gbs": 4000.0}],
     "kernel_us": 2.5,
     "cpu_us": 6.0,
+    "step_split": [
+        {
+            "config": "transformer",
+            "precision": "tf32",
+            "groups": {"matmul": 60.0, "attention": 80.0, "optimizer": 2, "other": 20},
+        }
+    ],
 }
 
 
@@ -389,6 +396,7 @@ def test_a_whole_check_with_fake_steps_writes_the_record_and_the_summary(
     page = (out / "gpu_check_h200.md").read_text()
     gr.verify_summary(page, report, "bench_h200.json")
     assert "SYNTHETIC" in page and "5 passed, 0 failed" in page
+    assert "1 GEMMs, 1 attentions, 1 copies, 1 step splits -> gpu_profile" in page
     assert "| 06_speed_memory | ok | 0 | `executed/06_speed_memory.ipynb` |" in page
     # each step finished at once, so each later step was offered more than its share
     assert sum(runner.limits.values()) > 480

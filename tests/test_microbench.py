@@ -289,3 +289,4 @@ def test_the_gpu_check_worker_writes_a_profile(tmp_path):
     )
     profile = microbench.load_profile(out)
     assert profile["command"] == "make gpu-check" and profile["device_name"] == "cpu"
+    assert [s["precision"] for s in profile["step_split"]] == ["tf32", "bf16", "fp32"]

@@ -20,6 +20,7 @@ from amp_lessons.measure import model_zoo
 from amp_lessons.measure.estimate import FITTED, Efficiency, estimate_step
 from amp_lessons.measure.gpus import GPUS
 from amp_lessons.measure.published import FIT_FILE
+from amp_lessons.measure.step_profile import GROUPS, estimate_groups
 
 # torch.cuda.get_device_name() -> the estimate's GPU table
 DEVICE_NAMES = {
@@ -102,6 +103,7 @@ def measured_vs_estimated(report: dict, efficiency: Efficiency = FITTED) -> list
                 "measured_ms": row["step_ms"],
                 "estimated_ms": e.seconds * 1e3,
                 "regime": e.regime,
+                "by_group": estimate_groups(e.by_kind),
             }
         )
     for r in out:
@@ -173,7 +175,7 @@ def profile_section(report: dict, profile: dict) -> str:
         "`make gpu-check` measured the numbers the estimate otherwise takes from its "
         f"fit (`amp_lessons.measure.microbench`, {profile['date']}): "
         f"{_gemm_words(profile, eff)}{_attention_words(eff)}"
-        + (f", a copy {eff.memory:.0%} of the bandwidth" if profile["copy"] else "")
+        + (f"; a copy {eff.memory:.0%} of the bandwidth" if profile["copy"] else "")
         + f"; a tiny kernel takes {eff.kernel_us:.1f} us of GPU time back to back "
         "(replayed from a CUDA graph: a lower bound on an eager launch) and "
         f"{eff.cpu_us:.1f} us of CPU time to issue. Priced with them (the fitted "
@@ -185,7 +187,48 @@ def profile_section(report: dict, profile: dict) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     lines += [_table_row(r) for r in rows]
+    lines += _split_lines(rows, profile)
     return "\n".join(lines)
+
+
+def _split_lines(rows: list[dict], profile: dict) -> list[str]:
+    """The transformer's step kernel group by kernel group, measured (the profile's
+    ``step_split``) beside the profile-priced estimate's groups; nothing where the
+    profile has no split."""
+    splits = {s["precision"]: s["groups"] for s in profile.get("step_split", [])}
+    pairs = [
+        (r, splits[r["precision"]])
+        for r in rows
+        if r["config"] == "transformer" and r["precision"] in splits
+    ]
+    if not pairs:
+        return []
+    lines = [
+        "",
+        "Where the transformer's step goes: each GPU kernel's time in one step "
+        "under `torch.profiler`, summed by group by the kernel's name "
+        "(`amp_lessons.measure.step_profile`), beside the same groups of the "
+        "estimate priced with this profile. A group far off is where the estimate "
+        "misses.",
+        "",
+    ]
+    if not any(sum(groups.values()) for _row, groups in pairs):
+        return [*lines, "The profiler recorded no GPU kernel: no split to show."]
+    lines += [
+        "| precision | kernels | measured ms | profile ms | profile / measured |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r, groups in pairs:
+        estimated = r["by_group"]
+        for group in (*GROUPS, "all"):
+            measured = sum(groups.values()) if group == "all" else groups[group]
+            priced = sum(estimated.values()) if group == "all" else estimated[group]
+            ratio = f"{priced / measured:.2f}" if measured else "-"
+            lines.append(
+                f"| {r['precision']} | {group} | {measured:.2f} | {priced:.2f} "
+                f"| {ratio} |"
+            )
+    return lines
 
 
 def _gemm_words(profile: dict, eff: Efficiency) -> str:

@@ -55,6 +55,7 @@ from amp_lessons.measure.estimate import FITTED, Efficiency
 from amp_lessons.measure.fused_kernels import ATTENTION_BACKWARD, attention_flops
 from amp_lessons.measure.gemm_model import gemm_efficiency
 from amp_lessons.measure.gpus import GPU
+from amp_lessons.measure.step_profile import GROUPS
 
 SCHEMA = 1
 GEMM_MATHS = ("fp32", "tf32", "fp16", "bf16")
@@ -316,13 +317,28 @@ def _is_size(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _is_split(split) -> bool:
+    """A step split as ``step_profile.profile_step`` writes it: milliseconds, zero
+    or more, for each kernel group."""
+    if not isinstance(split, dict) or not isinstance(split.get("groups"), dict):
+        return False
+    groups = split["groups"]
+    return (
+        isinstance(split.get("precision"), str)
+        and set(groups) == set(GROUPS)
+        and all(v == 0 or _is_rate(v) for v in groups.values())
+        and not any(isinstance(v, bool) for v in groups.values())
+    )
+
+
 def _rows_problem(profile: dict) -> bool:
     """True if a GEMM, attention or copy row is not a measurement this module
     writes (a profile without attention rows, from before they were measured, is
     read without them)."""
     gemm, copy = profile["gemm"], profile["copy"]
     attention = profile.get("attention", [])
-    if not all(isinstance(rows, list) for rows in (gemm, copy, attention)):
+    splits = profile.get("step_split", [])
+    if not all(isinstance(rows, list) for rows in (gemm, copy, attention, splits)):
         return True
     if not all(isinstance(r, dict) for r in [*gemm, *copy, *attention]):
         return True
@@ -341,6 +357,7 @@ def _rows_problem(profile: dict) -> bool:
             and _is_rate(r.get("tflops"))
             for r in attention
         )
+        and all(_is_split(r) for r in profile.get("step_split", []))
         and all(_is_rate(r.get("gbs")) for r in copy)
         and _is_rate(profile["kernel_us"])
         and _is_rate(profile["cpu_us"])

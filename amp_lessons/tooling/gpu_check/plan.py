@@ -38,9 +38,11 @@ GRACE_S = 5.0  # a worker stops itself this long before its hard limit
 # steps after it: each one gets remaining * share / (shares still to run).
 # Each step's share is its expected seconds on an H100/H200 / 10 (the H200 run of
 # 2026-12-04: tests 31 s, bench 40 s without fp8, lessons 00/04/06/07 6/14/46/14 s;
-# the others guessed from their CPU times). The ladder comes last and uses what the
-# others left: two torch.compile rungs are most of it.
-SHARES = {"tests": 3.0, "wheels": 1.2, "bench": 5.5, "microbench": 2.0, "ladder": 9.0}
+# the others guessed from their CPU times; microbench: about 10 s of kernels and
+# three profiled steps of the bench transformer, each after two warm-up steps). The
+# ladder comes last and uses what the others left: two torch.compile rungs are most
+# of it.
+SHARES = {"tests": 3.0, "wheels": 1.2, "bench": 5.5, "microbench": 3.0, "ladder": 8.5}
 LESSON_SHARE = 1.2  # no step gets under MIN_STEP_S (10 s) if all use theirs
 LESSON_SHARES = {
     "02_underflow": 1.5,

@@ -368,7 +368,9 @@ def _finish_microbench(check: _Check, step: Step, result: gr.StepResult):
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(profile, indent=1))
     detail = (
-        f"{len(profile['gemm'])} GEMMs, {len(profile['copy'])} copies -> {dest.name}"
+        f"{len(profile['gemm'])} GEMMs, {len(profile.get('attention', []))} "
+        f"attentions, {len(profile['copy'])} copies, "
+        f"{len(profile.get('step_split', []))} step splits -> {dest.name}"
     )
     if result.detail:
         detail = f"{result.detail}; {detail}"

@@ -130,11 +130,17 @@ def ladder_rows(out: Path, deadline: float, device: str = "cuda") -> list[dict]:
     return ladder.climb(device, deadline=deadline - 20, on_row=save)
 
 
-def microbench_profile(out: Path, command: str, device: str = "cuda") -> dict:
-    """Measure this GPU's profile (`amp_lessons.measure.microbench`) into ``out``."""
+def microbench_profile(
+    out: Path, command: str, device: str = "cuda", deadline: float | None = None
+) -> dict:
+    """Measure this GPU's profile (`amp_lessons.measure.microbench`) into ``out``,
+    then the bench transformer's step split kernel group by kernel group
+    (`amp_lessons.measure.step_profile`), saved after each precision, as far as
+    ``deadline`` allows: the profile is kept if the splits run out of time."""
     import json
 
     from amp_lessons.measure.microbench import measure_profile
+    from amp_lessons.measure.step_profile import bench_splits
 
     profile = measure_profile(device, command)
     out.write_text(json.dumps(profile, indent=1))
@@ -144,6 +150,13 @@ def microbench_profile(out: Path, command: str, device: str = "cuda") -> dict:
         f"tiny kernel {profile['kernel_us']:.1f} us, issue {profile['cpu_us']:.1f} us",
         flush=True,
     )
+
+    def save(splits: list[dict]) -> None:
+        profile["step_split"] = splits
+        out.write_text(json.dumps(profile, indent=1))
+        print(f"step split: {splits[-1]['precision']}", flush=True)
+
+    bench_splits(device, deadline or deadline_from_env(), save)
     return profile
 
 
@@ -247,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = ladder_rows(args.out, deadline, args.device)
         return 0 if all("step_ms" in r for r in rows) else 1
     if args.worker == "microbench-worker":
-        microbench_profile(args.out, args.command, args.device)
+        microbench_profile(args.out, args.command, args.device, deadline)
         return 0
     error = execute_lesson(args.src, args.dest, deadline)
     if error:
