@@ -317,6 +317,11 @@ def _is_size(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _is_time(value) -> bool:
+    """A finite number, zero or more (not a bool or a string)."""
+    return (value == 0 and type(value) in (int, float)) or _is_rate(value)
+
+
 def _is_split(split) -> bool:
     """A step split as ``step_profile.profile_step`` writes it: milliseconds, zero
     or more, for each kernel group."""
@@ -326,14 +331,13 @@ def _is_split(split) -> bool:
     return (
         isinstance(split.get("precision"), str)
         and set(groups) == set(GROUPS)
-        and all(v == 0 or _is_rate(v) for v in groups.values())
-        and not any(isinstance(v, bool) for v in groups.values())
+        and all(_is_time(v) for v in groups.values())
     )
 
 
 def _rows_problem(profile: dict) -> bool:
-    """True if a GEMM, attention or copy row is not a measurement this module
-    writes (a profile without attention rows, from before they were measured, is
+    """True if a GEMM, attention, copy or step-split row is not a measurement this
+    module writes (a profile from before attention and the split were measured is
     read without them)."""
     gemm, copy = profile["gemm"], profile["copy"]
     attention = profile.get("attention", [])
@@ -357,7 +361,7 @@ def _rows_problem(profile: dict) -> bool:
             and _is_rate(r.get("tflops"))
             for r in attention
         )
-        and all(_is_split(r) for r in profile.get("step_split", []))
+        and all(_is_split(r) for r in splits)
         and all(_is_rate(r.get("gbs")) for r in copy)
         and _is_rate(profile["kernel_us"])
         and _is_rate(profile["cpu_us"])
