@@ -19,14 +19,22 @@ from amp_lessons.measure.estimate_check import profile_section
 
 # Kernel names as CUDA profilers print them, copied from public profiles of PyTorch
 # runs: the memory-efficient attention of float32 and flash attention of bf16 (a
-# training report comparing SDPA's fp32 and bf16 kernels), cuBLAS on Hopper
-# (nvjet_*, sm90_xmma_*), Ampere and Volta (ampere_sgemm_*, volta_sgemm_*), CUTLASS's
-# SIMT SGEMM, a split-K reduction, the multi-tensor kernel of foreach optimizers,
-# and elementwise, norm, softmax and loss kernels.
+# training report comparing SDPA's fp32 and bf16 kernels), cuDNN's attention (the
+# bf16 default on Hopper from torch 2.11, pytorch/pytorch#196678; name prefixes),
+# cuBLAS on Hopper (nvjet_*, sm90_xmma_*), Ampere and Volta (ampere_sgemm_*,
+# volta_sgemm_*), cuBLASLt's split-K and epilogue kernels, CUTLASS's SIMT SGEMM, the
+# multi-tensor kernels of foreach optimizers and clip_grad_norm_, and elementwise,
+# norm, softmax and loss kernels.
 NAMED = {
     "fmha_cutlassF_f32_aligned_64x64_rf_sm80": "attention",
     "fmha_cutlassB_f32_aligned_64x64_k64_sm80": "attention",
     "pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel": "attention",
+    "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16": "attention",
+    "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16": "attention",
+    "nvjet_sm90_tst_": "matmul",
+    "cublasLt::splitKreduce_kernel": "matmul",
+    "cublasLt::epilogue::impl::globalKernel": "matmul",
+    "lpnorm_cleanup": "optimizer",
     "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN": "matmul",
     "nvjet_tss_64x8_64x16_2x1_v_bz_splitK_TNT": "matmul",
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_"
@@ -110,6 +118,21 @@ def test_the_splits_stop_before_the_deadline(one_thread):
     done = step_profile.bench_splits("cpu", time.time() + 300, saved.append, ("fp32",))
     assert [s["precision"] for s in done] == ["fp32"] and saved == [done]
     assert step_profile.bench_splits("cpu", time.time() + 3) == []  # < the margin
+
+
+def test_a_failed_split_costs_only_its_precision(monkeypatch, capsys):
+    def profile_step(config, precision, device, sizes):
+        if precision == "bf16":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+        return _split(precision, matmul=1.0)
+
+    monkeypatch.setattr(step_profile, "profile_step", profile_step)
+    done = step_profile.bench_splits("cpu", time.time() + 300)
+    assert [s["precision"] for s in done] == ["tf32", "fp32"]
+    assert capsys.readouterr().out == (
+        "step split bf16 failed: OutOfMemoryError: CUDA out of memory. "
+        "Tried to allocate 2 GiB\n"
+    )
 
 
 def _split(precision, **ms):

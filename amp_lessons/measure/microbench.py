@@ -72,29 +72,36 @@ GEMM_SIDES = {"cuda": (1024, 2048, 4096, 8192), "cpu": (64, 128)}
 # causal, as nanoGPT and the bench's transformer run them
 ATTENTION_SHAPE = {"cuda": (16, 12, 1024, 64), "cpu": (1, 2, 64, 16)}
 ATTENTION_MATHS = ("fp32", "fp16", "bf16")
+ATTENTION_CALLS = 10  # forward and backward calls per timing (see _seconds)
 # copies far larger than L2 (50 MB on an H100), so that the warm-up call leaves
 # nothing to read from it: HBM's rate, not L2's
 COPY_MIB = {"cuda": (256, 1024), "cpu": (1, 4)}
 TINY_OPS = 200  # one-element kernels per timing of kernel_us and cpu_us
 
 
-def _seconds(fn: Callable[[], object], device: str, repeats: int = 5) -> float:
+def _seconds(
+    fn: Callable[[], object], device: str, repeats: int = 5, calls: int = 1
+) -> float:
     """The median seconds of one call of ``fn`` after a warm-up call: CUDA events on
-    a GPU (the GPU's time), the wall clock on a CPU."""
+    a GPU (the GPU's time), the wall clock on a CPU. Each timing runs ``calls``
+    calls back to back, so that a call shorter than its own CPU work (a fused
+    attention of half a millisecond) keeps the GPU busy between the events."""
     fn()
     times = []
     for _repeat in range(repeats):
         if device == "cuda":
             start, end = (torch.cuda.Event(enable_timing=True) for _event in "ab")
             start.record()
-            fn()
+            for _call in range(calls):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
+            times.append(start.elapsed_time(end) / 1e3 / calls)
         else:
             t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
+            for _call in range(calls):
+                fn()
+            times.append((time.perf_counter() - t0) / calls)
     return statistics.median(times)
 
 
@@ -152,7 +159,7 @@ def attention_rows(device: str, shape: tuple[int, int, int, int]) -> list[dict]:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             return torch.autograd.grad(out, (q, k, v), grad)
 
-        seconds = _seconds(step, device)
+        seconds = _seconds(step, device, calls=ATTENTION_CALLS)
         rows.append(
             {
                 "math": math,
