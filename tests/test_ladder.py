@@ -62,6 +62,7 @@ def test_a_rung_that_cannot_run_is_a_row_saying_why(monkeypatch):
             "compiled": False,
             "batch_scale": 1,
             "rung": "eager fp32",
+            "sizes": ladder.TINY,
             "skipped": "CUDA out of memory: "
             "CUDA out of memory. Tried to allocate 2 GiB",
         }

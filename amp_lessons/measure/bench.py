@@ -118,9 +118,15 @@ def default_sizes(device: torch.device | str) -> dict[str, dict[str, int]]:
         return {k: dict(v) for k, v in CPU_SIZES.items()}
     sizes = {k: dict(v) for k, v in GPU_SIZES.items()}
     gib = torch.cuda.get_device_properties(device).total_memory / 2**30
-    # a larger batch lets activations dominate the fixed fp32 weights/grads/Adam state
-    sizes["transformer"]["batch"] = 32 if gib >= 70 else 16 if gib >= 35 else 8
+    sizes["transformer"]["batch"] = transformer_batch(gib)
     return sizes
+
+
+def transformer_batch(memory_gib: float) -> int:
+    """The bench transformer's batch on a GPU of ``memory_gib``: a larger batch lets
+    activations dominate the fixed fp32 weights, gradients and Adam state
+    (``transformer_batch(80)`` -> 32, as on an H100 or H200)."""
+    return 32 if memory_gib >= 70 else 16 if memory_gib >= 35 else 8
 
 
 def merge_sizes(

@@ -31,6 +31,7 @@ from amp_lessons.core.precision import (
     tf32_mode,
 )
 from amp_lessons.core.train import train_step
+from amp_lessons.i18n import N_, _
 from amp_lessons.measure.bench import (
     _release,
     build,
@@ -65,13 +66,15 @@ class Rung:
     batch_scale: int = 1
 
 
+# Names are recorded in English (N_ marks them for the catalogue) and shown with
+# _(name) in the reader's language.
 RUNGS = (
-    Rung("eager fp32", "fp32"),
+    Rung(N_("eager fp32"), "fp32"),
     Rung("TF32", "tf32"),
-    Rung("bf16 autocast", "bf16"),
-    Rung("+ fused AdamW", "bf16", fused=True),
+    Rung(N_("bf16 autocast"), "bf16"),
+    Rung(N_("+ fused AdamW"), "bf16", fused=True),
     Rung("+ torch.compile", "bf16", fused=True, compiled=True),
-    Rung("+ 2x batch", "bf16", fused=True, compiled=True, batch_scale=2),
+    Rung(N_("+ 2x batch"), "bf16", fused=True, compiled=True, batch_scale=2),
 )
 
 
@@ -126,6 +129,7 @@ def measure_rung(
         **asdict(rung),
         "rung": rung.name,
         "batch": sizes["batch"],
+        "sizes": sizes,  # the model's, this rung's batch included (the estimate's)
         "step_ms": step_ms,
         "times_ms": times,
         "tokens_per_s": sizes["batch"] * sizes["block_size"] / (step_ms * 1e-3),
@@ -163,7 +167,10 @@ def climb(
                 row = measure_rung(rung, device, sizes, warmup, iters)
             except torch.OutOfMemoryError as e:
                 why = "CUDA out of memory: " + str(e).splitlines()[0]
-        rows.append(row or {**asdict(rung), "rung": rung.name, "skipped": why})
+        scaled = {**sizes, "batch": sizes["batch"] * rung.batch_scale}
+        rows.append(
+            row or {**asdict(rung), "rung": rung.name, "sizes": scaled, "skipped": why}
+        )
         if on_row is not None:
             on_row(rows)
     return rows
@@ -173,26 +180,48 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def format_ladder(rows: list[dict]) -> str:
-    """The ladder as a Markdown table, each rung's speed-up over the first."""
+def format_ladder(rows: list[dict], estimated_ms: list | None = None) -> str:
+    """The ladder as a Markdown table, each rung's speed-up over the first (in the
+    reader's language: ``amp_lessons.set_language``), with the estimate's time of
+    each rung in a last column where ``estimated_ms`` gives it (None: not priced)."""
     base = next((r["step_ms"] for r in rows if "step_ms" in r), None)
-    lines = [
-        "| rung | batch | step ms | vs eager fp32 | tokens/s | TFLOP/s | MFU "
-        "| MFU vs bf16 peak | peak MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    headers = [
+        N_("rung"),
+        N_("batch"),
+        N_("step ms"),
+        N_("vs eager fp32"),
+        "tokens/s",
+        "TFLOP/s",
+        "MFU",
+        N_("MFU vs bf16 peak"),
+        N_("peak MiB"),
     ]
-    for r in rows:
+    if estimated_ms is not None:
+        headers.append(N_("estimated ms"))
+    lines = [
+        "| " + " | ".join(_(h) for h in headers) + " |",
+        "|---" + "|---:" * (len(headers) - 1) + "|",
+    ]
+    for i, r in enumerate(rows):
         if "step_ms" not in r:
-            lines.append(
-                f"| {r['rung']} | | not measured: {r['skipped']} | | | | | | |"
-            )
-            continue
-        mib = r["peak_mem_bytes"] / 2**20 if r["peak_mem_bytes"] else None
-        lines.append(
-            f"| {r['rung']} | {r['batch']} | {r['step_ms']:.2f} "
-            f"| {base / r['step_ms']:.2f}x | {r['tokens_per_s']:,.0f} "
-            f"| {r['tflops']:.1f} | {_percent(r['mfu'])} "
-            f"| {_percent(r['mfu_vs_bf16_peak'])} "
-            f"| {f'{mib:,.0f}' if mib else '-'} |"
-        )
+            why = _("not measured: {why}").format(why=r["skipped"])
+            cells = [_(r["rung"]), "", why] + [""] * (len(headers) - 3)
+        else:
+            mib = r["peak_mem_bytes"] / 2**20 if r["peak_mem_bytes"] else None
+            cells = [
+                _(r["rung"]),
+                str(r["batch"]),
+                f"{r['step_ms']:.2f}",
+                f"{base / r['step_ms']:.2f}x",
+                f"{r['tokens_per_s']:,.0f}",
+                f"{r['tflops']:.1f}",
+                _percent(r["mfu"]),
+                _percent(r["mfu_vs_bf16_peak"]),
+                f"{mib:,.0f}" if mib else "-",
+            ]
+            if estimated_ms is not None:
+                cells.append("-")
+        if estimated_ms is not None and estimated_ms[i] is not None:
+            cells[-1] = f"{estimated_ms[i]:.2f}"
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -1,0 +1,184 @@
+"""The ladder of AMP at full speed as the estimate prices it, beside a recorded climb.
+
+``amp_lessons.measure.ladder`` measures the bench's transformer one switch at a time
+on a GPU (eager fp32, TF32, bf16 autocast, fused AdamW, ``torch.compile``, a larger
+batch); ``make gpu-check`` records it as ``notebooks/results/ladder_<gpu>.json``.
+This module prices the same rungs with the estimate (``estimate_step``), on any GPU
+of its table, so that lesson 06 can show the climb, and why each switch helps,
+before and beside a measured one.
+
+The estimate prices the kernels eager PyTorch launches. ``torch.compile`` fuses
+elementwise kernels into generated ones, which it does not model, so a compiled
+rung has no estimate (None).
+
+Example::
+
+    rows = estimated_ladder("H100-SXM5-80GB")
+    [(r["rung"], round(r["estimated_ms"] or 0)) for r in rows]
+    # [('eager fp32', 426), ('TF32', 116), ('bf16 autocast', 65), ...]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from amp_lessons.i18n import N_, _
+from amp_lessons.measure.bench import GPU_SIZES, train_flops, transformer_batch
+from amp_lessons.measure.bench_results import RESULTS_DIR
+from amp_lessons.measure.estimate import FITTED, Efficiency, Estimate, estimate_step
+from amp_lessons.measure.estimate_check import bench_workload, gpu_key
+from amp_lessons.measure.gpus import find_gpu
+from amp_lessons.measure.ladder import CONFIG, RUNGS, Rung
+
+DEFAULT_GPU = "H100-SXM5-80GB"
+RECORD_KEYS = ("gpu", "torch", "date", "command", "rows")
+
+
+def gpu_sizes(gpu: str) -> dict:
+    """The bench transformer's sizes on ``gpu``, as the bench picks them there (its
+    batch grows with the GPU's memory: ``bench.transformer_batch``)."""
+    sizes = dict(GPU_SIZES[CONFIG])
+    sizes["batch"] = transformer_batch(find_gpu(gpu).memory_gb * 1e9 / 2**30)
+    return sizes
+
+
+def estimate_rung(
+    rung: Rung, sizes: dict, gpu: str, efficiency: Efficiency = FITTED
+) -> Estimate | None:
+    """One rung's step as the estimate prices it: the bench's step (AdamW, clipping
+    at 1.0) in the rung's precision, its optimizer fused or torch's default
+    (foreach), at ``sizes`` with the rung's batch; None for a compiled rung."""
+    if rung.compiled:
+        return None
+    scaled = {**sizes, "batch": sizes["batch"] * rung.batch_scale}
+    w = bench_workload(CONFIG, scaled)
+    return estimate_step(
+        w.model,
+        w.inputs,
+        gpu,
+        rung.precision,
+        w.optimizer,
+        w.loss_fn,
+        efficiency,
+        implementation="fused" if rung.fused else "foreach",
+        clip=True,
+    )
+
+
+def estimated_ladder(
+    gpu: str = DEFAULT_GPU, sizes: dict | None = None, rungs: tuple = RUNGS
+) -> list[dict]:
+    """Every rung priced by the estimate on ``gpu`` (default sizes: the bench's on
+    that GPU). Each row: ``rung``, ``batch``, ``estimate`` (or None),
+    ``estimated_ms``, ``regime`` and ``mfu_vs_bf16_peak`` (the bench's FLOP count,
+    ``bench.train_flops``, over the estimated time and the dense bf16 peak)."""
+    sizes = sizes or gpu_sizes(gpu)
+    bf16_peak = find_gpu(gpu).peak("bf16")
+    rows = []
+    for rung in rungs:
+        e = estimate_rung(rung, sizes, gpu)
+        batch = sizes["batch"] * rung.batch_scale
+        flops = train_flops(CONFIG, {**sizes, "batch": batch})
+        rows.append(
+            {
+                "rung": rung.name,
+                "batch": batch,
+                "estimate": e,
+                "estimated_ms": e and e.seconds * 1e3,
+                "regime": e and e.regime,
+                "mfu_vs_bf16_peak": e and flops / e.seconds / bf16_peak,
+            }
+        )
+    return rows
+
+
+def format_estimated_ladder(rows: list[dict]) -> str:
+    """The estimated ladder as a table, in the reader's language: time, speed-up
+    over the first rung, the shares of compute, memory and overhead, and the MFU
+    it implies."""
+    base = rows[0]["estimated_ms"]
+    names = [_(r["rung"]) for r in rows]
+    width = max(len(n) for n in [*names, _("rung")])
+    headers = [
+        _(h)
+        for h in (
+            N_("batch"),
+            N_("estimated ms"),
+            "vs fp32",
+            N_("compute"),
+            N_("memory"),
+            N_("overhead"),
+            N_("MFU (bf16 peak)"),
+        )
+    ]
+    widths = [max(len(h), 7) for h in headers]
+    lines = [
+        " ".join(
+            [
+                f"{_('rung'):<{width}}",
+                *(f"{h:>{w}}" for h, w in zip(headers, widths, strict=True)),
+            ]
+        )
+    ]
+    for name, r in zip(names, rows, strict=True):
+        e = r["estimate"]
+        if e is None:
+            lines.append(
+                f"{name:<{width}} {r['batch']:>{widths[0]}}  "
+                + _("not priced: the estimate does not model torch.compile")
+            )
+            continue
+        cells = [
+            str(r["batch"]),
+            f"{r['estimated_ms']:.1f}",
+            f"{base / r['estimated_ms']:.2f}x",
+            *(
+                f"{part / e.seconds:.0%}"
+                for part in (e.compute_s, e.memory_s, e.overhead_s)
+            ),
+            f"{r['mfu_vs_bf16_peak']:.1%}",
+        ]
+        lines.append(
+            " ".join(
+                [
+                    f"{name:<{width}}",
+                    *(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)),
+                ]
+            )
+        )
+    return "\n".join(lines)
+
+
+def record_estimates(record: dict) -> list[float | None]:
+    """The estimate's milliseconds for each row of a recorded climb, at the sizes
+    that row ran (its batch included), on the record's GPU; None for a compiled
+    rung, and for every rung of a GPU the estimate's table lacks."""
+    gpu = gpu_key(record["gpu"])
+    out = []
+    for row in record["rows"]:
+        sizes = row.get("sizes") or {**GPU_SIZES[CONFIG], "batch": row.get("batch")}
+        if gpu is None or sizes["batch"] is None:
+            out.append(None)
+            continue
+        # the row's sizes already hold its batch: price it unscaled
+        rung = Rung(row["rung"], row["precision"], row["fused"], row["compiled"])
+        e = estimate_rung(rung, sizes, gpu)
+        out.append(e and e.seconds * 1e3)
+    return out
+
+
+def recorded_ladders(results_dir: Path = RESULTS_DIR) -> list[dict]:
+    """Every ladder a GPU run recorded (``ladder_<gpu>.json``), each with its
+    provenance; a clear error for a file that lacks it."""
+    records = []
+    for path in sorted(Path(results_dir).glob("ladder_*.json")):
+        record = json.loads(path.read_text())
+        missing = [k for k in RECORD_KEYS if k not in record]
+        if missing:
+            raise ValueError(
+                f"{path.name} is not a ladder record (no {', '.join(missing)}): "
+                "record one with `make gpu-check`"
+            )
+        records.append(record)
+    return records
