@@ -302,8 +302,13 @@ def test_step_timeouts_reuse_time_a_step_left_and_never_exceed_what_is_left():
     assert gpu_check.step_timeout(-5, 1.0, 2.0) == 0
 
 
-FAKE_LADDER = [
+FAKE_LADDER = [  # made up: what the ladder worker would write (an old record: no sizes)
     {
+        "name": "eager fp32",
+        "precision": "fp32",
+        "fused": False,
+        "compiled": False,
+        "batch_scale": 1,
         "rung": "eager fp32",
         "batch": 8,
         "step_ms": 100.0,
@@ -313,7 +318,15 @@ FAKE_LADDER = [
         "mfu_vs_bf16_peak": 0.05,
         "peak_mem_bytes": 2**30,
     },
-    {"rung": "+ 2x batch", "skipped": "no time left"},
+    {
+        "name": "+ 2x batch",
+        "precision": "bf16",
+        "fused": True,
+        "compiled": True,
+        "batch_scale": 2,
+        "rung": "+ 2x batch",
+        "skipped": "no time left",
+    },
 ]
 
 
@@ -391,7 +404,11 @@ def test_a_whole_check_with_fake_steps_writes_the_record_and_the_summary(
     assert json.loads((out / "gpu_profile_h200.json").read_text()) == FAKE_PROFILE
     ladder = json.loads((out / "ladder_h200.json").read_text())
     assert ladder["gpu"] == "NVIDIA H200" and ladder["rows"] == FAKE_LADDER
-    assert "## AMP at full speed: the ladder" in (out / "gpu_check_h200.md").read_text()
+    page = (out / "gpu_check_h200.md").read_text()
+    assert "## AMP at full speed: the ladder" in page
+    eager = next(line for line in page.splitlines() if line.startswith("| eager fp32"))
+    assert float(eager.split(" | ")[-1].rstrip(" |")) > 0  # the estimate, priced
+    assert "could not price" not in page
     report = bench_results.load_results(out / "bench_h200.json")
     page = (out / "gpu_check_h200.md").read_text()
     gr.verify_summary(page, report, "bench_h200.json")

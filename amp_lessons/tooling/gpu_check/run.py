@@ -390,15 +390,23 @@ def _profile_text(report: dict, profile: dict) -> str:
 
 
 def ladder_section(record: dict) -> str:
-    """The summary page's ladder: provenance, then the table."""
+    """The summary page's ladder: provenance, then the table, with the estimate's
+    time of each eager rung (``ladder_estimate``; left out, and said, where pricing
+    fails: it must not cost the page)."""
     from amp_lessons.measure.ladder import format_ladder
+    from amp_lessons.measure.ladder_estimate import record_estimates
 
+    try:
+        estimates, why = record_estimates(record), ""
+    except Exception as e:  # noqa: BLE001 - the summary is written whatever happens
+        estimates, why = None, f" The estimate could not price the rungs: {e!r}."
     return (
         "## AMP at full speed: the ladder\n\n"
         f"The bench's transformer on {record['gpu']}, torch {record['torch']}, "
         "one switch more a row (`amp_lessons.measure.ladder`); MFU against the "
-        "dense peak of the row's precision and of bf16.\n\n"
-        + format_ladder(record["rows"])
+        "dense peak of the row's precision and of bf16; the estimate's time of "
+        "each eager rung (`amp_lessons.measure.ladder_estimate`: compiled rungs "
+        f"are not priced).{why}\n\n" + format_ladder(record["rows"], estimates)
     )
 
 
