@@ -54,6 +54,15 @@ def test_each_eager_switch_is_faster_and_compile_is_not_priced(h200_ladder):
     assert h200_ladder[-1]["batch"] == 2 * h200_ladder[0]["batch"]
 
 
+def test_the_ladder_is_priced_on_the_gpu_of_a_recorded_run():
+    report = load_results(RESULTS_DIR / "bench_h200.json")
+    assert ladder_estimate.ladder_gpu([report]) == H200
+    unknown = dict(report, device_name="NVIDIA B200", gpu="NVIDIA B200")
+    assert ladder_estimate.ladder_gpu([unknown, report]) == H200
+    assert ladder_estimate.ladder_gpu([unknown]) == ladder_estimate.DEFAULT_GPU
+    assert ladder_estimate.ladder_gpu([]) == "H100-SXM5-80GB"
+
+
 def test_the_batch_follows_the_gpus_memory():
     assert ladder_estimate.gpu_sizes(H200)["batch"] == 32
     assert ladder_estimate.gpu_sizes("A100-SXM4-80GB")["batch"] == 32
@@ -107,7 +116,7 @@ def test_records_without_provenance_are_refused(tmp_path):
 
 def test_the_tables_speak_spanish(h200_ladder):
     english = ladder_estimate.format_estimated_ladder(h200_ladder)
-    assert english.splitlines()[0].split()[:3] == ["rung", "batch", "estimated"]
+    assert english.splitlines()[0].split()[:3] == ["rung", "batch", "ms"]
     assert english.count("not priced") == 2
     set_language("es")
     try:

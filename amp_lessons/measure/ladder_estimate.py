@@ -13,7 +13,7 @@ rung has no estimate (None).
 
 Example::
 
-    rows = estimated_ladder("H100-SXM5-80GB")
+    rows = estimated_ladder("H200-SXM-141GB")
     [(r["rung"], round(r["estimated_ms"] or 0)) for r in rows]
     # [('eager fp32', 426), ('TF32', 116), ('bf16 autocast', 65), ...]
 """
@@ -33,6 +33,17 @@ from amp_lessons.measure.ladder import CONFIG, RUNGS, Rung
 
 DEFAULT_GPU = "H100-SXM5-80GB"
 RECORD_KEYS = ("gpu", "torch", "date", "command", "rows")
+
+
+def ladder_gpu(reports: list[dict]) -> str:
+    """The GPU to price the ladder on: that of the first recorded bench run the
+    estimate's table knows (so that the estimate sits beside a measurement), else
+    ``DEFAULT_GPU``."""
+    for report in reports:
+        gpu = gpu_key(report.get("device_name") or report.get("gpu") or "")
+        if gpu is not None:
+            return gpu
+    return DEFAULT_GPU
 
 
 def gpu_sizes(gpu: str) -> dict:
@@ -94,9 +105,9 @@ def estimated_ladder(
 
 
 def format_estimated_ladder(rows: list[dict]) -> str:
-    """The estimated ladder as a table, in the reader's language: time, speed-up
-    over the first rung, the shares of compute, memory and overhead, and the MFU
-    it implies."""
+    """The estimated ladder as a table, in the reader's language: milliseconds,
+    speed-up over the first rung, the shares of compute, memory and overhead, and
+    the MFU it implies against the dense bf16 peak."""
     base = rows[0]["estimated_ms"]
     names = [_(r["rung"]) for r in rows]
     width = max(len(n) for n in [*names, _("rung")])
@@ -104,17 +115,18 @@ def format_estimated_ladder(rows: list[dict]) -> str:
         _(h)
         for h in (
             N_("batch"),
-            N_("estimated ms"),
-            "vs fp32",
+            "ms",
+            N_("vs eager fp32"),
             N_("compute"),
             N_("memory"),
             N_("overhead"),
-            N_("MFU (bf16 peak)"),
+            "MFU",
         )
     ]
-    widths = [max(len(h), 7) for h in headers]
+    widths = [max(len(h), 5) for h in headers]
+    gutter = "  "  # two spaces: the headers must not read as one phrase
     lines = [
-        " ".join(
+        gutter.join(
             [
                 f"{_('rung'):<{width}}",
                 *(f"{h:>{w}}" for h, w in zip(headers, widths, strict=True)),
@@ -125,22 +137,21 @@ def format_estimated_ladder(rows: list[dict]) -> str:
         e = r["estimate"]
         if e is None:
             lines.append(
-                f"{name:<{width}} {r['batch']:>{widths[0]}}  "
+                gutter.join([f"{name:<{width}}", f"{r['batch']:>{widths[0]}}"])
+                + gutter
                 + _("not priced: the estimate does not model torch.compile")
             )
             continue
+        shares = (e.compute_s, e.memory_s, e.overhead_s)
         cells = [
             str(r["batch"]),
             f"{r['estimated_ms']:.1f}",
             f"{base / r['estimated_ms']:.2f}x",
-            *(
-                f"{part / e.seconds:.0%}"
-                for part in (e.compute_s, e.memory_s, e.overhead_s)
-            ),
+            *(f"{part / e.seconds:.0%}" for part in shares),
             f"{r['mfu_vs_bf16_peak']:.1%}",
         ]
         lines.append(
-            " ".join(
+            gutter.join(
                 [
                     f"{name:<{width}}",
                     *(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)),
