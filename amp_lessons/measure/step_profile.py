@@ -135,12 +135,19 @@ def profile_step(
         return train_step(model, optimizer, scaler, ctx, [(x, y)], loss_fn, clip=1.0)
 
     cuda = dev.type == "cuda"
-    activity = ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU
+    # CPU activity on a GPU too: where CUPTI is missing, torch falls back to its
+    # legacy profiler, which refuses CUDA without CPU (torch/autograd/profiler.py);
+    # the CPU's events are not kernels, so groups_from_trace leaves them out
+    activities = (
+        [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        if cuda
+        else [ProfilerActivity.CPU]
+    )
     with tf32_mode(p.tf32, dev.type):
         for _warm in range(warmup):
             step()
         synchronize(dev)
-        with profile(activities=[activity]) as prof:
+        with profile(activities=activities) as prof:
             step()
             synchronize(dev)
     if not cuda:
