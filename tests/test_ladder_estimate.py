@@ -61,6 +61,10 @@ def test_the_ladder_is_priced_on_the_gpu_of_a_recorded_run():
     assert ladder_estimate.ladder_gpu([unknown, report]) == H200
     assert ladder_estimate.ladder_gpu([unknown]) == ladder_estimate.DEFAULT_GPU
     assert ladder_estimate.ladder_gpu([]) == "H100-SXM5-80GB"
+    # a GPU the lesson's text does not describe is left out (a V100 lacks bf16)
+    for name in ("Tesla V100-SXM2-32GB", "NVIDIA GeForce RTX 4090"):
+        other = dict(report, device_name=name, gpu=name)
+        assert ladder_estimate.ladder_gpu([other, report]) == H200
 
 
 def test_the_batch_follows_the_gpus_memory():
@@ -96,6 +100,8 @@ def test_a_recorded_climb_is_priced_row_by_row(h200_ladder):
     assert estimates[:4] == pytest.approx([r["estimated_ms"] for r in h200_ladder[:4]])
     assert estimates[4:] == [None, None]  # compiled
     assert ladder_estimate.record_estimates(_record("NVIDIA B200")) == [None] * 6
+    v100 = ladder_estimate.record_estimates(_record("Tesla V100-SXM2-32GB"))
+    assert v100[0] > 0 and v100[1:] == [None] * 5  # no TF32 or bf16 on a V100
     table = ladder.format_ladder(_record()["rows"], estimates)
     assert table.splitlines()[0].endswith("| estimated ms |")
     lines = table.splitlines()

@@ -112,6 +112,17 @@ def test_a_slower_tf32_profile_slows_the_tf32_estimate_and_nothing_else():
     assert step("bf16", slow).seconds == step("bf16", fast).seconds
 
 
+def test_a_timing_of_several_calls_gives_the_time_of_one(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(microbench.time, "perf_counter", lambda: clock[0])
+
+    def call():  # each call takes 2 ms on the fake clock
+        clock[0] += 0.002
+
+    assert microbench._seconds(call, "cpu", calls=10) == pytest.approx(0.002)
+    assert microbench._seconds(call, "cpu") == pytest.approx(0.002)
+
+
 def test_attention_counts_the_flops_the_estimate_records_for_that_call():
     shape = microbench.ATTENTION_SHAPE["cuda"]
     b, h, t, d = shape
@@ -155,6 +166,12 @@ def test_a_profile_prices_attention_with_its_own_rate_and_nothing_else():
         assert slow_kinds["attention"] == pytest.approx(2 * fast_kinds["attention"])
         assert slow_kinds["matmul"] == fast_kinds["matmul"]
     assert step("bf16", slow) == step("bf16", fast)  # 16-bit attention: its own rate
+    # and 16-bit attention at half its rate: bf16's attention only
+    slow16 = h200_profile({"fp32": 60.0, "bf16": 250.0}, tf32=400.0, bf16=700.0)
+    fast_kinds, slow_kinds = step("bf16", fast), step("bf16", slow16)
+    assert slow_kinds["attention"] == pytest.approx(2 * fast_kinds["attention"])
+    assert slow_kinds["matmul"] == fast_kinds["matmul"]
+    assert step("tf32", slow16) == step("tf32", fast)
 
 
 BROKEN = {
@@ -190,19 +207,19 @@ BROKEN = {
     "no date": (lambda p: p.pop("date"), "not a GPU profile (no date)"),
     "attention in an unknown arithmetic": (
         lambda p: p["attention"][0].update(math="tf32"),
-        "rates and times must all be positive",
+        "attention rows each need fp32, fp16 or bf16, a shape of 4 sizes",
     ),
     "attention without its shape": (
         lambda p: p["attention"][0].update(shape=[16, 12, 1024]),
-        "rates and times must all be positive",
+        "attention rows each need fp32, fp16 or bf16, a shape of 4 sizes",
     ),
     "attention at a negative rate": (
         lambda p: p["attention"][0].update(tflops=-1.0),
-        "rates and times must all be positive",
+        "attention rows each need fp32, fp16 or bf16, a shape of 4 sizes",
     ),
     "attention rows that are not a list": (
         lambda p: p.update(attention={"fp32": 1.0}),
-        "rates and times must all be positive",
+        "attention rows each need fp32, fp16 or bf16, a shape of 4 sizes",
     ),
 }
 
@@ -290,3 +307,13 @@ def test_the_gpu_check_worker_writes_a_profile(tmp_path):
     profile = microbench.load_profile(out)
     assert profile["command"] == "make gpu-check" and profile["device_name"] == "cpu"
     assert [s["precision"] for s in profile["step_split"]] == ["tf32", "bf16", "fp32"]
+
+
+@pytest.mark.gpu
+def test_cuda_attention_runs_at_a_plausible_rate():
+    # a small shape: gpu-check's test step stays short; the rate is the FLOPs the
+    # estimate counts over CUDA events' time, between 1 TFLOP/s and the bf16 peak
+    rows = microbench.attention_rows("cuda", (4, 8, 512, 64))
+    assert [r["math"] for r in rows] == list(microbench.ATTENTION_MATHS)[: len(rows)]
+    for r in rows:
+        assert 1.0 < r["tflops"] < 2000.0, r

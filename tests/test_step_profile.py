@@ -163,6 +163,7 @@ BROKEN_SPLITS = {
     "a time as a bool": _split("tf32", matmul=True),
     "a time as text": _split("tf32", other="2"),
     "no precision": {"groups": _split("tf32")["groups"]},
+    "a precision no split measures": _split("fp8"),
     "not a dict": ["tf32", 1.0],
 }
 
@@ -171,8 +172,23 @@ BROKEN_SPLITS = {
 def test_a_broken_split_is_refused(case):
     profile = h200_profile(bf16=700.0)
     profile["step_split"] = [_split("fp32"), BROKEN_SPLITS[case]]
-    with pytest.raises(ValueError, match="rates and times must all be positive"):
+    with pytest.raises(ValueError, match="step splits each need a precision"):
         microbench.check_profile(profile)
     profile["step_split"] = [_split("fp32", matmul=1.0)]
     microbench.check_profile(profile)  # the same profile with a sound split passes
     json.dumps(profile)
+
+
+@pytest.mark.gpu
+def test_a_cuda_step_splits_into_its_kernel_groups():
+    # the GPU's real kernel names (cuBLAS, SDPA's backends, foreach AdamW) fall in
+    # their groups; a tiny GPT, so that gpu-check's test step stays short
+    sizes = {"n_layer": 2, "n_head": 4, "n_embd": 256, "block_size": 256}
+    sizes |= {"batch": 8, "vocab_size": 1024}
+    for precision in ("tf32", "bf16"):
+        if torch.cuda.get_device_capability() < (8, 0):
+            pytest.skip("TF32 and bf16 need compute capability 8.0+")
+        groups = step_profile.profile_step("transformer", precision, "cuda", sizes)[
+            "groups"
+        ]
+        assert all(groups[g] > 0 for g in ("matmul", "attention", "optimizer")), groups

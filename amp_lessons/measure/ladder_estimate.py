@@ -32,16 +32,19 @@ from amp_lessons.measure.gpus import find_gpu
 from amp_lessons.measure.ladder import CONFIG, RUNGS, Rung
 
 DEFAULT_GPU = "H100-SXM5-80GB"
+# the GPUs lesson 06's ladder text describes: the GPU check's targets
+LADDER_GPUS = ("H100-SXM5-80GB", "H200-SXM-141GB")
 RECORD_KEYS = ("gpu", "torch", "date", "command", "rows")
 
 
 def ladder_gpu(reports: list[dict]) -> str:
-    """The GPU to price the ladder on: that of the first recorded bench run the
-    estimate's table knows (so that the estimate sits beside a measurement), else
-    ``DEFAULT_GPU``."""
+    """The GPU to price the ladder on: that of the first recorded bench run on an
+    H100 or H200 (so that the estimate sits beside a measurement), else
+    ``DEFAULT_GPU``. Other GPUs' records are left out: the lesson's text describes
+    these two (a V100 has no bf16 rung at all)."""
     for report in reports:
         gpu = gpu_key(report.get("device_name") or report.get("gpu") or "")
-        if gpu is not None:
+        if gpu in LADDER_GPUS:
             return gpu
     return DEFAULT_GPU
 
@@ -164,12 +167,17 @@ def format_estimated_ladder(rows: list[dict]) -> str:
 def record_estimates(record: dict) -> list[float | None]:
     """The estimate's milliseconds for each row of a recorded climb, at the sizes
     that row ran (its batch included), on the record's GPU; None for a compiled
-    rung, and for every rung of a GPU the estimate's table lacks."""
+    rung, a precision that GPU lacks, and every rung of a GPU the estimate's table
+    lacks."""
     gpu = gpu_key(record["gpu"])
     out = []
     for row in record["rows"]:
         sizes = row.get("sizes") or {**GPU_SIZES[CONFIG], "batch": row.get("batch")}
-        if gpu is None or sizes["batch"] is None:
+        if (
+            gpu is None
+            or sizes["batch"] is None
+            or not find_gpu(gpu).supports(row["precision"])  # TF32 on a V100
+        ):
             out.append(None)
             continue
         # the row's sizes already hold its batch: price it unscaled

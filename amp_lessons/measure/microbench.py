@@ -55,7 +55,7 @@ from amp_lessons.measure.estimate import FITTED, Efficiency
 from amp_lessons.measure.fused_kernels import ATTENTION_BACKWARD, attention_flops
 from amp_lessons.measure.gemm_model import gemm_efficiency
 from amp_lessons.measure.gpus import GPU
-from amp_lessons.measure.step_profile import GROUPS
+from amp_lessons.measure.step_profile import GROUPS, SPLIT_PRECISIONS
 
 SCHEMA = 1
 GEMM_MATHS = ("fp32", "tf32", "fp16", "bf16")
@@ -330,49 +330,63 @@ def _is_time(value) -> bool:
 
 
 def _is_split(split) -> bool:
-    """A step split as ``step_profile.profile_step`` writes it: milliseconds, zero
-    or more, for each kernel group."""
+    """A step split as ``step_profile.profile_step`` writes it: a precision the
+    split measures and milliseconds, zero or more, for each kernel group."""
     if not isinstance(split, dict) or not isinstance(split.get("groups"), dict):
         return False
     groups = split["groups"]
     return (
-        isinstance(split.get("precision"), str)
+        split.get("precision") in SPLIT_PRECISIONS
         and set(groups) == set(GROUPS)
         and all(_is_time(v) for v in groups.values())
     )
 
 
-def _rows_problem(profile: dict) -> bool:
-    """True if a GEMM, attention, copy or step-split row is not a measurement this
-    module writes (a profile from before attention and the split were measured is
-    read without them)."""
-    gemm, copy = profile["gemm"], profile["copy"]
+def _is_attention_row(row) -> bool:
+    """An attention row as ``attention_rows`` writes it."""
+    return (
+        isinstance(row, dict)
+        and row.get("math") in ATTENTION_MATHS
+        and isinstance(row.get("shape"), list)
+        and len(row["shape"]) == 4
+        and all(_is_size(n) for n in row["shape"])
+        and _is_rate(row.get("tflops"))
+    )
+
+
+def _rows_problem(profile: dict) -> str | None:
+    """What is wrong with a profile's rows, in one sentence, or None: a GEMM, copy,
+    attention or step-split row that is not a measurement this module writes (a
+    profile from before attention and the split were measured is read without
+    them)."""
     attention = profile.get("attention", [])
     splits = profile.get("step_split", [])
-    if not all(isinstance(rows, list) for rows in (gemm, copy, attention, splits)):
-        return True
-    if not all(isinstance(r, dict) for r in [*gemm, *copy, *attention]):
-        return True
-    return not (
-        all(
+    if not isinstance(attention, list) or not all(map(_is_attention_row, attention)):
+        return _(
+            "a GPU profile's attention rows each need fp32, fp16 or bf16, a shape of "
+            "4 sizes and a positive rate"
+        )
+    if not isinstance(splits, list) or not all(map(_is_split, splits)):
+        return _(
+            "a GPU profile's step splits each need a precision and milliseconds, zero "
+            "or more, for matmul, attention, optimizer and other"
+        )
+    gemm, copy = profile["gemm"], profile["copy"]
+    sound = (
+        isinstance(gemm, list)
+        and isinstance(copy, list)
+        and all(isinstance(r, dict) for r in [*gemm, *copy])
+        and all(
             r.get("math") in GEMM_MATHS
             and _is_size(r.get("n"))
             and _is_rate(r.get("tflops"))
             for r in gemm
         )
-        and all(
-            r.get("math") in ATTENTION_MATHS
-            and isinstance(r.get("shape"), list)
-            and len(r["shape"]) == 4
-            and all(_is_size(n) for n in r["shape"])
-            and _is_rate(r.get("tflops"))
-            for r in attention
-        )
-        and all(_is_split(r) for r in splits)
         and all(_is_rate(r.get("gbs")) for r in copy)
         and _is_rate(profile["kernel_us"])
         and _is_rate(profile["cpu_us"])
     )
+    return None if sound else _("a GPU profile's rates and times must all be positive")
 
 
 def check_profile(profile: dict) -> None:
@@ -393,8 +407,9 @@ def check_profile(profile: dict) -> None:
                 "again with `make gpu-check`"
             ).format(found=profile["schema"], schema=SCHEMA)
         )
-    if _rows_problem(profile):
-        raise ValueError(_("a GPU profile's rates and times must all be positive"))
+    problem = _rows_problem(profile)
+    if problem:
+        raise ValueError(problem)
 
 
 def load_profile(path: str | Path) -> dict:

@@ -18,10 +18,10 @@ kernels (about 1-2% of its time, read in PyTorch's ``attention_backward.cu``), a
 gradient clipping's stack, norm and clamp kernels are small elementwise ones; both
 land in ``other`` here, where the estimate counts them as attention and optimizer.
 
-Example (on a GPU)::
+Example (on a GPU; the milliseconds are illustrative, not measured)::
 
     split = profile_step("transformer", "tf32", "cuda", sizes)
-    split["groups"]  # {"matmul": 68.2, "attention": 71.0, "optimizer": 2.1, ...} ms
+    split["groups"]  # {"matmul": ..., "attention": ..., "optimizer": ..., "other": ...}
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import json
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -168,7 +169,10 @@ SPLIT_MARGIN_S = 6.0
 
 
 def bench_splits(
-    device: str, deadline: float, on_split=None, precisions=SPLIT_PRECISIONS
+    device: str,
+    deadline: float,
+    on_split: Callable[[list[dict]], None] | None = None,
+    precisions: tuple[str, ...] = SPLIT_PRECISIONS,
 ) -> list[dict]:
     """The bench transformer's split (``profile_step``) in each of ``precisions``
     at the bench's own sizes for ``device``, stopping before ``deadline`` (epoch

@@ -405,8 +405,9 @@ def ladder_section(record: dict) -> str:
         f"The bench's transformer on {record['gpu']}, torch {record['torch']}, "
         "one switch more a row (`amp_lessons.measure.ladder`); MFU against the "
         "dense peak of the row's precision and of bf16; the estimate's time of "
-        "each eager rung (`amp_lessons.measure.ladder_estimate`: compiled rungs "
-        f"are not priced).{why}\n\n" + format_ladder(record["rows"], estimates)
+        "each eager rung, priced with the fitted efficiencies, not this run's "
+        "profile (`amp_lessons.measure.ladder_estimate`: compiled rungs are not "
+        f"priced).{why}\n\n" + format_ladder(record["rows"], estimates)
     )
 
 

@@ -139,11 +139,16 @@ def microbench_profile(
     ``deadline`` allows: the profile is kept if the splits run out of time."""
     import json
 
+    from amp_lessons.core.output_files import write_atomically
     from amp_lessons.measure.microbench import measure_profile
     from amp_lessons.measure.step_profile import bench_splits
 
+    def write(profile: dict) -> None:  # a kill mid-write must not lose the profile
+        text = json.dumps(profile, indent=1)
+        write_atomically(out, lambda f: f.write(text.encode()))
+
     profile = measure_profile(device, command)
-    out.write_text(json.dumps(profile, indent=1))
+    write(profile)
     print(
         f"microbench: {len(profile['gemm'])} GEMMs, "
         f"{len(profile['attention'])} attentions, {len(profile['copy'])} copies, "
@@ -153,7 +158,7 @@ def microbench_profile(
 
     def save(splits: list[dict]) -> None:
         profile["step_split"] = splits
-        out.write_text(json.dumps(profile, indent=1))
+        write(profile)
         print(f"step split: {splits[-1]['precision']}", flush=True)
 
     bench_splits(device, deadline or deadline_from_env(), save)
