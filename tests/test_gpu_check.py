@@ -831,3 +831,25 @@ def test_no_committed_results_file_is_synthetic_or_unproven(tmp_path):
     problems = recorded_problems(tmp_path)
     assert any("synthetic report" in p for p in problems)
     assert "gpu_check_h200.md is synthetic" in problems
+
+
+def test_checking_a_steps_modules_leaves_setuptools_importable():
+    # importlib.util.find_spec("pip") switches setuptools' distutils shim off for
+    # the process, and a later `import setuptools` (torch.compile's C++ build, as in
+    # tests/test_ladder.py after a whole fake check here) fails: a fresh process
+    # shows it. The check's own lookup must not do that.
+    probe = (
+        "import sys; from amp_lessons.tooling.gpu_check import run\n"
+        "from amp_lessons.tooling.gpu_check.plan import Step\n"
+        "step = Step('wheels', ('true',), 1.0, ('pip', 'no_such_module_here'))\n"
+        "print(run._skipped(step, 100.0)[1])\n"
+        "import setuptools  # the shim still on: setuptools' own distutils\n"
+        "print(sys.modules['distutils'].__file__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    missing, distutils_file = done.stdout.splitlines()
+    assert missing == "needs no_such_module_here: install them (make setup-dev)"
+    assert "setuptools" in distutils_file

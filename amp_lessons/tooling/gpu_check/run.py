@@ -4,7 +4,7 @@ the results files and the one-page summary (``amp_lessons.measure.gpu_report``).
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import json
 import os
 import signal
@@ -191,10 +191,21 @@ def _run_steps(
     return outcome
 
 
+def _installed(module: str) -> bool:
+    """Whether a top-level ``module`` is on ``sys.path``, found without importing it.
+
+    Not ``importlib.util.find_spec``: asked for "pip", setuptools' distutils shim
+    (a ``sys.meta_path`` finder) switches itself off for the rest of the process,
+    and a later ``import setuptools`` (``torch.compile``'s C++ build does one) then
+    fails on Python < 3.12. ``PathFinder`` searches ``sys.path`` past that shim.
+    """
+    return importlib.machinery.PathFinder.find_spec(module) is not None
+
+
 def _skipped(step: Step, limit: float) -> tuple[gr.StepResult, str] | None:
     """The result of a step that will not start and why, as the log says it; None
     for a step that runs. A missing module is named first: no time would fix it."""
-    missing = [m for m in step.needs if importlib.util.find_spec(m) is None]
+    missing = [m for m in step.needs if not _installed(m)]
     if missing:
         detail = f"needs {', '.join(missing)}: install them (make setup-dev)"
         return gr.StepResult(step.name, "skipped", 0, limit, detail), detail
