@@ -1,6 +1,7 @@
 """The ladder as the estimate prices it (amp_lessons.measure.ladder_estimate): the same
-step as the bench check's estimate, each eager switch faster, compiled rungs not
-priced, a recorded climb priced row by row, records refused without provenance."""
+step as the bench check's estimate, each switch faster, the compiled rungs priced as
+Inductor fuses, a recorded climb priced row by row, speed-ups in tokens a second,
+records refused without provenance."""
 
 from __future__ import annotations
 
@@ -38,13 +39,14 @@ def test_the_eager_rungs_are_the_bench_checks_estimates(h200_ladder):
     assert by_rung["bf16 autocast"] == pytest.approx(checked["bf16"])
 
 
-def test_each_eager_switch_is_faster_and_compile_is_not_priced(h200_ladder):
+def test_each_switch_is_faster(h200_ladder):
     assert [r["rung"] for r in h200_ladder] == [r.name for r in ladder.RUNGS]
-    priced = [r for r in h200_ladder if r["estimate"] is not None]
-    assert [r["rung"] for r in priced] == [r.name for r in ladder.RUNGS[:4]]
-    times = [r["estimated_ms"] for r in priced]
-    assert times == sorted(times, reverse=True) and len(set(times)) == 4
-    for r in priced:  # the bench's FLOPs over the estimated time and the bf16 peak
+    times = [r["estimated_ms"] for r in h200_ladder[:5]]  # the same batch
+    assert times == sorted(times, reverse=True) and len(set(times)) == 5
+    # the larger batch takes longer a step, and does more a second
+    mfu = [r["mfu_vs_bf16_peak"] for r in h200_ladder]
+    assert mfu == sorted(mfu) and len(set(mfu)) == 6
+    for r in h200_ladder:  # the bench's FLOPs over the estimated time and bf16 peak
         flops = r["mfu_vs_bf16_peak"] * r["estimated_ms"] * 1e-3 * 989.4e12
         assert flops == pytest.approx(
             ladder.train_flops(
@@ -52,6 +54,22 @@ def test_each_eager_switch_is_faster_and_compile_is_not_priced(h200_ladder):
             )
         )
     assert h200_ladder[-1]["batch"] == 2 * h200_ladder[0]["batch"]
+    compiled, fused = h200_ladder[4]["estimate"], h200_ladder[3]["estimate"]
+    assert compiled.memory_s < 0.85 * fused.memory_s  # what compile attacks
+    assert compiled.compute_s == pytest.approx(fused.compute_s)
+
+
+def test_the_speed_up_is_in_tokens_a_second(h200_ladder):
+    table = ladder_estimate.format_estimated_ladder(h200_ladder)
+    last = table.splitlines()[-1].split()
+    first = h200_ladder[0]["estimated_ms"] / h200_ladder[0]["batch"]
+    per_token = h200_ladder[-1]["estimated_ms"] / h200_ladder[-1]["batch"]
+    assert f"{first / per_token:.2f}x" in last  # not the ratio of step times
+    rows = _record()["rows"][:5] + [
+        {**_record()["rows"][4], "batch": 64, "step_ms": 150.0, "tokens_per_s": 6e5}
+    ]
+    measured = ladder.format_ladder(rows).splitlines()
+    assert "| 2.00x |" in measured[-1] and "| 1.00x |" in measured[-2]
 
 
 def test_the_ladder_is_priced_on_the_gpu_of_a_recorded_run():
@@ -97,8 +115,7 @@ def _record(gpu="NVIDIA H200"):
 
 def test_a_recorded_climb_is_priced_row_by_row(h200_ladder):
     estimates = ladder_estimate.record_estimates(_record())
-    assert estimates[:4] == pytest.approx([r["estimated_ms"] for r in h200_ladder[:4]])
-    assert estimates[4:] == [None, None]  # compiled
+    assert estimates == pytest.approx([r["estimated_ms"] for r in h200_ladder])
     assert ladder_estimate.record_estimates(_record("NVIDIA B200")) == [None] * 6
     v100 = ladder_estimate.record_estimates(_record("Tesla V100-SXM2-32GB"))
     assert v100[0] > 0 and v100[1:] == [None] * 5  # no TF32 or bf16 on a V100
@@ -106,8 +123,12 @@ def test_a_recorded_climb_is_priced_row_by_row(h200_ladder):
     assert table.splitlines()[0].endswith("| estimated ms |")
     lines = table.splitlines()
     assert lines[2].endswith(f"| {estimates[0]:.2f} |")
-    assert lines[-2].endswith("| - |")  # the compiled rung, measured, not priced
-    assert lines[-1].endswith("|  |") and "not measured: made up" in lines[-1]
+    assert lines[-2].endswith(f"| {estimates[4]:.2f} |")  # the compiled rung
+    # a rung that was not measured keeps its estimate
+    assert lines[-1].endswith(f"| {estimates[5]:.2f} |")
+    assert "not measured: made up" in lines[-1]
+    no_price = [*estimates[:5], None]
+    assert ladder.format_ladder(_record()["rows"], no_price).endswith("|  |")
     assert "estimated ms" not in ladder.format_ladder(_record()["rows"])
 
 
@@ -123,13 +144,12 @@ def test_records_without_provenance_are_refused(tmp_path):
 def test_the_tables_speak_spanish(h200_ladder):
     english = ladder_estimate.format_estimated_ladder(h200_ladder)
     assert english.splitlines()[0].split()[:3] == ["rung", "batch", "ms"]
-    assert english.count("not priced") == 2
     set_language("es")
     try:
         spanish = ladder_estimate.format_estimated_ladder(h200_ladder)
         measured = ladder.format_ladder(_record()["rows"])
     finally:
         set_language("en")
-    assert "peldaño" in spanish and "no estimado" in spanish
+    assert "peldaño" in spanish and "sobrecoste" in spanish
     assert "AdamW fusionado" in spanish and "rung" not in spanish
     assert "no medido: made up for a test" in measured

@@ -35,6 +35,7 @@ import torch
 from amp_lessons.i18n import _
 from amp_lessons.measure.gemm_model import gemm_efficiency
 from amp_lessons.measure.gpus import GPU, GPUS, PRECISIONS, find_gpu
+from amp_lessons.measure.inductor_fusion import inductor_fusion
 from amp_lessons.measure.optimizer_step import clip_kernels, optimizer_kernels
 from amp_lessons.measure.trace import Kernel, Trace, trace_step
 
@@ -321,6 +322,7 @@ def estimate_step(
     implementation: str = "fused",
     clip: bool = False,
     channels_last: bool = False,
+    compiled: bool = False,
 ) -> Estimate:
     """Predict one training step's time on ``gpu`` in ``precision``.
 
@@ -331,6 +333,9 @@ def estimate_step(
     ``lamb``, ``sgd_momentum``, ``sgd`` or ``none``) as ``implementation`` runs it
     (``fused``, or torch's ``foreach`` or ``loop``). Convolutions on tensor cores
     pay NCHW <-> NHWC transposes unless ``channels_last`` (``layout_kernels``).
+    ``compiled``: the model wrapped in ``torch.compile`` (its forward and backward
+    fused as Inductor fuses them, ``measure.inductor_fusion``; the loss and the
+    optimizer eager).
     ``precision``: ``fp32``, ``tf32``, ``fp16``, ``bf16`` (CUDA autocast's policy)
     or ``fp8`` (bf16 autocast with fp8 Linears, as lesson 11 converts them).
 
@@ -351,7 +356,9 @@ def estimate_step(
             f"model and inputs must be on the meta device, found "
             f"{off_meta[0]}: build them under `with torch.device('meta'):`"
         )
-    trace = trace_step(model, inputs, precision, loss_fn)
+    trace = trace_step(model, inputs, precision, loss_fn, dataflow=compiled)
+    if compiled:
+        trace = inductor_fusion(trace)
     extra = step_kernels(model, precision, optimizer, implementation, clip)
     if not channels_last:
         extra += layout_kernels(trace.kernels)

@@ -46,12 +46,15 @@ class _AttentionKernel(torch.autograd.Function):
         flops = attention_flops(q.shape, k.shape[-2], causal)
         ctx.flops = flops
         moved = sum(t.numel() * t.element_size() for t in (q, k, v, q)) + mask_bytes
+        out = torch.empty_like(q)
         recorder.add(
             Kernel(
                 "fused_attention", "attention", flops, moved, _math(recorder, q.dtype)
-            )
+            ),
+            reads=_whole(q, k, v),
+            writes=_whole(out),
         )
-        return torch.empty_like(q)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
@@ -59,6 +62,7 @@ class _AttentionKernel(torch.autograd.Function):
         moved = ctx.mask_bytes + sum(
             t.numel() * t.element_size() for t in (q, k, v, q, grad, q, k, v)
         )
+        grads = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         ctx.recorder.add(
             Kernel(
                 "fused_attention_backward",
@@ -66,10 +70,16 @@ class _AttentionKernel(torch.autograd.Function):
                 int(ATTENTION_BACKWARD * ctx.flops),
                 moved,
                 _math(ctx.recorder, q.dtype),
-            )
+            ),
+            reads=_whole(q, k, v, grad),
+            writes=_whole(*grads),
         )
-        grads = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         return None, *grads, None, None
+
+
+def _whole(*tensors: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
+    """Each tensor with its bytes, as ``KernelRecorder.add`` takes them."""
+    return [(t, t.numel() * t.element_size()) for t in tensors]
 
 
 def _math(recorder: KernelRecorder, dtype: torch.dtype) -> str:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -89,6 +90,19 @@ class Kernel:
     # other ways the library may run it (cuDNN's Winograd for a 3x3 convolution),
     # each a sequence of kernels; ``estimate.price`` takes the cheapest
     alternatives: tuple[tuple[Kernel, ...], ...] = ()
+    # the part of the step it ran in (``trace_step`` sets it): ``"forward"`` and
+    # ``"backward"`` for the model's own, ``"loss"`` and ``"loss_backward"`` for the
+    # loss's; ``torch.compile(model)`` compiles the model's (``compiled``)
+    region: str = field(default="", compare=False)
+    # where the trace records dataflow (``KernelRecorder(dataflow=True)``): each
+    # tensor it reads and writes, as (storage, view, bytes); a storage is named by
+    # a number unique within its trace, a view by its offset, shape and strides
+    reads: tuple[tuple[int, tuple, int], ...] = field(
+        default=(), compare=False, repr=False
+    )
+    writes: tuple[tuple[int, tuple, int], ...] = field(
+        default=(), compare=False, repr=False
+    )
 
 
 @dataclass(frozen=True)
@@ -132,6 +146,10 @@ def _read_bytes(t: torch.Tensor) -> int:
     return n * t.element_size()
 
 
+def _written(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
 def _tensors(tree) -> list[torch.Tensor]:
     return [
         t for t in torch.utils._pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)
@@ -142,31 +160,68 @@ class KernelRecorder(TorchDispatchMode):
     """Records every aten op that launches a kernel, as a ``Kernel``.
 
     ``math`` of an op with FLOPs is its inputs' dtype (``"tf32"`` for float32 when
-    ``tf32`` is set).
+    ``tf32`` is set). Each kernel is tagged with ``region`` (set it as the step goes
+    on); with ``dataflow``, with the tensors it reads and writes too.
     """
 
-    def __init__(self, tf32: bool = False):
+    def __init__(self, tf32: bool = False, dataflow: bool = False):
         super().__init__()
         self.kernels: list[Kernel] = []
         self.dispatched_ops = 0
         self.tf32 = tf32
+        self.dataflow = dataflow
+        self.region = ""
+        # each live storage's number; a freed storage's address may be reused by a
+        # later one, which gets a new number (holding the tensors instead would
+        # change the step: autograd copies a gradient something else holds)
+        self._numbers: dict[int, int] = {}
+        self._next_number = itertools.count()
 
-    def add(self, kernel: Kernel) -> None:
-        self.kernels.append(kernel)
+    def add(self, kernel: Kernel, reads=(), writes=()) -> None:
+        """Record ``kernel``, which reads and writes the (tensor, bytes) pairs
+        ``reads`` and ``writes`` (kept with ``dataflow`` only)."""
+        if self.dataflow:
+            kernel = replace(
+                kernel, reads=self._accesses(reads), writes=self._accesses(writes)
+            )
+        self.kernels.append(replace(kernel, region=self.region))
+
+    def _accesses(self, pairs) -> tuple[tuple[int, tuple, int], ...]:
+        return tuple(
+            (
+                self._storage_number(t),
+                (t.storage_offset(), tuple(t.shape), t.stride()),
+                size,
+            )
+            for t, size in pairs
+            if t is not None
+        )
+
+    def _storage_number(self, t: torch.Tensor) -> int:
+        storage = t.untyped_storage()
+        address = storage._cdata
+        if address not in self._numbers:
+            self._numbers[address] = next(self._next_number)
+            weakref.finalize(storage, self._numbers.pop, address, None)
+        return self._numbers[address]
 
     @staticmethod
-    def read_bytes(name: str, inputs: list[torch.Tensor], written: int) -> int:
-        """The bytes an op reads: each input once, nothing for an op that only
-        writes, the source alone for a copy, and for a gather its indices and the
-        rows they pick (as many as it writes)."""
+    def reads(
+        name: str, inputs: list[torch.Tensor], written: int
+    ) -> list[tuple[torch.Tensor | None, int]]:
+        """What an op reads, as (tensor, bytes): each input once, nothing for an op
+        that only writes, the source alone for a copy, and for a gather its indices
+        and the rows they pick (as many as it writes; None where the table is not
+        a float tensor)."""
         if name in _WRITE_ONLY_OPS:
-            return 0
+            return []
         if name == "copy_":  # copy_(destination, source): the destination is written
             inputs = inputs[1:]
         if name in _GATHER_OPS:
             indices = [t for t in inputs if not t.is_floating_point()]
-            return written + sum(_read_bytes(t) for t in indices)
-        return sum(_read_bytes(t) for t in inputs)
+            table = next((t for t in inputs if t.is_floating_point()), None)
+            return [(t, _read_bytes(t)) for t in indices] + [(table, written)]
+        return [(t, _read_bytes(t)) for t in inputs]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -190,14 +245,15 @@ class KernelRecorder(TorchDispatchMode):
                 dtype, "tf32" if self.tf32 else "fp32"
             )
         written = written_bytes(func, args, kwargs, out)
-        read = self.read_bytes(name, inputs, written)
-        outputs = _tensors(out) or mutated_tensors(func, args, kwargs)
+        reads = self.reads(name, inputs, written)
+        mutated = mutated_tensors(func, args, kwargs)
+        outputs = _tensors(out) or mutated
         self.add(
             Kernel(
                 name,
                 kind_of(name, bool(flops)),
                 flops,
-                read + written,
+                sum(size for _, size in reads) + written,
                 math,
                 launches=_foreach_launches(name, args),
                 dtype=outputs[0].dtype if outputs else None,
@@ -205,7 +261,9 @@ class KernelRecorder(TorchDispatchMode):
                 alternatives=winograd_alternatives(name, args, out, math)
                 if flops
                 else (),
-            )
+            ),
+            reads=reads,
+            writes=[(t, _written(t)) for t in (*_tensors(out), *mutated)],
         )
         return out
 

@@ -181,10 +181,11 @@ def _percent(value: float | None) -> str:
 
 
 def format_ladder(rows: list[dict], estimated_ms: list | None = None) -> str:
-    """The ladder as a Markdown table, each rung's speed-up over the first (in the
+    """The ladder as a Markdown table, each rung's speed-up over the first in tokens
+    a second (a rung with a larger batch takes longer a step, and does more; in the
     reader's language: ``amp_lessons.set_language``), with the estimate's time of
     each rung in a last column where ``estimated_ms`` gives it (None: not priced)."""
-    base = next((r["step_ms"] for r in rows if "step_ms" in r), None)
+    base = next((r["tokens_per_s"] for r in rows if "step_ms" in r), None)
     headers = [
         N_("rung"),
         N_("batch"),
@@ -212,7 +213,7 @@ def format_ladder(rows: list[dict], estimated_ms: list | None = None) -> str:
                 _(r["rung"]),
                 str(r["batch"]),
                 f"{r['step_ms']:.2f}",
-                f"{base / r['step_ms']:.2f}x",
+                f"{r['tokens_per_s'] / base:.2f}x",
                 f"{r['tokens_per_s']:,.0f}",
                 f"{r['tflops']:.1f}",
                 _percent(r["mfu"]),

@@ -7,14 +7,15 @@ This module prices the same rungs with the estimate (``estimate_step``), on any 
 of its table, so that lesson 06 can show the climb, and why each switch helps,
 before and beside a measured one.
 
-The estimate prices the kernels eager PyTorch launches. ``torch.compile`` fuses
-elementwise kernels into generated ones, which it does not model, so a compiled
-rung has no estimate (None).
+A compiled rung is priced as Inductor runs the model (``measure.inductor_fusion``:
+the elementwise kernels between two library kernels fused into one generated kernel
+each); the loss and the optimizer stay eager, as ``torch.compile(model)`` leaves
+them.
 
 Example::
 
     rows = estimated_ladder("H200-SXM-141GB")
-    [(r["rung"], round(r["estimated_ms"] or 0)) for r in rows]
+    [(r["rung"], round(r["estimated_ms"])) for r in rows]
     # [('eager fp32', 426), ('TF32', 116), ('bf16 autocast', 65), ...]
 """
 
@@ -59,12 +60,11 @@ def gpu_sizes(gpu: str) -> dict:
 
 def estimate_rung(
     rung: Rung, sizes: dict, gpu: str, efficiency: Efficiency = FITTED
-) -> Estimate | None:
+) -> Estimate:
     """One rung's step as the estimate prices it: the bench's step (AdamW, clipping
     at 1.0) in the rung's precision, its optimizer fused or torch's default
-    (foreach), at ``sizes`` with the rung's batch; None for a compiled rung."""
-    if rung.compiled:
-        return None
+    (foreach), its model compiled where the rung compiles it, at ``sizes`` with
+    the rung's batch."""
     scaled = {**sizes, "batch": sizes["batch"] * rung.batch_scale}
     w = bench_workload(CONFIG, scaled)
     return estimate_step(
@@ -77,6 +77,7 @@ def estimate_rung(
         efficiency,
         implementation="fused" if rung.fused else "foreach",
         clip=True,
+        compiled=rung.compiled,
     )
 
 
@@ -84,8 +85,8 @@ def estimated_ladder(
     gpu: str = DEFAULT_GPU, sizes: dict | None = None, rungs: tuple = RUNGS
 ) -> list[dict]:
     """Every rung priced by the estimate on ``gpu`` (default sizes: the bench's on
-    that GPU). Each row: ``rung``, ``batch``, ``estimate`` (or None),
-    ``estimated_ms``, ``regime`` and ``mfu_vs_bf16_peak`` (the bench's FLOP count,
+    that GPU). Each row: ``rung``, ``batch``, ``estimate``, ``estimated_ms``,
+    ``regime`` and ``mfu_vs_bf16_peak`` (the bench's FLOP count,
     ``bench.train_flops``, over the estimated time and the dense bf16 peak)."""
     sizes = sizes or gpu_sizes(gpu)
     bf16_peak = find_gpu(gpu).peak("bf16")
@@ -99,9 +100,9 @@ def estimated_ladder(
                 "rung": rung.name,
                 "batch": batch,
                 "estimate": e,
-                "estimated_ms": e and e.seconds * 1e3,
-                "regime": e and e.regime,
-                "mfu_vs_bf16_peak": e and flops / e.seconds / bf16_peak,
+                "estimated_ms": e.seconds * 1e3,
+                "regime": e.regime,
+                "mfu_vs_bf16_peak": flops / e.seconds / bf16_peak,
             }
         )
     return rows
@@ -109,9 +110,10 @@ def estimated_ladder(
 
 def format_estimated_ladder(rows: list[dict]) -> str:
     """The estimated ladder as a table, in the reader's language: milliseconds,
-    speed-up over the first rung, the shares of compute, memory and overhead, and
-    the MFU it implies against the dense bf16 peak."""
-    base = rows[0]["estimated_ms"]
+    speed-up over the first rung in tokens a second (a larger batch's step does
+    more), the shares of compute, memory and overhead, and the MFU it implies
+    against the dense bf16 peak."""
+    base = rows[0]["batch"] / rows[0]["estimated_ms"]
     names = [_(r["rung"]) for r in rows]
     width = max(len(n) for n in [*names, _("rung")])
     headers = [
@@ -138,18 +140,11 @@ def format_estimated_ladder(rows: list[dict]) -> str:
     ]
     for name, r in zip(names, rows, strict=True):
         e = r["estimate"]
-        if e is None:
-            lines.append(
-                gutter.join([f"{name:<{width}}", f"{r['batch']:>{widths[0]}}"])
-                + gutter
-                + _("not priced: the estimate does not model torch.compile")
-            )
-            continue
         shares = (e.compute_s, e.memory_s, e.overhead_s)
         cells = [
             str(r["batch"]),
             f"{r['estimated_ms']:.1f}",
-            f"{base / r['estimated_ms']:.2f}x",
+            f"{r['batch'] / r['estimated_ms'] / base:.2f}x",
             *(f"{part / e.seconds:.0%}" for part in shares),
             f"{r['mfu_vs_bf16_peak']:.1%}",
         ]
@@ -166,9 +161,8 @@ def format_estimated_ladder(rows: list[dict]) -> str:
 
 def record_estimates(record: dict) -> list[float | None]:
     """The estimate's milliseconds for each row of a recorded climb, at the sizes
-    that row ran (its batch included), on the record's GPU; None for a compiled
-    rung, a precision that GPU lacks, and every rung of a GPU the estimate's table
-    lacks."""
+    that row ran (its batch included), on the record's GPU; None for a precision
+    that GPU lacks, and every rung of a GPU the estimate's table lacks."""
     gpu = gpu_key(record["gpu"])
     out = []
     for row in record["rows"]:
@@ -182,8 +176,7 @@ def record_estimates(record: dict) -> list[float | None]:
             continue
         # the row's sizes already hold its batch: price it unscaled
         rung = Rung(row["rung"], row["precision"], row["fused"], row["compiled"])
-        e = estimate_rung(rung, sizes, gpu)
-        out.append(e and e.seconds * 1e3)
+        out.append(estimate_rung(rung, sizes, gpu).seconds * 1e3)
     return out
 
 

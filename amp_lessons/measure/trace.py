@@ -44,6 +44,7 @@ def trace_step(
     precision: str,
     loss_fn: Callable | None = None,
     autocast: bool = True,
+    dataflow: bool = False,
 ) -> Trace:
     """The kernels of one forward and backward of ``model(*inputs)`` (no optimizer).
 
@@ -51,6 +52,9 @@ def trace_step(
     with fp8 Linears). The loss is ``loss_fn(output)`` computed under the policy, as
     it would be under autocast, or the output's float sum. ``autocast=False`` runs
     the model in its own dtypes (a model already in fp16, as apex's O2 makes it).
+    Each kernel's ``region`` says whether it is the model's or the loss's, forward
+    or backward; ``dataflow`` records the tensors each kernel reads and writes
+    (what ``measure.inductor_fusion`` needs).
     """
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     # a gradient left by an earlier trace would be accumulated into (one more add_)
@@ -61,13 +65,25 @@ def trace_step(
     ]
     for t in leaves:
         t.grad = None
-    recorder = KernelRecorder(tf32=precision == "tf32")
+    recorder = KernelRecorder(tf32=precision == "tf32", dataflow=dataflow)
     low = LOW_DTYPES.get(precision) if autocast else None
     with recorder:
         with AutocastPolicy(low, recorder, fp8_linears=precision == "fp8"):
+            recorder.region = "forward"
             out = model(*inputs)
+            recorder.region = "loss"
             loss = loss_fn(out) if loss_fn else out.float().sum()
+        recorder.region = "loss_backward"
+        _on_output_gradient(out, lambda: setattr(recorder, "region", "backward"))
         loss.backward()
     for t in leaves:
         t.grad = None
     return Trace(recorder.kernels, recorder.dispatched_ops)
+
+
+def _on_output_gradient(out, callback: Callable[[], None]) -> None:
+    """Call ``callback`` when backward reaches the model's output: the loss's
+    backward is over, the model's begins."""
+    for t in torch.utils._pytree.tree_leaves(out):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            t.register_hook(lambda grad: callback())

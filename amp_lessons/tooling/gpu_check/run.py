@@ -402,7 +402,7 @@ def _profile_text(report: dict, profile: dict) -> str:
 
 def ladder_section(record: dict) -> str:
     """The summary page's ladder: provenance, then the table, with the estimate's
-    time of each eager rung (``ladder_estimate``; left out, and said, where pricing
+    time of each rung (``ladder_estimate``; left out, and said, where pricing
     fails: it must not cost the page)."""
     from amp_lessons.measure.ladder import format_ladder
     from amp_lessons.measure.ladder_estimate import record_estimates
@@ -414,11 +414,13 @@ def ladder_section(record: dict) -> str:
     return (
         "## AMP at full speed: the ladder\n\n"
         f"The bench's transformer on {record['gpu']}, torch {record['torch']}, "
-        "one switch more a row (`amp_lessons.measure.ladder`); MFU against the "
-        "dense peak of the row's precision and of bf16; the estimate's time of "
-        "each eager rung, priced with the fitted efficiencies, not this run's "
-        "profile (`amp_lessons.measure.ladder_estimate`: compiled rungs are not "
-        f"priced).{why}\n\n" + format_ladder(record["rows"], estimates)
+        "one switch more a row (`amp_lessons.measure.ladder`); speed-up in "
+        "tokens a second; MFU against the dense peak of the row's precision and "
+        "of bf16; the estimate's time of each rung, priced with the fitted "
+        "efficiencies, not this run's profile (`amp_lessons.measure."
+        "ladder_estimate`; a compiled rung as `amp_lessons.measure.inductor_fusion` "
+        f"models Inductor's fusion).{why}\n\n"
+        + format_ladder(record["rows"], estimates)
     )
 
 
