@@ -1,16 +1,19 @@
 """Inductor's fusion as the estimate models it (amp_lessons.measure.inductor_fusion):
-a chain's bytes counted by hand, unrelated kernels kept apart, the loss left eager,
-the trace unchanged by recording its dataflow, and the forward's kernel count
-against Inductor's own on this CPU."""
+each group's bytes counted by hand (a chain, a shared input, an update in place, a
+gradient nothing reads), unrelated kernels kept apart, the loss left eager, the trace
+unchanged by recording its dataflow, and the kernel count against Inductor's own on
+this CPU."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from collections import Counter
 
 import pytest
 import torch
 
+from amp_lessons.core.models import GPT
 from amp_lessons.measure import ladder_estimate, model_zoo
 from amp_lessons.measure.estimate import estimate_step
 from amp_lessons.measure.inductor_fusion import fusible, inductor_fusion
@@ -66,6 +69,40 @@ def test_an_intermediate_something_else_reads_is_written():
     assert first.bytes == 3 * MIB4
 
 
+def test_kernels_that_read_one_tensor_fuse_and_read_it_once():
+    class TwoOfX(torch.nn.Module):
+        def forward(self, x):
+            a, b = x * 2, x + 1  # both read x: Inductor's horizontal fusion
+            return a @ (b * b.sin())  # b read twice in one kernel: once from memory
+
+    x = torch.empty(N, N, device=META, requires_grad=True)
+    _, fused = _fused(TwoOfX(), x)
+    first = fused.kernels[0]
+    assert first.name == "fused_mul_add_sin"
+    # reads x once; writes a (the matmul reads it), and b and sin(b), which the
+    # backward of b * sin(b) reads, and their product (the matmul's)
+    assert first.bytes == 5 * MIB4
+
+
+def test_a_gradient_nothing_reads_is_written():
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.empty(N, N, device=META))
+            self.w = torch.nn.Parameter(torch.empty(N, N, device=META))
+
+        def forward(self, x):
+            return torch.relu(x * self.scale) @ self.w
+
+    x = torch.empty(N, N, device=META)
+    _, fused = _fused(Scaled(), x)
+    backward = [k for k in fused.kernels if k.region == "backward" and not k.flops]
+    assert [k.name for k in backward] == ["fused_threshold_backward_mul"]
+    # reads the matmul's gradient, relu's output and x; writes the scale's gradient,
+    # which the optimizer reads after the step (nothing in the trace does)
+    assert backward[0].bytes == 4 * MIB4
+
+
 def test_unrelated_kernels_stay_apart():
     class TwoCasts(torch.nn.Module):
         def __init__(self):
@@ -85,19 +122,24 @@ def test_unrelated_kernels_stay_apart():
     assert fused.kernels[:2] == trace.kernels[:2]
 
 
-def test_an_in_place_update_reads_what_was_there():
+def test_an_update_in_place_reads_what_was_there_and_is_written():
     class Accumulates(torch.nn.Module):
+        def __init__(self, read_after: bool):
+            super().__init__()
+            self.read_after = read_after
+
         def forward(self, x, acc):
             acc.add_(x * 2)
-            return acc @ x
+            return (acc if self.read_after else x) @ x
 
     x = torch.empty(N, N, device=META, requires_grad=True)
-    acc = torch.empty(N, N, device=META)
-    _, fused = _fused(Accumulates(), (x, acc), lambda out: out.sum())
-    first = fused.kernels[0]
-    assert first.name == "fused_mul_add_"
-    # reads x and the accumulator's old value, writes the accumulator
-    assert first.bytes == 3 * MIB4
+    for read_after in (True, False):  # a running statistic nothing reads later too
+        acc = torch.empty(N, N, device=META)
+        _, fused = _fused(Accumulates(read_after), (x, acc), lambda out: out.sum())
+        first = fused.kernels[0]
+        assert first.name == "fused_mul_add_"
+        # reads x and the accumulator's old value, writes the accumulator
+        assert first.bytes == 3 * MIB4
 
 
 def test_the_loss_and_its_backward_stay_eager():
@@ -106,7 +148,6 @@ def test_the_loss_and_its_backward_stay_eager():
     for region in ("loss", "loss_backward"):
         eager = [k for k in trace.kernels if k.region == region]
         assert eager and [k for k in fused.kernels if k.region == region] == eager
-        assert not any(fusible(k) for k in eager)
     # the regions come in the step's order
     order = list(dict.fromkeys(k.region for k in trace.kernels))
     assert order == ["forward", "loss", "loss_backward", "backward"]
@@ -122,7 +163,7 @@ def test_recording_dataflow_leaves_the_trace_as_it_was():
     recorded = trace_step(w.model, w.inputs, "bf16", w.loss_fn, dataflow=True)
     assert recorded.kernels == plain.kernels  # names, FLOPs, bytes, launches
     assert all(not k.reads and not k.writes for k in plain.kernels)
-    assert all(k.reads or k.writes for k in recorded.kernels if k.name != "ones_like")
+    assert all(k.reads or k.writes for k in recorded.kernels)
     # without dataflow nothing is fusible: the compiled trace is the eager one
     assert inductor_fusion(plain).kernels == plain.kernels
 
@@ -165,10 +206,12 @@ def test_the_compiled_rungs_are_the_compiled_estimate():
 
 
 def _inductor_cpu_kernels(model, x) -> tuple[int, int]:
-    """The kernels Inductor's C++ backend generates for the compiled forward and
-    backward of ``model(x).float().sum()`` on this CPU."""
+    """The kernels Inductor's C++ backend launches for the compiled forward and
+    backward of ``model(x).float().sum()`` on this CPU: calls, not definitions (two
+    layers' identical kernels share one definition)."""
     from torch._inductor.utils import run_and_get_code
 
+    torch._dynamo.reset()  # a cached graph would generate no code
     compiled = torch.compile(model)
 
     def step():
@@ -176,31 +219,31 @@ def _inductor_cpu_kernels(model, x) -> tuple[int, int]:
 
     _, codes = run_and_get_code(step)
     forward, backward = (
-        len(re.findall(r"^cpp_fused_\w+ = ", code, re.M)) for code in codes
+        len(re.findall(r"^\s+cpp_fused_\w+\(", code, re.M)) for code in codes
     )
     return forward, backward
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None,
+    reason="Inductor's C++ backend needs a C++ compiler",
+)
 @pytest.mark.usefixtures("one_thread")
-def test_the_forward_fuses_as_inductor_does_on_this_cpu():
-    from amp_lessons.core.models import GPT
-
-    sizes = dict(vocab=64, seq=16, layers=2, heads=2, width=32, batch=2)
+@pytest.mark.parametrize("layers", [1, 2])
+def test_the_model_fuses_a_little_more_than_inductor_does_on_this_cpu(layers):
+    # Inductor's C++ backend fuses at least as much as its GPU one (a C++ kernel
+    # may hold several loop nests): the model, which fuses whatever shares a tensor,
+    # launches at most a fifth fewer kernels than it, and far fewer than eager
     torch.manual_seed(0)
-    real = GPT(sizes["vocab"], sizes["seq"], sizes["layers"], sizes["heads"], 32)
-    x = torch.randint(0, sizes["vocab"], (sizes["batch"], sizes["seq"]))
-    inductor = _inductor_cpu_kernels(real, x)
-    w = model_zoo.gpt(2, 32, 2, 16, 2, 64)
+    real = GPT(vocab_size=64, block_size=16, n_layer=layers, n_head=2, n_embd=32)
+    inductor = _inductor_cpu_kernels(real, torch.randint(0, 64, (2, 16)))
+    w = model_zoo.gpt(layers, 32, 2, 16, 2, 64)
     trace = trace_step(
         w.model, w.inputs, "fp32", lambda out: out.float().sum(), dataflow=True
     )
-    fused = inductor_fusion(trace)
-    generated = Counter(
-        k.region
-        for k in fused.kernels
-        if k.region in ("forward", "backward") and not k.flops
-    )
-    eager = Counter(k.region for k in trace.kernels if not k.flops)
-    assert inductor[0] == generated["forward"] < eager["forward"]  # 7 of 15
-    # the backward: Inductor fuses more there (across the matmuls it reorders)
-    assert inductor[1] <= generated["backward"] <= 2 * inductor[1] < eager["backward"]
+    generated = Counter(k.region for k in inductor_fusion(trace).kernels if fusible(k))
+    eager = Counter(k.region for k in trace.kernels if fusible(k))
+    for i, region in enumerate(("forward", "backward")):
+        assert 0.75 * inductor[i] <= generated[region] <= inductor[i], region
+        assert generated[region] < 0.7 * eager[region], region

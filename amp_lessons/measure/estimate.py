@@ -332,9 +332,10 @@ def estimate_step(
     for fp16, ``clip_grad_norm_`` where ``clip``, and ``optimizer``'s step (``adam``,
     ``lamb``, ``sgd_momentum``, ``sgd`` or ``none``) as ``implementation`` runs it
     (``fused``, or torch's ``foreach`` or ``loop``). Convolutions on tensor cores
-    pay NCHW <-> NHWC transposes unless ``channels_last`` (``layout_kernels``).
+    pay NCHW <-> NHWC transposes unless ``channels_last`` (``layout_kernels``) or
     ``compiled``: the model wrapped in ``torch.compile`` (its forward and backward
-    fused as Inductor fuses them, ``measure.inductor_fusion``; the loss and the
+    fused as Inductor fuses them, ``measure.inductor_fusion``, convolutions
+    channels-last as Inductor's layout optimization runs them; the loss and the
     optimizer eager).
     ``precision``: ``fp32``, ``tf32``, ``fp16``, ``bf16`` (CUDA autocast's policy)
     or ``fp8`` (bf16 autocast with fp8 Linears, as lesson 11 converts them).
@@ -360,6 +361,6 @@ def estimate_step(
     if compiled:
         trace = inductor_fusion(trace)
     extra = step_kernels(model, precision, optimizer, implementation, clip)
-    if not channels_last:
+    if not (channels_last or compiled):  # Inductor lays convolutions out NHWC
         extra += layout_kernels(trace.kernels)
     return price(trace, device, precision, efficiency, extra)

@@ -5,8 +5,9 @@ its inputs from GPU memory and writes its output back. ``torch.compile``'s defau
 backend, Inductor, keeps matmuls, convolutions and attention as library kernels
 (cuBLAS, cuDNN, flash attention: "extern kernels" in its generated code) and fuses
 the memory-bound ops between them into generated Triton kernels. A fused kernel
-reads what it needs from memory once and writes only what something else reads
-later: the intermediates of a chain (a residual add, the LayerNorm after it, the
+reads what it needs from memory once and writes only what it must keep: what a
+later kernel reads (the residual stream, an activation saved for backward) and
+results such as gradients. The intermediates of a chain (a LayerNorm's output, its
 cast to bf16 before the next matmul) stay in registers.
 
 ``inductor_fusion`` applies that to a trace recorded with dataflow
@@ -18,17 +19,24 @@ loss and the optimizer run eagerly, as ``torch.compile(model)`` leaves them):
 * within a run, kernels joined by a tensor that one writes and another reads, or
   that both read, become one generated kernel (Inductor's vertical and horizontal
   fusion); unrelated ones stay apart;
-* a fused kernel reads each tensor from outside it once, and writes each tensor
-  that something outside it reads (or nothing in the trace reads: a gradient, a
-  result), once.
+* a fused kernel reads each tensor from outside it once, and writes, once, each
+  tensor that something outside it reads, that nothing reads (a gradient), or that
+  it updates in place.
 
-What it leaves out: the recomputation Inductor's partitioner may choose instead of
-saving an activation (less memory, a little more work), fusion across an extern
-kernel where Inductor reorders, and CUDA graphs (``mode="reduce-overhead"``), the
-last two of which would make the step faster still. The CPU's time per launched
-kernel is kept at eager's. On a small GPT it groups the forward into as many
-generated kernels as Inductor's C++ backend generates on the CPU, and the backward
-into a few more (``tests/test_inductor_fusion.py``).
+It is optimistic where Inductor is more careful. It fuses whatever shares a tensor
+within a run, where Inductor splits kernels whose loops differ (a LayerNorm
+backward's input gradient from its weight's, a reduction along another axis): on a
+small GPT it groups the step into up to a fifth fewer kernels than Inductor's C++
+backend launches on the CPU, which in turn fuses at least as much as its GPU
+backend (``tests/test_inductor_fusion.py``). What it leaves out: the recomputation
+Inductor's partitioner may choose instead of saving an activation (less memory, a
+little more work), fusion across an extern kernel where Inductor reorders, CUDA
+graphs (``mode="reduce-overhead"``), and the fp8 scaling casts torchao's compiled
+training fuses (their amax kernels are recorded without dataflow, so nothing fuses
+with them). Two views of one tensor read by a group are counted as two reads. The
+CPU's time per launched kernel is kept at eager's. ``estimate_step`` also drops a
+compiled model's NCHW transposes: Inductor's layout optimization runs a network of
+convolutions channels-last.
 
 Example::
 
@@ -37,6 +45,8 @@ Example::
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from amp_lessons.measure.kernels import Kernel, Trace
 
@@ -59,15 +69,38 @@ def inductor_fusion(trace: Trace) -> Trace:
     """``trace`` as the compiled model runs it (see the module's docstring): each
     group of fused kernels replaced by one kernel, in place of its first member."""
     kernels = trace.kernels
-    readers = _readers(kernels)
+    uses = _uses(kernels)
     fused: list[Kernel] = []
     for run in _runs(kernels):
         if not fusible(kernels[run[0]]):
             fused += [kernels[i] for i in run]
             continue
         for group in _connected(kernels, run):
-            fused.append(_fused_kernel([kernels[i] for i in group], group, readers))
+            fused.append(_fused_kernel([kernels[i] for i in group], group, uses))
     return Trace(fused, trace.dispatched_ops)
+
+
+@dataclass(frozen=True)
+class _Uses:
+    """How the trace uses each storage: the kernels that read it, and the kernel
+    that created it (its first access, a write that does not read it; none for a
+    storage that existed before, such as a parameter or an input updated in
+    place)."""
+
+    readers: dict[int, set[int]]
+    creator: dict[int, int]
+
+
+def _uses(kernels: list[Kernel]) -> _Uses:
+    readers: dict[int, set[int]] = {}
+    first: dict[int, int | None] = {}
+    for i, k in enumerate(kernels):
+        for storage, _, _ in k.reads:  # reads first: an in-place op reads, then writes
+            readers.setdefault(storage, set()).add(i)
+            first.setdefault(storage, None)
+        for storage, _, _ in k.writes:
+            first.setdefault(storage, i)
+    return _Uses(readers, {s: i for s, i in first.items() if i is not None})
 
 
 def _runs(kernels: list[Kernel]) -> list[list[int]]:
@@ -112,22 +145,12 @@ def _connected(kernels: list[Kernel], run: list[int]) -> list[list[int]]:
     return sorted(groups.values())
 
 
-def _readers(kernels: list[Kernel]) -> dict[int, set[int]]:
-    """Each storage's reading kernels, by index."""
-    readers: dict[int, set[int]] = {}
-    for i, k in enumerate(kernels):
-        for storage, _, _ in k.reads:
-            readers.setdefault(storage, set()).add(i)
-    return readers
-
-
-def _fused_kernel(
-    members: list[Kernel], indices: list[int], readers: dict[int, set[int]]
-) -> Kernel:
-    """One generated kernel for ``members``: it reads each view from outside the
-    group once (a storage counts as outside until a member has written it), and
-    writes each view that a kernel outside the group reads, or that no kernel
-    reads, once."""
+def _fused_kernel(members: list[Kernel], indices: list[int], uses: _Uses) -> Kernel:
+    """One generated kernel for ``members``. It reads each view from outside the
+    group once (a storage counts as outside until a member has written it). It
+    writes each view it must keep, once: what a kernel outside the group reads, a
+    result nothing reads (a gradient), and every storage it did not create (an
+    update in place). Only what it creates and reads itself stays in registers."""
     if len(members) == 1:  # nothing to fuse: the kernel eager PyTorch runs
         return members[0]
     inside = set(indices)
@@ -140,7 +163,7 @@ def _fused_kernel(
                 reads.setdefault(access[:2], access)
         for access in k.writes:
             written.add(access[0])
-            if readers.get(access[0], set()) - inside or access[0] not in readers:
+            if _kept(access[0], inside, uses):
                 writes.setdefault(access[:2], access)
     names = list(dict.fromkeys(k.name for k in members))
     return Kernel(
@@ -152,4 +175,14 @@ def _fused_kernel(
         region=members[0].region,
         reads=tuple(reads.values()),
         writes=tuple(writes.values()),
+    )
+
+
+def _kept(storage: int, inside: set[int], uses: _Uses) -> bool:
+    """Whether a group's write to ``storage`` must reach memory (``_fused_kernel``)."""
+    readers = uses.readers.get(storage, set())
+    return (
+        uses.creator.get(storage) not in inside  # it existed before the group
+        or bool(readers - inside)  # something outside reads it
+        or not readers  # a result: nothing in the step reads it
     )
