@@ -229,6 +229,27 @@ def test_fp8_prices_linears_on_fp8_tensor_cores():
         estimate_step(w.model, w.inputs, "A100-SXM4-80GB", "fp8")
 
 
+def test_fp8_keeps_the_linears_torchaos_filter_leaves_in_bf16():
+    from amp_lessons.core.fp8 import filter_first_and_last
+    from amp_lessons.measure.estimate import fp8_kept_weights
+
+    w = model_zoo.gpt(layers=2, width=256, heads=4, seq=64, batch=4, vocab=512)
+    linears = [m for m in w.model.modules() if isinstance(m, torch.nn.Linear)]
+    kept = fp8_kept_weights(w.model, filter_first_and_last(w.model))
+    assert kept == {id(linears[0].weight), id(linears[-1].weight)}  # the two ends
+
+    def fp8_matmuls(kept_ids):
+        trace = trace_step(w.model, w.inputs, "fp8", w.loss_fn, fp8_kept=kept_ids)
+        return Counter(k.math for k in trace.kernels if k.flops and k.kind == "matmul")
+
+    every = fp8_matmuls(frozenset())
+    assert every["fp8"] == 3 * len(linears) and "bf16" not in every  # fwd, 2 bwd
+    ends = fp8_matmuls(kept)
+    assert ends["fp8"] == 3 * (len(linears) - 2)
+    assert ends["bf16"] >= 2 * 2  # each end: its forward and backward matmuls
+    assert fp8_kept_weights(w.model, None) == frozenset()
+
+
 @pytest.mark.parametrize(
     "gpu, precision, message",
     [
@@ -586,6 +607,49 @@ def test_estimate_beside_the_recorded_h200_run():
 def test_model_sizes_that_cannot_be_built_are_refused_by_name(build, sizes, message):
     with pytest.raises(ValueError, match=message):
         build(**sizes)
+
+
+def test_an_fp8_row_is_priced_as_the_bench_runs_it():
+    # bench_fp8: torchao's Float8Linear but for the first and last Linear, compiled
+    from amp_lessons.core.fp8 import filter_first_and_last
+    from amp_lessons.measure import estimate_check
+
+    report = _report()
+    bf16 = next(
+        r
+        for r in report["results"]
+        if r["config"] == "transformer" and r["precision"] == "bf16"
+    )
+    fp8_row = {**bf16, "precision": "fp8", "step_ms": 40.0}  # made up: no fp8 run yet
+    rows = estimate_check.measured_vs_estimated(
+        _report(results=[*report["results"], fp8_row])
+    )
+    fp8 = next(r for r in rows if r["precision"] == "fp8")
+    w = estimate_check.bench_workload("transformer", report["sizes"]["transformer"])
+    expected = estimate_step(
+        w.model,
+        w.inputs,
+        "H200-SXM-141GB",
+        "fp8",
+        w.optimizer,
+        w.loss_fn,
+        implementation="foreach",
+        clip=True,
+        compiled=True,
+        fp8_filter=filter_first_and_last(w.model),
+    )
+    assert fp8["estimated_ms"] == pytest.approx(expected.seconds * 1e3)
+    eager = estimate_step(
+        w.model,
+        w.inputs,
+        "H200-SXM-141GB",
+        "fp8",
+        w.optimizer,
+        w.loss_fn,
+        implementation="foreach",
+        clip=True,
+    )
+    assert expected.seconds < 0.8 * eager.seconds  # compile fuses amax and casts
 
 
 def test_readme_states_the_estimate_against_the_recorded_h200_run():

@@ -142,6 +142,15 @@ def test_an_update_in_place_reads_what_was_there_and_is_written():
         assert first.bytes == 3 * MIB4
 
 
+def test_an_fp8_linears_scaling_fuses_with_its_cast():
+    w = model_zoo.gpt(layers=1, width=64, heads=2, seq=32, batch=2, vocab=128)
+    trace, fused = _fused(w.model, w.inputs, w.loss_fn, "fp8")
+    model = ("forward", "backward")
+    assert sum(k.name == "amax" for k in trace.kernels if k.region in model) >= 3
+    assert not any(k.name == "amax" for k in fused.kernels if k.region in model)
+    assert any("amax" in k.name for k in fused.kernels if k.kind == "fused")
+
+
 def test_the_loss_and_its_backward_stay_eager():
     w = model_zoo.gpt(layers=1, width=64, heads=2, seq=32, batch=2, vocab=128)
     trace, fused = _fused(w.model, w.inputs, w.loss_fn, "bf16")

@@ -111,7 +111,8 @@ class AutocastPolicy(SchemaCheckMode):
     """CUDA autocast's policy for ``low`` (float16 or bfloat16) as a pre-dispatch
     mode; ``low=None`` (fp32, tf32) casts nothing. With a ``recorder``, attention
     and RNNs are priced as the fused kernels a GPU runs, and ``fp8_linears`` runs
-    Linears as lesson 11's fp8 training does.
+    Linears as lesson 11's fp8 training does, but for those whose weight is in
+    ``fp8_kept`` (by ``id``: torchao's filter keeps a network's ends in bf16).
 
     Each fp32 weight (a leaf that requires grad, not a view) is cast once per
     forward, as autocast's cast cache does. (The class derives from
@@ -124,9 +125,11 @@ class AutocastPolicy(SchemaCheckMode):
         low: torch.dtype | None,
         recorder: KernelRecorder | None = None,
         fp8_linears: bool = False,
+        fp8_kept: frozenset[int] = frozenset(),
     ):
         TorchDispatchMode.__init__(self, _dispatch_key=torch._C.DispatchKey.PreDispatch)
         self.low, self.recorder, self.fp8_linears = low, recorder, fp8_linears
+        self.fp8_kept = fp8_kept
         self.cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._stack = ExitStack()
 
@@ -211,6 +214,8 @@ class AutocastPolicy(SchemaCheckMode):
             # the fp32 master weight is cast to fp8 directly; the input and bias
             # as autocast casts them
             x, weight, bias = (*args, *kwargs.values(), None)[:3]
+            if id(weight) in self.fp8_kept:  # a Linear left in bf16
+                return NotImplemented
             return Fp8Linear.apply(
                 self.recorder, self.cast(x, low), weight, self.cast(bias, low)
             )

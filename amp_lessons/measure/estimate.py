@@ -290,6 +290,35 @@ def cpu_launches(kernels: list[Kernel]) -> int:
     return sum(k.launches for k in kernels)
 
 
+def fp8_kept_weights(
+    model: torch.nn.Module, fp8_filter: Callable[[torch.nn.Module, str], bool] | None
+) -> frozenset[int]:
+    """The ``id`` of each Linear weight ``fp8_filter`` leaves in bf16 (none without
+    a filter)."""
+    if fp8_filter is None:
+        return frozenset()
+    return frozenset(
+        id(module.weight)
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and not fp8_filter(module, name)
+    )
+
+
+def check_on_meta(model: torch.nn.Module, inputs) -> None:
+    """A clear error for a model or input that is not on the meta device."""
+    tensors = inputs if isinstance(inputs, tuple) else (inputs,)
+    off_meta = [
+        t.device
+        for t in (*tensors, *model.parameters())
+        if isinstance(t, torch.Tensor) and t.device.type != "meta"
+    ]
+    if off_meta:
+        raise ValueError(
+            f"model and inputs must be on the meta device, found "
+            f"{off_meta[0]}: build them under `with torch.device('meta'):`"
+        )
+
+
 def check_optimizer(optimizer: str) -> None:
     """A clear error for an optimizer the estimate does not price."""
     if optimizer not in OPTIMIZERS:
@@ -323,6 +352,7 @@ def estimate_step(
     clip: bool = False,
     channels_last: bool = False,
     compiled: bool = False,
+    fp8_filter: Callable[[torch.nn.Module, str], bool] | None = None,
 ) -> Estimate:
     """Predict one training step's time on ``gpu`` in ``precision``.
 
@@ -338,7 +368,9 @@ def estimate_step(
     channels-last as Inductor's layout optimization runs them; the loss and the
     optimizer eager).
     ``precision``: ``fp32``, ``tf32``, ``fp16``, ``bf16`` (CUDA autocast's policy)
-    or ``fp8`` (bf16 autocast with fp8 Linears, as lesson 11 converts them).
+    or ``fp8`` (bf16 autocast with fp8 Linears, as lesson 11 converts them: every
+    Linear, or those ``fp8_filter(module, name)`` accepts, torchao's
+    ``module_filter_fn``).
 
     Example: BERT-large on an A100, seq 128, batch 256 in bf16 ->
     ``estimate_step(bert, ids, "A100-SXM4-80GB", "bf16").seconds`` about 0.6 s.
@@ -346,18 +378,15 @@ def estimate_step(
     device = find_gpu(gpu)
     check_precision(device, precision)
     check_optimizer(optimizer)
-    tensors = inputs if isinstance(inputs, tuple) else (inputs,)
-    off_meta = [
-        t.device
-        for t in (*tensors, *model.parameters())
-        if isinstance(t, torch.Tensor) and t.device.type != "meta"
-    ]
-    if off_meta:
-        raise ValueError(
-            f"model and inputs must be on the meta device, found "
-            f"{off_meta[0]}: build them under `with torch.device('meta'):`"
-        )
-    trace = trace_step(model, inputs, precision, loss_fn, dataflow=compiled)
+    check_on_meta(model, inputs)
+    trace = trace_step(
+        model,
+        inputs,
+        precision,
+        loss_fn,
+        dataflow=compiled,
+        fp8_kept=fp8_kept_weights(model, fp8_filter),
+    )
     if compiled:
         trace = inductor_fusion(trace)
     extra = step_kernels(model, precision, optimizer, implementation, clip)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 
+from amp_lessons.core.fp8 import filter_first_and_last
 from amp_lessons.measure import model_zoo
+from amp_lessons.measure.bench_fp8 import FP8
 from amp_lessons.measure.estimate import FITTED, Efficiency, estimate_step
 from amp_lessons.measure.gpus import GPUS
 from amp_lessons.measure.published import FIT_FILE
@@ -82,7 +84,9 @@ def measured_vs_estimated(report: dict, efficiency: Efficiency = FITTED) -> list
         ):
             continue
         w = bench_workload(row["config"], sizes)
-        # the bench's step: torch's default (foreach) optimizer, clipping at 1.0
+        # the bench's step: torch's default (foreach) optimizer, clipping at 1.0;
+        # its fp8 row as bench_fp8 runs it: the ends in bf16, the model compiled
+        fp8 = precision == FP8
         e = estimate_step(
             w.model,
             w.inputs,
@@ -93,6 +97,8 @@ def measured_vs_estimated(report: dict, efficiency: Efficiency = FITTED) -> list
             efficiency,
             implementation="foreach",
             clip=True,
+            compiled=fp8,
+            fp8_filter=filter_first_and_last(w.model) if fp8 else None,
         )
         if precision == "fp32":
             fp32[row["config"]] = (row["step_ms"], e.seconds * 1e3)
@@ -129,8 +135,9 @@ def estimate_section(report: dict) -> str:
         "The estimate (`python -m amp_lessons estimate`, efficiencies fitted on "
         f"published rows, not on this run: the fit of {_fit_date()}, "
         "`amp_lessons/measure/data/published_fit.json`) of the same two configs on "
-        "this GPU. A later fit estimates again; the README states today's beside "
-        "this record.",
+        "this GPU, each step as the bench runs it (the fp8 row compiled, its first "
+        "and last Linear in bf16). A later fit estimates again; the README states "
+        "today's beside this record.",
         "",
         "| config | precision | measured ms | estimated ms | estimate / measured "
         "| measured vs fp32 | estimated vs fp32 | dominant (estimate) |",

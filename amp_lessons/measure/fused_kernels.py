@@ -114,8 +114,12 @@ def fused_attention(
 
 
 def _amax(recorder: KernelRecorder, t: torch.Tensor) -> None:
-    # one fused abs-max reduction: reads the tensor, writes one float32 scale
-    recorder.add(Kernel("amax", "pointwise", 0, _read_bytes(t) + 4))
+    # one fused abs-max reduction: reads the tensor, writes one float32 scale (too
+    # small to follow: compiled, it fuses with the cast that reads the same tensor)
+    recorder.add(
+        Kernel("amax", "pointwise", 0, _read_bytes(t) + 4),
+        reads=[(t, _read_bytes(t))],
+    )
 
 
 def _fp8_matmul(

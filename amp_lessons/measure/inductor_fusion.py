@@ -30,13 +30,13 @@ small GPT it groups the step into up to a fifth fewer kernels than Inductor's C+
 backend launches on the CPU, which in turn fuses at least as much as its GPU
 backend (``tests/test_inductor_fusion.py``). What it leaves out: the recomputation
 Inductor's partitioner may choose instead of saving an activation (less memory, a
-little more work), fusion across an extern kernel where Inductor reorders, CUDA
-graphs (``mode="reduce-overhead"``), and the fp8 scaling casts torchao's compiled
-training fuses (their amax kernels are recorded without dataflow, so nothing fuses
-with them). Two views of one tensor read by a group are counted as two reads. The
-CPU's time per launched kernel is kept at eager's. ``estimate_step`` also drops a
-compiled model's NCHW transposes: Inductor's layout optimization runs a network of
-convolutions channels-last.
+little more work), fusion across an extern kernel where Inductor reorders, and CUDA
+graphs (``mode="reduce-overhead"``). An fp8 Linear's amax fuses with the cast that
+reads the same tensor, one pass where Inductor needs two (the cast waits for the
+whole tensor's amax): optimistic too. Two views of one tensor read by a group are
+counted as two reads. The CPU's time per launched kernel is kept at eager's.
+``estimate_step`` also drops a compiled model's NCHW transposes: Inductor's layout
+optimization runs a network of convolutions channels-last.
 
 Example::
 

@@ -45,6 +45,7 @@ def trace_step(
     loss_fn: Callable | None = None,
     autocast: bool = True,
     dataflow: bool = False,
+    fp8_kept: frozenset[int] = frozenset(),
 ) -> Trace:
     """The kernels of one forward and backward of ``model(*inputs)`` (no optimizer).
 
@@ -54,7 +55,8 @@ def trace_step(
     the model in its own dtypes (a model already in fp16, as apex's O2 makes it).
     Each kernel's ``region`` says whether it is the model's or the loss's, forward
     or backward; ``dataflow`` records the tensors each kernel reads and writes
-    (what ``measure.inductor_fusion`` needs).
+    (what ``measure.inductor_fusion`` needs). In fp8, the Linears whose weight's
+    ``id`` is in ``fp8_kept`` stay in bf16.
     """
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     # a gradient left by an earlier trace would be accumulated into (one more add_)
@@ -68,7 +70,9 @@ def trace_step(
     recorder = KernelRecorder(tf32=precision == "tf32", dataflow=dataflow)
     low = LOW_DTYPES.get(precision) if autocast else None
     with recorder:
-        with AutocastPolicy(low, recorder, fp8_linears=precision == "fp8"):
+        with AutocastPolicy(
+            low, recorder, fp8_linears=precision == "fp8", fp8_kept=fp8_kept
+        ):
             recorder.region = "forward"
             out = model(*inputs)
             recorder.region = "loss"
