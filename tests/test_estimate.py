@@ -626,29 +626,16 @@ def test_an_fp8_row_is_priced_as_the_bench_runs_it():
     )
     fp8 = next(r for r in rows if r["precision"] == "fp8")
     w = estimate_check.bench_workload("transformer", report["sizes"]["transformer"])
-    expected = estimate_step(
-        w.model,
-        w.inputs,
-        "H200-SXM-141GB",
-        "fp8",
-        w.optimizer,
-        w.loss_fn,
-        implementation="foreach",
-        clip=True,
-        compiled=True,
-        fp8_filter=filter_first_and_last(w.model),
-    )
+
+    def fp8_step(**how):  # the bench's step: foreach AdamW, clipping at 1.0
+        return estimate_step(
+            w.model, w.inputs, "H200-SXM-141GB", "fp8", w.optimizer, w.loss_fn,
+            implementation="foreach", clip=True, **how,
+        )  # fmt: skip
+
+    expected = fp8_step(compiled=True, fp8_filter=filter_first_and_last(w.model))
     assert fp8["estimated_ms"] == pytest.approx(expected.seconds * 1e3)
-    eager = estimate_step(
-        w.model,
-        w.inputs,
-        "H200-SXM-141GB",
-        "fp8",
-        w.optimizer,
-        w.loss_fn,
-        implementation="foreach",
-        clip=True,
-    )
+    eager = fp8_step()
     assert expected.seconds < 0.8 * eager.seconds  # compile fuses amax and casts
 
 
