@@ -103,6 +103,18 @@ def test_a_gradient_nothing_reads_is_written():
     assert backward[0].bytes == 4 * MIB4
 
 
+def test_two_views_of_one_tensor_are_read_once():
+    class Transposed(torch.nn.Module):
+        def forward(self, x):
+            return (x * 2 + x.t()) @ x  # x and its transpose: one storage
+
+    x = torch.empty(N, N, device=META, requires_grad=True)
+    _, fused = _fused(Transposed(), x)
+    first = fused.kernels[0]
+    assert first.name == "fused_mul_add"
+    assert first.bytes == 2 * MIB4  # x read once, the sum written once
+
+
 def test_unrelated_kernels_stay_apart():
     class TwoCasts(torch.nn.Module):
         def __init__(self):

@@ -33,10 +33,9 @@ Inductor's partitioner may choose instead of saving an activation (less memory, 
 little more work), fusion across an extern kernel where Inductor reorders, and CUDA
 graphs (``mode="reduce-overhead"``). An fp8 Linear's amax fuses with the cast that
 reads the same tensor, one pass where Inductor needs two (the cast waits for the
-whole tensor's amax): optimistic too. Two views of one tensor read by a group are
-counted as two reads. The CPU's time per launched kernel is kept at eager's.
-``estimate_step`` also drops a compiled model's NCHW transposes: Inductor's layout
-optimization runs a network of convolutions channels-last.
+whole tensor's amax): optimistic too. The CPU's time per launched kernel is kept at
+eager's. ``estimate_step`` also drops a compiled model's NCHW transposes: Inductor's
+layout optimization runs a network of convolutions channels-last.
 
 Example::
 
@@ -76,8 +75,9 @@ def inductor_fusion(trace: Trace) -> Trace:
             fused += [kernels[i] for i in run]
             continue
         for group in _connected(kernels, run):
-            fused.append(_fused_kernel([kernels[i] for i in group], group, uses))
-    return Trace(fused, trace.dispatched_ops)
+            members = [kernels[i] for i in group]
+            fused.append(_fused_kernel(members, group, uses, trace.storage_bytes))
+    return Trace(fused, trace.dispatched_ops, trace.storage_bytes)
 
 
 @dataclass(frozen=True)
@@ -145,12 +145,18 @@ def _connected(kernels: list[Kernel], run: list[int]) -> list[list[int]]:
     return sorted(groups.values())
 
 
-def _fused_kernel(members: list[Kernel], indices: list[int], uses: _Uses) -> Kernel:
+def _fused_kernel(
+    members: list[Kernel],
+    indices: list[int],
+    uses: _Uses,
+    storage_bytes: dict[int, int],
+) -> Kernel:
     """One generated kernel for ``members``. It reads each view from outside the
     group once (a storage counts as outside until a member has written it). It
     writes each view it must keep, once: what a kernel outside the group reads, a
     result nothing reads (a gradient), and every storage it did not create (an
-    update in place). Only what it creates and reads itself stays in registers."""
+    update in place). Only what it creates and reads itself stays in registers.
+    Views of one storage (``x`` and ``x.t()``) move at most the storage's bytes."""
     if len(members) == 1:  # nothing to fuse: the kernel eager PyTorch runs
         return members[0]
     inside = set(indices)
@@ -170,7 +176,7 @@ def _fused_kernel(members: list[Kernel], indices: list[int], uses: _Uses) -> Ker
         "fused_" + "_".join(names[:4]),
         "fused",
         0,
-        sum(a[2] for a in (*reads.values(), *writes.values())),
+        _moved(reads.values(), storage_bytes) + _moved(writes.values(), storage_bytes),
         dtype=members[-1].dtype,
         region=members[0].region,
         reads=tuple(reads.values()),
@@ -185,4 +191,15 @@ def _kept(storage: int, inside: set[int], uses: _Uses) -> bool:
         uses.creator.get(storage) not in inside  # it existed before the group
         or bool(readers - inside)  # something outside reads it
         or not readers  # a result: nothing in the step reads it
+    )
+
+
+def _moved(accesses, storage_bytes: dict[int, int]) -> int:
+    """Bytes of distinct views, each storage's capped at its size (where known)."""
+    by_storage: dict[int, int] = {}
+    for storage, _, size in accesses:
+        by_storage[storage] = by_storage.get(storage, 0) + size
+    return sum(
+        min(size, storage_bytes.get(storage, size))
+        for storage, size in by_storage.items()
     )

@@ -108,10 +108,12 @@ class Kernel:
 @dataclass(frozen=True)
 class Trace:
     """What one step runs: its kernels, and every aten op dispatched (views and
-    allocations too), which is what the CPU spends its time on in eager mode."""
+    allocations too), which is what the CPU spends its time on in eager mode; with
+    dataflow, each storage's size in bytes, by its number."""
 
     kernels: list[Kernel]
     dispatched_ops: int
+    storage_bytes: dict[int, int] = field(default_factory=dict)
 
 
 def kind_of(name: str, has_flops: bool) -> str:
@@ -176,6 +178,7 @@ class KernelRecorder(TorchDispatchMode):
         # change the step: autograd copies a gradient something else holds)
         self._numbers: dict[int, int] = {}
         self._next_number = itertools.count()
+        self.storage_bytes: dict[int, int] = {}  # each numbered storage's size
 
     def add(self, kernel: Kernel, reads=(), writes=()) -> None:
         """Record ``kernel``, which reads and writes the (tensor, bytes) pairs
@@ -201,7 +204,8 @@ class KernelRecorder(TorchDispatchMode):
         storage = t.untyped_storage()
         address = storage._cdata
         if address not in self._numbers:
-            self._numbers[address] = next(self._next_number)
+            number = self._numbers[address] = next(self._next_number)
+            self.storage_bytes[number] = storage.nbytes()
             weakref.finalize(storage, self._numbers.pop, address, None)
         return self._numbers[address]
 

@@ -82,7 +82,7 @@ def trace_step(
         loss.backward()
     for t in leaves:
         t.grad = None
-    return Trace(recorder.kernels, recorder.dispatched_ops)
+    return Trace(recorder.kernels, recorder.dispatched_ops, recorder.storage_bytes)
 
 
 def _on_output_gradient(out, callback: Callable[[], None]) -> None:
