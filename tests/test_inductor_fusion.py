@@ -1,8 +1,8 @@
 """Inductor's fusion as the estimate models it (amp_lessons.measure.inductor_fusion):
-each group's bytes counted by hand (a chain, a shared input, an update in place, a
-gradient nothing reads), unrelated kernels kept apart, the loss left eager, the trace
-unchanged by recording its dataflow, and the kernel count against Inductor's own on
-this CPU."""
+each group's bytes counted by hand (a chain, a shared input, two views of one tensor,
+an update in place, a gradient nothing reads), unrelated kernels kept apart, an fp8
+Linear's amax fused with its cast, the loss left eager, the trace unchanged by
+recording its dataflow, and the kernel count against Inductor's own on this CPU."""
 
 from __future__ import annotations
 
