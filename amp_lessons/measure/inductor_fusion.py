@@ -27,15 +27,16 @@ It is optimistic where Inductor is more careful. It fuses whatever shares a tens
 within a run, where Inductor splits kernels whose loops differ (a LayerNorm
 backward's input gradient from its weight's, a reduction along another axis): on a
 small GPT it groups the step into up to a fifth fewer kernels than Inductor's C++
-backend launches on the CPU, which in turn fuses at least as much as its GPU
-backend (``tests/test_inductor_fusion.py``). What it leaves out: the recomputation
-Inductor's partitioner may choose instead of saving an activation (less memory, a
-little more work), fusion across an extern kernel where Inductor reorders, and CUDA
-graphs (``mode="reduce-overhead"``). An fp8 Linear's amax fuses with the cast that
-reads the same tensor, one pass where Inductor needs two (the cast waits for the
-whole tensor's amax): optimistic too. The CPU's time per launched kernel is kept at
-eager's. ``estimate_step`` also drops a compiled model's NCHW transposes: Inductor's
-layout optimization runs a network of convolutions channels-last.
+backend launches on the CPU, which can fuse more than its GPU backend, one C++
+kernel holding several loop nests (``tests/test_inductor_fusion.py``). What it
+leaves out: the recomputation Inductor's partitioner may choose instead of saving an
+activation (less memory, a little more work), fusion across an extern kernel where
+Inductor reorders, and CUDA graphs (``mode="reduce-overhead"``). An fp8 Linear's
+amax fuses with the cast that reads the same tensor, one pass where Inductor needs
+two (the cast waits for the whole tensor's amax): optimistic too. The CPU's time per
+launched kernel is kept at eager's. ``estimate_step`` also drops a compiled model's
+NCHW transposes: Inductor's layout optimization runs a network of convolutions
+channels-last.
 
 Example::
 
