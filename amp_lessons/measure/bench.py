@@ -348,16 +348,24 @@ def bench_one(
     }
 
 
+def bench_step(model, optimizer, p, device, batch, loss_fn) -> Callable[[], float]:
+    """The bench's training step as a closure (``train_step`` on one fixed ``batch``,
+    an (x, y) pair, with the scaler and autocast of precision ``p``, clipping at
+    1.0): what the bench, the ladder and the step profile each time."""
+    scaler, ctx = make_scaler(p, device), autocast_context(p, device)
+
+    def step() -> float:
+        return train_step(model, optimizer, scaler, ctx, [batch], loss_fn, clip=1.0)
+
+    return step
+
+
 def _measure(config, p, device, sizes, warmup, iters, seed, fp8=False):
     from amp_lessons.core.memory import activation_bytes  # the exact saved-tensor count
 
     eager, x, y, loss_fn, optimizer = build(config, sizes, device, seed)
     model = bench_fp8.prepare_fp8(eager) if fp8 else eager  # the same Parameters
-    scaler, ctx = make_scaler(p, device), autocast_context(p, device)
-
-    def step():
-        return train_step(model, optimizer, scaler, ctx, [(x, y)], loss_fn, clip=1.0)
-
+    step = bench_step(model, optimizer, p, device, (x, y), loss_fn)
     with tf32_mode(p.tf32, device.type):
         times, resident, peak = time_with_peak(step, device, warmup, iters)
         act = activation_bytes(eager, x, p.dtype if p.autocast else None)

@@ -24,16 +24,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from amp_lessons.core.precision import (
-    autocast_context,
-    make_scaler,
-    resolve_precision,
-    tf32_mode,
-)
-from amp_lessons.core.train import train_step
+from amp_lessons.core.precision import resolve_precision, tf32_mode
 from amp_lessons.i18n import N_, _
 from amp_lessons.measure.bench import (
     _release,
+    bench_step,
     build,
     device_name,
     merge_sizes,
@@ -85,12 +80,7 @@ def rung_step(rung: Rung, device: torch.device, sizes: dict, seed: int = 0):
     # the bench's AdamW, fused (one kernel for every parameter) where the rung says
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=rung.fused)
     run = torch.compile(model) if rung.compiled else model
-    scaler, ctx = make_scaler(p, device), autocast_context(p, device)
-
-    def step():
-        return train_step(run, optimizer, scaler, ctx, [(x, y)], loss_fn, clip=1.0)
-
-    return step, p
+    return bench_step(run, optimizer, p, device, (x, y), loss_fn), p
 
 
 def _fits(rows: list[dict], rung: Rung, device: torch.device) -> str:

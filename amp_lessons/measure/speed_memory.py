@@ -16,15 +16,10 @@ import torch.nn.functional as F
 
 from amp_lessons.core.device import resolve_device
 from amp_lessons.core.models import MLP
-from amp_lessons.core.precision import (
-    autocast_context,
-    make_scaler,
-    resolve_precision,
-    tf32_mode,
-)
-from amp_lessons.core.train import train_step
+from amp_lessons.core.precision import resolve_precision, tf32_mode
 from amp_lessons.measure.bench import (
     OPTIMIZERS,
+    bench_step,
     make_optimizer,
     time_with_peak,
 )
@@ -151,11 +146,7 @@ def _timed_panel_steps(
 ) -> tuple[list[float], int | None]:
     """(times in ms, allocator peak or None) of the course's training step
     (``train.train_step``: autocast, GradScaler for fp16), warm-up first."""
-    scaler, ctx = make_scaler(p, dev), autocast_context(p, dev)
-
-    def step():
-        return train_step(model, opt, scaler, ctx, [batch], F.mse_loss, clip=1.0)
-
+    step = bench_step(model, opt, p, dev, batch, F.mse_loss)
     with tf32_mode(p.tf32, dev.type):
         times, _resident, peak = time_with_peak(
             step, dev, run.warmup, run.iters, run.deadline

@@ -35,13 +35,7 @@ from pathlib import Path
 
 import torch
 
-from amp_lessons.core.precision import (
-    autocast_context,
-    make_scaler,
-    resolve_precision,
-    tf32_mode,
-)
-from amp_lessons.core.train import train_step
+from amp_lessons.core.precision import resolve_precision, tf32_mode
 
 GROUPS = ("matmul", "attention", "optimizer", "other")
 # First match wins: a fused attention kernel's name can hold "cutlass" or "gemm".
@@ -125,15 +119,12 @@ def profile_step(
     kernels' time; on a CPU the aten ops' own time (the tests' code path)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from amp_lessons.measure.bench import build, synchronize
+    from amp_lessons.measure.bench import bench_step, build, synchronize
 
     dev = torch.device(device)
     p = resolve_precision(precision, dev, warn=False)
     model, x, y, loss_fn, optimizer = build(config, sizes, dev)
-    scaler, ctx = make_scaler(p, dev), autocast_context(p, dev)
-
-    def step():
-        return train_step(model, optimizer, scaler, ctx, [(x, y)], loss_fn, clip=1.0)
+    step = bench_step(model, optimizer, p, dev, (x, y), loss_fn)
 
     cuda = dev.type == "cuda"
     # CPU activity on a GPU too: where CUPTI is missing, torch falls back to its
