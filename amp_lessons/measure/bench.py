@@ -46,7 +46,7 @@ from amp_lessons.core.precision import (
     resolve_precision,
     tf32_mode,
 )
-from amp_lessons.core.train import Task, train_step
+from amp_lessons.core.train import StepStats, Task, train_step
 from amp_lessons.i18n import N_, gettext
 from amp_lessons.measure import bench_fp8
 from amp_lessons.measure.bench_fp8 import BENCH_PRECISIONS, FP8, default_precisions
@@ -348,13 +348,13 @@ def bench_one(
     }
 
 
-def bench_step(model, optimizer, p, device, batch, loss_fn) -> Callable[[], float]:
+def bench_step(model, optimizer, p, device, batch, loss_fn) -> Callable[[], StepStats]:
     """The bench's training step as a closure (``train_step`` on one fixed ``batch``,
     an (x, y) pair, with the scaler and autocast of precision ``p``, clipping at
     1.0): what the bench, the ladder and the step profile each time."""
     scaler, ctx = make_scaler(p, device), autocast_context(p, device)
 
-    def step() -> float:
+    def step() -> StepStats:
         return train_step(model, optimizer, scaler, ctx, [batch], loss_fn, clip=1.0)
 
     return step
