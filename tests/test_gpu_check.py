@@ -302,7 +302,9 @@ def test_step_timeouts_reuse_time_a_step_left_and_never_exceed_what_is_left():
     assert gpu_check.step_timeout(-5, 1.0, 2.0) == 0
 
 
-FAKE_LADDER = [  # made up: what the ladder worker would write (an old record: no sizes)
+# the bench transformer's sizes at the fake climb's batch (ladder.climb records them)
+FAKE_SIZES = {**bench.GPU_SIZES["transformer"], "batch": 8}
+FAKE_LADDER = [  # made up: what the ladder worker would write
     {
         "name": "eager fp32",
         "precision": "fp32",
@@ -311,6 +313,7 @@ FAKE_LADDER = [  # made up: what the ladder worker would write (an old record: n
         "batch_scale": 1,
         "rung": "eager fp32",
         "batch": 8,
+        "sizes": FAKE_SIZES,
         "step_ms": 100.0,
         "tokens_per_s": 81920.0,
         "tflops": 50.0,
@@ -325,6 +328,7 @@ FAKE_LADDER = [  # made up: what the ladder worker would write (an old record: n
         "compiled": True,
         "batch_scale": 2,
         "rung": "+ 2x batch",
+        "sizes": {**FAKE_SIZES, "batch": 16},
         "skipped": "no time left",
     },
 ]

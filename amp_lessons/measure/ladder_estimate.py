@@ -166,17 +166,13 @@ def record_estimates(record: dict) -> list[float | None]:
     gpu = gpu_key(record["gpu"])
     out = []
     for row in record["rows"]:
-        sizes = row.get("sizes") or {**GPU_SIZES[CONFIG], "batch": row.get("batch")}
-        if (
-            gpu is None
-            or sizes["batch"] is None
-            or not find_gpu(gpu).supports(row["precision"])  # TF32 on a V100
-        ):
+        if gpu is None or not find_gpu(gpu).supports(row["precision"]):  # V100: TF32
             out.append(None)
             continue
-        # the row's sizes already hold its batch: price it unscaled
+        # the row's sizes (ladder.climb records them) already hold its batch: price
+        # it unscaled
         rung = Rung(row["rung"], row["precision"], row["fused"], row["compiled"])
-        out.append(estimate_rung(rung, sizes, gpu).seconds * 1e3)
+        out.append(estimate_rung(rung, row["sizes"], gpu).seconds * 1e3)
     return out
 
 
