@@ -102,6 +102,9 @@ def fake_h200(monkeypatch):
         "get_device_properties",
         lambda i=0: SimpleNamespace(total_memory=141 * GiB),
     )
+    # torch's optimizers ask it when CUDA is available: on a CUDA build of torch
+    # (the GPU machine's) the real call would reach for a driver this machine lacks
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
 
 
 def snapshot(folder: Path) -> dict:
