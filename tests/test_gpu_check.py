@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -160,8 +161,9 @@ def test_the_command_line_lists_it_plans_it_and_refuses_a_bad_budget(
         "2. wheels",
         "3. bench",
         "4. microbench",
-        "5. lesson 00_amp_in_10_minutes",
+        "5. lesson 10_distributed_amp",  # the longest of those side by side first
     ]
+    assert "side by side with 6 others, 4 at a time" in out.splitlines()[5]
     assert steps[19] == "20. ladder"
     assert out.splitlines()[-2:] == [
         "what a GPU run would lack (no network there):",
@@ -198,16 +200,37 @@ def test_plan_runs_tests_wheels_bench_every_lesson_and_the_ladder(fake_h200, tmp
     steps = gpu_check.plan_steps(out, work, wheels_dir=wheels)
     english = sorted(p.stem for p in NOTEBOOKS_DIR.glob("*.ipynb"))
     assert len(english) == 13
+    side_by_side = [
+        "10_distributed_amp",  # the longest first: each starts as a lane frees
+        "05_amp_loop",
+        "02_underflow",
+        "03_loss_scaling",
+        "04_autocast",
+        "00_welcome",
+        "01_number_formats",
+    ]
     assert [s.name for s in steps] == [
         "tests",
         "wheels",
         "bench",
         "microbench",
-        *(f"lesson {name}" for name in english),
+        *(f"lesson {name}" for name in side_by_side),
+        *(f"lesson {name}" for name in english if name not in side_by_side),
         "lesson es/00_amp_in_10_minutes",
         "lesson es/06_speed_memory",
         "ladder",
     ]
+    # the lessons that time the GPU run alone, as do the tests, bench and ladder
+    alone = {s.name for s in steps if not s.side_by_side}
+    for name in ("00_amp_in_10_minutes", "06_speed_memory"):
+        assert {f"lesson {name}", f"lesson es/{name}"} <= alone
+    timed = ("07_clinic", "08_quick_check", "09_amp_in_practice", "11_fp8")
+    assert {f"lesson {name}" for name in timed} <= alone
+    assert {"tests", "bench", "microbench", "ladder"} <= alone
+    [unit] = [u for u in gpu_check.step_units(steps) if len(u) > 1]
+    assert [s.name for s in unit] == [f"lesson {name}" for name in side_by_side]
+    threads = str(max(1, (os.cpu_count() or 4) // gpu_check.LANES))
+    assert all(s.env["OMP_NUM_THREADS"] == threads for s in unit)
     by_name = {s.name: s for s in steps}
     b = by_name["bench"].command
     assert b[b.index("--configs") + 1 : b.index("--precisions")] == (
@@ -293,10 +316,41 @@ def test_the_plan_fits_the_budget_and_gives_each_step_real_time(fake_h200, tmp_p
         float(line.split("at most ")[1].split(" s")[0]) for line in text.splitlines()
     ]
     assert len(limits) == len(steps)
-    assert sum(limits) <= 480 - gpu_check.RESERVE_S + len(limits)  # rounding
+    # steps side by side share one limit: count it once
+    units = gpu_check.step_units(steps)
+    per_unit, at = [], 0
+    for unit in units:
+        assert len(set(limits[at : at + len(unit)])) == 1
+        per_unit.append(limits[at])
+        at += len(unit)
+    assert sum(per_unit) <= 480 - gpu_check.RESERVE_S + len(per_unit)  # rounding
     assert min(limits) > gpu_check.MIN_STEP_S
     # the ladder, last, the longest: two torch.compile rungs
     assert limits[-1] == max(limits)
+    # what the steps are expected to take (a share is about a tenth of a step's
+    # seconds on an H100/H200) fits in the budget now that lessons share lanes
+    expected = 10 * sum(map(gpu_check.unit_share, units))
+    assert expected < 480 - gpu_check.RESERVE_S < 10 * sum(s.share for s in steps)
+
+
+def test_steps_side_by_side_share_the_lanes_longest_first():
+    def step(share):
+        return gpu_check.Step(f"s{share}", ("x",), share, side_by_side=True)
+
+    unit = [step(x) for x in (3, 2, 1.5, 1.5, 1.4, 1.2, 1.2)]
+    # lanes: 3 | 2 + 1.2 | 1.5 + 1.4 | 1.5 + 1.2 -> 3.2, with the margin
+    assert gpu_check.unit_share(unit) == pytest.approx(3.2 * 1.25)
+    assert gpu_check.unit_share(unit[:1]) == 3  # alone: its own share
+    assert gpu_check.unit_share(unit[:4]) == pytest.approx(3 * 1.25)
+    # only neighbours side by side form a unit
+    alone = gpu_check.Step("alone", ("x",), 1.0)
+    units = gpu_check.step_units([alone, *unit[:2], alone, unit[2]])
+    assert [[s.name for s in u] for u in units] == [
+        ["alone"],
+        ["s3", "s2"],
+        ["alone"],
+        ["s1.5"],
+    ]
 
 
 def test_step_timeouts_reuse_time_a_step_left_and_never_exceed_what_is_left():
@@ -427,6 +481,55 @@ def test_a_whole_check_with_fake_steps_writes_the_record_and_the_summary(
     assert max(runner.limits.values()) <= 480 - gpu_check.RESERVE_S
 
 
+class SlowLessons(FakeRunner):
+    """Lessons side by side take a second each; counts how many ran at once."""
+
+    def __init__(self, report):
+        super().__init__(report)
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, step, timeout_s):
+        if not step.side_by_side:
+            return super().__call__(step, timeout_s)
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(1.0)
+        with self.lock:
+            self.running -= 1
+        return super().__call__(step, timeout_s)
+
+
+def test_lessons_side_by_side_run_four_at_a_time_within_one_limit(
+    fake_h200, tmp_path, monkeypatch
+):
+    runner = SlowLessons(synthetic_report())
+    status = gpu_check.run_gpu_check(tmp_path / "a", 480, "cmd", runner, lambda l: 0)
+    assert status == 0 and runner.most == gpu_check.LANES
+    names = [f"lesson {name}" for name in gpu_check.plan.lesson_order()[:7]]
+    first, later = names[: gpu_check.LANES], names[gpu_check.LANES :]
+    limit = runner.limits[first[0]]
+    # the first four start at once; the others when a lane frees, with what is left
+    assert all(abs(runner.limits[n] - limit) < 0.5 for n in first)
+    assert all(runner.limits[n] < limit - 0.5 for n in later)
+    lines = (tmp_path / "a" / "gpu_check_h200.md").read_text().splitlines()
+    steps = [line.split(" | ")[0][2:] for line in lines[lines.index("## Steps") :]]
+    assert steps[8:15] == names  # the steps table (after its head): the plan's order
+    table = lines.index("| lesson | result | seconds | executed copy |")
+    lessons = [line.split(" | ")[0][2:] for line in lines[table + 2 : table + 17]]
+    assert lessons == sorted(gpu_check.LESSONS)  # the lessons table: the course's
+    # a lesson that would start with less than a step's minimum left is skipped
+    monkeypatch.setattr(gpu_check.run, "MIN_STEP_S", limit - 0.5)
+    runner = SlowLessons(synthetic_report())
+    status = gpu_check.run_gpu_check(tmp_path / "b", 480, "cmd", runner, lambda l: 0)
+    assert status == 1 and set(first) <= set(runner.limits)
+    assert not set(later) & set(runner.limits)
+    page = (tmp_path / "b" / "gpu_check_h200.md").read_text()
+    for name in later:
+        assert f"| {name} | skipped | 0 |" in page and "no time left" in page
+
+
 def test_a_failing_test_or_goal_makes_the_exit_status_1(fake_h200, tmp_path):
     status = gpu_check.run_gpu_check(
         tmp_path / "a",
@@ -524,6 +627,16 @@ def test_a_step_knows_its_deadline_and_reports_its_exit_status():
     result, lines = gpu_check.run_step(step, 100, echo=lambda line: None)
     assert result.status == "failed" and result.detail == "exit status 3"
     assert 100 - gpu_check.GRACE_S - 10 < int(lines[-1]) <= 100 - gpu_check.GRACE_S
+
+
+def test_a_step_side_by_side_says_whose_each_line_is():
+    step = gpu_check.Step(
+        "lesson 01", (sys.executable, "-c", "print('ok')"), 1.0, side_by_side=True
+    )
+    echoed = []
+    result, lines = gpu_check.run_step(step, 60, echo=echoed.append)
+    assert result.status == "ok" and lines == ["ok"]
+    assert echoed == ["    lesson 01: ok"]
 
 
 # -- the bench, row by row -------------------------------------------------------------

@@ -391,7 +391,9 @@ def _lessons_table(steps: Sequence[StepResult]) -> list[str]:
         "| lesson | result | seconds | executed copy |",
         "|---|---|---:|---|",
     ]
-    for s in lessons:
+    # in the course's order (the English lessons, then the Spanish ones), whatever
+    # order they ran in (some run side by side)
+    for s in sorted(lessons, key=lambda s: (s.name.startswith("lesson es/"), s.name)):
         copy = f"`{s.output}`" if s.output else "-"
         detail = f": {s.detail}" if s.detail and not s.ok else ""
         lines.append(

@@ -4,16 +4,22 @@ On a CUDA machine, within one time budget (8 minutes by default, sized for one
 H100/H200), each step runs in its own process under its own time limit, so a step that
 hangs or runs out of memory costs its share of the budget and nothing more:
 
-1. **bench**: the recipe's MLP (3 x Linear 4096, batch 512: weight-heavy) and the GPT
-   (12 x 768, T=1024: activation-heavy) in fp32, tf32, fp16, bf16 and fp8 where the
-   bench has it, one row at a time, so a CUDA OOM or an unsupported dtype ends that row
-   only; -> ``notebooks/results/bench_<gpu>.json``, provenance included;
-2. **tests**: every ``gpu``-marked test (``pytest -m gpu``, counted from a junit file);
-3. **lessons** 00, 04, 06 and 07 executed on the GPU, asserts included; the executed
-   copies go to ``notebooks/results/executed/``, the lessons themselves stay clean;
-4. **the summary** ``notebooks/results/gpu_check_<gpu>.md`` (written by
-   ``amp_lessons.measure.gpu_report``): speed-ups, memory ratios, MFU, tests, and the
-   goals judged PASS/FAIL.
+1. **tests**: every ``gpu``-marked test (``pytest -m gpu``, counted from a junit file);
+2. **wheels**: the carried torchao wheel (``make gpu-wheels``) installed into the
+   check's own folder, on every later step's path;
+3. **bench**: the recipe's MLP (3 x Linear 4096, batch 512: weight-heavy) and the GPT
+   (12 x 768, T=1024: activation-heavy) in fp32, tf32, fp16, bf16 and fp8, one row at
+   a time, so a CUDA OOM or an unsupported dtype ends that row only;
+   -> ``notebooks/results/bench_<gpu>.json``, provenance included;
+4. **microbench**: the estimate's constants measured on this GPU
+   -> ``gpu_profile_<gpu>.json``;
+5. **lessons**: every English lesson and the Spanish 00 and 06 executed on the GPU,
+   asserts included, those that time nothing on the GPU side by side (``LANES`` at a
+   time); the executed copies go to ``notebooks/results/executed/``;
+6. **ladder**: AMP at full speed, one switch more a rung -> ``ladder_<gpu>.json``;
+7. **the summary** ``notebooks/results/gpu_check_<gpu>.md`` (written by
+   ``amp_lessons.measure.gpu_report``): speed-ups, memory ratios, MFU, tests, the
+   ladder, and the goals judged PASS/FAIL.
 
 Without CUDA it prints one line and exits with status 2 in seconds, writing nothing.
 Exit status 0 means every step ran, every test passed and every required goal passed;
@@ -29,10 +35,12 @@ from amp_lessons.tooling.gpu_check.plan import (
     CONFIGS,
     DEADLINE_ENV,
     GRACE_S,
+    LANES,
     LESSONS,
     MIN_STEP_S,
     RESERVE_S,
     SHARES,
+    SIDE_BY_SIDE,
     WANTED_PRECISIONS,
     WHEELS_DIR,
     NoCudaError,
@@ -46,6 +54,8 @@ from amp_lessons.tooling.gpu_check.plan import (
     refusal,
     result_names,
     step_timeout,
+    step_units,
+    unit_share,
 )
 from amp_lessons.tooling.gpu_check.run import run_gpu_check, run_step, write_summary
 from amp_lessons.tooling.gpu_check.workers import (
@@ -59,10 +69,12 @@ __all__ = [
     "CONFIGS",
     "DEADLINE_ENV",
     "GRACE_S",
+    "LANES",
     "LESSONS",
     "MIN_STEP_S",
     "RESERVE_S",
     "SHARES",
+    "SIDE_BY_SIDE",
     "WANTED_PRECISIONS",
     "WHEELS_DIR",
     "NoCudaError",
@@ -81,5 +93,7 @@ __all__ = [
     "run_gpu_check",
     "run_step",
     "step_timeout",
+    "step_units",
+    "unit_share",
     "write_summary",
 ]

@@ -57,6 +57,26 @@ LESSON_SHARES = {
     "11_fp8": 2.0,
     "es/06_speed_memory": 4.6,
 }
+# Lessons that time nothing on the GPU (what they time, they time on the CPU, and
+# they assert no speed-up) run side by side, LANES at a time, each given its share of
+# the CPU's cores: one after another they would take about 110 s of the 460 (lesson
+# 10's three torchrun launches the longest), side by side about 40 s. The lessons
+# that measure the GPU (00's and 06's speed-ups, 07's and 08's matmuls, 09's compile,
+# 11's fp8 step), the tests (their speed-ups), the bench, the microbench and the
+# ladder run alone, so that no number they print is slowed by another process.
+SIDE_BY_SIDE = (
+    "00_welcome",
+    "01_number_formats",
+    "02_underflow",
+    "03_loss_scaling",
+    "04_autocast",
+    "05_amp_loop",
+    "10_distributed_amp",
+)
+LANES = 4
+# Lessons side by side share the GPU, the disk and the CPU's caches: a margin on
+# the time their lanes would take alone (a guess, not a measurement)
+SIDE_BY_SIDE_MARGIN = 1.25
 DEADLINE_ENV = "AMP_LESSONS_DEADLINE"  # epoch seconds a worker must end by
 
 
@@ -74,6 +94,7 @@ class Step:
     needs: tuple[str, ...] = ()  # importable modules; missing ones skip the step
     output: Path | None = None  # the file it writes
     env: dict[str, str] = field(default_factory=dict)
+    side_by_side: bool = False  # runs beside its neighbours that are too (LANES)
 
 
 # ---------------------------------------------------------------------------
@@ -143,8 +164,8 @@ def plan_steps(
     """Every step the check runs on this GPU, in order (nothing is run here).
 
     Example: ``[s.name for s in plan_steps(out, tmp)]`` -> ``["tests", "wheels",
-    "bench", "microbench", "lesson 00_amp_in_10_minutes", ...,
-    "lesson es/06_speed_memory", "ladder"]``.
+    "bench", "microbench", "lesson 00_welcome", ... (the lessons side by side),
+    "lesson 00_amp_in_10_minutes", ..., "lesson es/06_speed_memory", "ladder"]``.
     """
     site = work_dir / "site"  # where the carried wheels are installed
     env = _worker_env(site)
@@ -167,7 +188,7 @@ def plan_steps(
             work_dir / "profile.json",
             env,
         ),
-        *(_lesson_step(me, lesson, out_dir, env) for lesson in LESSONS),
+        *(_lesson_step(me, lesson, out_dir, env) for lesson in lesson_order()),
         Step(
             "ladder",
             (*me, "ladder-worker", str(work_dir / "ladder.json")),
@@ -177,6 +198,46 @@ def plan_steps(
             env,
         ),
     ]
+
+
+def lesson_order() -> list[str]:
+    """The lessons in the order they run: those side by side first, the longest
+    first (each starts when a lane is free, so the longest must not start last)."""
+
+    def key(lesson: str) -> tuple:
+        alone = lesson not in SIDE_BY_SIDE
+        return (alone, 0.0 if alone else -LESSON_SHARES.get(lesson, LESSON_SHARE))
+
+    return sorted(LESSONS, key=key)  # stable: the others keep LESSONS' order
+
+
+def step_units(steps: Sequence[Step]) -> list[list[Step]]:
+    """The steps as the check runs them: each alone, but neighbours that run side by
+    side together, as one unit."""
+    units: list[list[Step]] = []
+    for step in steps:
+        if step.side_by_side and units and units[-1][-1].side_by_side:
+            units[-1].append(step)
+        else:
+            units.append([step])
+    return units
+
+
+def unit_share(unit: Sequence[Step]) -> float:
+    """A unit's share of the budget: a step's own; for steps side by side, the time
+    their lanes take if each step takes its share, started in order as a lane frees
+    (``SIDE_BY_SIDE_MARGIN`` more).
+
+    Example: shares 3, 2, 1.5, 1.5, 1.4, 1.2, 1.2 on 4 lanes end at 3.2 (the lane of
+    2, 1.2), so the unit's share is 3.2 x 1.25 = 4.0, where one after another they
+    would take 11.8.
+    """
+    if len(unit) == 1:
+        return unit[0].share
+    lanes = [0.0] * LANES
+    for step in unit:
+        lanes[lanes.index(min(lanes))] += step.share
+    return max(lanes) * SIDE_BY_SIDE_MARGIN
 
 
 def carried_wheels(wheels_dir: Path | None = None) -> dict[str, Path | None]:
@@ -297,6 +358,10 @@ def _lesson_step(
     copy goes to `out_dir`/executed/ (executed/es/ for the Spanish ones)."""
     src = NOTEBOOKS / f"{lesson}.ipynb"
     dest = out_dir / "executed" / f"{lesson}.ipynb"
+    side_by_side = lesson in SIDE_BY_SIDE
+    if side_by_side:  # each its share of the cores, as if alone on fewer of them
+        threads = max(1, (os.cpu_count() or LANES) // LANES)
+        env = {**env, "OMP_NUM_THREADS": str(threads)}
     return Step(
         f"lesson {lesson}",
         (*me, "lesson-worker", str(src), str(dest)),
@@ -304,6 +369,7 @@ def _lesson_step(
         ("nbclient", "nbformat", "ipykernel", "ipywidgets"),
         dest,
         env,
+        side_by_side,
     )
 
 
@@ -316,12 +382,22 @@ def step_timeout(remaining_s: float, share: float, shares_left: float) -> float:
 
 
 def format_plan(steps: Sequence[Step], budget_s: float = BUDGET_S) -> str:
-    """The plan as lines: each step, its time limit if all before it use theirs."""
-    lines, left = [], budget_s - RESERVE_S
-    for i, step in enumerate(steps):
-        limit = step_timeout(left, step.share, sum(s.share for s in steps[i:]))
+    """The plan as lines: each step, its time limit if all before it use theirs
+    (steps side by side share theirs)."""
+    lines, left, n = [], budget_s - RESERVE_S, 0
+    units = step_units(steps)
+    for i, unit in enumerate(units):
+        limit = step_timeout(left, unit_share(unit), sum(map(unit_share, units[i:])))
         left -= limit
-        lines.append(
-            f"{i + 1}. {step.name} (at most {limit:.0f} s): " + " ".join(step.command)
+        together = (
+            f", side by side with {len(unit) - 1} others, {LANES} at a time"
+            if len(unit) > 1
+            else ""
         )
+        for step in unit:
+            n += 1
+            lines.append(
+                f"{n}. {step.name} (at most {limit:.0f} s{together}): "
+                + " ".join(step.command)
+            )
     return "\n".join(lines)

@@ -9,12 +9,15 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from amp_lessons.measure import gpu_report as gr
@@ -22,6 +25,7 @@ from amp_lessons.tooling.gpu_check.plan import (
     BUDGET_S,
     DEADLINE_ENV,
     GRACE_S,
+    LANES,
     MIN_STEP_S,
     RESERVE_S,
     ROOT,
@@ -32,6 +36,8 @@ from amp_lessons.tooling.gpu_check.plan import (
     refusal,
     result_names,
     step_timeout,
+    step_units,
+    unit_share,
 )
 
 # ---------------------------------------------------------------------------
@@ -39,8 +45,15 @@ from amp_lessons.tooling.gpu_check.plan import (
 # ---------------------------------------------------------------------------
 
 
+def say(line: str) -> None:
+    """Print one line in one write: steps side by side print from several threads,
+    and ``print`` writes a line and its newline apart, so two lines could mix."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def run_step(
-    step: Step, timeout_s: float, echo: Callable[[str], None] = print
+    step: Step, timeout_s: float, echo: Callable[[str], None] = say
 ) -> tuple[gr.StepResult, list[str]]:
     """Run one step's process under a hard time limit; its lines are echoed live.
 
@@ -67,10 +80,13 @@ def run_step(
     )
     lines: deque[str] = deque(maxlen=400)
 
+    # steps side by side print at once: each line says whose it is
+    prefix = f"    {step.name}: " if step.side_by_side else "    "
+
     def pump():
         for line in proc.stdout:
             lines.append(line.rstrip("\n"))
-            echo(f"    {line.rstrip()}")
+            echo(f"{prefix}{line.rstrip()}")
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -109,7 +125,7 @@ def run_gpu_check(
     budget_s: float = BUDGET_S,
     command: str = "python -m amp_lessons gpu-check",
     runner: Callable = run_step,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] = say,
 ) -> int:
     """Run every step on this machine's GPU and write the results; the exit status.
 
@@ -168,27 +184,58 @@ class _Outcome:
 def _run_steps(
     check: _Check, steps: list[Step], runner: Callable, echo: Callable[[str], None]
 ) -> _Outcome:
-    """Run the steps in order, each under its share of the time still left."""
+    """Run the steps in order, each under its share of the time still left; steps
+    side by side run together, ``LANES`` at a time, within their unit's share."""
     outcome = _Outcome()
-    for i, step in enumerate(steps):
+    units = step_units(steps)
+    counters = {s.name: f"[{i + 1}/{len(steps)}] {s.name}" for i, s in enumerate(steps)}
+    for i, unit in enumerate(units):
         left = check.budget_s - RESERVE_S - (time.monotonic() - check.start)
-        limit = step_timeout(left, step.share, sum(s.share for s in steps[i:]))
-        counter = f"[{i + 1}/{len(steps)}] {step.name}"
-        skipped = _skipped(step, limit)
-        if skipped:
-            result, why = skipped
-            outcome.results.append(result)
-            echo(f"{counter}: skipped, {why}")
-            continue
-        echo(f"{counter} (at most {limit:.0f} s)")
-        result, lines = runner(step, limit)
-        result = _finish_step(check, step, result, lines, outcome, echo)
-        echo(
-            f"    -> {result.status} in {result.seconds:.0f} s"
-            + (f": {result.detail}" if result.detail else "")
+        limit = step_timeout(left, unit_share(unit), sum(map(unit_share, units[i:])))
+        one = partial(
+            _run_one,
+            check,
+            deadline=time.monotonic() + limit,
+            runner=runner,
+            outcome=outcome,
+            echo=echo,
+            counters=counters,
         )
-        outcome.results.append(result)
+        if len(unit) == 1:
+            outcome.results.append(one(unit[0]))
+            continue
+        echo(f"{len(unit)} steps side by side, {LANES} at a time, {limit:.0f} s")
+        with ThreadPoolExecutor(max_workers=LANES) as pool:
+            outcome.results.extend(pool.map(one, unit))  # in the plan's order
     return outcome
+
+
+def _run_one(
+    check: _Check,
+    step: Step,
+    deadline: float,
+    runner: Callable,
+    outcome: _Outcome,
+    echo: Callable[[str], None],
+    counters: dict[str, str],
+) -> gr.StepResult:
+    """Run one step until ``deadline`` (``time.monotonic()``), or skip it; its
+    result. A step side by side starts when a lane is free, with what is left."""
+    limit = max(0.0, deadline - time.monotonic())
+    counter = counters[step.name]
+    skipped = _skipped(step, limit)
+    if skipped:
+        result, why = skipped
+        echo(f"{counter}: skipped, {why}")
+        return result
+    echo(f"{counter} (at most {limit:.0f} s)")
+    result, lines = runner(step, limit)
+    result = _finish_step(check, step, result, lines, outcome, echo)
+    echo(
+        f"    -> {step.name + ': ' if step.side_by_side else ''}{result.status} in "
+        f"{result.seconds:.0f} s" + (f": {result.detail}" if result.detail else "")
+    )
+    return result
 
 
 def _installed(module: str) -> bool:
