@@ -69,11 +69,21 @@ bench: setup
 # On a GPU machine that cannot install packages but whose Python already has torch
 # with CUDA: `make gpu-check GPU_PYTHON=python3` uses that Python and skips the set-up.
 GPU_PYTHON ?=
-# torchao for the GPU machine's torch (2.11+; 0.18 is the course's range), downloaded
-# here into build/gpu-wheels/, which gpu-check installs from: no network there
+# torchao for the GPU machine's torch (2.11+; 0.18 is the course's range), and what
+# runs the lessons with its dependencies, for that machine's Python (its image lacks
+# them), downloaded here into build/gpu-wheels/ (about 23 MB), which gpu-check
+# installs from: no network there. It installs torchao, and each other wheel whose
+# distribution that Python lacks.
 TORCHAO_WHEEL ?= torchao==0.18.0
+GPU_PYTHON_VERSION ?= 3.12
+RUNNER_WHEELS := nbclient nbformat ipykernel ipywidgets
+GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
 gpu-wheels: setup
+	rm -rf build/gpu-wheels
 	$(VENV_PY) -m pip download -q --no-deps -d build/gpu-wheels '$(TORCHAO_WHEEL)'
+	$(VENV_PY) -m pip download -q --only-binary=:all: --implementation cp \
+	  --python-version $(GPU_PYTHON_VERSION) $(GPU_PLATFORMS:%=--platform %) \
+	  -d build/gpu-wheels $(RUNNER_WHEELS)
 
 gpu-check:
 ifeq ($(GPU_PYTHON),)

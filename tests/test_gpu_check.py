@@ -157,21 +157,25 @@ def test_the_command_line_lists_it_plans_it_and_refuses_a_bad_budget(
     assert out.startswith("gpu-check plan on a CUDA GPU (none here), budget 480 s:")
     steps = [line.split(" (")[0] for line in out.splitlines()[1:]]
     assert steps[:5] == [
-        "1. tests",
-        "2. wheels",
+        "1. wheels",  # first: the tests import what it may install (ipywidgets)
+        "2. tests",
         "3. bench",
         "4. microbench",
         "5. lesson 10_distributed_amp",  # the longest of those side by side first
     ]
     assert "side by side with 6 others, 4 at a time" in out.splitlines()[5]
     assert steps[19] == "20. ladder"
-    assert out.splitlines()[-2:] == [
+    lacking = out.splitlines()[-6:]
+    assert lacking[:2] == [
         "what a GPU run would lack (no network there):",
         f"- wheels: no torchao wheel in {wheels} (the GPU machine has no network): "
         "run `make gpu-wheels` here first",
     ]
+    assert [line.split()[3] for line in lacking[2:]] == list(gpu_check.RUNNER_WHEELS)
     wheels.mkdir()
     (wheels / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    for name in gpu_check.RUNNER_WHEELS:
+        (wheels / f"{name}-1.0-py3-none-any.whl").write_bytes(b"")
     assert main(["gpu-check", "--plan", "--out", str(tmp_path / "out")]) == 0
     assert "would lack" not in capsys.readouterr().out
     assert not (tmp_path / "out").exists()  # a plan runs and writes nothing
@@ -210,8 +214,8 @@ def test_plan_runs_tests_wheels_bench_every_lesson_and_the_ladder(fake_h200, tmp
         "01_number_formats",
     ]
     assert [s.name for s in steps] == [
-        "tests",
         "wheels",
+        "tests",
         "bench",
         "microbench",
         *(f"lesson {name}" for name in side_by_side),
@@ -283,14 +287,19 @@ def test_the_plan_names_what_a_gpu_machine_would_lack(fake_h200, tmp_path):
     torchao wheel, or one line saying how to fetch it."""
     wheels = tmp_path / "wheels"
     steps = gpu_check.plan_steps(tmp_path, tmp_path, wheels_dir=wheels)
-    [missing] = gpu_check.plan_problems(steps, wheels)
+    missing, *runner = gpu_check.plan_problems(steps, wheels)
     assert "no torchao wheel" in missing and "make gpu-wheels" in missing
+    assert len(runner) == len(gpu_check.RUNNER_WHEELS) == 4
+    assert all("make gpu-wheels" in line for line in runner)
+    assert "no nbclient wheel" in runner[0]
     # without a wheel the step fails, saying why, instead of installing nothing
     step = next(s for s in steps if s.name == "wheels")
     assert step.command[1] == "-c" and "make gpu-wheels" in step.command[2]
     wheels.mkdir()
     wheel = wheels / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl"
     wheel.write_bytes(b"")
+    for name in gpu_check.RUNNER_WHEELS:
+        (wheels / f"{name}-1.0-py3-none-any.whl").write_bytes(b"")
     steps = gpu_check.plan_steps(tmp_path, tmp_path, wheels_dir=wheels)
     assert gpu_check.plan_problems(steps, wheels) == []
     assert str(wheel) in next(s for s in steps if s.name == "wheels").command
@@ -306,6 +315,50 @@ def test_the_plan_names_what_a_gpu_machine_would_lack(fake_h200, tmp_path):
         ["make", "-n", "gpu-wheels"], cwd=ROOT, capture_output=True, text=True
     ).stdout
     assert "pip download -q --no-deps -d build/gpu-wheels 'torchao==0.18.0'" in dry
+    # and the lessons' runner with its dependencies, for the GPU machine's Python
+    runner = dry[dry.index("--only-binary=:all:") :]
+    assert (
+        "--python-version 3.12" in runner
+        and "--platform manylinux_2_28_x86_64" in runner
+    )
+    assert "-d build/gpu-wheels nbclient nbformat ipykernel ipywidgets" in runner
+    assert dry.index("rm -rf build/gpu-wheels") < dry.index("pip download")
+
+
+def test_the_check_installs_torchao_and_what_this_python_lacks(tmp_path):
+    """Carried wheels: torchao's always (paired with the GPU machine's torch); the
+    others only where this Python lacks their distribution, so that the image's own
+    packages stay in use. Here pytest is installed and the made-up package is not."""
+    for name in (
+        "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl",
+        "pytest-9.0.0-py3-none-any.whl",
+        "amp_lessons_absent-1.0-py3-none-any.whl",
+    ):
+        (tmp_path / name).write_bytes(b"")
+    chosen = [w.name.split("-")[0] for w in gpu_check.plan.wheels_to_install(tmp_path)]
+    assert chosen == ["torchao", "amp_lessons_absent"]
+    step = gpu_check.plan_steps(tmp_path, tmp_path, wheels_dir=tmp_path)[0]
+    assert step.name == "wheels" and step.command[-2:] == tuple(
+        str(w) for w in gpu_check.plan.wheels_to_install(tmp_path)
+    )
+    assert gpu_check.plan.wheels_to_install(tmp_path / "none") == []
+
+
+def test_a_module_the_wheels_installed_counts_as_there(tmp_path):
+    """A step's needs are looked up on its PYTHONPATH (the wheels' folder) too: the
+    main process never imports them, its workers do."""
+    (tmp_path / "carried_only_here").mkdir()
+    (tmp_path / "carried_only_here" / "__init__.py").write_text("")
+    step = gpu_check.Step("lesson x", ("true",), 1.0, ("carried_only_here",))
+    assert "needs carried_only_here" in gpu_check.run._skipped(step, 100.0)[1]
+    step = gpu_check.Step(
+        "lesson x",
+        ("true",),
+        1.0,
+        ("carried_only_here",),
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert gpu_check.run._skipped(step, 100.0) is None
     assert gpu_check.WHEELS_DIR == ROOT / "build" / "gpu-wheels"
 
 

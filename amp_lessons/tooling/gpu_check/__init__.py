@@ -4,9 +4,10 @@ On a CUDA machine, within one time budget (8 minutes by default, sized for one
 H100/H200), each step runs in its own process under its own time limit, so a step that
 hangs or runs out of memory costs its share of the budget and nothing more:
 
-1. **tests**: every ``gpu``-marked test (``pytest -m gpu``, counted from a junit file);
-2. **wheels**: the carried torchao wheel (``make gpu-wheels``) installed into the
-   check's own folder, on every later step's path;
+1. **wheels**: the carried wheels (``make gpu-wheels``: torchao, and the lessons'
+   runner where this Python lacks it) installed into the check's own folder, on
+   every later step's path;
+2. **tests**: every ``gpu``-marked test (``pytest -m gpu``, counted from a junit file);
 3. **bench**: the recipe's MLP (3 x Linear 4096, batch 512: weight-heavy) and the GPT
    (12 x 768, T=1024: activation-heavy) in fp32, tf32, fp16, bf16 and fp8, one row at
    a time, so a CUDA OOM or an unsupported dtype ends that row only;
@@ -39,6 +40,7 @@ from amp_lessons.tooling.gpu_check.plan import (
     LESSONS,
     MIN_STEP_S,
     RESERVE_S,
+    RUNNER_WHEELS,
     SHARES,
     SIDE_BY_SIDE,
     WANTED_PRECISIONS,
@@ -56,6 +58,7 @@ from amp_lessons.tooling.gpu_check.plan import (
     step_timeout,
     step_units,
     unit_share,
+    wheels_to_install,
 )
 from amp_lessons.tooling.gpu_check.run import run_gpu_check, run_step, write_summary
 from amp_lessons.tooling.gpu_check.workers import (
@@ -73,6 +76,7 @@ __all__ = [
     "LESSONS",
     "MIN_STEP_S",
     "RESERVE_S",
+    "RUNNER_WHEELS",
     "SHARES",
     "SIDE_BY_SIDE",
     "WANTED_PRECISIONS",
@@ -95,5 +99,6 @@ __all__ = [
     "step_timeout",
     "step_units",
     "unit_share",
+    "wheels_to_install",
     "write_summary",
 ]

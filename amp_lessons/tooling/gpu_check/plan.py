@@ -4,6 +4,7 @@ of the GPU it runs on. Nothing here runs a step (``run`` does).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
@@ -25,6 +26,12 @@ LESSONS = tuple(
 WHEELS_DIR = ROOT / "build" / "gpu-wheels"
 WHEELS = ("torchao",)
 NO_WHEELS = "no carried wheel (torchao): run `make gpu-wheels` before the check"
+# What runs the lessons (and the widget tests), which the GPU machine's image lacks
+# (the run of 2026-12-04 carried them): `make gpu-wheels` downloads them with their
+# dependencies for the image's Python (3.12) into the same folder, and the check
+# installs each of those wheels whose distribution that Python lacks, so that what
+# the image has (packaging, psutil, pygments, ...) stays in use.
+RUNNER_WHEELS = ("nbclient", "nbformat", "ipykernel", "ipywidgets")
 WANTED_PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
 CONFIGS = ("mlp", "transformer")
 
@@ -40,9 +47,10 @@ GRACE_S = 5.0  # a worker stops itself this long before its hard limit
 # 2026-12-04: tests 31 s, bench 40 s without fp8, lessons 00/04/06/07 6/14/46/14 s;
 # the others guessed from their CPU times; microbench: about 10 s of kernels and
 # three profiled steps of the bench transformer, each after two warm-up steps). The
-# tests run first, so no step before them can leave them time: their share covers
-# the 31 s measured plus the gpu tests added since, with a margin. The ladder comes
-# last and uses what the others left: two torch.compile rungs are most of it.
+# tests run second, after the few seconds of the wheels, so little time can be left
+# to them: their share covers the 31 s measured plus the gpu tests added since, with
+# a margin. The ladder comes last and uses what the others left: two torch.compile
+# rungs are most of it.
 SHARES = {"tests": 4.0, "wheels": 1.2, "bench": 5.5, "microbench": 3.0, "ladder": 7.5}
 LESSON_SHARE = 1.2  # no step gets under MIN_STEP_S (10 s) if all use theirs
 LESSON_SHARES = {
@@ -163,7 +171,7 @@ def plan_steps(
 ) -> list[Step]:
     """Every step the check runs on this GPU, in order (nothing is run here).
 
-    Example: ``[s.name for s in plan_steps(out, tmp)]`` -> ``["tests", "wheels",
+    Example: ``[s.name for s in plan_steps(out, tmp)]`` -> ``["wheels", "tests",
     "bench", "microbench", "lesson 00_welcome", ... (the lessons side by side),
     "lesson 00_amp_in_10_minutes", ..., "lesson es/06_speed_memory", "ladder"]``.
     """
@@ -171,8 +179,10 @@ def plan_steps(
     env = _worker_env(site)
     me = (python, "-m", "amp_lessons.tooling.gpu_check")
     return [
-        _tests_step(python, work_dir, env),
+        # first: the tests import ipywidgets, which the GPU machine may only have
+        # from the carried wheels
         _wheels_step(python, site, wheels_dir or WHEELS_DIR, env),
+        _tests_step(python, work_dir, env),
         _bench_step(me, work_dir, command, env),
         Step(  # the estimate's constants, measured (amp_lessons.measure.microbench)
             "microbench",
@@ -240,14 +250,40 @@ def unit_share(unit: Sequence[Step]) -> float:
     return max(lanes) * SIDE_BY_SIDE_MARGIN
 
 
-def carried_wheels(wheels_dir: Path | None = None) -> dict[str, Path | None]:
-    """Each wheel of `WHEELS` found in the wheels folder (the newest), or None."""
+def carried_wheels(
+    wheels_dir: Path | None = None, names: Sequence[str] = WHEELS + RUNNER_WHEELS
+) -> dict[str, Path | None]:
+    """Each named wheel found in the wheels folder (the newest), or None."""
     folder = Path(wheels_dir or WHEELS_DIR)
     found = {}
-    for name in WHEELS:
+    for name in names:
         wheels = sorted(folder.glob(f"{name}-*.whl")) if folder.is_dir() else []
         found[name] = wheels[-1] if wheels else None
     return found
+
+
+def wheels_to_install(wheels_dir: Path | None = None) -> list[Path]:
+    """The carried wheels the check installs: torchao's always (the release paired
+    with the GPU machine's torch), and every other one whose distribution this
+    Python lacks (the lessons' runner and its dependencies)."""
+    folder = Path(wheels_dir or WHEELS_DIR)
+    chosen = [w for w in carried_wheels(folder, WHEELS).values() if w]
+    others = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    for wheel in others:
+        name = wheel.name.split("-")[0]  # a wheel's file name starts with its name
+        if name not in WHEELS and not _has_distribution(name):
+            chosen.append(wheel)
+    return chosen
+
+
+def _has_distribution(name: str) -> bool:
+    """Whether this Python has the distribution ``name`` installed (its metadata
+    found on sys.path, under any spelling of the name: jupyter_client or -client)."""
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def plan_problems(steps: Sequence[Step], wheels_dir: Path | None = None) -> list[str]:
@@ -270,13 +306,15 @@ def plan_problems(steps: Sequence[Step], wheels_dir: Path | None = None) -> list
 
 def _wheels_step(python: str, site: Path, wheels_dir: Path, env: dict) -> Step:
     """pip installs the carried wheels into `site`, offline, without dependencies
-    (the GPU machine's own torch stays)."""
-    wheels = [str(w) for w in carried_wheels(wheels_dir).values() if w]
+    (the GPU machine's own torch stays): torchao's, and the lessons' runner where
+    this Python lacks it (``wheels_to_install``)."""
+    wheels = [str(w) for w in wheels_to_install(wheels_dir)]
     install = (
         *("-m", "pip", "install", "-q", "--no-deps", "--no-index"),
         *("--disable-pip-version-check", "--target", str(site), *wheels),
     )
-    if not wheels:  # a failed step, said: the fp8 rows and lesson 11's check wait
+    if not carried_wheels(wheels_dir, WHEELS)["torchao"]:
+        # a failed step, said: the fp8 rows and lesson 11's check wait
         install = ("-c", f"import sys; sys.exit({NO_WHEELS!r})")
     return Step(
         "wheels",

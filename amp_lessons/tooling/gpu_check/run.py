@@ -238,21 +238,24 @@ def _run_one(
     return result
 
 
-def _installed(module: str) -> bool:
-    """Whether a top-level ``module`` is on ``sys.path``, found without importing it.
+def _installed(module: str, step: Step) -> bool:
+    """Whether a top-level ``module`` is on the step's path (its PYTHONPATH, where
+    the carried wheels went, then ``sys.path``), found without importing it.
 
     Not ``importlib.util.find_spec``: asked for "pip", setuptools' distutils shim
     (a ``sys.meta_path`` finder) switches itself off for the rest of the process,
     and a later ``import setuptools`` (``torch.compile``'s C++ build does one) then
-    fails on Python < 3.12. ``PathFinder`` searches ``sys.path`` past that shim.
+    fails on Python < 3.12. ``PathFinder`` searches the path past that shim.
     """
-    return importlib.machinery.PathFinder.find_spec(module) is not None
+    extra = step.env.get("PYTHONPATH", "").split(os.pathsep)
+    path = [p for p in extra if p] + sys.path
+    return importlib.machinery.PathFinder.find_spec(module, path) is not None
 
 
 def _skipped(step: Step, limit: float) -> tuple[gr.StepResult, str] | None:
     """The result of a step that will not start and why, as the log says it; None
     for a step that runs. A missing module is named first: no time would fix it."""
-    missing = [m for m in step.needs if not _installed(m)]
+    missing = [m for m in step.needs if not _installed(m, step)]
     if missing:
         detail = f"needs {', '.join(missing)}: install them (make setup-dev)"
         return gr.StepResult(step.name, "skipped", 0, limit, detail), detail
