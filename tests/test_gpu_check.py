@@ -342,6 +342,13 @@ def test_the_check_installs_torchao_and_what_this_python_lacks(tmp_path):
         str(w) for w in gpu_check.plan.wheels_to_install(tmp_path)
     )
     assert gpu_check.plan.wheels_to_install(tmp_path / "none") == []
+    # without torchao's wheel the step fails, saying why, after installing the others
+    (tmp_path / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl").unlink()
+    step = gpu_check.plan_steps(tmp_path, tmp_path, wheels_dir=tmp_path)[0]
+    assert step.command[1] == "-c" and "amp_lessons_absent-1.0" in step.command[2]
+    done = subprocess.run(step.command, capture_output=True, text=True)
+    assert done.returncode == 1 and "make gpu-wheels" in done.stderr
+    assert "amp_lessons_absent-1.0-py3-none-any.whl" in done.stderr  # pip tried it
 
 
 def test_a_module_the_wheels_installed_counts_as_there(tmp_path):

@@ -172,8 +172,9 @@ def plan_steps(
     """Every step the check runs on this GPU, in order (nothing is run here).
 
     Example: ``[s.name for s in plan_steps(out, tmp)]`` -> ``["wheels", "tests",
-    "bench", "microbench", "lesson 00_welcome", ... (the lessons side by side),
-    "lesson 00_amp_in_10_minutes", ..., "lesson es/06_speed_memory", "ladder"]``.
+    "bench", "microbench", "lesson 10_distributed_amp", ... (the lessons side by
+    side, longest first), "lesson 00_amp_in_10_minutes", ...,
+    "lesson es/06_speed_memory", "ladder"]``.
     """
     site = work_dir / "site"  # where the carried wheels are installed
     env = _worker_env(site)
@@ -314,8 +315,10 @@ def _wheels_step(python: str, site: Path, wheels_dir: Path, env: dict) -> Step:
         *("--disable-pip-version-check", "--target", str(site), *wheels),
     )
     if not carried_wheels(wheels_dir, WHEELS)["torchao"]:
-        # a failed step, said: the fp8 rows and lesson 11's check wait
-        install = ("-c", f"import sys; sys.exit({NO_WHEELS!r})")
+        # a failed step, said (the fp8 rows and lesson 11's check wait), once the
+        # other wheels are in: the lessons need them, not torchao
+        pip = f"subprocess.call({[python, *install]!r}); " if wheels else ""
+        install = ("-c", f"import subprocess, sys; {pip}sys.exit({NO_WHEELS!r})")
     return Step(
         "wheels",
         (python, *install),
