@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from amp_lessons.core.models import GPT
 from amp_lessons.measure import ladder
 
 
@@ -46,6 +47,20 @@ def test_the_ladder_climbs_on_the_cpu_at_a_tiny_size():
     table = ladder.format_ladder(rows)
     assert table.count("\n") == len(rows) + 1 and "| eager fp32 | 2 |" in table
     assert "1.00x" in table.splitlines()[2]
+
+
+def test_each_compiled_rung_compiles_for_its_own_batch(monkeypatch):
+    """The 2x-batch rung compiles the model afresh for its batch, as a run at that
+    batch would. Without a reset, dynamo recompiles the forward the rung below
+    compiled, this time with the batch dimension dynamic (automatic dynamic shapes):
+    the forward's code then holds two compiled entries, not one."""
+    compile_ = torch.compile
+    # dynamo's caching is the same with its eager backend, which skips Inductor
+    monkeypatch.setattr(torch, "compile", lambda m: compile_(m, backend="eager"))
+    rows = ladder.climb("cpu", ladder.TINY, warmup=1, iters=1, rungs=ladder.RUNGS[-2:])
+    assert [r["batch"] for r in rows] == [2, 4] and all(r["step_ms"] for r in rows)
+    entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(GPT.forward)
+    assert len(entries) == 1
 
 
 def test_a_rung_that_cannot_run_is_a_row_saying_why(monkeypatch):

@@ -79,6 +79,11 @@ def rung_step(rung: Rung, device: torch.device, sizes: dict, seed: int = 0):
     model, x, y, loss_fn, _ = build(CONFIG, sizes, device, seed)
     # the bench's AdamW, fused (one kernel for every parameter) where the rung says
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=rung.fused)
+    if rung.compiled:
+        # a fresh compile, as a run at this batch gets: otherwise the 2x-batch rung
+        # would recompile the forward the rung below compiled, with its batch
+        # dimension dynamic (dynamo's automatic dynamic shapes)
+        torch._dynamo.reset()
     run = torch.compile(model) if rung.compiled else model
     return bench_step(run, optimizer, p, device, (x, y), loss_fn), p
 
