@@ -233,7 +233,7 @@ def test_plan_runs_tests_wheels_bench_every_lesson_and_the_ladder(fake_h200, tmp
     assert {"tests", "bench", "microbench", "ladder"} <= alone
     [unit] = [u for u in gpu_check.step_units(steps) if len(u) > 1]
     assert [s.name for s in unit] == [f"lesson {name}" for name in side_by_side]
-    threads = str(max(1, (os.cpu_count() or 4) // gpu_check.LANES))
+    threads = str(max(1, len(os.sched_getaffinity(0)) // gpu_check.LANES))
     assert all(s.env["OMP_NUM_THREADS"] == threads for s in unit)
     by_name = {s.name: s for s in steps}
     b = by_name["bench"].command

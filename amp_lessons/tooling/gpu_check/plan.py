@@ -404,8 +404,7 @@ def _lesson_step(
     dest = out_dir / "executed" / f"{lesson}.ipynb"
     side_by_side = lesson in SIDE_BY_SIDE
     if side_by_side:  # each its share of the cores, as if alone on fewer of them
-        threads = max(1, (os.cpu_count() or LANES) // LANES)
-        env = {**env, "OMP_NUM_THREADS": str(threads)}
+        env = {**env, "OMP_NUM_THREADS": str(max(1, _cores() // LANES))}
     return Step(
         f"lesson {lesson}",
         (*me, "lesson-worker", str(src), str(dest)),
@@ -415,6 +414,15 @@ def _lesson_step(
         env,
         side_by_side,
     )
+
+
+def _cores() -> int:
+    """The cores this process may run on (a container's CPU set, where the machine's
+    count would be the host's)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def step_timeout(remaining_s: float, share: float, shares_left: float) -> float:
