@@ -7,11 +7,13 @@ checked, the last two on a results file marked synthetic that lives in tmp_path 
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -234,7 +236,9 @@ def test_plan_runs_tests_wheels_bench_every_lesson_and_the_ladder(fake_h200, tmp
     [unit] = [u for u in gpu_check.step_units(steps) if len(u) > 1]
     assert [s.name for s in unit] == [f"lesson {name}" for name in side_by_side]
     threads = str(max(1, len(os.sched_getaffinity(0)) // gpu_check.LANES))
-    assert all(s.env["OMP_NUM_THREADS"] == threads for s in unit)
+    # lesson 10's torchrun ranks take one thread each unless told otherwise
+    assert "OMP_NUM_THREADS" not in unit[0].env
+    assert all(s.env["OMP_NUM_THREADS"] == threads for s in unit[1:])
     by_name = {s.name: s for s in steps}
     b = by_name["bench"].command
     assert b[b.index("--configs") + 1 : b.index("--precisions")] == (
@@ -269,8 +273,9 @@ def test_plan_runs_tests_wheels_bench_every_lesson_and_the_ladder(fake_h200, tmp
         assert step.output == out / "executed" / f"{lesson}.ipynb" != src
     # the carried wheels go into a folder of the check's own, on every step's path
     w = by_name["wheels"].command
-    site = w[w.index("--target") + 1]
-    assert site == str(work / "site") and "--no-index" in w and "--no-deps" in w
+    site = w[2]
+    assert Path(w[1]).name == "install_wheels.py" and site == str(work / "site")
+    assert w[w.index("--torchao") + 1].endswith(".whl")
     for step in steps:
         path = step.env["PYTHONPATH"].split(os.pathsep)
         assert path[:2] == [str(ROOT), site]
@@ -294,7 +299,7 @@ def test_the_plan_names_what_a_gpu_machine_would_lack(fake_h200, tmp_path):
     assert "no nbclient wheel" in runner[0]
     # without a wheel the step fails, saying why, instead of installing nothing
     step = next(s for s in steps if s.name == "wheels")
-    assert step.command[1] == "-c" and "make gpu-wheels" in step.command[2]
+    assert "--torchao" not in step.command  # the step says so (install_wheels)
     wheels.mkdir()
     wheel = wheels / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl"
     wheel.write_bytes(b"")
@@ -338,17 +343,71 @@ def test_the_check_installs_torchao_and_what_this_python_lacks(tmp_path):
     chosen = [w.name.split("-")[0] for w in gpu_check.plan.wheels_to_install(tmp_path)]
     assert chosen == ["torchao", "amp_lessons_absent"]
     step = gpu_check.plan_steps(tmp_path, tmp_path, wheels_dir=tmp_path)[0]
-    assert step.name == "wheels" and step.command[-2:] == tuple(
-        str(w) for w in gpu_check.plan.wheels_to_install(tmp_path)
+    runner = step.command[step.command.index("--runner") + 1 : -2]
+    assert step.name == "wheels" and runner == (
+        str(tmp_path / "amp_lessons_absent-1.0-py3-none-any.whl"),
+    )
+    assert step.command[-2:] == (
+        "--torchao",
+        str(tmp_path / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl"),
     )
     assert gpu_check.plan.wheels_to_install(tmp_path / "none") == []
-    # without torchao's wheel the step fails, saying why, after installing the others
-    (tmp_path / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl").unlink()
+
+
+def make_wheel(folder: Path, name: str) -> Path:
+    """A real wheel of one module, ``name``, whose ``VALUE`` is 42."""
+    wheel = folder / f"{name}-1.0-py3-none-any.whl"
+    info = f"{name}-1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{name}.py", "VALUE = 42\n")
+        archive.writestr(
+            f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
+        )
+        archive.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        archive.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+@pytest.mark.parametrize("use_pip", [True, False])
+def test_install_wheels_puts_them_on_the_path_with_pip_or_without(tmp_path, use_pip):
+    from amp_lessons.tooling.gpu_check import install_wheels
+
+    site = tmp_path / "site"
+    wheel = make_wheel(tmp_path, "carried_demo")
+    assert install_wheels.install([wheel], site, use_pip=use_pip) == ""
+    found = subprocess.run(
+        [sys.executable, "-c", "import carried_demo; print(carried_demo.VALUE)"],
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+    )
+    assert found.stdout.strip() == "42", found.stderr
+    broken = tmp_path / "broken-1.0-py3-none-any.whl"
+    broken.write_bytes(b"not a zip")
+    error = install_wheels.install([broken], tmp_path / "s2", use_pip=use_pip)
+    assert error and "\n" not in error
+
+
+def test_the_wheels_step_installs_the_runner_even_without_torchao(tmp_path):
+    """The runner and torchao go in separate calls: without torchao's wheel the
+    runner is installed all the same, and the step fails, its last line saying how
+    to fetch torchao; a broken runner wheel leaves torchao installed."""
+    make_wheel(tmp_path, "runner_demo")
     step = gpu_check.plan_steps(tmp_path, tmp_path, wheels_dir=tmp_path)[0]
-    assert step.command[1] == "-c" and "amp_lessons_absent-1.0" in step.command[2]
-    done = subprocess.run(step.command, capture_output=True, text=True)
-    assert done.returncode == 1 and "make gpu-wheels" in done.stderr
-    assert "amp_lessons_absent-1.0-py3-none-any.whl" in done.stderr  # pip tried it
+    result, lines = gpu_check.run_step(step, 120, echo=lambda line: None)
+    assert result.status == "failed" and "make gpu-wheels" in lines[-1]
+    assert (tmp_path / "site" / "runner_demo.py").exists()
+    torchao = make_wheel(tmp_path, "torchao")  # stands in for the real one
+    (tmp_path / "runner_demo-1.0-py3-none-any.whl").write_bytes(b"broken")
+    shutil.rmtree(tmp_path / "site")
+    step = gpu_check.plan_steps(tmp_path, tmp_path, wheels_dir=tmp_path)[0]
+    assert step.command[-1] == str(torchao)
+    result, lines = gpu_check.run_step(step, 120, echo=lambda line: None)
+    assert result.status == "failed" and "runner_demo" in lines[-1]
+    assert (tmp_path / "site" / "torchao.py").exists()
 
 
 def test_a_module_the_wheels_installed_counts_as_there(tmp_path):
@@ -676,6 +735,47 @@ def test_a_step_past_its_limit_is_killed_with_its_children(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail("the step's child process outlived the step's time limit")
+
+
+def test_a_step_past_its_limit_takes_down_children_in_sessions_of_their_own(tmp_path):
+    """A notebook's kernel, and torchrun's ranks, start sessions of their own, out
+    of the step's process group: they are found first and killed all the same."""
+    psutil = pytest.importorskip("psutil")
+    pid_file = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; "
+        "time.sleep(60)'], start_new_session=True); "
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid)); "
+        "print('started', flush=True); time.sleep(60)"
+    )
+    step = gpu_check.Step("sleeper", (sys.executable, "-c", script), 1.0)
+    result, _ = gpu_check.run_step(step, 3, echo=lambda line: None)
+    assert result.status == "timed out"
+    child = int(pid_file.read_text())
+    for _ in range(50):
+        try:
+            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("a child in a session of its own outlived the step's time limit")
+
+
+def test_a_step_whose_runner_raises_fails_alone(fake_h200, tmp_path):
+    class Raising(FakeRunner):
+        def __call__(self, step, timeout_s):
+            if step.name == "lesson 02_underflow":  # side by side with others
+                raise OSError("no such file")
+            return super().__call__(step, timeout_s)
+
+    runner = Raising(synthetic_report())
+    assert gpu_check.run_gpu_check(tmp_path, 480, "cmd", runner, lambda l: 0) == 1
+    page = (tmp_path / "gpu_check_h200.md").read_text()
+    assert "| 02_underflow | failed: OSError('no such file') |" in page
+    assert "| 03_loss_scaling | ok |" in page and "| ladder | ok |" in page
 
 
 def test_a_step_knows_its_deadline_and_reports_its_exit_status():

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from amp_lessons.tooling.gpu_check import install_wheels
+
 ROOT = Path(__file__).resolve().parents[3]
 NOTEBOOKS = ROOT / "notebooks"
 TESTS = ROOT / "tests"
@@ -25,7 +27,6 @@ LESSONS = tuple(
 # lessons, which find it on PYTHONPATH (lesson 11's cross-check, the fp8 rows).
 WHEELS_DIR = ROOT / "build" / "gpu-wheels"
 WHEELS = ("torchao",)
-NO_WHEELS = "no carried wheel (torchao): run `make gpu-wheels` before the check"
 # What runs the lessons (and the widget tests), which the GPU machine's image lacks
 # (the run of 2026-12-04 carried them): `make gpu-wheels` downloads them with their
 # dependencies for the image's Python (3.12) into the same folder, and the check
@@ -52,8 +53,10 @@ GRACE_S = 5.0  # a worker stops itself this long before its hard limit
 # a margin. The ladder comes last and uses what the others left: two torch.compile
 # rungs are most of it.
 # The bench's fp8 rows compile the model for each config (the MLP, the GPT) with
-# torchao's Float8Linear: about 40 s more, a guess until a GPU run measures it.
-SHARES = {"tests": 4.0, "wheels": 1.2, "bench": 8.0, "microbench": 3.0, "ladder": 8.5}
+# torchao's Float8Linear: about 40 s more, a guess until a GPU run measures it. The
+# wheels: the runner's 40 took 2-6 s to install on a 2-core machine; a step killed
+# half-way would cost every lesson, so it gets a margin.
+SHARES = {"tests": 4.0, "wheels": 2.0, "bench": 8.0, "microbench": 3.0, "ladder": 8.5}
 LESSON_SHARE = 1.2  # no step gets under MIN_STEP_S (10 s) if all use theirs
 LESSON_SHARES = {
     "02_underflow": 1.5,
@@ -85,6 +88,9 @@ SIDE_BY_SIDE = (
     "10_distributed_amp",
 )
 LANES = 4
+# Its torchrun ranks take one thread each (core.launch), unless an OMP_NUM_THREADS
+# they inherit says otherwise: it is not given the lanes' share of the cores
+OWN_THREADS = ("10_distributed_amp",)
 # Lessons side by side share the GPU, the disk and the CPU's caches: a margin on
 # the time their lanes would take alone (a guess, not a measurement)
 SIDE_BY_SIDE_MARGIN = 1.25
@@ -309,24 +315,23 @@ def plan_problems(steps: Sequence[Step], wheels_dir: Path | None = None) -> list
 
 
 def _wheels_step(python: str, site: Path, wheels_dir: Path, env: dict) -> Step:
-    """pip installs the carried wheels into `site`, offline, without dependencies
-    (the GPU machine's own torch stays): torchao's, and the lessons' runner where
-    this Python lacks it (``wheels_to_install``)."""
-    wheels = [str(w) for w in wheels_to_install(wheels_dir)]
-    install = (
-        *("-m", "pip", "install", "-q", "--no-deps", "--no-index"),
-        *("--disable-pip-version-check", "--target", str(site), *wheels),
-    )
-    if not carried_wheels(wheels_dir, WHEELS)["torchao"]:
-        # a failed step, said (the fp8 rows and lesson 11's check wait), once the
-        # other wheels are in: the lessons need them, not torchao
-        pip = f"subprocess.call({[python, *install]!r}); " if wheels else ""
-        install = ("-c", f"import subprocess, sys; {pip}sys.exit({NO_WHEELS!r})")
+    """The carried wheels installed into `site` (``install_wheels``, run as a
+    script): the lessons' runner where this Python lacks it, then torchao's; a
+    missing torchao wheel fails the step, saying how to fetch it."""
+    torchao = carried_wheels(wheels_dir, WHEELS)["torchao"]
+    runner = [str(w) for w in wheels_to_install(wheels_dir) if w != torchao]
     return Step(
         "wheels",
-        (python, *install),
+        (
+            python,
+            str(Path(install_wheels.__file__)),
+            str(site),
+            "--runner",
+            *runner,
+            *(("--torchao", str(torchao)) if torchao else ()),
+        ),
         SHARES["wheels"],
-        ("pip",),
+        (),  # no pip needed: without it the wheels are unpacked
         site,
         env,
     )
@@ -403,7 +408,7 @@ def _lesson_step(
     src = NOTEBOOKS / f"{lesson}.ipynb"
     dest = out_dir / "executed" / f"{lesson}.ipynb"
     side_by_side = lesson in SIDE_BY_SIDE
-    if side_by_side:  # each its share of the cores, as if alone on fewer of them
+    if side_by_side and lesson not in OWN_THREADS:  # its share of the cores
         env = {**env, "OMP_NUM_THREADS": str(max(1, _cores() // LANES))}
     return Step(
         f"lesson {lesson}",

@@ -57,8 +57,9 @@ def run_step(
 ) -> tuple[gr.StepResult, list[str]]:
     """Run one step's process under a hard time limit; its lines are echoed live.
 
-    The process gets its own session, so a timeout kills it and its children (a
-    notebook's kernel) together. Returns the result and the last 400 lines.
+    The process gets its own session, so a timeout kills it and its children
+    together, and then the descendants that started sessions of their own (a
+    notebook's kernel, torchrun's ranks). Returns the result and the last 400 lines.
     """
     deadline = time.time() + timeout_s - GRACE_S
     env = {
@@ -103,6 +104,29 @@ def run_step(
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    # a notebook's kernel, and torchrun's ranks, start sessions of their own, out of
+    # reach of the step's process group: found first, killed after it
+    descendants = _descendants(proc.pid)
+    _kill_group(proc)
+    for child in descendants:
+        try:
+            child.kill()
+        except Exception:  # noqa: BLE001 - gone already, or not ours to kill
+            pass
+
+
+def _descendants(pid: int) -> list:
+    """The processes ``pid`` started, and theirs (psutil's, where it is installed:
+    the GPU machine's image has it)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - no psutil, or the process is gone
+        return []
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
     for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
         try:
             os.killpg(proc.pid, sig)
@@ -229,8 +253,12 @@ def _run_one(
         echo(f"{counter}: skipped, {why}")
         return result
     echo(f"{counter} (at most {limit:.0f} s)")
-    result, lines = runner(step, limit)
-    result = _finish_step(check, step, result, lines, outcome, echo)
+    try:
+        result, lines = runner(step, limit)
+        result = _finish_step(check, step, result, lines, outcome, echo)
+    except Exception as e:  # noqa: BLE001 - one step's failure, not the check's
+        seconds = limit - max(0.0, deadline - time.monotonic())
+        result = gr.StepResult(step.name, "failed", seconds, limit, repr(e))
     echo(
         f"    -> {step.name + ': ' if step.side_by_side else ''}{result.status} in "
         f"{result.seconds:.0f} s" + (f": {result.detail}" if result.detail else "")
