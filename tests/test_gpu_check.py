@@ -22,7 +22,7 @@ import pytest
 import torch
 from paths import NOTEBOOKS_DIR, ROOT
 
-from amp_lessons.measure import bench, bench_results
+from amp_lessons.measure import bench, bench_results, ladder
 from amp_lessons.measure import gpu_report as gr
 from amp_lessons.tooling import gpu_check
 
@@ -762,6 +762,56 @@ def test_a_step_past_its_limit_takes_down_children_in_sessions_of_their_own(tmp_
         time.sleep(0.1)
     else:
         pytest.fail("a child in a session of its own outlived the step's time limit")
+
+
+def test_on_a_gpu_in_exclusive_mode_every_step_runs_alone(
+    fake_h200, tmp_path, monkeypatch
+):
+    class Counting(FakeRunner):
+        running = most = 0
+        lock = threading.Lock()
+
+        def __call__(self, step, timeout_s):
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            time.sleep(0.2 if step.name.startswith("lesson 0") else 0)
+            with self.lock:
+                self.running -= 1
+            return super().__call__(step, timeout_s)
+
+    smi = tmp_path / "bin" / "nvidia-smi"  # what nvidia-smi says of such a GPU
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho Exclusive_Process\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    lines = []
+    runner = Counting(synthetic_report())
+    assert (
+        gpu_check.run_gpu_check(tmp_path / "out", 480, "cmd", runner, lines.append) == 0
+    )
+    assert runner.most == 1 and any("exclusive compute mode" in ln for ln in lines)
+    smi.write_text("#!/bin/sh\necho Default\n")
+    runner = Counting(synthetic_report())
+    gpu_check.run_gpu_check(tmp_path / "out2", 480, "cmd", runner, lambda l: 0)
+    assert runner.most == gpu_check.LANES
+
+
+def test_a_ladder_killed_at_its_limit_records_every_rung(fake_h200, tmp_path):
+    class KilledLadder(FakeRunner):
+        def __call__(self, step, timeout_s):
+            if step.name != "ladder":
+                return super().__call__(step, timeout_s)
+            step.output.write_text(json.dumps(FAKE_LADDER[:1]))  # then killed
+            return gr.StepResult(step.name, "timed out", timeout_s, timeout_s), []
+
+    runner = KilledLadder(synthetic_report())
+    assert gpu_check.run_gpu_check(tmp_path, 480, "cmd", runner, lambda l: 0) == 1
+    rows = json.loads((tmp_path / "ladder_h200.json").read_text())["rows"]
+    assert [r["rung"] for r in rows] == [r.name for r in ladder.RUNGS]
+    assert rows[1]["skipped"] == "the ladder step's time limit ran out first"
+    page = (tmp_path / "gpu_check_h200.md").read_text()
+    assert page.count("not measured: the ladder step's time limit ran out") == 5
 
 
 def test_a_step_whose_runner_raises_fails_alone(fake_h200, tmp_path):

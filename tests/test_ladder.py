@@ -63,6 +63,20 @@ def test_each_compiled_rung_compiles_for_its_own_batch(monkeypatch):
     assert len(entries) == 1
 
 
+def test_rungs_a_killed_climb_never_wrote_are_rows_saying_why():
+    first = {
+        **ladder.asdict(ladder.RUNGS[0]),
+        "rung": ladder.RUNGS[0].name,
+        "sizes": ladder.TINY,
+        "step_ms": 1.0,
+    }
+    rows = ladder.rows_not_reached([first], "killed")
+    assert [r["rung"] for r in rows] == [r.name for r in ladder.RUNGS[1:]]
+    assert all(r["skipped"] == "killed" and "step_ms" not in r for r in rows)
+    assert rows[-1]["sizes"] == {**ladder.TINY, "batch": 2 * ladder.TINY["batch"]}
+    assert ladder.rows_not_reached([], "killed") == []  # nothing to size them by
+
+
 def test_a_rung_that_cannot_run_is_a_row_saying_why(monkeypatch):
     def oom(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")

@@ -162,13 +162,31 @@ def climb(
                 row = measure_rung(rung, device, sizes, warmup, iters)
             except torch.OutOfMemoryError as e:
                 why = "CUDA out of memory: " + str(e).splitlines()[0]
-        scaled = {**sizes, "batch": sizes["batch"] * rung.batch_scale}
-        rows.append(
-            row or {**asdict(rung), "rung": rung.name, "sizes": scaled, "skipped": why}
-        )
+        rows.append(row or _skipped_row(rung, sizes, why))
         if on_row is not None:
             on_row(rows)
     return rows
+
+
+def _skipped_row(rung: Rung, sizes: dict, why: str) -> dict:
+    """The row of a rung not measured, saying why; its sizes those it would have
+    had (its batch scaled), which the estimate prices."""
+    scaled = {**sizes, "batch": sizes["batch"] * rung.batch_scale}
+    return {**asdict(rung), "rung": rung.name, "sizes": scaled, "skipped": why}
+
+
+def rows_not_reached(
+    rows: list[dict], why: str, rungs: tuple[Rung, ...] = RUNGS
+) -> list[dict]:
+    """A row for each rung a climb never got to write (its process killed at its
+    time limit, say), saying ``why``: the record then lists every rung. Sizes come
+    from the first row; none without one."""
+    if not rows:
+        return []
+    first = rows[0]
+    sizes = {**first["sizes"], "batch": first["sizes"]["batch"] // first["batch_scale"]}
+    written = {r["rung"] for r in rows}
+    return [_skipped_row(r, sizes, why) for r in rungs if r.name not in written]
 
 
 def _percent(value: float | None) -> str:

@@ -16,7 +16,7 @@ is what ``pip install --target`` does with these wheels (no scripts or data need
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib.machinery
 import subprocess
 import sys
 import zipfile
@@ -35,7 +35,9 @@ def install(wheels: Sequence[str | Path], site: Path, use_pip: bool = True) -> s
     if not wheels:
         return ""
     site.mkdir(parents=True, exist_ok=True)
-    if use_pip and importlib.util.find_spec("pip") is not None:
+    # PathFinder, not importlib.util.find_spec: asked for "pip", the latter turns
+    # setuptools' distutils shim off for the rest of the process (run._installed)
+    if use_pip and importlib.machinery.PathFinder.find_spec("pip") is not None:
         done = subprocess.run(
             [
                 *(sys.executable, "-m", "pip", "install", "-q", "--no-deps"),

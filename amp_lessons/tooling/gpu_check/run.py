@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -175,8 +175,28 @@ def run_gpu_check(
     )
     with tempfile.TemporaryDirectory(prefix="amp_gpu_check_") as tmp:
         steps = plan_steps(out_dir, Path(tmp), command)
+        if _exclusive_gpu():
+            echo("the GPU takes one process at a time (exclusive compute mode): "
+                 "every step runs alone")  # fmt: skip
+            steps = [replace(s, side_by_side=False) for s in steps]
         outcome = _run_steps(check, steps, runner, echo)
     return _write_outcome(check, outcome, echo)
+
+
+def _exclusive_gpu() -> bool:
+    """Whether the GPU lets one process at a time use it (an administrator's
+    Exclusive_Process compute mode): steps side by side would then fail to start on
+    it. False where nvidia-smi cannot say."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_mode", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "exclusive" in done.stdout.lower()
 
 
 @dataclass(frozen=True)
@@ -420,10 +440,14 @@ def _finish_bench(step, result, dest: Path, echo):
 def _finish_ladder(check: _Check, step: Step, result: gr.StepResult):
     """The ladder's rows, recorded with their provenance beside the bench's record
     (``ladder_h200.json``); None where no rung was written."""
+    from amp_lessons.measure.ladder import rows_not_reached
+
     try:
         rows = json.loads(step.output.read_text())
     except (OSError, json.JSONDecodeError):
         return None, _with(result, result.detail or "no rung was measured", "failed")
+    if result.status == "timed out":  # the rung it was on, and any after it
+        rows += rows_not_reached(rows, "the ladder step's time limit ran out first")
     record = {
         "gpu": check.info["name"],
         "torch": check.info["torch"],
