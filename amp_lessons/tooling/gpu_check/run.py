@@ -176,8 +176,8 @@ def run_gpu_check(
     with tempfile.TemporaryDirectory(prefix="amp_gpu_check_") as tmp:
         steps = plan_steps(out_dir, Path(tmp), command)
         if _exclusive_gpu():
-            echo("the GPU takes one process at a time (exclusive compute mode): "
-                 "every step runs alone")  # fmt: skip
+            alone = "the GPU takes one process at a time (exclusive compute mode)"
+            echo(f"{alone}: every step runs alone")
             steps = [replace(s, side_by_side=False) for s in steps]
         outcome = _run_steps(check, steps, runner, echo)
     return _write_outcome(check, outcome, echo)
