@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from amp_lessons.tooling import usable_cores
 from amp_lessons.tooling.gpu_check import install_wheels
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -409,7 +410,7 @@ def _lesson_step(
     dest = out_dir / "executed" / f"{lesson}.ipynb"
     side_by_side = lesson in SIDE_BY_SIDE
     if side_by_side and lesson not in OWN_THREADS:  # its share of the cores
-        env = {**env, "OMP_NUM_THREADS": str(max(1, _cores() // LANES))}
+        env = {**env, "OMP_NUM_THREADS": str(max(1, usable_cores() // LANES))}
     return Step(
         f"lesson {lesson}",
         (*me, "lesson-worker", str(src), str(dest)),
@@ -419,15 +420,6 @@ def _lesson_step(
         env,
         side_by_side,
     )
-
-
-def _cores() -> int:
-    """The cores this process may run on (a container's CPU set, where the machine's
-    count would be the host's)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def step_timeout(remaining_s: float, share: float, shares_left: float) -> float:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -44,6 +43,7 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Float, Integer
 
+from amp_lessons.tooling import usable_cores
 from amp_lessons.tooling.grading import nbgrader_main, review, sandbox
 from amp_lessons.tooling.grading.course import (
     CELL_TIMEOUT_S,
@@ -396,10 +396,7 @@ def write_seal(course_dir: Path) -> Path:
 def default_jobs() -> int:
     """How many submissions ``autograde`` grades at once unless told: one for each
     core this process may run on (a container's limit included)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def _add_students(course_dir: Path, students: list[str]) -> None:
