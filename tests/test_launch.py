@@ -408,6 +408,35 @@ def test_ctrl_c_stops_the_lab_cleanly(tmp_path):
     assert (ROOT_NOTE in " ".join(text.split())) == (os.geteuid() == 0)
 
 
+# The launcher after a stop the user asked for: a stand-in lab that exits at once
+# on SIGTERM, a Ctrl-C to stop it, then a second one after run_lab has returned (in
+# a real terminal, the impatient second press that lands while Python exits)
+LATE_CTRL_C = """
+import os, signal, sys, threading
+from amp_lessons.tooling.lab import run_lab
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+code = run_lab([sys.executable, "-c", "import time; time.sleep(60)"])
+os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C
+print("exit", code)
+"""
+
+
+def test_a_second_ctrl_c_while_the_launcher_exits_is_ignored():
+    # it raised KeyboardInterrupt once the handlers were put back (and killed the
+    # launcher with status 130 when it landed during the interpreter's exit)
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_CTRL_C],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "exit 0", done.stdout
+    assert "JupyterLab stopped." in done.stderr
+    assert "KeyboardInterrupt" not in done.stderr, done.stderr
+
+
 def start_kernel(base, auth):
     request = urllib.request.Request(
         base + "/api/kernels",

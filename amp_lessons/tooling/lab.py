@@ -145,8 +145,12 @@ def run_lab(command: Sequence[str]) -> int:
                     )
                     process.kill()
     finally:
+        # Once the user has asked, the launcher is on its way out: a second,
+        # impatient Ctrl-C is ignored to the end. Put back, Python's own handler
+        # would raise it, and during the interpreter's exit (which restores the
+        # default action) it would kill the process with status 130.
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if asked else handler)
     if asked:
         print("JupyterLab stopped.", file=sys.stderr, flush=True)
         return 0 if code in (0, -signal.SIGTERM) else code
