@@ -5,6 +5,7 @@ which the lesson's `amp_lessons.core.scaler.next_scale` must agree with."""
 import json
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -75,6 +76,21 @@ def update_off_by_one(
     return scale, tracker + 1
 
 
+def update_forgets_to_grow(
+    scale,
+    tracker,
+    found_inf,
+    growth_factor=2.0,
+    backoff_factor=0.5,
+    growth_interval=2000,
+):
+    if found_inf:
+        return scale * backoff_factor, 0
+    if tracker + 1 == growth_interval:  # the streak restarts, the scale stays
+        return scale, 0
+    return scale, tracker + 1
+
+
 def update_no_reset_after_growth(scale, tracker, found_inf, *args, **kwargs):
     new_scale, new_tracker = update_scale(scale, tracker, found_inf, *args, **kwargs)
     return new_scale, (tracker + 1 if new_scale > scale else new_tracker)
@@ -114,6 +130,14 @@ def unscale_misses_nan(grads, scale):
     return bool(found_inf)
 
 
+def unscale_stops_at_the_first_inf(grads, scale):
+    for g in grads:
+        if not torch.isfinite(g).all():
+            return True  # the grads after this one stay scaled
+        g.mul_(1.0 / scale)
+    return False
+
+
 def unscale_skips_on_inf(grads, scale):
     if any(not torch.isfinite(g).all() for g in grads):
         return True
@@ -131,6 +155,7 @@ CASES = {
             (update_no_tracker_reset_on_inf, False, "growth_tracker goes back to 0"),
             (update_grows_on_inf, False, "never grow on an overflow step"),
             (update_off_by_one, False, "torch counts this step"),
+            (update_forgets_to_grow, False, "the scale grows by growth_factor (2.0)"),
             (update_no_reset_after_growth, False, "after growing, reset"),
             (update_unbounded_growth, True, "stored in float32"),
         ],
@@ -143,6 +168,7 @@ CASES = {
             (unscale_divide, False, "you divided by scale: the right unscaling"),
             (unscale_misses_nan, False, "nan counts too"),
             (unscale_skips_on_inf, False, "even when an inf/nan is found"),
+            (unscale_stops_at_the_first_inf, False, "even when an inf/nan is found"),
         ],
     ),
 }
@@ -213,3 +239,57 @@ def test_the_exercise_says_bit_identity_is_the_point_and_why():
     question = " ".join(question.split())
     assert "Bit-identity is the point here" in question
     assert "g.div_(scale)" in question and "the very same bits" in question
+
+
+# --- hints that fit what the answer did --------------------------------------------
+
+
+def test_a_scale_that_does_not_grow_is_not_blamed_on_the_count(capsys):
+    # the tracker was counted and reset right: the hint sent the learner looking
+    # for an off-by-one that was not there
+    with pytest.raises(AssertionError):
+        check_update_rule(update_forgets_to_grow)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the tracker restarts from 0, as you have it" in out
+    assert "torch counts this step" not in out
+
+
+def test_the_got_column_shows_the_scale_as_returned(capsys):
+    # 2**127 * 2 is a finite Python float: shown rounded to float32 it read "inf",
+    # which the answer never returned
+    def no_ceiling(scale, tracker, found_inf, *args, **kwargs):
+        if scale == 2.0**127:
+            return scale * 2, 0
+        return update_scale(scale, tracker, found_inf, *args, **kwargs)
+
+    with pytest.raises(AssertionError):
+        check_update_rule(no_ceiling)
+    out = capsys.readouterr().out
+    assert "(2**128, 0)" in out and "(inf, 0)" not in out, out
+    assert "stored in float32" in " ".join(out.split())
+
+
+def test_an_unscale_that_returns_at_the_first_inf_gets_one_hint(capsys):
+    # the grads before the inf unscaled, the ones after left: the inf row had the
+    # generic hint, the nan row (nothing unscaled) the real reason
+    with pytest.raises(AssertionError):
+        check_unscale(unscale_stops_at_the_first_inf)
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("even when an inf/nan is found") == 2, out
+    assert "multiply every grad in place" not in out
+
+
+@pytest.mark.parametrize(
+    "wrong", [unscale_not_in_place, unscale_divide, unscale_skips_on_inf]
+)
+def test_no_unscale_hint_writes_the_line(wrong, capsys):
+    with pytest.raises(AssertionError):
+        check_unscale(wrong)
+    out = capsys.readouterr().out
+    assert "mul_(" not in out, out
+
+
+def test_a_count_of_differing_values_is_not_cut(capsys):
+    with pytest.raises(AssertionError):
+        check_unscale(unscale_divide)
+    assert re.search(r"found_inf=False, \d+ differ ", capsys.readouterr().out)

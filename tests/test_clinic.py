@@ -207,6 +207,15 @@ def test_forgetting_update_fails_on_the_second_iteration_as_symptom_5_says():
     assert any(s.endswith(result.error) and "second iteration" in s for s in SYMPTOMS)
 
 
+def test_where_a_misuse_stopped_is_shown_in_the_learners_language(spanish):
+    calls, _ = cl.MISUSES["forgot scaler.update(), loop with clipping"]
+    result = cl.run_calls(calls)
+    assert result.failed == "unscale_ (iteration 2)"  # the key lesson 07 asserts on
+    assert result.failed_shown == "unscale_ (iteración 2)"
+    right = cl.run_calls(cl.MISUSES["the right loop, two iterations"][0])
+    assert right.failed is None and right.failed_shown is None
+
+
 def test_half_model_error_is_symptom_2():
     result = cl.run_calls(*cl.MISUSES["model.half() with a GradScaler"])
     assert result.error == "ValueError: Attempting to unscale FP16 gradients."

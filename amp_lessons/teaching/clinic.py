@@ -276,6 +276,15 @@ class CallsResult:
     done: tuple[str, ...]  # calls that returned; the next one (if any) raised
     failed: str | None  # the call that raised, e.g. "unscale_ (iteration 2)"
     error: str  # "RuntimeError: ..." as torch phrased it, or "" when none
+    iteration: int = 0  # the iteration `failed` names
+
+    @property
+    def failed_shown(self) -> str | None:
+        """`failed` in the learner's language, e.g. "unscale_ (iteración 2)"."""
+        if self.failed is None:
+            return None
+        call = self.failed.split(" ", 1)[0]  # a name from CALLS: no spaces
+        return _("{call} (iteration {n})").format(call=call, n=self.iteration)
 
 
 def run_calls(calls: Sequence[str], half: bool = False) -> CallsResult:
@@ -322,6 +331,7 @@ def run_calls(calls: Sequence[str], half: bool = False) -> CallsResult:
                 tuple(done),
                 f"{call} (iteration {iteration})",
                 f"{type(exc).__name__}: {exc}",
+                iteration,
             )
         done.append(call)
     return CallsResult(tuple(done), None, "")

@@ -141,7 +141,11 @@ class ProgressTable:
                 "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
             )
         lesson, exercise = next_step(list(self.rows))
-        lines.append(_("Next: {step}.").format(step=_step_text(lesson, exercise)))
+        lines.append(
+            _("Next, from where you left off: {step}.").format(
+                step=_step_text(lesson, exercise)
+            )
+        )
         return "\n".join(line.rstrip() for line in lines)
 
     def source_line(self) -> str:

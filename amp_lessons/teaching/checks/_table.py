@@ -54,7 +54,7 @@ def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
     columns = ([r.case for r in rows], expected, [r.got for r in rows])
     widths = [
         min(max(len(name), *(len(cell) for cell in cells)), cap)
-        for name, cells, cap in zip(head, columns, (30, 24, 24), strict=True)
+        for name, cells, cap in zip(head, columns, (30, 24, 30), strict=True)
     ]
     print(
         "  "

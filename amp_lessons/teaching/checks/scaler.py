@@ -97,6 +97,12 @@ def _update_hint(case: tuple, got_scale: float, got_tracker: int) -> str:
             "there, so torch keeps the old scale (it grows only when the result is "
             "finite)"
         ).format(scale=show_value(scale), gf=gf)
+    if grows and got[0] == scale and got_tracker == 0:
+        return _(
+            "this step completes a streak of growth_interval clean steps: the "
+            "tracker restarts from 0, as you have it, and the scale grows by "
+            "growth_factor ({gf})"
+        ).format(gf=gf)
     if grows and got[0] == scale:
         return _(
             "torch counts this step: it grows when tracker + 1 == growth_interval "
@@ -172,7 +178,7 @@ def _update_rows(update_scale: Callable, hidden: bool) -> list[Row]:
             Row(
                 label,
                 shown,
-                f"({show_value(round_to_float32(got_scale))}, {got_tracker})",
+                f"({show_value(got_scale)}, {got_tracker})",  # as returned
                 ok,
                 hint,
             )
@@ -244,8 +250,8 @@ def _torch_unscale(
 
 _BIT_IDENTITY = N_(
     "Bit-identity is the point of this exercise: LossScaler is a drop-in for "
-    "GradScaler that must train to the very same bits (lesson 03 checks it step by "
-    "step), and one differing last bit in a gradient changes every later step."
+    "GradScaler that must train to the very same bits, and one differing last bit "
+    "in a gradient changes every later step."
 )
 
 
@@ -263,15 +269,22 @@ def _unscale_hint(
         if ref_found:
             return _("found_inf must be True if ANY grad tensor has an inf or nan")
         return _("found_inf is True only when some grad is inf or nan")
-    if all(same_bits(a, g) for a, g in zip(after, grads, strict=True)):
-        if ref_found:
-            return _(
-                "unscale the grads in place even when an inf/nan is found: torch "
-                "multiplies every grad and only skips the optimizer step"
-            )
+    # each grad either left as it came or unscaled right: with an inf/nan found,
+    # some left (all of them, or those after the inf) is an early return
+    left_or_right = [
+        (same_bits(a, g), same_bits(a, r))
+        for a, g, r in zip(after, grads, ref, strict=True)
+    ]
+    unchanged = [left for left, _right in left_or_right]
+    if ref_found and any(unchanged) and all(map(any, left_or_right)):
         return _(
-            "the grads did not change: unscale IN PLACE (g.mul_(inv_scale)); "
-            "g = g * inv_scale only rebinds a local name"
+            "unscale the grads in place even when an inf/nan is found: torch "
+            "multiplies every grad and only skips the optimizer step"
+        )
+    if all(unchanged):
+        return _(
+            "the grads did not change: unscale IN PLACE, with a method that "
+            "changes the tensor itself; g = g * inv_scale only rebinds a local name"
         )
     if all(
         same_bits(a, g / round_to_float32(scale))
@@ -279,9 +292,9 @@ def _unscale_hint(
     ):
         return _(
             "you divided by scale: the right unscaling, rounded differently. "
-            "{bit_identity} torch multiplies by inv_scale = 1/scale computed in "
-            "float64 and rounded to float32, and x / s and x * (1/s) differ in the "
-            "last bit for many x when s is not a power of two: use g.mul_(1 / scale)"
+            "{bit_identity} torch multiplies by inv_scale (1/scale in float64, "
+            "rounded to float32): x / s and x * (1/s) differ in the last bit for "
+            "many x when s is not a power of two"
         ).format(bit_identity=_(_BIT_IDENTITY))
     if all(
         same_bits(a, (g.double() / scale).float())
@@ -290,7 +303,7 @@ def _unscale_hint(
         return _(
             "you divided in float64: the right unscaling, rounded differently. "
             "{bit_identity} torch multiplies the float32 grads by the "
-            "float32-rounded reciprocal, g.mul_(1 / scale)"
+            "float32-rounded reciprocal of scale"
         ).format(bit_identity=_(_BIT_IDENTITY))
     return _("multiply every grad in place by inv_scale = float32(1 / scale)")
 
