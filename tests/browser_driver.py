@@ -29,6 +29,7 @@ CONTROLS = (
 )
 
 NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front
+IDLE = ".jp-Notebook-ExecutionIndicator[data-status='idle']"  # its kernel, idle
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
 
 # In-page helpers, installed once per page load: a signature of a cell's output
@@ -201,7 +202,7 @@ def open_and_run(page, expected_code_cells: int, timeout_s: float = 300) -> floa
     Returns the seconds the run took. JupyterLab 4 keeps every cell in the DOM
     (content-visibility windowing), so the prompts can all be counted.
     """
-    idle = f"{NOTEBOOK} .jp-Notebook-ExecutionIndicator[data-status='idle']"
+    idle = f"{NOTEBOOK} {IDLE}"
     page.wait_for_selector(idle, timeout=120_000)
     dismiss_toasts(page)
     start = time.monotonic()

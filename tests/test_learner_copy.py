@@ -166,3 +166,18 @@ def test_git_ignores_the_learners_copy():
 def test_sync_refuses_an_unknown_edition(tmp_path):
     with pytest.raises(ValueError, match="edition 'fr'"):
         learner_copy.sync("fr", tmp_path)
+
+
+def test_a_copied_lesson_says_what_its_kernel_will_report(tmp_path):
+    # JupyterLab writes the kernel's language_info into a notebook on connect: with
+    # the course's bare {"name": "python"} each lesson opened marked unsaved
+    # (test_browser.py checks the tab in a real JupyterLab)
+    import sys
+
+    report = learner_copy.sync("en", tmp_path)
+    nb = nbformat.read(report.folder / LESSONS[0].name, as_version=4)
+    info = nb.metadata["language_info"]
+    assert info["name"] == "python" and info["version"] == sys.version.split()[0]
+    assert nbformat.read(LESSONS[0], as_version=4).metadata["language_info"] == {
+        "name": "python"
+    }  # the course's own notebooks stay as stored

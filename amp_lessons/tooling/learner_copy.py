@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import shutil
@@ -124,7 +125,20 @@ def _read_manifest(folder: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _as_this_kernel_reports(nb) -> None:
+    """Set the lesson's language_info to what this Python's kernel reports. JupyterLab
+    writes it into a notebook when the kernel connects: with the course's bare
+    {"name": "python"}, every lesson opened marked unsaved before the learner had
+    changed anything. `make lab` runs the kernel of this Python."""
+    try:
+        from ipykernel.ipkernel import IPythonKernel
+    except ImportError:  # no kernel installed here: JupyterLab's fills it in
+        return
+    nb.metadata["language_info"] = copy.deepcopy(IPythonKernel.language_info)
+
+
 def _write(nb, path: Path) -> None:
+    _as_this_kernel_reports(nb)
     # through a temporary file: an interrupted `make lab` never leaves half a lesson
     tmp = path.with_name(path.name + ".tmp")
     nbformat.write(nb, tmp)
