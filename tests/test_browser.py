@@ -370,36 +370,57 @@ def test_the_learners_lab_shows_the_course_not_nbgraders_tools(
     browser, course_lab, shots, tmp_path
 ):
     """`make lab` serves the learner's copy with nbgrader's authoring menu and cell
-    toolbar hidden and the edition in the title; the instructor's lab (the course's
-    own lessons with JupyterLab's settings, as `make lab-instructor` serves them:
-    `course_lab`) shows them, so the check can fail."""
+    toolbar hidden and the edition in the title, and a lesson opened and left alone
+    is not marked unsaved; the instructor's lab (the course's own lessons with
+    JupyterLab's settings, as `make lab-instructor` serves them: `course_lab`) shows
+    the tools and marks the lesson, so the check can fail."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     from amp_lessons.tooling import lab, learner_copy
 
-    def chrome(server, path: str, name: str):
+    dirty_tab = ".lm-TabBar-tab.jp-mod-current.jp-mod-dirty"
+
+    def chrome(server, path: str, name: str, settle_s: float | None = None):
+        """The lab's chrome, and the seconds from the kernel's idle to the lesson's
+        tab marked unsaved (None: not within `settle_s`; without it, wait for it).
+        JupyterLab marks it when the kernel's language_info reaches the notebook,
+        which can come seconds after the kernel shows idle on a busy machine."""
         page = browser.new_page(viewport=VIEWPORT)
         page.goto(server.url(path, with_token=True))
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
         page.wait_for_function("document.title.includes('03_loss')")
-        # the kernel connected (it writes language_info into the notebook then)
         page.wait_for_selector(f"{NOTEBOOK} {IDLE}", timeout=120_000)
+        idle = time.monotonic()
+        try:
+            page.wait_for_selector(dirty_tab, timeout=(settle_s or 120) * 1000)
+            marked = time.monotonic() - idle
+        except PlaywrightTimeout:
+            if settle_s is None:
+                raise
+            marked = None
         page.screenshot(path=shots / f"lab_{name}.png")
         found = lab_chrome(page)
-        unsaved[name] = page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty")
-        unsaved[name] = unsaved[name].count() > 0
         page.close()
-        return found
-
-    unsaved: dict[str, bool] = {}
+        return found, marked
 
     report = learner_copy.sync("en", tmp_path / "my-course")  # es: its own appName
     settings = lab.learner_settings(report.folder, "en")
-    with running_lab(root_dir=report.folder, settings_dir=settings) as server:
-        seen = {"en": chrome(server, "/lab/tree/03_loss_scaling.ipynb", "en")}
-    # the default workspace (a named one would be in the title): the widget tests
-    # open theirs in workspaces of their own
-    seen["instructor"] = chrome(
+    # the course's own notebook first (its bare language_info is replaced when the
+    # kernel connects: the tab is marked, so the check can fail), then the learner's
+    # copy, watched for three times as long, and 10 s at least
+    # (the default workspace: a named one would be in the title; the widget tests
+    # open theirs in workspaces of their own)
+    seen, marked = {}, {}
+    seen["instructor"], marked["instructor"] = chrome(
         course_lab, "/lab/tree/03_loss_scaling.ipynb", "instructor"
     )
+    settle_s = max(10.0, 3 * marked["instructor"])
+    with running_lab(root_dir=report.folder, settings_dir=settings) as server:
+        seen["en"], marked["en"] = chrome(
+            server, "/lab/tree/03_loss_scaling.ipynb", "en", settle_s
+        )
+    # a lesson opened and left alone is not marked unsaved in the learner's copy
+    assert marked["en"] is None, marked
     title, menus, tabs = seen["en"]
     assert title.endswith(" - AMP course"), seen["en"]
     assert "Nbgrader" not in menus and "Kernel" in menus, menus
@@ -407,6 +428,3 @@ def test_the_learners_lab_shows_the_course_not_nbgraders_tools(
     title, menus, tabs = seen["instructor"]
     assert title.endswith(" - JupyterLab") and "Nbgrader" in menus, seen["instructor"]
     assert [t for t in tabs if "Nbgrader" in t], tabs
-    # a lesson opened and left alone is not marked unsaved in the learner's copy;
-    # the course's own notebook (bare language_info) is, so the check can fail
-    assert unsaved == {"en": False, "instructor": True}, unsaved
