@@ -133,3 +133,16 @@ def test_visible_table_never_prints_the_right_dtype(capsys):
     ]
     assert rows and all("(not shown)" in line for line in rows)
     assert "you said bfloat16" in out
+
+
+def test_every_op_is_graded_where_the_learner_sees_it(capsys):
+    # a learner's walk: wrong dtypes for sum, layer_norm (CUDA), conv2d and prod (CPU),
+    # all then graded only in the hidden cases, passed the visible check
+    answers = predict_autocast_dtypes()
+    answers["cuda"]["sum(linear(x, w))"] = torch.float16
+    answers["cuda"]["layer_norm(linear(x, w))"] = torch.float16
+    answers["cpu"]["conv2d(img, k)"] = torch.float32
+    answers["cpu"]["prod(linear(x, w))"] = torch.bfloat16
+    with pytest.raises(AssertionError, match="4 of 25 cases failed"):
+        check_autocast_dtypes(lambda: answers)
+    capsys.readouterr()

@@ -67,8 +67,9 @@ AUTOCAST_DEVICES: dict[str, torch.dtype] = {
 }
 """The two regions predicted: ``torch.amp.autocast("cpu", dtype=torch.bfloat16)`` and
 ``torch.amp.autocast("cuda", dtype=torch.float16)``."""
-# the visible cases grade the first six ops and softmax, on CUDA's float32 list but
-# not on the CPU's (the lesson's point: the two devices' lists differ)
+# The visible cases grade every op on both devices: the answer is the table itself,
+# so a wrong dtype left to the hidden cases passed the learner's check unseen (and was
+# kept as a misconception). The hidden cases grade these five again, for nbgrader.
 _AUTOCAST_HIDDEN = set(AUTOCAST_OPS[6:]) - {"softmax(linear(x, w))"}
 # ops CUDA's autocast runs in float32 but CPU's does not (from torch's autocast docs)
 _CUDA_FP32_ONLY = {"softmax", "sum", "layer_norm", "log_softmax", "exp", "cumsum"}
@@ -173,7 +174,7 @@ def _autocast_rows(predict_autocast_dtypes: Callable, hidden: bool) -> list[Row]
         rows.append(answered_row(case, bad, hint))
     for device in AUTOCAST_DEVICES:
         for name in AUTOCAST_OPS:
-            if (name in _AUTOCAST_HIDDEN) != hidden:
+            if hidden and name not in _AUTOCAST_HIDDEN:
                 continue
             expected, why = _autocast_dtypes(name, device)
             answer = per_device[device].get(name)
@@ -194,10 +195,9 @@ def check_autocast_dtypes(
     `torch.amp.autocast("cpu", dtype=torch.bfloat16)` and inside
     `torch.amp.autocast("cuda", dtype=torch.float16)` (on fake CUDA tensors without a
     GPU: the installed torch's CUDA autocast kernels, no data), so the expected dtypes
-    are those of the installed torch. The visible cases grade the first six ops and
-    softmax (where the devices differ) on both devices; the hidden cases the other
-    five. The table says right or wrong and
-    explains the dtype chosen; it never prints the right one.
+    are those of the installed torch. The visible cases grade every op on both
+    devices; the hidden cases grade five of them again. The table says right or wrong
+    and explains the dtype chosen; it never prints the right one.
 
     Example:
         >>> check_autocast_dtypes(lambda: {"cpu": {"matmul(x, w)": torch.bfloat16,
