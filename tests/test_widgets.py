@@ -302,3 +302,25 @@ def test_speed_panel_on_cuda_measures_the_allocator_peak():
     picture = w.image.value
     w.batch.value = w.batch.options[-1]
     assert w.image.value != picture
+
+
+def test_a_small_share_of_gradients_never_reads_as_none():
+    # a learner's walk: at 2^20 the widget read "0.0% overflow" where the lesson's
+    # table printed 0.02%, and one overflow is enough to skip a step
+    from amp_lessons.teaching.widgets.histogram import share_text
+
+    assert [share_text(s) for s in (0.0, 0.0002, 0.00002, 0.0312, 1.0)] == [
+        "0.0%",
+        "0.02%",
+        "<0.01%",
+        "3.1%",
+        "100.0%",
+    ]
+
+
+def test_the_loss_scale_labels_are_exact(grads):
+    from amp_lessons.teaching.widgets.histogram import GradientHistogramExplorer
+
+    labels = [label for label, _ in GradientHistogramExplorer(grads).slider.options]
+    assert "2^20 = 1048576" in labels and "2^32 = 4294967296" in labels
+    assert "2^-4 = 0.0625" in labels

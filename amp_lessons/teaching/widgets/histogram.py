@@ -45,7 +45,8 @@ class GradientHistogramExplorer(Panel):
                 f"fmt must be one of {', '.join(HISTOGRAM_FORMATS)}, got {fmt!r}"
             )
         self.grads = grads.detach().flatten().float().cpu()
-        options = [(f"2^{k} = {2.0**k:g}", 2.0**k) for k in SCALE_EXPONENTS]
+        # exact: 2^20 = 1048576 (":g" printed 1.04858e+06)
+        options = [(f"2^{k} = {2.0**k:.10g}", 2.0**k) for k in SCALE_EXPONENTS]
         if scale not in [v for _label, v in options]:
             raise ValueError(
                 f"scale must be a power of two from 2^"
@@ -105,12 +106,23 @@ class GradientHistogramExplorer(Panel):
         self.stats.value = _(
             "<b>{nonzero}</b> nonzero gradients x {scale} cast to <b>{fmt}</b>: "
         ).format(
-            nonzero=number(o.nonzero), scale=f"{scale:g}", fmt=fmt
+            nonzero=number(o.nonzero), scale=f"{scale:.10g}", fmt=fmt
         ) + " &nbsp; ".join(
-            f'<span style="color:{ZONE_COLORS[z]}"><b>{p:.1%}</b></span> {name}'
+            f'<span style="color:{ZONE_COLORS[z]}"><b>{share_text(p)}</b></span> {name}'
             for name, p, z in cells
         )
         self.image.value = self._plots[fmt].blit.png()
+
+
+def share_text(share: float) -> str:
+    """A share of the gradients as a percent that reads 0.0% only when it is 0: one
+    overflow among thousands skips the step, so 0.02% must not show as none.
+
+    Example: ``share_text(0.0002) == "0.02%"``, ``share_text(0.5) == "50.0%"``.
+    """
+    if share == 0 or share >= 0.001:
+        return f"{share:.1%}"
+    return f"{share:.2%}" if share >= 0.0001 else "<0.01%"
 
 
 def gradient_histogram_explorer(
