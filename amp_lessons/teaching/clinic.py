@@ -274,17 +274,26 @@ class CallsResult:
     """How far a sequence of scaler calls got, and what torch raised."""
 
     done: tuple[str, ...]  # calls that returned; the next one (if any) raised
-    failed: str | None  # the call that raised, e.g. "unscale_ (iteration 2)"
     error: str  # "RuntimeError: ..." as torch phrased it, or "" when none
-    iteration: int = 0  # the iteration `failed` names
+    raised_in: tuple[str, int] | None = None  # (call, iteration) that raised
+
+    @property
+    def failed(self) -> str | None:
+        """The call that raised, e.g. "unscale_ (iteration 2)": the key lesson 07
+        asserts on, in English."""
+        return (
+            None
+            if self.raised_in is None
+            else "{} (iteration {})".format(*self.raised_in)
+        )
 
     @property
     def failed_shown(self) -> str | None:
         """`failed` in the learner's language, e.g. "unscale_ (iteración 2)"."""
-        if self.failed is None:
+        if self.raised_in is None:
             return None
-        call = self.failed.split(" ", 1)[0]  # a name from CALLS: no spaces
-        return _("{call} (iteration {n})").format(call=call, n=self.iteration)
+        call, iteration = self.raised_in
+        return _("{call} (iteration {n})").format(call=call, n=iteration)
 
 
 def run_calls(calls: Sequence[str], half: bool = False) -> CallsResult:
@@ -328,13 +337,10 @@ def run_calls(calls: Sequence[str], half: bool = False) -> CallsResult:
                 actions[call]()
         except Exception as exc:  # the message is the result
             return CallsResult(
-                tuple(done),
-                f"{call} (iteration {iteration})",
-                f"{type(exc).__name__}: {exc}",
-                iteration,
+                tuple(done), f"{type(exc).__name__}: {exc}", (call, iteration)
             )
         done.append(call)
-    return CallsResult(tuple(done), None, "")
+    return CallsResult(tuple(done), "")
 
 
 # ---- bf16 vs fp16 gradients ---------------------------------------------------------
