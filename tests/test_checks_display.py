@@ -82,13 +82,17 @@ def shown():
     for name, cell in zip(STUDENT_CELLS, nb.cells[1::2], strict=True):
         text = []
         for output in cell.outputs:
-            if output.output_type == "stream":
-                text.append(output.text)
+            if output.output_type == "stream" and text and text[-1][0] == output.name:
+                # a stream sent in pieces is one area in the notebook (JupyterLab
+                # merges them): print's text and its newline can come apart
+                text[-1] = (output.name, text[-1][1] + output.text)
+            elif output.output_type == "stream":
+                text.append((output.name, output.text))
             elif output.output_type == "error":
-                text.append("\n".join(output.traceback))
+                text.append(("error", "\n".join(output.traceback)))
         errors = [o for o in cell.outputs if o.output_type == "error"]
         # each output is its own area: a stream's last newline opens no line
-        text = "\n".join(part.rstrip("\n") for part in text)
+        text = "\n".join(part.rstrip("\n") for _name, part in text)
         result[name] = (ANSI.sub("", text), errors)
     return result
 
