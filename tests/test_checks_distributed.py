@@ -60,6 +60,25 @@ def counts_bits(shape, mode, world_size, rank):
     return 8 * rank_bytes(shape, mode, world_size, rank)
 
 
+def last_rank_gets_the_rest(shape, mode, world_size, rank):
+    # every rank before the last a whole chunk: wrong when torch.chunk makes fewer
+    # chunks than ranks (5 rows on 4 ranks: 2, 2, 1 and none)
+    rows, rest = shape[0], math.prod(shape[1:])
+    if mode == "ddp":
+        return 16 * rows * rest
+    chunk = math.ceil(rows / world_size)
+    mine = chunk if rank < world_size - 1 else rows - chunk * (world_size - 1)
+    return 8 * chunk * rest + 8 * mine * rest
+
+
+def rounds_rows_down(shape, mode, world_size, rank):
+    rows, rest = shape[0], math.prod(shape[1:])
+    if mode == "ddp":
+        return 16 * rows * rest
+    chunk = rows // world_size
+    return 8 * chunk * rest + 8 * max(0, min(chunk, rows - rank * chunk)) * rest
+
+
 CASES = {
     "rank_bytes": (
         check_rank_bytes,
@@ -72,6 +91,9 @@ CASES = {
             (forgets_the_moments, False, "two fp32 moments"),
             (counts_the_step, False, "4-byte `step` counter"),
             (counts_bits, True, "bytes, not bits"),
+            (last_rank_gets_the_rest, False, "rank 2 holds 1 of the 5 rows"),
+            (last_rank_gets_the_rest, True, "rank 3 holds 0 of the 5 rows"),
+            (rounds_rows_down, False, "rounds the rows per rank up, not down"),
         ],
     ),
 }
@@ -84,7 +106,7 @@ CASES = {
 
 def test_a_float_with_the_right_value_passes(capsys):
     check_rank_bytes(lambda *args: float(rank_bytes(*args)))
-    assert "all 7 cases passed" in capsys.readouterr().out
+    assert "all 8 cases passed" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -118,7 +140,7 @@ def test_any_exception_is_a_failed_case_with_its_name(exc, capsys):
     def raises(*args):
         raise exc("boom")
 
-    with pytest.raises(AssertionError, match="7 of 7 cases failed"):
+    with pytest.raises(AssertionError, match="8 of 8 cases failed"):
         check_rank_bytes(raises)
     out, err = capsys.readouterr()
     assert f"raised {exc.__name__}" in " ".join(out.split()) and err == ""
@@ -131,3 +153,17 @@ def test_a_wrong_answer_gets_its_hint_in_spanish(capsys, spanish):
     assert "pista: FSDP2 reparte filas enteras" in out
     assert "5 filas en 2 ranks son fragmentos de ceil(5/2) = 3 fila(s)" in out
     assert "DDP guarda una copia completa" not in out  # the ddp rows were right
+
+
+def test_a_value_two_mistakes_give_is_read_from_the_whole_answer(capsys):
+    # on 3x64 over 2 ranks, rank 1, forgetting the padding gives 1_024, and so does
+    # forgetting the moments; the answer's other values say which it was
+    with pytest.raises(AssertionError):
+        check_rank_bytes(ignores_padding)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "padded to ceil(rows / N)" in out
+    assert "two fp32 moments" not in out
+    with pytest.raises(AssertionError):
+        check_rank_bytes(forgets_the_moments)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "two fp32 moments" in out and "padded to ceil(rows / N)" not in out

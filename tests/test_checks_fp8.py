@@ -26,17 +26,27 @@ def to_fp8_tensorwise(x, dtype=torch.float8_e4m3fn, amax=None):
 # --- right in another form ----------------------------------------------------------
 
 
-def in_float32_with_a_float_scale(x, dtype=E4M3, amax=None):
-    """All in float32 and a Python float scale: the same bits (448 / amax rounds
-    once either way), and the floor at 1e-12 in float32 only moves the scale of an
-    all-zero tensor, whose fp8 values are zeros anyway."""
+def in_float32(x, dtype=E4M3, amax=None):
+    """All in float32: the same bits (448 / amax rounds once either way), and the
+    floor at 1e-12 in float32 only moves the scale of an all-zero tensor, whose fp8
+    values are zeros anyway."""
     amax = x.abs().max().float() if amax is None else amax.float()
     biggest = torch.finfo(dtype).max
     scale = biggest / amax.clamp(min=1e-12)
-    return (x.float() * scale).clamp(-biggest, biggest).to(dtype), scale.item()
+    return (x.float() * scale).clamp(-biggest, biggest).to(dtype), scale
 
 
 # --- known-wrong answers, each with a fragment of the hint it must get --------------
+
+
+def scale_left_in_float64(x, dtype=E4M3, amax=None):
+    x_fp8, scale = to_fp8_tensorwise(x, dtype, amax)
+    return x_fp8, scale.double()  # the division's float64, never rounded
+
+
+def scale_as_a_python_float(x, dtype=E4M3, amax=None):
+    x_fp8, scale = to_fp8_tensorwise(x, dtype, amax)
+    return x_fp8, scale.item()
 
 
 def amax_without_abs(x, dtype=E4M3, amax=None):
@@ -104,10 +114,12 @@ CASES = {
             (ignores_the_given_amax, True, "delayed scaling"),
             (returns_the_dequantized_values, False, "cast to the dtype asked for"),
             (returns_only_the_data, False, "return a tuple (x_fp8, scale)"),
+            (scale_left_in_float64, False, "divide in float64, then .float()"),
+            (scale_as_a_python_float, False, "not a Python float"),
         ],
     ),
 }
-OTHER_CORRECT = [(check_fp8_cast, in_float32_with_a_float_scale, "float32-and-float")]
+OTHER_CORRECT = [(check_fp8_cast, in_float32, "all-in-float32")]
 
 (
     test_reference_passes,

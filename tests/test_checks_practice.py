@@ -74,14 +74,16 @@ def _bce(logits, target):
 
 def _gan(generator, discriminator, opt_g, opt_d, scaler, real, noise, *,
          scaler_g=None, updates="once", g_step="scaler", d_step="scaler",
-         extra_unscale=False, update_first=False):  # fmt: skip
+         extra_unscale=False, update_first=False, detach=True, zero_g=True,
+         d_step_last=False, floats=True):  # fmt: skip
     scaler_g = scaler_g or scaler
     if update_first:
         scaler.update()
     opt_d.zero_grad(set_to_none=True)
     with torch.amp.autocast("cpu", dtype=torch.float16):
         fake = generator(noise)
-        d_real, d_fake = discriminator(real), discriminator(fake.detach())
+        d_real = discriminator(real)
+        d_fake = discriminator(fake.detach() if detach else fake)
         d_loss = _bce(d_real, 1.0) + _bce(d_fake, 0.0)
     scaler.scale(d_loss).backward()
     if extra_unscale:  # e.g. once to clip, and once more "to be sure"
@@ -89,14 +91,17 @@ def _gan(generator, discriminator, opt_g, opt_d, scaler, real, noise, *,
         scaler.unscale_(opt_d)
     if d_step == "optimizer":
         opt_d.step()
-    else:
+    elif not d_step_last:
         scaler.step(opt_d)
     if updates == "each":
         scaler.update()
-    opt_g.zero_grad(set_to_none=True)
+    if zero_g:
+        opt_g.zero_grad(set_to_none=True)
     with torch.amp.autocast("cpu", dtype=torch.float16):
         g_loss = _bce(discriminator(fake), 1.0)
     scaler_g.scale(g_loss).backward()
+    if d_step_last:  # both backwards first: G's loss adds to D's gradients
+        scaler.step(opt_d)
     if g_step == "optimizer":
         opt_g.step()
     else:
@@ -105,7 +110,7 @@ def _gan(generator, discriminator, opt_g, opt_d, scaler, real, noise, *,
         scaler_g.update()
     if updates in ("once", "each"):
         scaler.update()
-    return d_loss.item(), g_loss.item()
+    return (d_loss.item(), g_loss.item()) if floats else (d_loss, g_loss)
 
 
 def gan_two_updates(*args):
@@ -138,6 +143,22 @@ def gan_optimizer_step(*args):
 
 def gan_optimizer_steps(*args):
     return _gan(*args, g_step="optimizer", d_step="optimizer")
+
+
+def gan_fake_not_detached(*args):
+    return _gan(*args, detach=False)
+
+
+def gan_keeps_g_grads(*args):
+    return _gan(*args, zero_g=False)
+
+
+def gan_both_backwards_then_steps(*args):
+    return _gan(*args, d_step_last=True)
+
+
+def gan_returns_tensors(*args):
+    return _gan(*args, floats=False)
 
 
 def gan_no_update(*args):
@@ -265,6 +286,20 @@ def overflow_in_fp32(model, x):
     return found[0].name if found else None
 
 
+def overflow_inf_only(model, x):
+    # every output kept, then the first with an inf: blind to nan without inf
+    outputs = []
+    handles = [
+        m.register_forward_hook(lambda m, i, out, n=n: outputs.append((n, out)))
+        for n, m in model.named_modules()
+    ]
+    with torch.no_grad(), torch.amp.autocast("cpu", dtype=torch.float16):
+        model(x)
+    for handle in handles:
+        handle.remove()
+    return next((n for n, out in outputs if out.isinf().any()), None)
+
+
 def overflow_any_dtype(model, x):
     found = _findings(model, x, watch=None)
     return found[0].name if found else None
@@ -353,6 +388,10 @@ CASES = {
         (gan_exits, False, "your function called exit() or sys.exit()"),
         (gan_returns_nasty, False, "return the two losses as Python floats"),
         (gan_breaks_the_optimizers, False, "the models or optimizers could not"),
+        (gan_fake_not_detached, False, "fake points it judged were still attached"),
+        (gan_keeps_g_grads, False, "generator's gradients from the previous"),
+        (gan_both_backwards_then_steps, False, "before the discriminator stepped"),
+        (gan_returns_tensors, False, "a loss tensor keeps its autograd graph"),
         (gan_two_updates, True, "counts every iteration twice"),
         (gan_new_scaler_inside, True, "went through a second scaler"),
         (gan_calls_the_package, False, SHORTCUT),
@@ -372,6 +411,7 @@ CASES = {
         (overflow_finding, False, "return the module's name (a str"),
         (overflow_keeps_hooks, False, "forward hook(s) are still on the model"),
         (overflow_always_none, False, "nothing found"),
+        (overflow_inf_only, False, "holds nan, not inf"),
         (overflow_always_wo, False, "return None"),
         (overflow_raises_keyboardish, False, "raised GeneratorExit"),
         (overflow_returns_an_array, False, "return the module's name (a str"),
@@ -438,7 +478,7 @@ def test_graders_leave_the_global_rng_alone():
 def test_a_one_line_nan_hunt_call_fails_and_a_hook_of_ones_own_passes(hidden, capsys):
     # the one-line answer gives the right name on every case, and still fails each:
     # the exercise asks for the hooks, and nan_hunt's detector is its answer
-    cases = 3 if hidden else 4
+    cases = 3 if hidden else 5
     with pytest.raises(AssertionError, match=rf"{cases} of {cases} cases failed"):
         check_first_overflow(overflow_one_line_nan_hunt, hidden=hidden)
     out = capsys.readouterr().out

@@ -668,7 +668,7 @@ def test_lang_es_prints_the_run_in_spanish_and_leaves_the_language(capsys):
     )
     assert re.fullmatch(
         r"terminado en [\d.]+ s en cpu: pérdida [\d.]+ -> [\d.]+ "
-        r"\(media de los 10 primeros/últimos pasos\), pérdida de "
+        r"\(primer y último paso\), pérdida de "
         r"evaluación [\d.]+, exactitud [\d.]+%, 0 de 3 pasos "
         r"omitidos, escala final 1",
         lines[-1],

@@ -4,11 +4,13 @@ one line; nothing is written where progress is off (the grading sandbox, nbgrade
 make test); ``python -m amp_lessons progress`` reads, exports, imports and resets it;
 the welcome lesson's table and each lesson's last line read the same file."""
 
+import itertools
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -205,7 +207,36 @@ def test_next_step_is_the_next_exercise_then_the_next_lesson(data_dir):
     end = lesson_end("03_loss_scaling")
     assert (end.passed, end.total, end.next_lesson) == (2, 2, "04_autocast")
     assert "[04_autocast](04_autocast.ipynb)" in end._repr_markdown_()
-    assert "course is complete" in str(lesson_end("11_fp8"))
+
+
+def test_after_the_last_lesson_the_next_step_is_what_is_left(data_dir, monkeypatch):
+    # lesson 11 done, the rest not: the course is not complete, the next step is
+    # the first exercise left in reading order
+    clock = itertools.count()  # records a millisecond apart, in the order made
+    start = datetime(2026, 12, 7, tzinfo=timezone.utc)
+    monkeypatch.setattr(
+        progress,
+        "now",
+        lambda: (start + timedelta(milliseconds=next(clock))).isoformat(
+            timespec="milliseconds"
+        ),
+    )
+    for exercise in course_exercises()["11_fp8"]:
+        progress.record(exercise.check, hidden=False, passed=True)
+    lesson, exercise = next_step(progress_table().rows)
+    first = course_exercises()["00_amp_in_10_minutes"][0]
+    assert (lesson, exercise) == ("00_amp_in_10_minutes", first)
+    end = str(lesson_end("11_fp8"))
+    assert "course is complete" not in end and "This was the last lesson." in end
+    assert f"Still to do in the course: write {first.function} in" in end
+    assert "the course is complete" not in str(progress_table())
+    for exercises in course_exercises().values():
+        for exercise in exercises:
+            progress.record(exercise.check, hidden=False, passed=True)
+    assert next_step(progress_table().rows) == (None, None)
+    end = str(lesson_end("11_fp8"))
+    assert "the course is complete" in end and "Still to do" not in end
+    assert "the course is complete" in str(progress_table())
 
 
 @pytest.mark.slow

@@ -281,17 +281,25 @@ def run_train(args: argparse.Namespace) -> int:
 
 def _print_done(result, seconds: float) -> None:
     losses = result.losses
-    first, last = _mean(losses[:10]), _mean(losses[-10:])
+    # up to 10 steps each end, never overlapping: a 10-step run compares 5 and 5
+    window = max(1, min(10, len(losses) // 2))
+    first, last = _mean(losses[:window]), _mean(losses[-window:])
+    span = (
+        _("first and last step")
+        if window == 1
+        else _("mean of the first/last {window} steps").format(window=window)
+    )
     print(
         _(
-            "done in {seconds} s on {device}: loss {first} -> {last} (mean of "
-            "first/last 10 steps), eval loss {eval_loss}, accuracy {accuracy}%, "
+            "done in {seconds} s on {device}: loss {first} -> {last} ({span}), "
+            "eval loss {eval_loss}, accuracy {accuracy}%, "
             "skipped {skipped} of {steps} steps, final scale {scale}"
         ).format(
             seconds=f"{seconds:.1f}",
             device=result.device,
             first=f"{first:.3f}",
             last=f"{last:.3f}",
+            span=span,
             eval_loss=f"{result.eval_loss:.3f}",
             accuracy=f"{100 * result.eval_accuracy:.1f}",
             skipped=result.num_skipped,

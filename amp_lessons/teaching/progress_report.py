@@ -85,14 +85,28 @@ def next_lesson(lesson: str) -> str | None:
 
 def next_step(rows: list[LessonProgress]) -> tuple[str | None, Exercise | None]:
     """(lesson, exercise) to do next: the first exercise not passed in the lesson
-    worked on last, else the next lesson; the first lesson before any record."""
+    worked on last, else the next lesson not passed whole; after the last lesson,
+    the first exercise not passed in the whole course; the first lesson before any
+    record. (None, None) only when every exercise is passed."""
     worked = [r for r in rows if r.last]
     if not worked:
         return (rows[0].lesson if rows else None), None
     latest = max(worked, key=lambda r: r.last)
     if latest.next_exercise:
         return latest.lesson, latest.next_exercise
-    return next_lesson(latest.lesson), None
+    # the next lesson not yet passed whole (one without exercises: to read)
+    after = rows[rows.index(latest) + 1 :]  # rows are in reading order
+    following = next((r for r in after if r.next_exercise or not r.total), None)
+    if following is not None:
+        return following.lesson, None
+    return first_left(rows)
+
+
+def first_left(rows: list[LessonProgress]) -> tuple[str | None, Exercise | None]:
+    """The first exercise not passed, in reading order: (lesson, exercise), or
+    (None, None) when every exercise is passed."""
+    left = next((r for r in rows if r.next_exercise), None)
+    return (left.lesson, left.next_exercise) if left else (None, None)
 
 
 def _local(time: str | None) -> str:
@@ -197,15 +211,34 @@ class LessonEnd:
     total: int
     next_lesson: str | None
     lines: tuple[str, ...]
+    course_complete: bool = False
 
     def __str__(self) -> str:
-        return "\n".join([*self.lines, _ending(self.lesson, self.next_lesson)])
+        return "\n".join([*self.lines, self._ending()])
 
     __repr__ = __str__
 
     def _repr_markdown_(self) -> str:
         link = f"[{self.next_lesson}]({self.next_lesson}.ipynb)"
-        return "  \n".join([*self.lines, _ending(self.lesson, self.next_lesson, link)])
+        return "  \n".join([*self.lines, self._ending(link)])
+
+    def _ending(self, link: str | None = None) -> str:
+        following = self.next_lesson
+        if following is None:
+            links = ", ".join(READ_NEXT)
+            if self.course_complete:
+                return _(
+                    "This was the last lesson: the course is complete. Read next: "
+                    "{links}"
+                ).format(links=links)
+            return _("This was the last lesson. Read next: {links}").format(links=links)
+        link = link or f"{following}.ipynb"
+        if self.lesson == LAST_CORE_LESSON:
+            return _(
+                "This was the last lesson of the core course (00-08). Going "
+                "further: {link}"
+            ).format(link=link)
+        return _("Next lesson: {link}").format(link=link)
 
 
 def lesson_end(lesson: str) -> LessonEnd:
@@ -219,6 +252,8 @@ def lesson_end(lesson: str) -> LessonEnd:
     if row is None:
         raise ValueError(f"lesson must be one of {', '.join(lesson_order())}")
     lines = []
+    following = next_lesson(lesson)
+    complete = False  # the whole course passed: known only where progress is kept
     if not table.recording:
         lines.append(table.source_line())
     elif row.total:
@@ -235,19 +270,15 @@ def lesson_end(lesson: str) -> LessonEnd:
                     function=row.next_exercise.function
                 )
             )
+    if table.recording and following is None:  # the last lesson: what is left
+        left, exercise = first_left(list(table.rows))
+        complete = left is None
+        if exercise is not None and left != lesson:
+            lines.append(
+                _("Still to do in the course: {step}.").format(
+                    step=_step_text(left, exercise)
+                )
+            )
     return LessonEnd(
-        lesson, len(row.passed), row.total, next_lesson(lesson), tuple(lines)
+        lesson, len(row.passed), row.total, following, tuple(lines), complete
     )
-
-
-def _ending(lesson: str, following: str | None, link: str | None = None) -> str:
-    if following is None:
-        return _(
-            "This was the last lesson: the course is complete. Read next: {links}"
-        ).format(links=", ".join(READ_NEXT))
-    link = link or f"{following}.ipynb"
-    if lesson == LAST_CORE_LESSON:
-        return _(
-            "This was the last lesson of the core course (00-08). Going further: {link}"
-        ).format(link=link)
-    return _("Next lesson: {link}").format(link=link)

@@ -55,6 +55,22 @@ _GAN_FAULTS = {
         "unscale_ ran twice on {opt} in one iteration (or after its step): the "
         "second would divide its gradients by the scale again, so torch refuses it. "
         "The scaler's step unscales by itself."),
+    "stale_grads": N_(
+        "the {net}'s gradients from the previous iteration were still there when "
+        "this iteration's backward reached it: backward adds to .grad, so {opt} "
+        "stepped on the sum of two iterations' gradients. Each half starts from "
+        "cleared gradients."),
+    "fake_not_detached": N_(
+        "the discriminator's loss went backward into the generator as well: the "
+        "fake points it judged were still attached to G, so that backward also "
+        "freed G's graph, which the generator's loss needs next (torch refuses a "
+        "second backward through it). The discriminator's half judges fake points "
+        "detached from G."),
+    "g_backward_before_d_step": N_(
+        "the generator's loss went backward before the discriminator stepped: "
+        "that backward runs through D too and adds to D's gradients, so D stepped "
+        "on the sum of both losses' gradients. D steps before G's loss goes "
+        "backward."),
     "returned_scaled": N_(
         "the step returned a scaled loss (loss times the scale): the losses the "
         "iteration reports are the ones before scaling."),
@@ -70,6 +86,8 @@ def _backwards(calls: list[str]) -> list[tuple[set[str], bool]]:
     in_row = False
     for call in calls:
         kind, _sep, net = call.partition(":")
+        if kind == "stale_grads":  # noted inside a backward, just before it reached
+            continue
         if kind not in ("backward", "backward_unscaled"):
             in_row = False
             continue
@@ -102,6 +120,22 @@ def _net_faults(calls: list[str], net: str, reached_end: bool) -> list[tuple]:
     return faults
 
 
+def _order_faults(calls: list[str], steps: list[str]) -> list[tuple]:
+    """Faults of the order of D's and G's backwards: D's loss reaching G (the fake
+    points not detached), G's loss going backward into D before D's step."""
+    backwards = _backwards(calls)
+    first_step = calls.index(steps[0]) if steps else len(calls)
+    faults: list[tuple] = []
+    if backwards and backwards[0][0] == {"d", "g"} and not steps[:1] == ["step:g"]:
+        faults.append(("fake_not_detached", ""))
+    d_steps = [c for c in steps if c.endswith(":d")]
+    if d_steps and steps[0] == d_steps[0]:
+        into_d = [b for b in _backwards(calls[:first_step]) if "d" in b[0]]
+        if len(into_d) > 1 and "g" in into_d[-1][0]:
+            faults.append(("g_backward_before_d_step", ""))
+    return faults
+
+
 def _gan_faults(calls: list[str], finished: bool) -> list[tuple]:
     """The faults ((key of `_GAN_FAULTS`, network)) of one iteration's `calls`.
     `finished`: it returned; when it raised, what it never reached is not missing."""
@@ -109,7 +143,9 @@ def _gan_faults(calls: list[str], finished: bool) -> list[tuple]:
     if "other_scaler" in calls:
         return [("second_scaler", "g")]
     steps = [c for c in calls if c.partition(":")[0] in ("step", "optimizer.step")]
-    faults: list[tuple] = []
+    faults: list[tuple] = _order_faults(calls, steps)
+    faults += [("stale_grads", c.partition(":")[2]) for c in calls
+               if c.startswith("stale_grads:")]  # fmt: skip
     if "update" in calls and (not steps or calls.index("update") < calls.index(
             steps[0])):  # fmt: skip
         faults.append(("update_first", ""))

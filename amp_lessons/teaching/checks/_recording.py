@@ -11,7 +11,9 @@ make. Calls the scaler makes on itself (its `step` unscales first) are not noted
 With two models (a GAN), each is watched under a name: its notes end in ``:name``
 (``"backward:g"``, ``"step:d"``), a backward noting each watched model it reached;
 ``"other_scaler"`` comes before a step of a watched optimizer that another scaler
-made. `scaled` keeps what `scale` returned, to tell a scaled loss handed back.
+made; ``"stale_grads:name"``, before the first backward to reach a model since
+`calls` was last emptied, when that model's gradients were not cleared (a backward
+adds to them). `scaled` keeps what `scale` returned, to tell a scaled loss handed back.
 
 Example:
     >>> model = torch.nn.Linear(2, 1)
@@ -58,7 +60,7 @@ class RecordingScaler(torch.amp.GradScaler):
         self._watched.add(suffix)
         first = next(p for p in model.parameters() if p.requires_grad)
         # every backward through the model reaches every parameter, the first too
-        first.register_hook(lambda grad: self._reached_model(suffix))
+        first.register_hook(lambda grad: self._reached_model(suffix, first))
         optimizer.register_step_pre_hook(
             lambda opt, args, kwargs: self._optimizer_step(suffix)
         )
@@ -84,10 +86,15 @@ class RecordingScaler(torch.amp.GradScaler):
         engine = torch.autograd.Variable._execution_engine
         engine.queue_callback(self._scaled_for.clear)
 
-    def _reached_model(self, suffix: str) -> None:
+    def _reached_model(self, suffix: str, first: torch.Tensor) -> None:
         scaled = suffix in self._scaled_for
         self._scaled_for.discard(suffix)
-        self.calls.append(("backward" if scaled else "backward_unscaled") + suffix)
+        reached = ("backward" + suffix, "backward_unscaled" + suffix)
+        if not any(call in reached for call in self.calls):  # first time this round:
+            old = first.grad  # gradients still there from before are added to
+            if old is not None and bool(old.detach().ne(0).any()):
+                self.calls.append("stale_grads" + suffix)
+        self.calls.append(reached[0] if scaled else reached[1])
 
     def _optimizer_step(self, suffix: str) -> None:
         if self._inside:

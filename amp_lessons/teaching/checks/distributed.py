@@ -35,9 +35,11 @@ _CASES = [
     ((3, 64), "fsdp2", 2, 1),
     ((64, 2), "fsdp2", 2, 1),
     ((3,), "fsdp2", 4, 3),
+    ((5, 2), "fsdp2", 4, 2),  # torch.chunk makes 3 chunks for 4 ranks
 ]
 _HIDDEN = [
     ((7, 3), "fsdp2", 4, 3),
+    ((5, 2), "fsdp2", 4, 3),
     ((4096, 4096), "fsdp2", 8, 7),
     ((1,), "fsdp2", 2, 1),
     ((50257, 768), "fsdp2", 64, 63),
@@ -51,88 +53,139 @@ def _expected(shape, mode: str, world_size: int, rank: int) -> int:
     return sum(parts.values())
 
 
-# the hint for two different wrong answers under DDP
+# The usual wrong answers, each with its hint. A value alone can fit two of them
+# (on 3x64 over 2 ranks, forgetting the padding and forgetting the moments both give
+# 1_024), so the answer is diagnosed over every case at once: the mistake that
+# explains the most of its values gives each row's hint.
 _DDP_WHOLE = N_(
     "DDP keeps a whole copy of every parameter, gradient and moment on "
     "every rank: 16 bytes x {numel} values, whatever the world size"
 )
+_HINTS = {
+    "bits": N_("count bytes, not bits (a float32 is 4 bytes)"),
+    "ddp_shards": _DDP_WHOLE,
+    "ddp_divided": _DDP_WHOLE,
+    "numel_over_n": N_(
+        "FSDP2 shards whole rows (torch.chunk on dim 0), not numel / N: "
+        "{rows} rows on {world_size} ranks are chunks of "
+        "ceil({rows}/{world_size}) = {chunk} row(s)"
+    ),
+    "step": N_(
+        "leave out AdamW's 4-byte `step` counter: count the parameter, its "
+        "gradient and the two moments"
+    ),
+    "no_moments": N_(
+        "AdamW keeps two fp32 moments per parameter (exp_avg and "
+        "exp_avg_sq): 8 more bytes for each value this rank optimizes"
+    ),
+    "no_padding": N_(
+        "the parameter and gradient shards are padded to ceil(rows / N) rows "
+        "on every rank (so the all-gather buffers line up); only Adam's "
+        "moments follow the rows this rank really has"
+    ),
+    "rows_held": N_(
+        "torch.chunk hands out ceil({rows}/{world_size}) = {chunk} row(s) per rank "
+        "until the rows run out: rank {rank} holds {mine} of the {rows} rows here, "
+        "so a rank before the last can hold less than a chunk, or none"
+    ),
+    "floor_chunk": N_(
+        "torch.chunk rounds the rows per rank up, not down: {rows} rows on "
+        "{world_size} ranks are chunks of ceil({rows}/{world_size}) = {chunk} "
+        "row(s), and the last ranks hold what is left"
+    ),
+    "padded_moments": N_(
+        "Adam's moments are zeros_like(the shard): they follow the rows this "
+        "rank really has, without the padding"
+    ),
+    "whole": N_(
+        "under FSDP2 a rank keeps only its shard of each tensor, not all of it"
+    ),
+}
 
 
-def _hint(shape, mode: str, world_size: int, rank: int, got: float) -> str:
+def _mistakes(shape, mode: str, world_size: int, rank: int) -> dict[str, float]:
+    """What each usual wrong answer returns for this case (a key of `_HINTS`)."""
     rows, rest = shape[0], math.prod(shape[1:])
-    numel = rows * rest
-    held = shard_rows(rows, world_size, rank) * rest
-    padded = math.ceil(rows / world_size) * rest
+    numel, chunk = rows * rest, math.ceil(rows / world_size)
+    held, padded = shard_rows(rows, world_size, rank) * rest, chunk * rest
     want = _expected(shape, mode, world_size, rank)
-    moments = 8 * (numel if mode == "ddp" else held)
-    # the structural mistakes first: a coincidence can make them look like an
-    # off-by-4 or a forgotten moment on small shapes
-    if got == want * 8:
-        return _("count bytes, not bits (a float32 is 4 bytes)")
-    if (
-        mode == "ddp"
-        and got != want
-        and got in (want / world_size, _expected(shape, "fsdp2", world_size, rank))
-    ):
-        return _(_DDP_WHOLE).format(numel=numel)
-    if mode == "fsdp2" and got == 16 * numel / world_size:
-        return _(
-            "FSDP2 shards whole rows (torch.chunk on dim 0), not numel / N: "
-            "{rows} rows on {world_size} ranks are chunks of "
-            "ceil({rows}/{world_size}) = {chunk} row(s)"
-        ).format(rows=rows, world_size=world_size, chunk=math.ceil(rows / world_size))
-    if got == want + 4:
-        return _(
-            "leave out AdamW's 4-byte `step` counter: count the parameter, its "
-            "gradient and the two moments"
-        )
-    if got == want - moments:
-        return _(
-            "AdamW keeps two fp32 moments per parameter (exp_avg and "
-            "exp_avg_sq): 8 more bytes for each value this rank optimizes"
-        )
+    found = {"bits": 8 * want, "step": want + 4}
     if mode == "ddp":
-        return _(_DDP_WHOLE).format(numel=numel)
-    if got == 16 * held:
-        return _(
-            "the parameter and gradient shards are padded to ceil(rows / N) rows "
-            "on every rank (so the all-gather buffers line up); only Adam's "
-            "moments follow the rows this rank really has"
-        )
-    if got == 16 * padded:
-        return _(
-            "Adam's moments are zeros_like(the shard): they follow the rows this "
-            "rank really has, without the padding"
-        )
-    if got == 16 * numel:
-        return _(
-            "under FSDP2 a rank keeps only its shard of each tensor, not all of it"
-        )
+        sharded = _expected(shape, "fsdp2", world_size, rank)
+        return found | {
+            "ddp_shards": sharded,
+            "ddp_divided": want / world_size,
+            "no_moments": 8 * numel,
+        }
+    # "the last rank gets the rest": every other rank a whole chunk
+    last_rows = chunk if rank < world_size - 1 else rows - chunk * (world_size - 1)
+    low = rows // world_size  # rows per rank rounded down
+    low_mine = max(0, min(low, rows - rank * low))
+    return found | {
+        "numel_over_n": 16 * numel / world_size,
+        "no_moments": 8 * padded,
+        "no_padding": 16 * held,
+        "padded_moments": 16 * padded,
+        "whole": 16 * numel,
+        "rows_held": 8 * padded + 8 * last_rows * rest,
+        "floor_chunk": 8 * low * rest + 8 * low_mine * rest,
+    }
+
+
+def _ranked_mistakes(answered: list[tuple[tuple, float]]) -> list[str]:
+    """The keys of `_HINTS`, the mistakes that explain most of the wrong values in
+    `answered` ((case, value) pairs) first; ties keep `_HINTS`' order."""
+    score = dict.fromkeys(_HINTS, 0)
+    for case, got in answered:
+        if got != _expected(*case):
+            for key, value in _mistakes(*case).items():
+                score[key] += got == value
+    return sorted(_HINTS, key=lambda key: -score[key])
+
+
+def _hint(case: tuple, got: float, ranked: list[str]) -> str:
+    shape, mode, world_size, rank = case
+    rows, rest = shape[0], math.prod(shape[1:])
+    chunk = math.ceil(rows / world_size)
+    facts = {
+        "numel": rows * rest,
+        "rows": rows,
+        "world_size": world_size,
+        "rank": rank,
+        "chunk": chunk,
+        "mine": shard_rows(rows, world_size, rank),
+    }
+    predicted = _mistakes(*case)
+    for key in ranked:
+        if key in predicted and predicted[key] == got:
+            return _(_HINTS[key]).format(**facts)
+    if mode == "ddp":
+        return _(_DDP_WHOLE).format(**facts)
     return _(
         "parameter + gradient ({padded} padded values each) + two moments "
         "({held} values each), 4 bytes per value"
-    ).format(padded=padded, held=held)
+    ).format(padded=chunk * rest, held=facts["mine"] * rest)
 
 
 def _rows(rank_bytes: Callable, hidden: bool) -> list[Row]:
+    answers = []  # (case, value or None, what was returned)
+    for case in _HIDDEN if hidden else _CASES:
+        got = call_student(rank_bytes, *case)
+        value = None if isinstance(got, Raised) else as_float(got)
+        if type(got) not in (int, float):  # no int/float look-alikes
+            value = None
+        answers.append((case, value, got))
+    ranked = _ranked_mistakes([(c, v) for c, v, _got in answers if v is not None])
     rows = []
-    for shape, mode, world_size, rank in _HIDDEN if hidden else _CASES:
-        want = _expected(shape, mode, world_size, rank)
-        case = f"{mode} {'x'.join(map(str, shape))} N={world_size} r={rank}"
-        got = call_student(rank_bytes, shape, mode, world_size, rank)
+    for case, value, got in answers:
+        shape, mode, world_size, rank = case
+        want = _expected(*case)
+        label = f"{mode} {'x'.join(map(str, shape))} N={world_size} r={rank}"
         # visible cases never print the answer (it is the exercise); hidden ones may
         expected = f"{want:_}" if hidden else NOT_SHOWN
-        value = None if isinstance(got, Raised) else as_float(got)
-        if value is None or type(got) not in (int, float):  # no int/float look-alikes
-            rows.append(
-                Row(
-                    case,
-                    expected,
-                    show_value(got, 22),
-                    False,
-                    type_hint(got, N_("an int number of bytes")),
-                )
-            )
+        if value is None:
+            hint = type_hint(got, N_("an int number of bytes"))
+            rows.append(Row(label, expected, show_value(got, 22), False, hint))
             continue
         ok = value == want
         shown = (
@@ -141,13 +194,7 @@ def _rows(rank_bytes: Callable, hidden: bool) -> list[Row]:
             else repr(value)
         )
         rows.append(
-            Row(
-                case,
-                expected,
-                shown,
-                ok,
-                "" if ok else _hint(shape, mode, world_size, rank, value),
-            )
+            Row(label, expected, shown, ok, "" if ok else _hint(case, value, ranked))
         )
     return rows
 

@@ -77,6 +77,27 @@ def _show(x_fp8: torch.Tensor, scale: float) -> str:
     return _("scale {scale}, [{values}]").format(scale=f"{scale:.6g}", values=shown)
 
 
+SCALE_IN_FLOAT64 = N_(
+    "return the scale as a float32 tensor, as torchao does: divide in float64, "
+    "then .float(); the fp8 matmul divides its result by this scale, and a "
+    "{dtype} scale changes the dtype of that result; got a {dtype} tensor"
+)
+SCALE_NOT_A_TENSOR = N_(
+    "return the scale as a float32 tensor, as torchao does, not a Python "
+    "{kind}: on a GPU, .item() waits for the GPU to finish (a sync) at every "
+    "cast, and the scale is needed on the GPU again by the matmul"
+)
+
+
+def _scale_dtype_hint(scale: Any) -> str:
+    """The hint for a scale of the right value that is not a float32 tensor, or ""."""
+    if isinstance(scale, torch.Tensor):
+        if scale.dtype == torch.float32:
+            return ""
+        return _(SCALE_IN_FLOAT64).format(dtype=str(scale.dtype).removeprefix("torch."))
+    return _(SCALE_NOT_A_TENSOR).format(kind=type(scale).__name__)
+
+
 def _near(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 * abs(b)
 
@@ -168,6 +189,8 @@ def _rows(fn: Callable, hidden: bool) -> list[Row]:
             and _near(scale, expected_scale.item())
         )
         hint = "" if ok else _hint(x, dtype, given, data, scale, expected_scale.item())
+        if ok and _scale_dtype_hint(got[1]):
+            ok, hint = False, _scale_dtype_hint(got[1])
         rows.append(Row(_(label), shown, _show(data, scale), ok, hint))
     return rows
 

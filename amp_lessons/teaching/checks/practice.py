@@ -138,10 +138,8 @@ def _pair(got: Any) -> tuple[float, float] | None:
             for value in got:
                 if isinstance(value, bool):
                     return None
-                if isinstance(value, torch.Tensor):
-                    if value.numel() != 1:
-                        return None
-                    value = value.item()
+                if isinstance(value, torch.Tensor):  # floats, as the spec asks
+                    return None
                 values.append(float(value))
             return values[0], values[1]
     except BaseException as exc:  # a __float__ or __len__ that raises (or exits)
@@ -240,7 +238,9 @@ def _or(hints: list[str]) -> str:
 def _gan_hint(got: Any, trace: list[list[str]]) -> str:
     if isinstance(got, tuple):
         return _(
-            "return the two losses as Python floats, (d_loss, g_loss); got {value}"
+            "return the two losses as Python floats, (d_loss, g_loss): a loss "
+            "tensor keeps its autograd graph, and the activations saved for "
+            "backward, alive for as long as the caller holds it; got {value}"
         ).format(value=_show(got[1], 40))
     raised = isinstance(got, Raised) and not isinstance(got, _Broken)
     hint = gan_fault_hint(trace, finished=not isinstance(got, Raised))
@@ -339,6 +339,23 @@ def _mlp(big_layer: int) -> nn.Module:
     return nn.Sequential(*layers)
 
 
+class _SoftmaxByHand(nn.Module):
+    """exp(x) / sum(exp(x)) without subtracting the max: in fp16, exp(12) is inf, and
+    inf / inf is nan, so the output holds nan and no inf."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = x.exp()
+        return e / e.sum(dim=-1, keepdim=True)
+
+
+def _nan_not_inf() -> nn.Module:
+    first = nn.Linear(4, 4)
+    with torch.no_grad():
+        first.weight.fill_(3.0)  # 12 for an input of ones
+        first.bias.zero_()
+    return nn.Sequential(first, _SoftmaxByHand(), nn.Linear(4, 2))
+
+
 def _fp32_then_fp16() -> nn.Module:
     # an fp32 layer (autocast off) reaches 1e5, which fp32 holds; the fp16 layer
     # after it overflows
@@ -359,6 +376,7 @@ _OVERFLOW_CASES: tuple[tuple[str, Callable[[], nn.Module], Callable[[], Any]], .
         lambda: _TwoBranches(4, 800.0),
         lambda: torch.ones(2, 4) * 16,
     ),
+    (N_("a softmax by hand: nan, no inf"), _nan_not_inf, lambda: torch.ones(2, 4)),
 )
 _OVERFLOW_HIDDEN: tuple[tuple[str, Callable[[], nn.Module], Callable[[], Any]], ...] = (
     (N_("a block's own sum overflows"),
@@ -391,12 +409,30 @@ def _overflow_answers(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
             model(x)
     return {
         "right": findings[0].name if findings else None,
+        "nan only": bool(findings) and _holds_no_inf(model, x, findings[0].name),
         "last": findings[-1].name if findings else None,
         "leaf": leaves[0].name if leaves else None,
         "fp32": fp32.name if fp32 else None,
         "kind": findings[0].kind if findings else None,
         "any dtype": every_dtype.first.name if every_dtype.first else None,
     }
+
+
+def _holds_no_inf(model: nn.Module, x: torch.Tensor, name: str) -> bool:
+    """Whether the fp16-autocast output of the module `name` holds nan but no inf."""
+    seen: list[bool] = []
+
+    def note(module: nn.Module, inputs: Any, output: Any) -> None:
+        if isinstance(output, torch.Tensor) and not seen:
+            seen.append(not bool(output.isinf().any()))
+
+    handle = model.get_submodule(name).register_forward_hook(note)
+    try:
+        with _fixed_state(), torch.no_grad(), torch.amp.autocast("cpu", torch.float16):
+            model(x)
+    finally:
+        handle.remove()
+    return bool(seen and seen[0])
 
 
 _OVERFLOW_HINTS = {
@@ -499,6 +535,12 @@ def _overflow_hint(got: Any, used: str | None, left: int, answers: dict) -> str:
             "model: keep the handles register_forward_hook returns and "
             "call handle.remove() (in a finally: block)"
         ).format(left=left)
+    if answers["nan only"] and got != expected:
+        return _(
+            "the first bad output here holds nan, not inf: this softmax written "
+            "by hand overflows inside the module (exp(12) is inf in fp16) and "
+            "divides inf by inf; look for both inf and nan"
+        )
     if got is None:
         return _(
             "nothing found, yet an output overflows: hook every module and "
@@ -506,7 +548,7 @@ def _overflow_hint(got: Any, used: str | None, left: int, answers: dict) -> str:
         )
     if expected is None:
         return _("no output overflows here (every output is finite): return None")
-    wrong = [k for k, v in answers.items() if k != "right" and v == got]
+    wrong = [k for k in _OVERFLOW_HINTS if answers[k] == got]
     return _or([_(_OVERFLOW_HINTS[k]) for k in wrong]) or _(
         "not the first module whose output holds inf/nan under fp16 "
         "autocast; forward hooks fire as each module finishes, children "
