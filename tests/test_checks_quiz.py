@@ -7,11 +7,13 @@ import contextlib
 import io
 import json
 import re
+import sys
 
 import pytest
 from grader_harness import grader_tests
 from paths import NOTEBOOKS_DIR
 
+from amp_lessons.teaching import self_study
 from amp_lessons.teaching.checks import check_quick_check
 from amp_lessons.teaching.quiz import QUESTIONS, QUICK_CHECK, quick_check_text
 
@@ -123,7 +125,8 @@ def test_visible_table_never_prints_the_right_choice(capsys):
 
 
 @pytest.mark.parametrize("qid", QUESTIONS)
-def test_one_question_at_a_time(qid, capsys):
+def test_one_question_at_a_time(qid, capsys, monkeypatch):
+    monkeypatch.setenv(self_study.ENV, "0")  # in a class: hidden tests grade five
     answers = quick_check_answers()
     check_quick_check(quick_check_answers, qid)
     check_quick_check(quick_check_answers, qid, hidden=True)
@@ -196,3 +199,42 @@ def test_one_wrong_answer_costs_one_point():
     assert score(quick_check_answers) == 10
     assert score(quiz_one_wrong) == 8  # one visible and one hidden question wrong
     assert score(quiz_all_wrong) == 0
+
+
+@pytest.mark.parametrize("written", ["B", "(b)", " b ", "b)"])
+def test_a_letter_in_another_form_is_wrong_and_told_how_to_write_it(written, capsys):
+    with pytest.raises(AssertionError, match="1 of 1 cases failed"):
+        check_quick_check(lambda: {"autocast_scope": written}, "autocast_scope")
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"write the letter alone, in lower case: 'b', not {written!r}" in out
+
+
+def test_no_choice_gives_the_right_one_away_by_its_length():
+    # a learner picks the longest choice when unsure: the right one must not be
+    # much longer than the longest wrong one
+    for qid, (_question, choices) in QUESTIONS.items():
+        right = next(text for text, why in choices.values() if not why)
+        wrong = max(len(text) for text, why in choices.values() if why)
+        assert len(right) <= 1.6 * wrong, qid
+
+
+@pytest.mark.parametrize("qid", sorted(set(QUESTIONS) - set(VISIBLE)))
+def test_on_your_own_the_visible_cell_grades_every_question(qid, capsys, monkeypatch):
+    # no instructor, no hidden tests: a wrong letter fails where the learner sees it
+    # (and so progress never records it as passed)
+    monkeypatch.setenv(self_study.ENV, "1")
+    wrong = {**quick_check_answers(), qid: wrong_letter(qid)}
+    with pytest.raises(AssertionError, match="1 of 1 cases failed"):
+        check_quick_check(lambda: wrong, qid)
+    out = capsys.readouterr().out
+    assert "hidden tests" not in out and right_letter(qid) not in out.split()
+    check_quick_check(quick_check_answers, qid)
+
+
+def test_on_your_own_means_the_learners_lab_or_colab(monkeypatch):
+    monkeypatch.delenv(self_study.ENV, raising=False)
+    assert not self_study.on_your_own()
+    monkeypatch.setitem(sys.modules, "google.colab", object())
+    assert self_study.on_your_own()
+    monkeypatch.setenv(self_study.ENV, "0")  # grading says so, even in Colab
+    assert not self_study.on_your_own()

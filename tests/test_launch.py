@@ -25,6 +25,7 @@ import termios
 import textwrap
 import threading
 import time
+import types
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -39,6 +40,8 @@ from lab_server import (
 )
 from paths import ROOT
 
+from amp_lessons.teaching import self_study
+from amp_lessons.tooling import lab as lab_launcher
 from amp_lessons.tooling.lab import ROOT_NOTE
 
 pytestmark = pytest.mark.skipif(
@@ -484,3 +487,32 @@ def test_allow_root_is_added_as_root_only_and_said(monkeypatch, capsys, tmp_path
         assert ("--allow-root" in launched[-1]) is added
         err = capsys.readouterr().err
         assert ("--allow-root" in err and "as root" in err) is added
+
+
+def test_the_learners_lab_is_marked_on_your_own(monkeypatch, tmp_path):
+    # make lab: no instructor grades there, so the kernels' checks grade everything
+    monkeypatch.delenv(self_study.ENV, raising=False)
+    seen = {}
+    report = types.SimpleNamespace(folder=tmp_path, summary=lambda lang: "")
+    monkeypatch.setattr(lab_launcher.learner_copy, "sync", lambda lang: report)
+    monkeypatch.setattr(
+        lab_launcher, "run_lab", lambda command: seen.update(os.environ) or 0
+    )
+    assert lab_launcher.open_learner_copy("en") == 0
+    assert seen[self_study.ENV] == "1"
+
+
+def test_the_learners_lab_leaves_nbgrader_server_side_out():
+    command = lab_launcher.lab_command(learner=True)
+    for extension in lab_launcher.NBGRADER_SERVER_EXTENSIONS:
+        i = command.index(f"{extension}=False")
+        assert command[i - 1] == "--ServerApp.jpserver_extensions"
+    assert not any("jpserver_extensions" in a for a in lab_launcher.lab_command())
+    # every nbgrader server extension this venv enables is among them
+    listed = subprocess.run(
+        [sys.executable, "-m", "jupyter", "server", "extension", "list"],
+        capture_output=True,
+        text=True,
+    )
+    enabled = set(re.findall(r"(nbgrader\.server_extensions\.\w+)", listed.stderr))
+    assert enabled and enabled <= set(lab_launcher.NBGRADER_SERVER_EXTENSIONS)

@@ -17,7 +17,7 @@ import pytest
 from paths import NOTEBOOKS_DIR, ROOT
 
 from amp_lessons.cli import main
-from amp_lessons.teaching import progress
+from amp_lessons.teaching import progress, self_study
 from amp_lessons.teaching.lessons import (
     course_exercises,
     exercise_of,
@@ -160,6 +160,7 @@ def test_the_grading_sandbox_and_nbgrader_run_with_progress_off(tmp_path, monkey
 
     monkeypatch.delenv(progress.ENV, raising=False)
     assert jupyter_env(tmp_path)[progress.ENV] == "off"  # autograde, site, slides
+    assert jupyter_env(tmp_path)[self_study.ENV] == "0"  # the hidden tests grade
     monkeypatch.setattr(os, "environ", dict(os.environ))
     job = {
         "workdir": str(tmp_path / "work"),
@@ -172,6 +173,7 @@ def test_the_grading_sandbox_and_nbgrader_run_with_progress_off(tmp_path, monkey
     }
     runner._prepare(job)  # the environment the sandboxed kernel starts with
     assert os.environ[progress.ENV] == "off"
+    assert os.environ[self_study.ENV] == "0"
 
 
 def test_lessons_and_totals_come_from_the_notebooks():

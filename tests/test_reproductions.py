@@ -28,7 +28,8 @@ EVIDENCE = {
     "resume_without_scaler": ("4 of 4 steps skipped", "0 of 4 steps skipped"),
     "bce_under_autocast": ("nan", "gradient [0.5"),
     "compile_disabled_region": ("differ", "equal"),
-    "scaler_in_loop": ("8 of 8 steps skipped", "of 8 steps skipped"),
+    "scaler_in_loop": ("8 of 8 steps skipped, 0 taken",
+                       "5 of 8 steps skipped, 3 taken"),
 }  # fmt: skip
 
 

@@ -51,24 +51,28 @@ QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "update_after_overflow": (N_("After a step whose gradients had inf/NaN, what does "
                               "scaler.update() do (default settings)?"), {
         "a": (N_("Multiplies the scale by 0.5 and restarts the growth count"), ""),
-        "b": (N_("Leaves the scale as it is"), N_("then the next step would overflow "
-              "again")),
-        "c": (N_("Doubles the scale"), N_("growth happens after 2000 steps WITHOUT "
-              "overflow")),
-        "d": (N_("Resets the scale to 65536"),
+        "b": (N_("Leaves the scale as it is, so that training keeps its pace"),
+              N_("then the next step would overflow again")),
+        "c": (N_("Doubles the scale, to get past the overflow sooner"),
+              N_("growth happens after 2000 steps WITHOUT overflow")),
+        "d": (N_("Resets the scale to its starting value, 65536"),
               N_("it backs off from the current scale; "
               "it does not reset it")),
     }),
     "memory_saving": (N_("The seed promises '~2x less memory'. What is true?"), {
-        "a": (N_("Every tensor of training halves"), N_("weights, grads and Adam state "
-              "stay fp32 with AMP (lesson 06 measures it)")),
+        "a": (N_("Every tensor of training halves: weights, gradients, Adam state and "
+                 "activations"),
+              N_("weights, grads and Adam state stay fp32 with AMP (lesson 06 "
+                 "measures it)")),
         "b": (N_("Activations kept for backward roughly halve; weights, grads and Adam "
-              "state stay fp32, so the total saving is often far below 2x, and "
-              "with small batches memory can even grow"), ""),
-        "c": (N_("Memory halves only on CPU"), N_("no device halves everything; on CPU "
-              "it is no different")),
-        "d": (N_("Weights halve but activations do not"), N_("the other way round: the "
-              "master weights stay fp32; saved activations are fp16")),
+                 "state stay fp32, so the total often saves far less"), ""),
+        "c": (N_("Memory halves on a GPU with tensor cores, and not on a CPU"),
+              N_("tensor cores change the speed, not the sizes: a 16-bit value takes "
+                 "2 bytes on any device")),
+        "d": (N_("The weights halve, since autocast keeps them in fp16; activations "
+                 "do not"),
+              N_("the other way round: the master weights stay fp32; saved "
+                 "activations are fp16")),
     }),
     "bf16_scaler": (N_("Training with bf16 autocast: do you need a GradScaler?"), {
         "a": (N_("Yes, always"), N_("bf16 has fp32's 8 exponent bits, so gradients do "
@@ -118,14 +122,14 @@ QUESTIONS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     }),
     "where_clip": (N_("You clip gradients with clip_grad_norm_ in an AMP loop. "
                    "Where?"), {
-        "a": (N_("Before scaler.scale(loss).backward()"), N_("there are no new grads "
-              "yet to clip")),
-        "b": (N_("Right after backward, before unscale_"), N_("the grads are still "
-              "scaled: the norm is ~scale times too big")),
+        "a": (N_("Before scaler.scale(loss).backward(), on the last gradients"),
+              N_("there are no new grads yet to clip")),
+        "b": (N_("Right after backward, before scaler.unscale_(optimizer)"),
+              N_("the grads are still scaled: the norm is ~scale times too big")),
         "c": (N_("After scaler.unscale_(optimizer), before scaler.step(optimizer)"),
               ""),
-        "d": (N_("After scaler.update()"), N_("the step already used the unclipped "
-              "grads")),
+        "d": (N_("After scaler.update(), once the step is done"),
+              N_("the step already used the unclipped grads")),
     }),
 }  # fmt: skip
 """question id -> (question, {letter: (choice, why it is wrong, or "" if right)}).

@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from amp_lessons.teaching import self_study
 from amp_lessons.tooling import learner_copy
 
 # The course's lessons of each edition (solved: the instructor's), in the
@@ -44,6 +45,7 @@ def lab_command(
     open_browser: bool = True,
     root_dir: str | Path | None = None,
     settings_dir: str | Path | None = None,
+    learner: bool = False,
 ) -> list[str]:
     """The `jupyter lab` command line the course uses.
 
@@ -53,7 +55,8 @@ def lab_command(
     to every user); an empty token is refused, since it would let any local process
     or web page drive the kernel. ``root_dir`` (default: the course's ``notebooks/``)
     lets the browser test serve a scratch folder with the same settings;
-    ``settings_dir`` (default: `LAB_SETTINGS`) is the learner's (`learner_settings`).
+    ``settings_dir`` (default: `LAB_SETTINGS`) is the learner's (`learner_settings`);
+    ``learner``: nbgrader's server extensions off (`NBGRADER_SERVER_EXTENSIONS`).
     """
     if token is not None and not token:
         raise ValueError(
@@ -79,7 +82,18 @@ def lab_command(
         command.append("--no-browser")
     if root_note():
         command.append("--allow-root")  # see ROOT_NOTE: root only, and said so
+    if learner:
+        for extension in NBGRADER_SERVER_EXTENSIONS:
+            command += ["--ServerApp.jpserver_extensions", f"{extension}=False"]
     return command
+
+
+# nbgrader's server side, for instructors: in a learner's lab it only logs an error
+# ("The course directory root is not a subdirectory of the notebook server root")
+NBGRADER_SERVER_EXTENSIONS = tuple(
+    f"nbgrader.server_extensions.{name}"
+    for name in ("formgrader", "validate_assignment", "assignment_list", "course_list")
+)
 
 
 ROOT_NOTE = (
@@ -187,10 +201,12 @@ def open_learner_copy(lang: str) -> int:
     over their work), say what changed, and open it."""
     report = learner_copy.sync(lang)
     print(report.summary(lang), file=sys.stderr, flush=True)
+    os.environ[self_study.ENV] = "1"  # no instructor here: the checks grade it all
     return run_lab(
         lab_command(
             root_dir=report.folder,
             settings_dir=learner_settings(report.folder, lang),
+            learner=True,
         )
     )
 

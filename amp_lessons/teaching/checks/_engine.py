@@ -387,6 +387,21 @@ def grade(
         progress.record(title, hidden is True, passed)  # never raises; off in grading
 
 
+def _not_a_function_row(title: str, fn: Any) -> Row:
+    """The one failed row of a check handed something other than a function."""
+    return Row(
+        _("the function you wrote"),
+        _("a function"),
+        show_value(fn, 22),
+        False,
+        _(
+            "{check} calls the function your solution cell defines with def, "
+            "and got a {kind} instead (a value assigned to the name, or the "
+            "function's result): define the function, run its cell, then this one"
+        ).format(check=title.split("[")[0], kind=type(fn).__name__),
+    )
+
+
 def _run_rows(
     title: str,
     fn: Callable,
@@ -397,17 +412,7 @@ def _run_rows(
     case failed. The rows are built in `fixed_torch_state`, with warnings off and
     stderr sent to stdout (nbgrader zeroes a cell that writes to stderr)."""
     if not callable(fn):
-        row = Row(
-            _("the function you wrote"),
-            _("a function"),
-            show_value(fn, 22),
-            False,
-            _(
-                "{title} expects the function itself, e.g. {title}(my_function), not "
-                "its result; run your solution cell first"
-            ).format(title=title),
-        )
-        rows = [row]
+        rows = [_not_a_function_row(title, fn)]
     else:
         with (
             warnings.catch_warnings(),

@@ -231,8 +231,8 @@ def _describe_gan(run: Any) -> str:
 
 
 def _or(hints: list[str]) -> str:
-    """Every hint that fits, in the table's language: "A Or: B"."""
-    return f" {_('Or:')} ".join(hints)
+    """Every hint that fits, in the table's language: "A. Or: B"."""
+    return f". {_('Or:')} ".join(hints)
 
 
 def _gan_hint(got: Any, trace: list[list[str]]) -> str:

@@ -17,11 +17,24 @@ from amp_lessons.teaching.checks._engine import (
     show_value,
 )
 from amp_lessons.teaching.quiz import QUESTIONS
+from amp_lessons.teaching.self_study import on_your_own
 
 __all__ = ["check_quick_check"]
 
 # the visible cases grade the first five questions, the hidden ones the other five
 _QUIZ_HIDDEN = set(list(QUESTIONS)[5:])
+
+
+def _not_a_letter(answer: object, choices: dict) -> str:
+    """The hint for an answer that is not one of the letters: the letter alone when
+    it is one in another form ('B', '(c)', 'd '), else the letters to choose from."""
+    if isinstance(answer, str):
+        letter = answer.strip().strip("()").strip().lower()
+        if letter in choices:
+            return _(
+                "write the letter alone, in lower case: {letter!r}, not {answer!r}"
+            ).format(letter=letter, answer=answer)
+    return _("answer with one of {letters}").format(letters=", ".join(choices))
 
 
 def _question_row(qid: str, got: dict) -> Row:
@@ -33,7 +46,7 @@ def _question_row(qid: str, got: dict) -> Row:
         got.get(qid),
         choices,
         lambda c: f"({c}) {_(choices[c][0])}: {_(choices[c][1])}",  # why it is wrong
-        _("answer with one of {letters}").format(letters=", ".join(choices)),
+        _not_a_letter(got.get(qid), choices),
     )
 
 
@@ -61,7 +74,8 @@ def _quiz_rows(question: str | None) -> Callable[[Callable, bool], list[Row]]:
             quick_check_answers, dict, "dict", N_("a dict {question id: letter}")
         )
         if question is not None:
-            if hidden or question not in _QUIZ_HIDDEN:
+            # on one's own no hidden test will ever grade it: graded here
+            if hidden or question not in _QUIZ_HIDDEN or on_your_own():
                 return [_question_row(question, got)]
             return [_answered_row(question, got)]
         rows = []
@@ -96,10 +110,11 @@ def check_quick_check(
     With `question` (a question id), one question: notebook 08 has one test cell,
     one point, per question. The first five questions are graded in the visible
     cases; for the other five the visible case checks only that the answer is one of
-    the letters, and the hidden cases grade it. Without `question`, all of them:
-    the visible cases grade the first five (and that all ten are answered), the
-    hidden cases the other five. A wrong choice gets the reason it is wrong; the
-    table never prints the right letter.
+    the letters, and the hidden cases grade it (on one's own, with no hidden tests,
+    ``self_study.on_your_own()``, the visible case grades it too). Without
+    `question`, all of them: the visible cases grade the first five (and that all
+    ten are answered), the hidden cases the other five. A wrong choice gets the
+    reason it is wrong; the table never prints the right letter.
 
     Example:
         >>> check_quick_check(lambda: {"autocast_scope": "b"}, "autocast_scope")

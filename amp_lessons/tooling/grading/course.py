@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 
-from amp_lessons.teaching import progress
+from amp_lessons.teaching import progress, self_study
 from amp_lessons.tooling.grading import nbgrader_main
 
 # amp_lessons/tooling/grading/course.py -> the repository
@@ -193,6 +193,7 @@ def jupyter_env(course_dir: Path) -> dict[str, str]:
     # the checks these runs call (autograde, the site, the slides) are nobody's
     # progress: the learner's file stays theirs
     env[progress.ENV] = "off"
+    env[self_study.ENV] = "0"  # graded here: the hidden tests are there
     return env
 
 

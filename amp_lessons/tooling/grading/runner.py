@@ -32,7 +32,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from amp_lessons.teaching import progress
+from amp_lessons.teaching import progress, self_study
 from amp_lessons.tooling.grading import guard, nbgrader_main
 
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
@@ -110,6 +110,7 @@ def _prepare(job: dict) -> Path:
             "IPYTHONDIR": str(private / "ipython"),
             "MPLCONFIGDIR": str(private / "matplotlib"),
             progress.ENV: "off",  # a submission's checks are not the learner's own
+            self_study.ENV: "0",  # graded by its hidden tests
         }
     )
     return work
