@@ -126,7 +126,7 @@ def _order_faults(calls: list[str], steps: list[str]) -> list[tuple]:
     backwards = _backwards(calls)
     first_step = calls.index(steps[0]) if steps else len(calls)
     faults: list[tuple] = []
-    if backwards and backwards[0][0] == {"d", "g"} and not steps[:1] == ["step:g"]:
+    if backwards and backwards[0][0] == {"d", "g"} and steps[:1] != ["step:g"]:
         faults.append(("fake_not_detached", ""))
     d_steps = [c for c in steps if c.endswith(":d")]
     if d_steps and steps[0] == d_steps[0]:
