@@ -508,6 +508,9 @@ def test_the_learners_lab_leaves_nbgrader_server_side_out():
         i = command.index(f"{extension}=False")
         assert command[i - 1] == "--ServerApp.jpserver_extensions"
     assert not any("jpserver_extensions" in a for a in lab_launcher.lab_command())
+    # each edition's copy keeps its own open tabs: English ones never reopen in Spanish
+    es = lab_launcher.lab_command(root_dir="my-course/es", learner=True)
+    assert "--LabApp.workspaces_dir=my-course/es/.lab-workspaces" in es
     # every nbgrader server extension this venv enables is among them
     listed = subprocess.run(
         [sys.executable, "-m", "jupyter", "server", "extension", "list"],

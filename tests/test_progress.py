@@ -232,6 +232,10 @@ def test_after_the_last_lesson_the_next_step_is_what_is_left(data_dir, monkeypat
     assert "course is complete" not in end and "This was the last lesson." in end
     assert f"Still to do in the course: write {first.function} in" in end
     assert "the course is complete" not in str(progress_table())
+    assert (  # not "from where you left off": that was lesson 11
+        f"Next, the first exercise still to do: write {first.function} in"
+        in str(progress_table())
+    )
     for exercises in course_exercises().values():
         for exercise in exercises:
             progress.record(exercise.check, hidden=False, passed=True)

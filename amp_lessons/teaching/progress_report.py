@@ -155,12 +155,23 @@ class ProgressTable:
                 "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
             )
         lesson, exercise = next_step(list(self.rows))
+        step = _step_text(lesson, exercise)
         lines.append(
-            _("Next, from where you left off: {step}.").format(
-                step=_step_text(lesson, exercise)
-            )
+            _("Next, the first exercise still to do: {step}.").format(step=step)
+            if self._went_back(lesson)
+            else _("Next, from where you left off: {step}.").format(step=step)
         )
         return "\n".join(line.rstrip() for line in lines)
+
+    def _went_back(self, lesson: str | None) -> bool:
+        """Whether the next step lies before the lesson worked on last (after the
+        last lesson, the first exercise left in the course)."""
+        order = [r.lesson for r in self.rows]
+        worked = [r for r in self.rows if r.last]
+        if lesson not in order or not worked:
+            return False
+        latest = max(worked, key=lambda r: r.last).lesson
+        return order.index(lesson) < order.index(latest)
 
     def source_line(self) -> str:
         if not self.recording:

@@ -56,7 +56,8 @@ def lab_command(
     or web page drive the kernel. ``root_dir`` (default: the course's ``notebooks/``)
     lets the browser test serve a scratch folder with the same settings;
     ``settings_dir`` (default: `LAB_SETTINGS`) is the learner's (`learner_settings`);
-    ``learner``: nbgrader's server extensions off (`NBGRADER_SERVER_EXTENSIONS`).
+    ``learner``: nbgrader's server extensions off (`NBGRADER_SERVER_EXTENSIONS`),
+    and the open tabs kept in ``root_dir`` (`WORKSPACES`), one set per edition.
     """
     if token is not None and not token:
         raise ValueError(
@@ -85,7 +86,12 @@ def lab_command(
     if learner:
         for extension in NBGRADER_SERVER_EXTENSIONS:
             command += ["--ServerApp.jpserver_extensions", f"{extension}=False"]
+        if root_dir is not None:  # each edition reopens its own tabs, not the other's
+            command.append(f"--LabApp.workspaces_dir={Path(root_dir) / WORKSPACES}")
     return command
+
+
+WORKSPACES = ".lab-workspaces"  # in the learner's copy of an edition: its open tabs
 
 
 # nbgrader's server side, for instructors: in a learner's lab it only logs an error

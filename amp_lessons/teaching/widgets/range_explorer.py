@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import ipywidgets as widgets
 
 from amp_lessons.core.formats import FORMATS, decompose, relative_error, resolve_format
-from amp_lessons.i18n import _
+from amp_lessons.i18n import N_, _
 from amp_lessons.teaching.plots.number_lines import (
     _line_limits,
     _NumberLine,
@@ -21,6 +21,7 @@ from amp_lessons.teaching.plots.number_lines import (
 from amp_lessons.teaching.widgets.panel import Panel
 
 BIT_COLORS = {"sign": "#c0392b", "exponent": "#1f5fa8", "mantissa": "#2e7d32"}
+BIT_NAMES = {"sign": N_("sign"), "exponent": N_("exponent"), "mantissa": N_("mantissa")}
 EXPLORER_FORMATS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
 
 
@@ -90,7 +91,8 @@ def rows_html(rows: list[dict], highlight: str | None = None) -> str:
         _("format"),
         _("bits: ")
         + " | ".join(
-            f'<span style="color:{c}">{k}</span>' for k, c in BIT_COLORS.items()
+            f'<span style="color:{c}">{_(BIT_NAMES[k])}</span>'
+            for k, c in BIT_COLORS.items()
         ),
         _("stored value"),
         _("relative error"),
@@ -103,7 +105,7 @@ def rows_html(rows: list[dict], highlight: str | None = None) -> str:
             "font-weight:bold;background:#eef3fb" if r["format"] == highlight else ""
         )
         rel = r["rel_error"]
-        rel_text = "-" if math.isnan(rel) else f"{rel:.2e}" if rel else "0 (exact)"
+        rel_text = "-" if math.isnan(rel) else f"{rel:.2e}" if rel else _("0 (exact)")
         body.append(
             f'<tr style="{shade}"><td style="{pad}">{r["format"]}</td>'
             f'<td style="{mono}">{_bits_html(r)}</td>'
