@@ -88,10 +88,9 @@ def next_step(rows: list[LessonProgress]) -> tuple[str | None, Exercise | None]:
     worked on last, else the next lesson not passed whole; after the last lesson,
     the first exercise not passed in the whole course; the first lesson before any
     record. (None, None) only when every exercise is passed."""
-    worked = [r for r in rows if r.last]
-    if not worked:
+    latest = latest_worked(rows)
+    if latest is None:
         return (rows[0].lesson if rows else None), None
-    latest = max(worked, key=lambda r: r.last)
     if latest.next_exercise:
         return latest.lesson, latest.next_exercise
     # the next lesson not yet passed whole (one without exercises: to read)
@@ -100,6 +99,11 @@ def next_step(rows: list[LessonProgress]) -> tuple[str | None, Exercise | None]:
     if following is not None:
         return following.lesson, None
     return first_left(rows)
+
+
+def latest_worked(rows: list[LessonProgress]) -> LessonProgress | None:
+    """The row of the lesson with the latest record, or None before any record."""
+    return max((r for r in rows if r.last), key=lambda r: r.last, default=None)
 
 
 def first_left(rows: list[LessonProgress]) -> tuple[str | None, Exercise | None]:
@@ -167,11 +171,10 @@ class ProgressTable:
         """Whether the next step lies before the lesson worked on last (after the
         last lesson, the first exercise left in the course)."""
         order = [r.lesson for r in self.rows]
-        worked = [r for r in self.rows if r.last]
-        if lesson not in order or not worked:
+        latest = latest_worked(list(self.rows))
+        if lesson not in order or latest is None:
             return False
-        latest = max(worked, key=lambda r: r.last).lesson
-        return order.index(lesson) < order.index(latest)
+        return order.index(lesson) < order.index(latest.lesson)
 
     def source_line(self) -> str:
         if not self.recording:

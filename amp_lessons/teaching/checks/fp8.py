@@ -189,9 +189,12 @@ def _rows(fn: Callable, hidden: bool) -> list[Row]:
             and _near(scale, expected_scale.item())
         )
         hint = "" if ok else _hint(x, dtype, given, data, scale, expected_scale.item())
-        if ok and _scale_dtype_hint(got[1]):
+        got_text = _show(data, scale)
+        if ok and _scale_dtype_hint(got[1]):  # right values, a scale of another kind
             ok, hint = False, _scale_dtype_hint(got[1])
-        rows.append(Row(_(label), shown, _show(data, scale), ok, hint))
+            kind = getattr(got[1], "dtype", type(got[1]).__name__)
+            got_text = f"{str(kind).removeprefix('torch.')}: {got_text}"
+        rows.append(Row(_(label), shown, got_text, ok, hint))
     return rows
 
 
