@@ -42,7 +42,7 @@ def test_other_exception_is_a_failed_case_with_its_message(capsys):
 
 def test_not_callable_is_a_failed_case_with_a_table(capsys):
     # an AssertionError with a table, like every other mistake, not a ValueError
-    with pytest.raises(AssertionError, match="1 of 1 cases failed"):
+    with pytest.raises(AssertionError, match="the case failed"):
         checks.check_decode_fp16(None)
     out, err = capsys.readouterr()
     said = " ".join(out.split())
@@ -71,7 +71,7 @@ def test_clinic_diagnosis_survives_a_next_that_finds_nothing(capsys):
         clues = {"no symptom says this": "fp16_overflow"}
         return next(cause for clue, cause in clues.items() if clue in symptom)
 
-    with pytest.raises(AssertionError, match="cases failed"):
+    with pytest.raises(AssertionError, match="cases? failed"):
         checks.check_clinic_diagnosis(diagnose)
     out, err = capsys.readouterr()
     assert "raised StopIteration" in out and "next(...)" in " ".join(out.split())
@@ -92,7 +92,7 @@ FLOAT_CHECKS = {
 @pytest.mark.parametrize("name", FLOAT_CHECKS)
 def test_a_huge_int_is_a_wrong_answer_not_an_overflow_error(name, capsys):
     check, answer = FLOAT_CHECKS[name]
-    with pytest.raises(AssertionError, match="cases failed"):
+    with pytest.raises(AssertionError, match="cases? failed"):
         check(answer)
     out, err = capsys.readouterr()
     assert "FAIL" in out and "hint:" in out and err == ""
@@ -110,7 +110,7 @@ def test_a_huge_int_is_a_wrong_answer_not_an_overflow_error(name, capsys):
     ids=["clinic", "quiz", "autocast", "step_order", "memory"],
 )
 def test_unhashable_answers_are_wrong_answers(check, answer, capsys):
-    with pytest.raises(AssertionError, match="cases failed"):
+    with pytest.raises(AssertionError, match="cases? failed"):
         check(answer)
     out, err = capsys.readouterr()
     assert "FAIL" in out and err == ""
@@ -139,7 +139,7 @@ class AlwaysEqual:
 )
 def test_an_object_equal_to_everything_never_passes(check, answer, hidden, capsys):
     # the hidden cases have no "all answered" row: they used to pass it
-    with pytest.raises(AssertionError, match="cases failed"):
+    with pytest.raises(AssertionError, match="cases? failed"):
         check(answer, hidden=hidden)
     assert capsys.readouterr().err == ""
 

@@ -256,7 +256,7 @@ def test_an_answer_above_a_leftover_raise_is_told_to_delete_it(body, capsys):
         textwrap.dedent(body).strip("\n"), "    "
     )
     fn = _defined(source, "decode_fp16")
-    with pytest.raises(AssertionError, match="1 of 1 cases failed"):
+    with pytest.raises(AssertionError, match="the case failed"):
         checks.check_decode_fp16(fn)
     out = " ".join(capsys.readouterr().out.split())
     assert "not attempted" not in out and "delete that line" in out
@@ -291,6 +291,6 @@ def test_without_source_the_code_object_decides(capsys):
     )
     with pytest.raises(AssertionError, match="not attempted"):
         checks.check_decode_fp16(space["stub"])
-    with pytest.raises(AssertionError, match="1 of 1 cases failed"):
+    with pytest.raises(AssertionError, match="the case failed"):
         checks.check_decode_fp16(space["written"])
     assert "delete that line" in " ".join(capsys.readouterr().out.split())

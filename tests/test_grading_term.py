@@ -248,6 +248,33 @@ def test_feedback_keeps_the_visible_table_and_cuts_the_hidden_one():
     assert "secreto" not in shown and "a  1  1  ok" in shown
 
 
+@pytest.mark.parametrize("lang", ["en", "es"])
+@pytest.mark.parametrize("total", [1, 3])
+def test_feedback_cuts_each_hidden_header_the_checks_print(lang, total):
+    """The headers as checks/_table.py prints them (one case in the singular), in
+    each language: the hidden table is cut, the visible one kept."""
+    from amp_lessons import i18n
+    from amp_lessons.teaching.checks._table import header
+
+    i18n.set_language(lang)
+    try:
+        visible = header("check_x", total, hidden=False)
+        hidden = header("check_x", total, hidden=True)
+    finally:
+        i18n.set_language("en")
+    assert ("case" in visible) == (lang == "en") and visible != hidden
+    cell = _test_cell(
+        [
+            _stream(
+                f"{visible}\n  shown_case  1  1  ok\n{hidden}\n  secret  1  2  FAIL\n"
+            )
+        ]
+    )
+    # a header form feedback.py does not know leaves the hidden table on the page
+    shown, _, _ = feedback.visible_output(cell)
+    assert "shown_case" in shown and "secret" not in shown and visible in shown
+
+
 def test_feedback_shows_an_error_in_one_line_without_paths():
     cell = _test_cell(
         [
@@ -312,7 +339,7 @@ def _class_lessons(folder):
     folder.mkdir(parents=True)
     hidden_table = (
         "### BEGIN HIDDEN TESTS\n"
-        "print('check_double: 1 hidden cases')\n"
+        "print('check_double: 1 hidden case')\n"
         "print('  secret_case  -6  FAIL')\n"
         "assert double(-3) == -6\n"
         "### END HIDDEN TESTS"
@@ -324,8 +351,8 @@ def _class_lessons(folder):
             md("## Exercise: double", "subslide"),
             solution("def double(x):\n" + sol("return 2 * x"), "01_pair_double"),
             graded_test(
-                "print('check_double: 1 cases')\nprint('  two  4  ok')\n"
-                "assert double(2) == 4\nprint('all 1 cases passed')\n" + hidden_table,
+                "print('check_double: 1 case')\nprint('  two  4  ok')\n"
+                "assert double(2) == 4\nprint('the case passed')\n" + hidden_table,
                 "01_pair_double_test",
                 points=2,
             ),
@@ -445,7 +472,7 @@ def test_a_class_of_six(tmp_path, capsys):
     assert len(pages) == 7
     for page in pages:
         text = page.read_text()
-        assert "secret_case" not in text and "1 hidden cases" not in text
+        assert "secret_case" not in text and "1 hidden case" not in text
         assert "BEGIN HIDDEN" not in text and "assert double(-3)" not in text
         assert "Traceback" not in text and "_engine" not in text
         assert str(tmp_path) not in text and "/home/" not in text

@@ -211,6 +211,20 @@ def test_next_step_is_the_next_exercise_then_the_next_lesson(data_dir):
     assert "[04_autocast](04_autocast.ipynb)" in end._repr_markdown_()
 
 
+def test_a_lesson_of_one_exercise_says_whether_it_is_passed(data_dir):
+    assert len(course_exercises()["04_autocast"]) == 1
+    end = str(lesson_end("04_autocast"))
+    assert "Your progress in 04_autocast: its one exercise is not passed yet." in end
+    (exercise,) = course_exercises()["04_autocast"]
+    progress.record(exercise.check, hidden=False, passed=True)
+    end = str(lesson_end("04_autocast"))
+    assert "Your progress in 04_autocast: its one exercise is passed." in end
+    assert "of 1 exercises" not in end
+    progress.record("check_update_rule", hidden=False, passed=True)
+    two = str(lesson_end("03_loss_scaling"))  # two or more: counted as before
+    assert "Your progress in 03_loss_scaling: 1 of 2 exercises passed." in two
+
+
 def test_after_the_last_lesson_the_next_step_is_what_is_left(data_dir, monkeypatch):
     # lesson 11 done, the rest not: the course is not complete, the next step is
     # the first exercise left in reading order

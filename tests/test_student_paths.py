@@ -163,7 +163,7 @@ def test_spanish_edition_runs_unsolved_and_wrong_with_spanish_hints(
         for o in c.get("outputs", [])
     )
     # the checks' tables speak Spanish: their verdict and hint labels
-    assert "casos fallaron" in printed, printed[-2000:]
+    assert "casos fallaron" in printed or "el caso falló" in printed, printed[-2000:]
     assert "pista" in printed.lower(), printed[-2000:]
 
 

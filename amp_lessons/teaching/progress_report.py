@@ -255,6 +255,19 @@ class LessonEnd:
         return _("Next lesson: {link}").format(link=link)
 
 
+def _progress_line(lesson: str, passed: int, total: int) -> str:
+    """The lesson's line, e.g. "Your progress in 03_loss_scaling: 1 of 2 exercises
+    passed."; a lesson of one exercise says whether it is passed (not "0 of 1
+    exercises")."""
+    if total == 1 and passed:
+        form = _("Your progress in {lesson}: its one exercise is passed.")
+    elif total == 1:
+        form = _("Your progress in {lesson}: its one exercise is not passed yet.")
+    else:
+        form = _("Your progress in {lesson}: {passed} of {total} exercises passed.")
+    return form.format(lesson=lesson, passed=passed, total=total)
+
+
 def lesson_end(lesson: str) -> LessonEnd:
     """The line a lesson ends with: its exercises passed of its total (where
     progress is recorded), what is left in it and which lesson comes next.
@@ -271,11 +284,7 @@ def lesson_end(lesson: str) -> LessonEnd:
     if not table.recording:
         lines.append(table.source_line())
     elif row.total:
-        lines.append(
-            _(
-                "Your progress in {lesson}: {passed} of {total} exercises passed."
-            ).format(lesson=lesson, passed=len(row.passed), total=row.total)
-        )
+        lines.append(_progress_line(lesson, len(row.passed), row.total))
         if row.last:
             lines.append(_("Last activity: {last}.").format(last=_local(row.last)))
         if row.next_exercise:

@@ -440,18 +440,28 @@ def _run_rows(
     print_table(title, rows, hidden)
     failed = sum(not row.ok for row in rows)
     if failed:
-        raise CheckFailed(
-            _("{failed} of {total} cases failed — see hints above").format(
-                failed=failed, total=len(rows)
-            )
-        )
-    print(
-        (
-            _("all {total} hidden cases passed")
-            if hidden
-            else _("all {total} cases passed")
-        ).format(total=len(rows))
+        raise CheckFailed(_verdict_failed(failed, len(rows)))
+    print(_verdict_passed(len(rows), hidden))
+
+
+def _verdict_failed(failed: int, total: int) -> str:
+    """The error under a failed table; one case in the singular (see `header`)."""
+    if total == 1:
+        return _("the case failed — see the hint above")
+    return _("{failed} of {total} cases failed — see hints above").format(
+        failed=failed, total=total
     )
+
+
+def _verdict_passed(total: int, hidden: bool) -> str:
+    if total == 1:
+        return _("the hidden case passed") if hidden else _("the case passed")
+    form = (
+        _("all {total} hidden cases passed")
+        if hidden
+        else _("all {total} cases passed")
+    )
+    return form.format(total=total)
 
 
 def _safe_repr(value: Any) -> str:

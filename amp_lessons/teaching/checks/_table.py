@@ -33,6 +33,27 @@ def cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def header(title: str, total: int, hidden: bool) -> str:
+    """The table's first line: "check_x: 3 cases", "check_x: 1 hidden case".
+
+    One case is said in the singular: in the quiz of lesson 08 every question is a
+    one-case check, as is any answer that is not a function or raises. English and
+    Spanish both use the singular for 1 alone, so two messages serve both languages.
+    The grading feedback finds these lines by their forms (feedback.py).
+    """
+    if total == 1:
+        form = (
+            _("{title}: {total} hidden case") if hidden else _("{title}: {total} case")
+        )
+    else:
+        form = (
+            _("{title}: {total} hidden cases")
+            if hidden
+            else _("{title}: {total} cases")
+        )
+    return form.format(title=title, total=total)
+
+
 def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
     """Print one line per case and, under each failing one, its hint (and under any
     row, its note).
@@ -41,13 +62,7 @@ def print_table(title: str, rows: Sequence[Row], hidden: bool) -> None:
     its failing rows first, each hint once, as many as fit, then one line for the
     cases that passed and one for the failing ones left out.
     """
-    print(
-        (
-            _("{title}: {total} hidden cases")
-            if hidden
-            else _("{title}: {total} cases")
-        ).format(title=title, total=len(rows))
-    )
+    print(header(title, len(rows), hidden))
     head = (_("case"), _("expected"), _("got"))
     # the expected cell of a choice item is NOT_SHOWN, said in the table's language
     expected = [_(r.expected) if r.expected == NOT_SHOWN else r.expected for r in rows]
