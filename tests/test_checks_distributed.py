@@ -104,9 +104,13 @@ CASES = {
 ) = grader_tests(CASES)
 
 
-def test_a_float_with_the_right_value_passes(capsys):
-    check_rank_bytes(lambda *args: float(rank_bytes(*args)))
-    assert "all 8 cases passed" in capsys.readouterr().out
+def test_a_float_of_the_right_value_is_told_to_be_an_int(capsys):
+    """The exercise says "Return an int": a float of the right value fails, and the
+    hint says how a float crept in."""
+    with pytest.raises(AssertionError, match="8 of 8 cases failed"):
+        check_rank_bytes(lambda *args: float(rank_bytes(*args)))
+    out = " ".join(capsys.readouterr().out.split())
+    assert "not a float" in out and "// keep ints" in out
 
 
 @pytest.mark.parametrize(

@@ -112,6 +112,47 @@ def fp16_value(x):
     return torch.tensor(x, dtype=torch.float16).item()
 
 
+def round_truncate_int(x):  # as a learner wrote it: int() instead of round()
+    if math.isnan(x) or math.isinf(x) or x == 0:
+        return x
+    step = 2.0 ** (max(math.frexp(abs(x))[1] - 1, -14) - 10)
+    rounded = int(abs(x) / step) * step
+    return math.copysign(math.inf if rounded > 65504 else rounded, x)
+
+
+def round_without_subnormals(x):  # the exponent not floored at -14
+    if math.isnan(x) or math.isinf(x) or x == 0:
+        return x
+    step = 2.0 ** (math.frexp(abs(x))[1] - 1 - 10)
+    rounded = round(abs(x) / step) * step
+    return math.copysign(math.inf if rounded > 65504 else rounded, x)
+
+
+# what does the cast for the learner: each fails, whatever it returns
+def round_by_torch(x):
+    return torch.tensor(x).to(torch.float16).item()
+
+
+def round_by_numpy(x):
+    import numpy as np
+
+    return float(np.float16(x))
+
+
+def round_by_struct(x):
+    import struct
+
+    try:
+        return struct.unpack("e", struct.pack("e", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def decode_by_torch(bits):
+    as_int16 = torch.tensor([bits], dtype=torch.int32).to(torch.int16)
+    return as_int16.view(torch.float16).item()
+
+
 # (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
 CASES = {
     "decode": (
@@ -123,6 +164,10 @@ CASES = {
             (decode_subnormal_as_normal, False, "no implicit 1, value = m * 2^-24"),
             (decode_no_nan, False, "any other mantissa, nan"),
             (decode_no_nan, True, "any other mantissa, nan"),
+            (decode_by_torch, False, "used torch ("),
+            (decode_by_torch, True, "rules by hand"),
+            (lambda bits: torch.tensor(decode_fp16(bits)), False, "not a tensor"),
+            (lambda bits: torch.tensor(decode_fp16(bits)).half(), False, "by hand"),
         ],
     ),
     "round": (
@@ -135,6 +180,13 @@ CASES = {
             (round_ties_away, False, "ties to the even neighbour"),
             (round_ties_away, True, "ties to the even neighbour"),
             (lambda x: x, False, "you returned x unchanged"),
+            (round_truncate_int, False, "you truncated (rounded toward zero)"),
+            (round_without_subnormals, False, "e stops at -14"),
+            (round_without_subnormals, True, "e stops at -14"),
+            (round_by_torch, False, "used torch ("),
+            (round_by_numpy, False, "used numpy,"),
+            (round_by_struct, False, "used struct,"),
+            (round_by_struct, True, "rules by hand"),
         ],
     ),
     "spacing": (
@@ -145,6 +197,7 @@ CASES = {
             (spacing_normal_formula, False, "stays 2^-24 all the way down"),
             (spacing_at_x, True, "not at x"),
             (spacing_next_value, False, "not the next number itself"),
+            (lambda x: torch.tensor(fp16_spacing(x)), False, ".item() gives"),
         ],
     ),
 }
@@ -187,3 +240,17 @@ def test_a_wrong_decode_gets_the_rule_in_spanish(capsys, spanish):
     out = " ".join(capsys.readouterr().out.split())
     assert "pista: separe los 16 bits como signo 1 | exponente 10000" in out
     assert "subnormal (e = 0): (-1)^s * m * 2^-24; e = 31: inf (m = 0) o nan" in out
+
+
+def test_a_by_hand_answer_that_uses_torch_for_nothing_else_is_not_flagged(capsys):
+    """Only what the learner's function calls counts: the check's own torch calls
+    around it (saving and restoring torch's state) are not the learner's."""
+    check_round_to_fp16(round_to_fp16)
+    check_decode_fp16(decode_fp16)
+
+    def round_with_torch_constants(x):  # torch for its facts, not for the cast
+        assert torch.finfo(torch.float16).max == 65504
+        return round_to_fp16(torch.tensor(x, dtype=torch.float64).item())
+
+    check_round_to_fp16(round_with_torch_constants)
+    assert "by hand" not in capsys.readouterr().out

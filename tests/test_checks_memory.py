@@ -37,6 +37,13 @@ def memory_one_moment(n_params):
     return budget
 
 
+def memory_as_floats(n_params):  # "as ints", the exercise says: 4.0 * n is a float
+    return {
+        regime: {part: float(b) for part, b in parts.items()}
+        for regime, parts in memory_budget(n_params).items()
+    }
+
+
 # (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
 CASES = {
     "memory": (
@@ -46,6 +53,8 @@ CASES = {
             (memory_halved_weights, False, "fp32 master weights"),
             (memory_halved_everything, True, "grads are float32 too"),
             (memory_one_moment, False, "TWO moments"),
+            (memory_as_floats, False, "not a float"),
+            (memory_as_floats, True, "not a float"),
         ],
     ),
 }

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from grader_harness import grader_tests, other_correct_test
+from grader_harness import grader_tests
 
 from amp_lessons.teaching import underflow as package
 from amp_lessons.teaching.checks import (
@@ -98,6 +98,10 @@ def loss_scale_le_65504(grads):
     return 2.0 ** math.floor(math.log2(65504 / grads.abs().max().item()))
 
 
+def loss_scale_floor_of_65536(grads):  # 65536 at a power-of-two max|g|: inf
+    return 2.0 ** math.floor(math.log2(65536 / grads.abs().max().item()))
+
+
 def loss_scale_not_power_of_two(grads):
     return 65504 / grads.abs().max().item()
 
@@ -129,6 +133,12 @@ CASES = {
                 "amp_lessons.teaching.underflow.cast_outcome",
             ),
             (underflow_swallows_the_tripwire, False, SHORTCUT),
+            # the exercise asks for a Python float: a tensor is told so
+            (
+                lambda g, s: torch.tensor(underflow_fraction(g, s)),
+                False,
+                "return a Python float, not a tensor",
+            ),
         ],
     ),
     "loss_scale": (
@@ -139,6 +149,8 @@ CASES = {
             (loss_scale_not_power_of_two, False, "must be a power of two"),
             (loss_scale_signed_max, True, "use grads.abs().max()"),
             (lambda g: 2 * choose_loss_scale(g), False, "overflows fp16"),
+            (loss_scale_floor_of_65536, False, "max|g| * S = 65536 overflows"),
+            (loss_scale_floor_of_65536, True, "overflows fp16"),
         ],
     ),
 }
@@ -147,15 +159,6 @@ CASES = {
     test_wrong_answer_rejected_with_hint,
     test_stub_is_not_attempted,
 ) = grader_tests(CASES)
-test_other_correct_answers_pass = other_correct_test(
-    [
-        (
-            check_underflow_fraction,
-            lambda g, s: torch.tensor(underflow_fraction(g, s)),
-            "tensor",
-        ),
-    ]
-)
 
 
 # --- the expected answers agree with PyTorch and with the course's facts ---------

@@ -72,6 +72,7 @@ __all__ = [
     "answered_row",
     "as_choice",
     "as_float",
+    "bytes_type_hint",
     "call_student",
     "choice_row",
     "cut",
@@ -560,12 +561,27 @@ def same_float(a: float, b: float) -> bool:
     return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
 
 
+def bytes_type_hint(got: Any) -> str:
+    """The hint for a number of bytes that is not an int (a float first: 4.0 * n)."""
+    if isinstance(got, float):
+        return _(
+            "return an int number of bytes, not a float: got {value}; * and // "
+            "keep ints, while / and 4.0 make floats"
+        ).format(value=show_value(got, 24))
+    return type_hint(got, N_("an int number of bytes"))
+
+
 def type_hint(got: Any, want: str = N_("a Python float")) -> str:
     """The hint for an answer of the wrong type (or one that raised); `want` is
     translated here (mark a caller's with `N_`)."""
     if isinstance(got, Raised):
         return got.hint
     want = _(want)
+    if isinstance(got, torch.Tensor):
+        return _(
+            "return {want}, not a tensor: got {value}; .item() gives the number a "
+            "one-element tensor holds"
+        ).format(want=want, value=show_value(got, 40))
     if isinstance(got, int) and not isinstance(got, bool) and as_float(got) is None:
         return _("return {want}; got an int too large for any float ({value})").format(
             want=want, value=show_value(got)
@@ -583,9 +599,11 @@ def float_row(
     hint_of: Callable[[float], str],
     show: Callable[[Any], str] | None = None,
 ) -> Row:
-    """One table row for an exercise whose answer is a single float."""
+    """One table row for an exercise whose answer is a single float: a Python
+    number (a tensor is not one, whatever its value: the exercises say "a Python
+    float", and a check that passed one taught that the spec does not matter)."""
     show = show or show_value
-    value = as_float(got)
+    value = None if isinstance(got, torch.Tensor) else as_float(got)
     if value is None:
         return Row(case, show(expected), show_value(got, 24), False, type_hint(got))
     ok = same(value, expected)

@@ -17,10 +17,10 @@ from amp_lessons.teaching.checks._engine import (
     Raised,
     Row,
     as_float,
+    bytes_type_hint,
     call_student,
     grade,
     show_value,
-    type_hint,
 )
 from amp_lessons.teaching.rank_memory import expected_bytes, shard_rows
 
@@ -167,6 +167,13 @@ def _hint(case: tuple, got: float, ranked: list[str]) -> str:
     ).format(padded=chunk * rest, held=facts["mine"] * rest)
 
 
+def _row_hint(case: tuple, value: float, want: int, got: Any, ranked: list[str]) -> str:
+    """The mistake the value shows; a right value as a float is told to be an int."""
+    if value != want:
+        return _hint(case, value, ranked)
+    return "" if type(got) is int else bytes_type_hint(got)
+
+
 def _rows(rank_bytes: Callable, hidden: bool) -> list[Row]:
     answers = []  # (case, value or None, what was returned)
     for case in _HIDDEN if hidden else _CASES:
@@ -184,17 +191,17 @@ def _rows(rank_bytes: Callable, hidden: bool) -> list[Row]:
         # visible cases never print the answer (it is the exercise); hidden ones may
         expected = f"{want:_}" if hidden else NOT_SHOWN
         if value is None:
-            hint = type_hint(got, N_("an int number of bytes"))
+            hint = bytes_type_hint(got)
             rows.append(Row(label, expected, show_value(got, 22), False, hint))
             continue
-        ok = value == want
+        ok = value == want and type(got) is int  # "Return an int", the exercise says
         shown = (
             f"{int(value):_}"
             if math.isfinite(value) and value == int(value)
             else repr(value)
         )
         rows.append(
-            Row(label, expected, shown, ok, "" if ok else _hint(case, value, ranked))
+            Row(label, expected, shown, ok, _row_hint(case, value, want, got, ranked))
         )
     return rows
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
+import types
 from collections.abc import Callable
+from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from amp_lessons.i18n import _
 from amp_lessons.teaching.checks._engine import (
@@ -20,6 +24,74 @@ from amp_lessons.teaching.checks._engine import (
 )
 
 __all__ = ["check_decode_fp16", "check_round_to_fp16", "check_fp16_spacing"]
+
+# Decoding and rounding are fp16's rules by hand: the exercises say so. Anything that
+# does the cast for the student (torch's view or cast, numpy's float16, struct's
+# "e" format) gives the check's own answer and would pass without the rules learnt.
+# Torch is caught as it runs (a call of the student's that makes an fp16 tensor),
+# numpy and struct by the names the function's code uses.
+_NUMPY = frozenset({"np", "numpy"})
+_FP16_NAMES = frozenset({"float16", "half"})
+
+
+class _Fp16Casts(TorchFunctionMode):
+    """Records the torch calls made by `code` (the student's function, however deep)
+    that return an fp16 tensor; the check's own torch calls around it, and the
+    student's other torch calls, are not recorded."""
+
+    def __init__(self, code: types.CodeType | None) -> None:
+        super().__init__()
+        self.code = code
+        self.names: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if isinstance(result, torch.Tensor) and result.dtype == torch.float16:
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code is not self.code:
+                frame = frame.f_back
+            if frame is not None:
+                self.names.append(getattr(func, "__name__", "a torch function"))
+        return result
+
+
+def _names_used(code: types.CodeType) -> set[str]:
+    """The global and attribute names a function's code (nested functions too) uses."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names_used(const)
+    return names
+
+
+def _by_hand(student: Callable, *args: Any) -> tuple[Any, str | None]:
+    """The student's answer, and what did the cast for them (None if nothing)."""
+    code = getattr(student, "__code__", None)
+    code = code if isinstance(code, types.CodeType) else None
+    with _Fp16Casts(code) as seen:
+        got = call_student(student, *args)
+    if seen.names:
+        return got, f"torch ({seen.names[0]})"
+    used = _names_used(code) if code else set()
+    if "struct" in used:
+        return got, "struct"
+    if used & _NUMPY and used & _FP16_NAMES:
+        return got, "numpy"
+    return got, None
+
+
+def _shortcut_row(case: str, expected: float, got: Any, shortcut: str) -> Row:
+    return Row(
+        case,
+        show_value(expected),
+        show_value(got, 24),
+        False,
+        _(
+            "this exercise is fp16's rules by hand: your function used {name}, "
+            "which does the cast the check compares with; write the arithmetic "
+            "(math and int operations) yourself"
+        ).format(name=shortcut),
+    )
 
 
 def _fp16(x: float) -> float:
@@ -92,11 +164,16 @@ def _decode_rows(decode_fp16: Callable, hidden: bool) -> list[Row]:
     rows = []
     for bits in _DECODE_HIDDEN if hidden else _DECODE_CASES:
         s, e, m = bits >> 15, (bits >> 10) & 0x1F, bits & 0x3FF
+        case, expected = f"0x{bits:04X} = {s} {e:05b} {m:010b}", _fp16_from_bits(bits)
+        got, shortcut = _by_hand(decode_fp16, bits)
+        if shortcut:
+            rows.append(_shortcut_row(case, expected, got, shortcut))
+            continue
         rows.append(
             float_row(
-                f"0x{bits:04X} = {s} {e:05b} {m:010b}",
-                _fp16_from_bits(bits),
-                call_student(decode_fp16, bits),
+                case,
+                expected,
+                got,
                 same_float,
                 lambda got, b=bits: _decode_hint(b, got),
             )
@@ -127,6 +204,14 @@ _ROUND_HIDDEN = (2049.0, 2051.0, 65504.0, -65520.0, 2.0**-25 * 1.5, 2.0**-26,
 
 
 def _round_hint(x: float, expected: float, got: float) -> str:
+    if 0 < abs(x) < 2**-14 and math.isfinite(got):
+        free_step = 2.0 ** (_log2_floor(x) - 10)  # e let fall below -14
+        free = math.copysign(round(abs(x) / free_step) * free_step, x)
+        if same_float(got, free) or same_float(got, x):
+            return _(
+                "below 2^-14 fp16 is subnormal: e stops at -14, so the step stays "
+                "2^-24; you rounded to a finer step, as if e kept falling"
+            )
     if same_float(got, x) or same_float(
         got, float(torch.tensor(x, dtype=torch.float32))
     ):
@@ -153,7 +238,7 @@ def _round_hint(x: float, expected: float, got: float) -> str:
         return _("the sign survives underflow: a tiny negative number becomes -0.0")
     e = max(_log2_floor(expected if expected != 0 else x), -14)
     step = 2.0 ** (e - 10)
-    if abs(x) / step % 1 == 0.5:
+    if abs(x) / step % 1 == 0.5 and abs(got) > abs(x):  # a tie, rounded away from 0
         return _(
             "x is exactly halfway between two fp16 numbers ({step} apart): IEEE "
             "rounds ties to the even neighbour (last mantissa bit 0), not away from 0"
@@ -174,15 +259,24 @@ def _x_rows(
     hidden_cases: tuple[float, ...],
     oracle: Callable[[float], float],
     hint_of: Callable[[float, float, float], str],
+    by_hand: bool = False,
 ) -> Callable[[Callable, bool], list[Row]]:
     """The row builder of an exercise f(x) -> float: one row per x, torch's
-    `oracle(x)` against the student's answer, `hint_of(x, expected, got)` if wrong."""
+    `oracle(x)` against the student's answer, `hint_of(x, expected, got)` if wrong.
+    `by_hand`: an answer that lets torch, numpy or struct do the cast fails."""
 
     def make_rows(student: Callable, hidden: bool) -> list[Row]:
         rows = []
         for x in hidden_cases if hidden else cases:
             expected = oracle(x)
-            got = call_student(student, x)
+            if by_hand:
+                got, shortcut = _by_hand(student, x)
+            else:
+                got, shortcut = call_student(student, x), None
+            if shortcut:
+                case = f"x = {show_value(x)}"
+                rows.append(_shortcut_row(case, expected, got, shortcut))
+                continue
             hint = functools.partial(hint_of, x, expected)  # called with the answer
             rows.append(
                 float_row(f"x = {show_value(x)}", expected, got, same_float, hint)
@@ -203,7 +297,7 @@ def check_round_to_fp16(
     Example:
         >>> check_round_to_fp16(lambda x: ...)  # e.g. 0.1 -> 0.0999755859375
     """
-    rows = _x_rows(_ROUND_CASES, _ROUND_HIDDEN, _fp16, _round_hint)
+    rows = _x_rows(_ROUND_CASES, _ROUND_HIDDEN, _fp16, _round_hint, by_hand=True)
     grade("check_round_to_fp16", round_to_fp16, hidden, rows)
 
 

@@ -3,6 +3,7 @@ training and in AMP, measured on a real model."""
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -10,17 +11,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from amp_lessons.i18n import N_, _
+from amp_lessons.i18n import _
 from amp_lessons.teaching.checks._engine import (
     NOT_SHOWN,
     Raised,
     Row,
-    as_float,
+    bytes_type_hint,
     call_student,
     grade,
     let_interrupt_through,
     show_value,
-    type_hint,
 )
 
 __all__ = ["check_memory_budget"]
@@ -62,9 +62,13 @@ def _memory_budget(n_params: int) -> dict[str, dict[str, int]]:
 
 
 def _memory_hint(n: int, regime: str, part: str, expected: int, got: Any) -> str:
-    if _as_bytes(got) is None:
-        return type_hint(got, N_("an int number of bytes"))
-    got = _as_bytes(got)
+    value = _as_bytes(got)
+    if value is None:  # a float: its mistake first, if its value has one
+        whole = isinstance(got, float) and math.isfinite(got) and got.is_integer()
+        if not whole or int(got) == expected:
+            return bytes_type_hint(got)
+        value = int(got)
+    got = value
     if got == expected * 8:
         return _("count bytes, not bits (a float32 is 4 bytes)")
     if regime == "amp" and got * 2 == expected:
@@ -103,15 +107,15 @@ def _part(got: Any, regime: str, part: str) -> Any:
 
 
 def _as_bytes(answer: Any) -> int | None:
-    """A whole number of bytes (an int, or a float with no fraction), else None."""
+    """A whole number of bytes (an int, numpy's ints too), else None: a float is
+    not one, even 4000.0, since the exercise asks for ints (4.0 * n is a float)."""
     if isinstance(answer, bool):
         return None
     if isinstance(answer, int):
         return int.__int__(answer)  # the number, whatever a subclass overrides
     if isinstance(answer, numbers.Integral):  # numpy's ints
         return _int_of(answer)
-    value = as_float(answer) if isinstance(answer, float) else None
-    return int(value) if value is not None and value.is_integer() else None
+    return None
 
 
 def _int_of(answer: numbers.Integral) -> int | None:

@@ -151,6 +151,8 @@ def _loss_scale_cases(hidden: bool) -> list[tuple[str, torch.Tensor]]:
             # 65508 rounds DOWN to fp16's 65504: the cast, not a threshold, decides
             ("max |g| = 65508 * 2**-12", torch.tensor([65508 * 2.0**-12, 1e-3])),
             (_("largest |g| negative"), torch.tensor([1e-2, -40.0, 3.0])),
+            # a power of two: S = 2**floor(log2(65536 / max|g|)) gives 65536 here
+            ("max |g| = 2.0", torch.tensor([2.0, -0.5, 1e-4])),
             (_("400 gradient-like"), _grad_sample(3)),
         ]
     return [
@@ -158,6 +160,7 @@ def _loss_scale_cases(hidden: bool) -> list[tuple[str, torch.Tensor]]:
         ("max |g| = 65520 * 2**-20", torch.tensor([65520 * 2.0**-20, 1e-9])),
         (_("largest |g| negative, below 1"), torch.tensor([2e-3, -0.9, 0.3])),
         ("max |g| = 1e-8", torch.tensor([1e-8, 3e-9, -1e-12])),
+        ("max |g| = 2**-10", torch.tensor([-(2.0**-10), 2.0**-12])),
         (_("300 tiny gradient-like"), _grad_sample(4, n=300, lo=-45, hi=-20)),
     ]
 
