@@ -223,7 +223,15 @@ def test_setuptools_packages_every_subpackage_and_the_lab_settings():
         for p in (ROOT / "amp_lessons").rglob("__init__.py")
     }
     assert on_disk <= found and "amp_lessons.tooling.grading" in found
-    assert config["package-data"]["amp_lessons.tooling"] == ["lab_settings/*.json"]
+    packaged = config["package-data"]["amp_lessons.tooling"]
+    on_disk = {
+        p.relative_to(ROOT / "amp_lessons" / "tooling").as_posix()
+        for p in (ROOT / "amp_lessons" / "tooling" / "lab_settings").iterdir()
+    }
+    assert packaged == ["lab_settings/*.json", "lab_settings/terminal.bashrc"]
+    assert all(name.endswith(".json") or name in packaged for name in on_disk), (
+        on_disk
+    )  # every file of the lab's settings is installed with the package
 
 
 @pytest.mark.parametrize(
@@ -838,3 +846,27 @@ def test_a_gpu_or_macos_leaves_torch_to_the_normal_install(
     monkeypatch.setenv("AMP_LESSONS_GPU", "1" if "GPU" in machine else "0")
     bootstrap.install_cpu_torch()
     assert calls == [] and capsys.readouterr().out == ""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_lab_terminals_run_the_courses_python(tmp_path):
+    """The lessons say `python -m amp_lessons ...` "in a terminal": the lab's
+    terminals find the course's Python first, even where the learner's own ~/.bashrc
+    puts another one first (a walk found pyenv's, without torch)."""
+    from amp_lessons.tooling import lab
+
+    setting = next(p for p in lab.lab_command() if "terminado_settings" in p)
+    assert str(lab.TERMINAL_RC) in setting and "'-i'" in setting
+    (tmp_path / ".bashrc").write_text('export PATH="/opt/pyenv/shims:$PATH"\n')
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    folder = lab.course_python_first(env)
+    assert env["PATH"].startswith(folder + os.pathsep)  # the kernels' !python too
+    shell = subprocess.run(
+        ["bash", "--rcfile", str(lab.TERMINAL_RC), "-i"],
+        input="command -v python\n",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shell.stdout.split() == [str(Path(folder) / "python")], shell

@@ -37,6 +37,10 @@ EDITIONS = learner_copy.EDITIONS
 # Settings overrides for the lab: news and update checks off (no pop-up asking, no
 # request to a website). A folder of our own, so nothing is written into the venv.
 LAB_SETTINGS = Path(__file__).resolve().parent / "lab_settings"
+# The lessons say "python -m amp_lessons ... in a terminal": JupyterLab's terminals
+# start bash with this file, which puts the course's Python (AMP_LESSONS_BIN, set by
+# `course_python_first`) first on PATH after the user's own ~/.bashrc.
+TERMINAL_RC = LAB_SETTINGS / "terminal.bashrc"
 
 
 def lab_command(
@@ -83,6 +87,9 @@ def lab_command(
         command.append("--no-browser")
     if root_note():
         command.append("--allow-root")  # see ROOT_NOTE: root only, and said so
+    if shutil.which("bash"):  # else the terminal is the system's default shell
+        shell = ["bash", "--rcfile", str(TERMINAL_RC), "-i"]
+        command.append(f"--ServerApp.terminado_settings=shell_command={shell!r}")
     if learner:
         for extension in NBGRADER_SERVER_EXTENSIONS:
             command += ["--ServerApp.jpserver_extensions", f"{extension}=False"]
@@ -108,6 +115,17 @@ ROOT_NOTE = (
     "on 127.0.0.1 only and asks for its token; as an ordinary user this flag is not "
     "added."
 )
+
+
+def course_python_first(environ: dict | None = None) -> str:
+    """Put this Python's folder (the course's .venv/bin) first on PATH, for the
+    kernels' ``!python ...`` and, through `TERMINAL_RC`, the lab's terminals, as an
+    activated venv would. Returns that folder."""
+    environ = os.environ if environ is None else environ
+    folder = str(Path(sys.executable).parent)
+    environ["AMP_LESSONS_BIN"] = folder
+    environ["PATH"] = folder + os.pathsep + environ.get("PATH", "")
+    return folder
 
 
 def root_note() -> str | None:
@@ -248,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if note:
         print(note, file=sys.stderr, flush=True)
     kind, where = parsed
+    course_python_first()
     if kind == "learner":
         return open_learner_copy(where)
     return run_lab(lab_command(root_dir=where))
