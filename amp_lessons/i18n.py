@@ -34,7 +34,16 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["LANGUAGES", "N_", "_", "gettext", "language", "number", "set_language"]
+__all__ = [
+    "LANGUAGES",
+    "N_",
+    "_",
+    "gettext",
+    "language",
+    "number",
+    "set_language",
+    "yes_no",
+]
 
 DOMAIN = "amp_lessons"
 LOCALE = Path(__file__).resolve().parent / "locale"
@@ -69,6 +78,15 @@ def set_language(lang: str) -> None:
         catalogue = _gettext.translation(DOMAIN, str(LOCALE), languages=[lang])
     _STATE["catalogue"] = catalogue
     _STATE["language"] = lang
+
+
+def yes_no(flag: object) -> str:
+    """"yes" or "no" in the current language, for a flag a lesson prints in a
+    sentence: Python's True and False read as English in the Spanish edition.
+
+    Example: ``yes_no(True) == "yes"``; after ``set_language("es")``, ``"sí"``.
+    """
+    return gettext("yes") if flag else gettext("no")
 
 
 def language() -> str:
