@@ -81,7 +81,7 @@ def set_language(lang: str) -> None:
 
 
 def yes_no(flag: object) -> str:
-    """"yes" or "no" in the current language, for a flag a lesson prints in a
+    """ "yes" or "no" in the current language, for a flag a lesson prints in a
     sentence: Python's True and False read as English in the Spanish edition.
 
     Example: ``yes_no(True) == "yes"``; after ``set_language("es")``, ``"sí"``.
