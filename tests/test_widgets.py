@@ -324,3 +324,37 @@ def test_the_loss_scale_labels_are_exact(grads):
     labels = [label for label, _ in GradientHistogramExplorer(grads).slider.options]
     assert "2^20 = 1048576" in labels and "2^32 = 4294967296" in labels
     assert "2^-4 = 0.0625" in labels
+
+
+def test_spanish_widget_labels_are_never_cut(grads):
+    """ipywidgets gives a description 80px and cuts what is longer with an ellipsis
+    ("escala de …", "recta num…" in a walk): a label longer than English's shortest
+    takes its own width. The histogram's title fits the figure laid out for English."""
+    from amp_lessons import i18n
+    from amp_lessons.i18n import _
+
+    i18n.set_language("es")
+    try:
+        made = [W.fp16_range_explorer(1e-4), W.gradient_histogram_explorer(grads)]
+        title = _(
+            "{nonzero} gradients x {scale} cast to {fmt}: {zero} flush to 0 | "
+            "{subnormal} subnormal | {normal} normal | {overflow} overflow"
+        )
+    finally:
+        i18n.set_language("en")
+    described = [
+        child
+        for widget in made
+        for box in widget.children
+        for child in getattr(box, "children", (box,))
+        if getattr(child, "description", "")
+    ]
+    long = [w for w in described if len(w.description) > 8]
+    assert {w.description for w in long} >= {"escala de la pérdida", "recta numérica"}
+    for widget in long:
+        assert widget.style.description_width == "initial", widget.description
+    english = (
+        "{nonzero} gradients x {scale} cast to {fmt}: {zero} flush to 0 | "
+        "{subnormal} subnormal | {normal} normal | {overflow} overflow"
+    )
+    assert len(title) <= len(english)

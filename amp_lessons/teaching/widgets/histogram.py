@@ -58,12 +58,15 @@ class GradientHistogramExplorer(Panel):
             value=scale,
             description=_("loss scale"),
             continuous_update=False,
+            # the label's own width: the default 80px cut "escala de la pérdida"
+            style={"description_width": "initial"},
             layout=widgets.Layout(width="560px"),
         )
         self.fmt = widgets.Dropdown(
             options=list(HISTOGRAM_FORMATS),
             value=fmt,
             description=_("format"),
+            style={"description_width": "initial"},
             layout=widgets.Layout(width="200px"),
         )
         self.stats = widgets.HTML()

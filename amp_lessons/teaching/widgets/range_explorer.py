@@ -166,6 +166,7 @@ class RangeExplorer(Panel):
         )
         self.text = widgets.Text(
             description=_("type x"),
+            style={"description_width": "initial"},  # the label whole, in Spanish too
             continuous_update=False,
             placeholder="1e-4, 65504, 2^-24, inf",
             layout=widgets.Layout(width="230px"),
@@ -174,7 +175,8 @@ class RangeExplorer(Panel):
             options=list(EXPLORER_FORMATS),
             value=fmt,
             description=_("number line"),
-            layout=widgets.Layout(width="230px"),
+            style={"description_width": "initial"},  # "recta numérica" was cut
+            layout=widgets.Layout(width="260px"),
         )
         self.table = widgets.HTML()
         self.value = value
