@@ -225,10 +225,11 @@ def test_a_lesson_of_one_exercise_says_whether_it_is_passed(data_dir):
     assert "Your progress in 03_loss_scaling: 1 of 2 exercises passed." in two
 
 
-def test_after_the_last_lesson_the_next_step_is_what_is_left(data_dir, monkeypatch):
-    # lesson 11 done, the rest not: the course is not complete, the next step is
-    # the first exercise left in reading order
-    clock = itertools.count()  # records a millisecond apart, in the order made
+@pytest.fixture
+def ordered_clock(monkeypatch):
+    """Records a millisecond apart, in the order made (the lesson worked on last is
+    the one recorded last)."""
+    clock = itertools.count()
     start = datetime(2026, 12, 7, tzinfo=timezone.utc)
     monkeypatch.setattr(
         progress,
@@ -237,6 +238,27 @@ def test_after_the_last_lesson_the_next_step_is_what_is_left(data_dir, monkeypat
             timespec="milliseconds"
         ),
     )
+
+
+def test_lessons_left_behind_are_named_beside_the_next_step(data_dir, ordered_clock):
+    for lesson in ("04_autocast", "06_speed_memory"):  # 03 and 05 skipped
+        for exercise in course_exercises()[lesson]:
+            progress.record(exercise.check, hidden=False, passed=True)
+    table = progress_table()
+    assert next_step(table.rows) == ("07_clinic", None)
+    text = str(table)
+    assert "Next, from where you left off: open 07_clinic." in text
+    assert (
+        "Still to do in earlier lessons: 00_amp_in_10_minutes, 01_number_formats, "
+        "02_underflow, 03_loss_scaling, 05_amp_loop." in text
+    )
+    assert table.as_dict()["left_behind"][-2:] == ["03_loss_scaling", "05_amp_loop"]
+    assert progress_table([]).left_behind("00_amp_in_10_minutes") == []
+
+
+def test_after_the_last_lesson_the_next_step_is_what_is_left(data_dir, ordered_clock):
+    # lesson 11 done, the rest not: the course is not complete, the next step is
+    # the first exercise left in reading order
     for exercise in course_exercises()["11_fp8"]:
         progress.record(exercise.check, hidden=False, passed=True)
     lesson, exercise = next_step(progress_table().rows)

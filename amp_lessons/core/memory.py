@@ -388,6 +388,13 @@ PART_LABELS = {
 }
 
 
+# what a table calls each kind of saved storage (`saved_storages`' .kind is code)
+SAVED_KIND_LABELS = {
+    "activation": N_("activation"),
+    "weight_copy": N_("weight copy"),
+}
+
+
 def format_breakdowns(breakdowns: dict[int, dict[str, MemoryBreakdown]]) -> str:
     """``{batch: compare_precisions(...)}`` as a table: a row per batch and
     precision, a column per part and the total, in binary units; its words in the

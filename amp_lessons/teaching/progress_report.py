@@ -165,7 +165,23 @@ class ProgressTable:
             if self._went_back(lesson)
             else _("Next, from where you left off: {step}.").format(step=step)
         )
+        behind = self.left_behind(lesson)
+        if behind:
+            lines.append(
+                _("Still to do in earlier lessons: {lessons}.").format(
+                    lessons=", ".join(behind)
+                )
+            )
         return "\n".join(line.rstrip() for line in lines)
+
+    def left_behind(self, lesson: str | None) -> list[str]:
+        """The lessons before `lesson` (the next step's) with exercises not passed:
+        going on from where one left off must not hide them (a walk passed 04 and
+        06, and the table sent it to 07 without a word about 03 and 05)."""
+        order = [r.lesson for r in self.rows]
+        if lesson not in order:
+            return []
+        return [r.lesson for r in self.rows[: order.index(lesson)] if r.next_exercise]
 
     def _went_back(self, lesson: str | None) -> bool:
         """Whether the next step lies before the lesson worked on last (after the
@@ -198,6 +214,7 @@ class ProgressTable:
                 "exercise": exercise.grade_id if exercise else None,
                 "function": exercise.function if exercise else None,
             },
+            "left_behind": self.left_behind(lesson),
         }
 
 
