@@ -113,7 +113,7 @@ def test_what_the_learner_reads_in_the_kernel(shown):
     ceiling, _ = shown["ceiling"]
     assert "the scale is stored in float32" in " ".join(ceiling.split())
     assert ceiling.splitlines()[-1] == (
-        "AssertionError: 1 of 8 cases failed — see hints above"
+        "AssertionError: 1 of 8 cases failed — see the hint above"
     )
     leftover, _ = shown["leftover"]
     assert "delete that line" in leftover and "not attempted" not in leftover
@@ -131,7 +131,7 @@ def test_check_failed_is_an_assertion_error_rendered_as_one_line(capsys):
         checks.check_update_rule(WRONG_UPDATE)
     assert isinstance(failed.value, AssertionError)
     assert failed.value._render_traceback_() == [
-        "\x1b[0;31mAssertionError\x1b[0m: 1 of 8 cases failed — see hints above"
+        "\x1b[0;31mAssertionError\x1b[0m: 1 of 8 cases failed — see the hint above"
     ]
     out = capsys.readouterr().out
     assert "FAIL" in out and len(out.splitlines()) < FAILED_LINES

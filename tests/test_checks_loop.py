@@ -108,6 +108,12 @@ def order_zero_grad_after_forward():
     return order
 
 
+def train_returns_the_loss_tensor(model, optimizer, scaler, x, y, max_norm):
+    """The loss as a tensor, where the exercise asks for a Python float."""
+    loss_value = amp_train_step(model, optimizer, scaler, x, y, max_norm)
+    return torch.tensor(loss_value)
+
+
 # (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
 CASES = {
     "order": (
@@ -130,6 +136,7 @@ CASES = {
             (train_optimizer_step, True, "then called optimizer.step() yourself"),
             (train_no_update, False, "the scaler's update never ran"),
             (train_unscaled_backward, False, "backward ran on the loss itself"),
+            (train_returns_the_loss_tensor, False, "a tensor keeps its graph"),
         ],
     ),
 }

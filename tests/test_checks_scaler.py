@@ -146,6 +146,14 @@ def unscale_skips_on_inf(grads, scale):
     return False
 
 
+def update_grows_past_the_interval(scale, growth_tracker, found_inf, **factors):
+    """`>=` where torch has `==`: it differs once a tracker is past the interval."""
+    interval = factors.get("growth_interval", 2000)
+    if not found_inf and growth_tracker + 1 > interval:
+        factors = {**factors, "growth_interval": growth_tracker + 1}
+    return update_scale(scale, growth_tracker, found_inf, **factors)
+
+
 # (check, reference solution, [(wrong answer, hidden?, fragment of its hint)])
 CASES = {
     "update": (
@@ -158,6 +166,13 @@ CASES = {
             (update_forgets_to_grow, False, "the scale grows by growth_factor (2.0)"),
             (update_no_reset_after_growth, False, "after growing, reset"),
             (update_unbounded_growth, True, "stored in float32"),
+            (update_grows_past_the_interval, True, "grew too early"),
+            # "a float, an int", the exercise says: a tensor is told so
+            (
+                lambda *a, **k: tuple(map(torch.tensor, update_scale(*a, **k))),
+                False,
+                "not a tensor",
+            ),
         ],
     ),
     "unscale": (
@@ -169,6 +184,8 @@ CASES = {
             (unscale_misses_nan, False, "nan counts too"),
             (unscale_skips_on_inf, False, "even when an inf/nan is found"),
             (unscale_stops_at_the_first_inf, False, "even when an inf/nan is found"),
+            # True or False, the exercise says: a one-element tensor is told so
+            (lambda g, s: torch.tensor(unscale_grads(g, s)), False, "not a tensor"),
         ],
     ),
 }
@@ -180,7 +197,6 @@ CASES = {
 test_other_correct_answers_pass = other_correct_test(
     [
         (check_update_rule, lambda *a, **k: list(update_scale(*a, **k)), "list"),
-        (check_unscale, lambda g, s: torch.tensor(unscale_grads(g, s)), "tensor-bool"),
     ]
 )
 

@@ -163,7 +163,8 @@ def test_spanish_edition_runs_unsolved_and_wrong_with_spanish_hints(
         for o in c.get("outputs", [])
     )
     # the checks' tables speak Spanish: their verdict and hint labels
-    assert "casos fallaron" in printed or "el caso falló" in printed, printed[-2000:]
+    failed = ("casos fallaron", "el caso falló", "falló 1 de")
+    assert any(verdict in printed for verdict in failed), printed[-2000:]
     assert "pista" in printed.lower(), printed[-2000:]
 
 

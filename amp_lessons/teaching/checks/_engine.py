@@ -449,6 +449,8 @@ def _verdict_failed(failed: int, total: int) -> str:
     """The error under a failed table; one case in the singular (see `header`)."""
     if total == 1:
         return _("the case failed — see the hint above")
+    if failed == 1:  # Spanish says "falló 1 de 4", not "1 de 4 fallaron"
+        return _("1 of {total} cases failed — see the hint above").format(total=total)
     return _("{failed} of {total} cases failed — see hints above").format(
         failed=failed, total=total
     )

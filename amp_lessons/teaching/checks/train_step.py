@@ -250,7 +250,8 @@ def _run_train(amp_train_step: Callable, case: _StepCase) -> _Run:
         half = any(p.dtype == torch.float16 for p in model.parameters())
         if isinstance(got, Raised):
             return _Run(got, trace, half)
-        losses.append(as_float(got))
+        # a Python float, as the exercise says: a returned loss tensor passed before
+        losses.append(None if isinstance(got, torch.Tensor) else as_float(got))
     params = [p.detach().clone() for p in model.parameters()]
     result = params, scaler.get_scale(), scaler.state_dict()["_growth_tracker"], losses
     return _Run(result, trace, half)
@@ -289,8 +290,9 @@ def _train_hint(run: _Run) -> str:
         return got.hint
     if any(loss is None for loss in got[3]):
         return _(
-            "the step returned something that is not one number: return the loss "
-            "as a Python float"
+            "the step returned something that is not one Python number (a tensor "
+            "keeps its graph and the step's activations alive): return the loss as "
+            "a Python float, e.g. with .item()"
         )
     return _(
         "your step calls the scaler as it should, yet the weights, the scale or the "
