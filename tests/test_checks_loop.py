@@ -108,6 +108,19 @@ def order_zero_grad_after_forward():
     return order
 
 
+def train_bf16_autocast(model, optimizer, scaler, x, y, max_norm):
+    """The step under bf16 autocast: the exercise's step is fp16 AMP."""
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        loss = F.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
 def train_returns_the_loss_tensor(model, optimizer, scaler, x, y, max_norm):
     """The loss as a tensor, where the exercise asks for a Python float."""
     loss_value = amp_train_step(model, optimizer, scaler, x, y, max_norm)
@@ -137,6 +150,7 @@ CASES = {
             (train_no_update, False, "the scaler's update never ran"),
             (train_unscaled_backward, False, "backward ran on the loss itself"),
             (train_returns_the_loss_tensor, False, "a tensor keeps its graph"),
+            (train_bf16_autocast, False, "a dtype other than float16"),
         ],
     ),
 }

@@ -146,6 +146,17 @@ def unscale_skips_on_inf(grads, scale):
     return False
 
 
+def update_grows_one_late(scale, tracker, found_inf, growth_factor=2.0, **factors):
+    """`tracker > growth_interval` after counting: growth one step late (a walk's
+    answer, told before to use the arguments it did use)."""
+    if found_inf:
+        return scale * factors.get("backoff_factor", 0.5), 0
+    tracker += 1
+    if tracker > factors.get("growth_interval", 2000):
+        return scale * growth_factor, 0
+    return scale, tracker
+
+
 def update_grows_past_the_interval(scale, growth_tracker, found_inf, **factors):
     """`>=` where torch has `==`: it differs once a tracker is past the interval."""
     interval = factors.get("growth_interval", 2000)
@@ -167,6 +178,7 @@ CASES = {
             (update_no_reset_after_growth, False, "after growing, reset"),
             (update_unbounded_growth, True, "stored in float32"),
             (update_grows_past_the_interval, True, "grew too early"),
+            (update_grows_one_late, False, "torch counts this step"),
             # "a float, an int", the exercise says: a tensor is told so
             (
                 lambda *a, **k: tuple(map(torch.tensor, update_scale(*a, **k))),
@@ -309,3 +321,14 @@ def test_a_count_of_differing_values_is_not_cut(capsys):
     with pytest.raises(AssertionError):
         check_unscale(unscale_divide)
     assert re.search(r"found_inf=False, \d+ differ ", capsys.readouterr().out)
+
+
+def test_growth_one_step_late_is_not_told_to_use_the_arguments(capsys):
+    """`>` where torch has `==` leaves the scale unmoved on the growth step, which
+    the defaults would explain too: the hint is the growth count, not "use the
+    arguments" (that answer used them)."""
+    with pytest.raises(AssertionError, match="cases failed"):
+        check_update_rule(update_grows_one_late)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "torch counts this step" in out
+    assert "not the default values" not in out

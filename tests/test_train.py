@@ -381,6 +381,22 @@ def test_resume_errors_leave_the_checkpoint_untouched(tmp_path):
                 resume=True,
             )
         )
+    from amp_lessons import i18n  # lesson 05 invites this error: in its language
+
+    i18n.set_language("es")
+    try:
+        with pytest.raises(ValueError, match="'bf16' en el checkpoint, 'fp32' ahora"):
+            train(
+                TrainConfig(
+                    precision="fp32",
+                    device="cpu",
+                    batch_size=64,
+                    checkpoint_path=str(path),
+                    resume=True,
+                )
+            )
+    finally:
+        i18n.set_language("en")
     with pytest.raises(ValueError, match="unknown precision"):
         train(
             TrainConfig(

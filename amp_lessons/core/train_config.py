@@ -331,15 +331,17 @@ def validate_model(
 def _refuse_incompatible_resume(saved: dict, config: TrainConfig, path) -> None:
     now = asdict(config)
     diff = [
-        f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}"
+        _("{key}: checkpoint {saved} vs now {now}").format(
+            key=k, saved=repr(saved.get(k)), now=repr(now[k])
+        )
         for k in RESUME_MUST_MATCH
         if saved.get(k) != now[k]
     ]
-    if diff:
+    if diff:  # in the learner's language: lesson 05 invites this error
         raise SettingError(
-            f"cannot resume from {path}: the run's settings differ ("
-            + "; ".join(diff)
-            + "). Fix: resume with the same "
-            "settings, or start a new run with another "
-            "`checkpoint_path`."
+            _(
+                "cannot resume from {path}: the run's settings differ ({diff}). Fix: "
+                "resume with the same settings, or start a new run with another "
+                "`checkpoint_path`."
+            ).format(path=path, diff="; ".join(diff))
         )

@@ -76,7 +76,11 @@ def _update_hint(case: tuple, got_scale: float, got_tracker: int) -> str:
     settings = {**_DEFAULTS, **factors}
     gf, bf, gi = (settings[k] for k in _DEFAULTS)
     got = (round_to_float32(got_scale), got_tracker)
-    if factors and got == next_scale(scale, tracker, found_inf, **_DEFAULTS):
+    # the defaults explain a scale that moved by the wrong factor; an unmoved scale
+    # on a clean step is a growth-count mistake, told below (a walk's `>` was told
+    # to use the arguments it did use)
+    moved = found_inf or got[0] != scale
+    if factors and moved and got == next_scale(scale, tracker, found_inf, **_DEFAULTS):
         return _(
             "use the growth_factor, backoff_factor and growth_interval arguments, "
             "not the default values"

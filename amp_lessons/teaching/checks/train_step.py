@@ -97,6 +97,10 @@ _FAULTS = {
     "no_autocast": N_(
         "the forward pass ran outside fp16 autocast: the model computed in float32, "
         "so the loss, the gradients and any overflow differ from the AMP step's."),
+    "autocast_dtype": N_(
+        "autocast ran the forward pass in a dtype other than float16 (bfloat16?): "
+        "this step is fp16 AMP, the case the GradScaler exists for, so the loss, "
+        "the gradients and any overflow differ from it."),
     "accumulated": N_(
         "backward added this step's gradients to the last step's: nothing cleared "
         "them at the start of the step, so every step moves by the sum of all the "
@@ -148,6 +152,8 @@ def _faults(calls: list[str], finished: bool) -> list[str]:
     faults = []
     if "forward_no_fp16" in calls:
         faults.append("no_autocast")
+    elif "forward_other_dtype" in calls:
+        faults.append("autocast_dtype")
     faults += _backward_faults(calls, reached_end)
     faults += _step_faults(calls, reached_end)
     for call in ("step", "unscale_", "update"):
@@ -170,7 +176,9 @@ def _fault_hint(run: _Run) -> str:
         faults = _faults(calls, finished or i < len(run.trace) - 1)
         if faults:
             count = len([c for c in calls if c.startswith("backward")])
-            return " ".join(_(_FAULTS[f]).format(count=count) for f in faults[:2])
+            first, *second = [_(_FAULTS[f]).format(count=count) for f in faults[:2]]
+            # two faults read as two sentences: the second one capitalised
+            return " ".join([first, *(t[:1].upper() + t[1:] for t in second)])
     return ""
 
 
@@ -194,9 +202,10 @@ def _watch(model: nn.Module, scaler: RecordingScaler) -> None:
 
     def forward(module: nn.Module, args: Any, output: Any) -> None:
         device = "cpu"
-        if not (torch.is_autocast_enabled(device)
-                and torch.get_autocast_dtype(device) == torch.float16):  # fmt: skip
+        if not torch.is_autocast_enabled(device):
             note("forward_no_fp16")
+        elif torch.get_autocast_dtype(device) != torch.float16:
+            note("forward_other_dtype")  # autocast on, in bf16: a fault of its own
 
     first = next(model.parameters())
 
