@@ -121,6 +121,19 @@ def train_bf16_autocast(model, optimizer, scaler, x, y, max_norm):
     return loss.item()
 
 
+def train_clips_before_unscale(model, optimizer, scaler, x, y, max_norm):
+    """The classic mistake: the scaled gradients clipped, then unscaled."""
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        loss = F.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
 def train_returns_the_loss_tensor(model, optimizer, scaler, x, y, max_norm):
     """The loss as a tensor, where the exercise asks for a Python float."""
     loss_value = amp_train_step(model, optimizer, scaler, x, y, max_norm)
@@ -151,6 +164,8 @@ CASES = {
             (train_unscaled_backward, False, "backward ran on the loss itself"),
             (train_returns_the_loss_tensor, False, "a tensor keeps its graph"),
             (train_bf16_autocast, False, "a dtype other than float16"),
+            (train_clips_before_unscale, False, "clip_grad_norm_ ran before unscale_"),
+            (train_clips_before_unscale, True, "clip_grad_norm_ ran before unscale_"),
         ],
     ),
 }

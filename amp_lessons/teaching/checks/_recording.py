@@ -49,6 +49,9 @@ class RecordingScaler(torch.amp.GradScaler):
         self._names: dict[int, str] = {}  # id(optimizer) -> ":name" (or "")
         self._watched: set[str] = set()
         self._scaled_for: set[str] = set()  # models the running scaled backward owes
+        # the step's max_norm, when a check knows it: gradients whose norm is already
+        # max_norm when unscale_ comes were clipped while still scaled
+        self.max_norm: float | None = None
 
     def watch(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, name: str = ""
@@ -118,7 +121,26 @@ class RecordingScaler(torch.amp.GradScaler):
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         name = "unscale_" + self._of(optimizer)
+        if not self._inside and self._clipped_already(optimizer):
+            self.calls.append("clipped_scaled")
         return self._through(name, super().unscale_, optimizer)
+
+    def _clipped_already(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether the still-scaled gradients' total norm is max_norm: clipping
+        ran before unscale_ (a scaled norm is the scale times the true one, and
+        lands on max_norm only by clip_grad_norm_)."""
+        if self.max_norm is None:
+            return False
+        grads = [
+            p.grad.detach().float()
+            for group in optimizer.param_groups
+            for p in group["params"]
+            if p.grad is not None
+        ]
+        if not grads:
+            return False
+        norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+        return bool(torch.isclose(norm, torch.tensor(float(self.max_norm)), rtol=1e-3))
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         name = "step" + self._of(optimizer)

@@ -94,6 +94,11 @@ _FAULTS = {
         "the scaler's update never ran: the scale never changes (no back-off after "
         "an overflow, no growth), and the next step's unscale_ is refused because "
         "this step's is still recorded. Each step ends with the update."),
+    "clip_before_unscale": N_(
+        "clip_grad_norm_ ran before unscale_: it clipped the SCALED gradients (their "
+        "norm is the scale times the true one) down to max_norm, so unscale_ then "
+        "leaves them at max_norm / scale and the step all but vanishes. Clipping "
+        "needs the true gradients: it goes between unscale_ and the scaler's step."),
     "no_autocast": N_(
         "the forward pass ran outside fp16 autocast: the model computed in float32, "
         "so the loss, the gradients and any overflow differ from the AMP step's."),
@@ -163,6 +168,8 @@ def _faults(calls: list[str], finished: bool) -> list[str]:
         faults.append("no_update")
     if "returned_scaled" in calls:
         faults.append("returned_scaled")
+    if "clipped_scaled" in calls:
+        faults.append("clip_before_unscale")
     return faults
 
 
@@ -249,7 +256,7 @@ def _run_train(amp_train_step: Callable, case: _StepCase) -> _Run:
     for size, max_norm in case.steps:
         x = torch.randn(8, case.layers[0], generator=gen)
         y = torch.randn(8, case.layers[-1], generator=gen) * size
-        scaler.calls, scaler.scaled = [], []
+        scaler.calls, scaler.scaled, scaler.max_norm = [], [], max_norm
         got = call_student(amp_train_step, model, optimizer, scaler, x, y, max_norm)
         calls = scaler.calls  # the reader's code can reach it: take only names
         calls = [c for c in calls if type(c) is str] if type(calls) is list else []
